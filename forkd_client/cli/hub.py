@@ -1,0 +1,154 @@
+"""Talking to a hub: ``login``, ``logout``, ``push``, ``pull``, ``search``, ``delete``.
+
+The hub comes from the reference's host, else ``FORKD_HUB_URL``, else the last login; the
+token from ``FORKD_TOKEN``, else the stored login (``$XDG_CONFIG_HOME/forkd/credentials.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..hub.client import HubClient
+from ..hub.credentials import Credentials
+from ..hub.errors import HasDependents, HubError
+from ..hub.progress import make_progress
+from ..hub.pull import pull
+from ..hub.push import push
+from ..hub.reference import Reference
+from .output import Context, human_size
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("login", parents=[common], help="store a token for a hub (XDG config, mode 0600)")
+    p.add_argument("url", metavar="HUB_URL", help="e.g. http://127.0.0.1:8080")
+    p.add_argument("--token-stdin", action="store_true", help="read the token from standard input")
+    p.add_argument("--token", help="the token (prefer --token-stdin: arguments show up in ps)")
+    p.set_defaults(func=run_login)
+
+    p = sub.add_parser("logout", parents=[common], help="forget the token of a hub (default: the current one)")
+    p.add_argument("url", nargs="?", metavar="HUB_URL")
+    p.set_defaults(func=run_logout)
+
+    p = sub.add_parser("push", parents=[common], help="push a local snapshot chain to a hub")
+    p.add_argument("local_tag", metavar="LOCAL_TAG")
+    p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag] (default tag: latest)")
+    p.add_argument("--public", action="store_true", help="make the repository public when this push creates it")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run_push)
+
+    p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
+    p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag|@digest]")
+    p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="local tag for the head (default: from REF)")
+    p.add_argument("--force", action="store_true", help="replace local snapshots of the same tags")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run_pull)
+
+    p = sub.add_parser("search", parents=[common], help="search repositories on a hub")
+    p.add_argument("query", nargs="?", default="", metavar="QUERY")
+    p.add_argument("--hub", metavar="HUB_URL", help="hub to search (default: FORKD_HUB_URL or the last login)")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_search)
+
+    p = sub.add_parser("delete", parents=[common], help="delete a snapshot (tag or digest) on a hub")
+    p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag|@digest]")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--cascade", action="store_true", help="also delete the snapshots chained on it")
+    group.add_argument("--force", action="store_true", help="delete it even though others chain on it")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_delete)
+
+
+def _client(ref: Reference | None, url: str | None = None) -> HubClient:
+    creds = Credentials().resolve(url)
+    base = ref.hub_url(creds.url) if ref is not None else creds.url
+    if not base:
+        raise HubError("no hub given: use HOST/ in the reference, 'forkd login URL' or FORKD_HUB_URL")
+    token = creds.token if creds.url == base else Credentials().resolve(base).token
+    return HubClient(base, token)
+
+
+def run_login(args: argparse.Namespace, ctx: Context) -> int:
+    token = sys.stdin.readline().strip() if args.token_stdin else args.token
+    if not token:
+        ctx.error("give the token with --token-stdin (recommended) or --token")
+        return 2
+    with HubClient(args.url if "://" in args.url else f"http://{args.url}", token) as client:
+        client.ping()
+    url = Credentials().login(args.url, token)
+    ctx.print(f"Login succeeded: {url}")
+    return 0
+
+
+def run_logout(args: argparse.Namespace, ctx: Context) -> int:
+    url = Credentials().logout(args.url)
+    ctx.print(f"Removed login credentials for {url}" if url else "Not logged in")
+    return 0
+
+
+def run_push(args: argparse.Namespace, ctx: Context) -> int:
+    ref = Reference.parse(args.ref)
+    progress = make_progress(quiet=args.quiet or args.json)
+    with ctx.store() as store, _client(ref) as client:
+        try:
+            result = push(store, client, args.local_tag, ref, public=args.public, progress=progress)
+        finally:
+            progress.close()
+    if args.json:
+        ctx.json(result.to_obj())
+        return 0
+    new = sum(1 for link in result.links if not link.skipped)
+    ctx.print(f"{ref.name}:{ref.tag or 'latest'}: digest: {result.digest}")
+    ctx.print(f"pushed {new} of {len(result.links)} layer(s), {human_size(result.bytes_sent)} sent")
+    return 0
+
+
+def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    ref = Reference.parse(args.ref)
+    progress = make_progress(quiet=args.quiet or args.json)
+    with ctx.store() as store, _client(ref) as client:
+        try:
+            result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
+        finally:
+            progress.close()
+    if args.json:
+        ctx.json(result.to_obj())
+        return 0
+    if result.up_to_date:
+        ctx.print(f"{ref}: already up to date as {result.tag} ({result.digest})")
+        return 0
+    fetched = sum(link.bytes_fetched for link in result.links)
+    ctx.print(f"{ref}: pulled as {result.tag} ({result.digest})")
+    ctx.print(f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received")
+    return 0
+
+
+def run_search(args: argparse.Namespace, ctx: Context) -> int:
+    with _client(None, args.hub) as client:
+        repos = client.search(args.query, limit=args.limit)
+    if args.json:
+        ctx.json(repos)
+        return 0
+    rows = [[r.get("name", ""), "public" if r.get("public") else "private", ", ".join(r.get("tags", [])[:5]),
+             (r.get("description") or "")[:60]] for r in repos]
+    ctx.table(["NAME", "VISIBILITY", "TAGS", "DESCRIPTION"], rows)
+    return 0
+
+
+def run_delete(args: argparse.Namespace, ctx: Context) -> int:
+    ref = Reference.parse(args.ref)
+    with _client(ref) as client:
+        try:
+            body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
+        except HasDependents as e:
+            names = ", ".join(f"{d.get('repository')}:{d.get('tag') or d.get('digest')}" for d in e.dependents)
+            ctx.error(f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force")
+            return 1
+    if args.json:
+        ctx.json(body)
+    else:
+        ctx.print(f"Deleted {ref}")
+    return 0

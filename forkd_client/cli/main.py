@@ -1,0 +1,86 @@
+"""``forkd``: the command-line client.
+
+One module per command group registers its subcommands here (``COMMAND_MODULES``); each
+module exposes ``register(subparsers, common)`` and sets ``func(args, ctx) -> int`` on
+every parser it adds. Adding a group (login, push, pull, snapshot, fork …) is one new
+module and one line below.
+
+Exit codes: 0 success, 1 an error the user can act on (printed as
+``forkd: error: <message>``), 2 a usage error (argparse), 130 interrupted.
+Tracebacks never reach users; set ``FORKD_DEBUG=1`` to see them for unexpected errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from manifest.errors import ManifestError
+
+from ..config import forkd_home
+from ..errors import ClientError
+from . import hub, images, local, packs
+from .output import Context
+
+#: command groups, in the order ``forkd --help`` lists them
+COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``forkd`` parser with every registered command group."""
+    # --home is accepted before or after the subcommand; SUPPRESS keeps a subparser from
+    # overwriting a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--home", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+        help="store root (overrides FORKD_HOME; default: $XDG_DATA_HOME/forkd or ~/.local/share/forkd)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="forkd", parents=[common],
+        description="forkd-hub client: local microVM snapshots, chains and forkd packs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``forkd`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2)
+        return e.code if isinstance(e.code, int) else 2
+    home = getattr(args, "home", None) or forkd_home()
+    ctx = Context(home=Path(home), stdout=sys.stdout, stderr=sys.stderr)
+    try:
+        return int(args.func(args, ctx))
+    except KeyboardInterrupt:
+        ctx.error("interrupted")
+        return 130
+    except (ClientError, ManifestError) as e:
+        ctx.error(str(e))
+        return 1
+    except OSError as e:
+        ctx.error(_describe_os_error(e))
+        return 1
+    except Exception as e:  # a bug: say so plainly, keep the traceback for FORKD_DEBUG
+        if os.environ.get("FORKD_DEBUG"):
+            raise
+        ctx.error(f"internal error ({type(e).__name__}: {e}); rerun with FORKD_DEBUG=1 for details")
+        return 1
+
+
+def _describe_os_error(e: OSError) -> str:
+    if e.filename is not None:
+        return f"{e.strerror or e}: {e.filename}"
+    return str(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The error vocabulary of the ``forkd`` client.
+
+Every error the client raises on purpose derives from :class:`ClientError`, and also from
+the stdlib class that says the same thing, so callers may catch either. Messages always
+name the snapshot tag, file or path involved; the CLI prints them as
+``forkd: error: <message>`` and exits 1.
+
+    ClientError(Exception)
+    ├── InvalidTag               (also ValueError) a tag breaks [A-Za-z0-9_][A-Za-z0-9_-]{0,63}
+    ├── SnapshotNotFound         (also LookupError) no snapshot has that tag
+    ├── SnapshotExists           (also FileExistsError) the tag is taken (use force to replace)
+    ├── DependentsExist          other snapshots chain on it; ``.dependents`` names them
+    ├── ChainBroken              a link names a parent that is missing (or the chain loops / is too deep)
+    ├── ParentContentMismatch    a parent's memory.bin sha256 is not the child's parent_content_hash
+    ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
+    └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
+
+Errors from lower layers keep their own types: ``manifest.errors.ManifestError`` (including
+``manifest.forkd_pack.PackError``) for bad packs and digests, ``OSError`` for filesystem facts
+(``ENOSPC``, permissions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ClientError(Exception):
+    """Base of every error the forkd client raises on purpose."""
+
+
+class InvalidTag(ClientError, ValueError):
+    """A snapshot tag does not follow the tag rules."""
+
+
+class SnapshotNotFound(ClientError, LookupError):
+    """No local snapshot has the given tag."""
+
+    def __init__(self, tag: str, message: str | None = None) -> None:
+        super().__init__(message or f"snapshot {tag!r} not found")
+        self.tag = tag
+
+
+class SnapshotExists(ClientError, FileExistsError):
+    """A snapshot with the given tag already exists."""
+
+    def __init__(self, tag: str, message: str | None = None) -> None:
+        super().__init__(message or f"snapshot {tag!r} already exists (use --force to replace it)")
+        self.tag = tag
+
+
+class DependentsExist(ClientError):
+    """The snapshot is the parent of other snapshots, so removing it alone would break them."""
+
+    def __init__(self, tag: str, dependents: Sequence[str]) -> None:
+        names = ", ".join(dependents)
+        super().__init__(
+            f"snapshot {tag!r} is the parent of {len(dependents)} chained snapshot(s): {names}; "
+            "use --cascade to remove them too, or --force to remove only this one"
+        )
+        self.tag = tag
+        self.dependents = list(dependents)
+
+
+class ChainBroken(ClientError):
+    """A chain cannot be resolved: ``link`` names parent ``missing``, which does not exist.
+
+    Also raised (with ``missing`` None) when the parents loop or exceed the depth limit.
+    """
+
+    def __init__(self, message: str, *, link: str, missing: str | None = None) -> None:
+        super().__init__(message)
+        self.link = link
+        self.missing = missing
+
+
+class ParentContentMismatch(ClientError):
+    """A parent's memory.bin no longer hashes to what its child recorded.
+
+    ``expected`` is the child's ``parent_content_hash`` (None when the child recorded none);
+    ``actual`` is the sha256 (lowercase hex) of the parent's memory.bin now.
+    """
+
+    def __init__(self, child: str, parent: str, expected: str | None, actual: str) -> None:
+        if expected is None:
+            message = f"snapshot {child!r} records no parent_content_hash for its parent {parent!r}"
+        else:
+            message = (
+                f"snapshot {child!r} expects its parent {parent!r} to have memory.bin sha256 {expected}, "
+                f"but it is {actual} (the parent changed since the child was made)"
+            )
+        super().__init__(message)
+        self.child = child
+        self.parent = parent
+        self.expected = expected
+        self.actual = actual
+
+
+class InvalidSnapshotDir(ClientError, ValueError):
+    """A directory cannot be used as a snapshot (missing vmstate/memory.bin, bad metadata)."""

@@ -1,0 +1,325 @@
+"""HubClient: every HTTP call the forkd client makes, over an injected ``httpx.Client``.
+
+One method per endpoint of docs/http-api.md. Unit tests inject ``httpx.MockTransport``;
+end-to-end tests pass Litestar's ``TestClient`` (an ``httpx.Client``) or point at a real
+server. Every response error becomes a typed :mod:`forkd_client.hub.errors` exception parsed
+from the hub's envelope; httpx exceptions never escape this module. All calls have timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from manifest.digest import digest_bytes, parse_digest
+
+from .errors import DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, Unauthorized
+
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+QUERY_BATCH = 10_000
+MAX_RANGES_PER_REQUEST = 256
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+@dataclass(frozen=True)
+class ChunkLocation:
+    blob: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One layer of a chain as the hub returned it; ``manifest``/``config`` are the exact bytes."""
+
+    digest: str
+    manifest: bytes
+    config: bytes
+    repository: str
+    tags: tuple[str, ...]
+
+
+class HubClient:
+    """A client for one hub. ``base_url`` like ``http://127.0.0.1:8080``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._owns_http = http is None
+        self.http = http or httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
+            follow_redirects=False,
+        )
+        self.token = token
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self._count_lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._owns_http:
+            self.http.close()
+
+    def __enter__(self) -> "HubClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def url(self, path: str) -> str:
+        return path if path.startswith(("http://", "https://")) else self.base_url + path
+
+    def _request(self, method: str, path: str, *, ok: Iterable[int] = (200,), follow: bool = True, **kw: Any) -> httpx.Response:
+        headers = dict(kw.pop("headers", None) or {})
+        if self.token and "Authorization" not in headers and path.startswith(("/", self.base_url)):
+            headers["Authorization"] = f"Bearer {self.token}"
+        content = kw.get("content")
+        try:
+            response = self.http.request(method, self.url(path), headers=headers, **kw)
+            if follow and response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
+                # presigned redirects (S3): follow without our bearer token
+                response = self.http.request(method, response.headers["location"], **{k: v for k, v in kw.items() if k != "json"})
+        except httpx.TimeoutException as e:
+            raise HubUnreachable(f"hub {self.base_url} timed out on {method} {path}: {e}") from None
+        except httpx.TransportError as e:
+            raise HubUnreachable(f"hub {self.base_url} is unreachable ({method} {path}): {e}") from None
+        with self._count_lock:
+            if isinstance(content, (bytes, bytearray, memoryview)):
+                self.bytes_sent += len(content)
+            self.bytes_received += len(response.content)
+        if response.status_code not in set(ok):
+            raise _error_from(response, method, path)
+        return response
+
+    # -- repositories and catalog -------------------------------------------------------------
+
+    def ping(self) -> None:
+        self._request("GET", "/v2/")
+
+    def search(self, query: str = "", namespace: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"q": query, "n": limit}
+        if namespace:
+            params["namespace"] = namespace
+        return list(self._request("GET", "/api/v1/repositories", params=params).json().get("repositories", []))
+
+    def repository(self, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/v1/repositories/{name}").json()
+
+    def set_repository(self, name: str, *, public: bool | None = None, description: str | None = None) -> dict[str, Any]:
+        body = {k: v for k, v in (("public", public), ("description", description)) if v is not None}
+        return self._request("PATCH", f"/api/v1/repositories/{name}", json=body).json()
+
+    def lineage(self, name: str, ref: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}").json()
+
+    def delete(self, name: str, ref: str, *, cascade: bool = False, force: bool = False) -> dict[str, Any]:
+        params = {k: "true" for k, v in (("cascade", cascade), ("force", force)) if v}
+        response = self._request("DELETE", f"/v2/{name}/manifests/{ref}", params=params, ok=(200, 202, 204))
+        return response.json() if response.content else {}
+
+    # -- manifests ------------------------------------------------------------------------------
+
+    def manifest_exists(self, name: str, ref: str) -> bool:
+        try:
+            self._request("HEAD", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE})
+        except NotFound:
+            return False
+        return True
+
+    def get_manifest(self, name: str, ref: str) -> tuple[bytes, str]:
+        """The exact manifest bytes and their digest (verified when ``ref`` is a digest)."""
+        r = self._request("GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE})
+        data = r.content
+        if ref.count(":") == 1 and len(ref) > 70:
+            _verify(data, ref, f"manifest {name}@{ref}")
+            return data, ref
+        digest = r.headers.get("docker-content-digest") or str(digest_bytes(data))
+        _verify(data, digest, f"manifest {name}:{ref}")
+        return data, digest
+
+    def put_manifest(self, name: str, ref: str, data: bytes, *, media_type: str = MANIFEST_TYPE, public: bool = False) -> str:
+        params = {"public": "true"} if public else {}
+        r = self._request("PUT", f"/v2/{name}/manifests/{ref}", content=data, params=params,
+                          headers={"Content-Type": media_type}, ok=(201,))
+        return r.headers.get("docker-content-digest", str(digest_bytes(data)))
+
+    def get_chain(self, name: str, ref: str) -> list[ChainLink]:
+        """The chain base → head, each manifest's bytes verified against its digest."""
+        body = self._request("GET", f"/api/v1/repositories/{name}/chain/{ref}").json()
+        links = []
+        for item in body.get("chain", []):
+            manifest = item["manifest"].encode()
+            _verify(manifest, item["digest"], f"manifest {item['digest']}")
+            links.append(ChainLink(item["digest"], manifest, item["config"].encode(), item.get("repository", name),
+                                   tuple(item.get("tags", []))))
+        if not links:
+            raise HubError(f"hub returned an empty chain for {name}:{ref}")
+        return links
+
+    # -- blobs ----------------------------------------------------------------------------------
+
+    def blob_exists(self, name: str, digest: str) -> bool:
+        try:
+            self._request("HEAD", f"/v2/{name}/blobs/{digest}")
+        except NotFound:
+            return False
+        return True
+
+    def blob_size(self, name: str, digest: str) -> int:
+        """Size of a blob in the repository (HEAD). Raises NotFound."""
+        r = self._request("HEAD", f"/v2/{name}/blobs/{digest}")
+        return int(r.headers.get("content-length", "0"))
+
+    def get_blob(self, name: str, digest: str) -> bytes:
+        """A whole blob, verified against its digest."""
+        data = self._request("GET", f"/v2/{name}/blobs/{digest}").content
+        _verify(data, digest, f"blob {digest}")
+        return data
+
+    def read_ranges(self, name: str, digest: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Bytes of several ``(offset, length)`` ranges of one blob, in the order given.
+
+        Sends at most MAX_RANGES_PER_REQUEST ranges per request; the caller verifies content
+        (each range holds whole chunk frames whose digests it knows).
+        """
+        out: list[bytes] = []
+        for start in range(0, len(ranges), MAX_RANGES_PER_REQUEST):
+            batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
+            spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
+            r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"}, ok=(200, 206))
+            out.extend(_split_ranges(r, batch, digest))
+        return out
+
+    def start_upload(self, name: str) -> str:
+        r = self._request("POST", f"/v2/{name}/blobs/uploads/", ok=(202,))
+        return r.headers["location"]
+
+    def upload_offset(self, location: str) -> int:
+        """How many bytes of an upload the hub has committed (for resume)."""
+        r = self._request("GET", location, ok=(204, 200))
+        return _range_end(r.headers.get("range"))
+
+    def upload_chunk(self, location: str, data: bytes, offset: int) -> str:
+        r = self._request("PATCH", location, content=data, ok=(202,), headers={
+            "Content-Type": "application/octet-stream",
+            "Content-Range": f"{offset}-{offset + len(data) - 1}",
+        })
+        return r.headers.get("location", location)
+
+    def finish_upload(self, location: str, digest: str) -> None:
+        sep = "&" if "?" in location else "?"
+        self._request("PUT", f"{location}{sep}digest={digest}", content=b"", ok=(201,))
+
+    def cancel_upload(self, location: str) -> None:
+        self._request("DELETE", location, ok=(204, 200, 404))
+
+    def query_chunks(self, name: str, digests: Sequence[str]) -> dict[str, ChunkLocation]:
+        """Which chunks the hub holds in blobs this caller may read, in batches of QUERY_BATCH."""
+        found: dict[str, ChunkLocation] = {}
+        for start in range(0, len(digests), QUERY_BATCH):
+            body = {"digests": list(digests[start : start + QUERY_BATCH])}
+            r = self._request("POST", f"/api/v1/repositories/{name}/chunks/query", json=body)
+            for digest, loc in r.json().get("found", {}).items():
+                found[digest] = ChunkLocation(loc["blob"], int(loc["offset"]), int(loc["length"]))
+        return found
+
+
+def _verify(data: bytes, digest: str, what: str) -> None:
+    want = parse_digest(digest)
+    got = digest_bytes(data, want.algorithm)
+    if str(got) != digest:
+        raise DigestInvalid(f"{what}: digest mismatch: expected {digest}, got {got}", code="DIGEST_INVALID")
+
+
+def _range_end(header: str | None) -> int:
+    if not header:
+        return 0
+    m = re.fullmatch(r"(?:bytes=)?0-(\d+)", header.strip())
+    if not m:
+        raise HubError(f"hub sent an invalid upload Range header {header!r}")
+    return int(m.group(1)) + 1 if header.strip() not in ("0-0",) else 0
+
+
+def _split_ranges(r: httpx.Response, batch: Sequence[tuple[int, int]], digest: str) -> list[bytes]:
+    if r.status_code == 200:  # the hub ignored Range: slice the full body
+        body = r.content
+        return [body[o : o + n] for o, n in batch]
+    ctype = r.headers.get("content-type", "")
+    if not ctype.startswith("multipart/byteranges"):
+        m = _CONTENT_RANGE.fullmatch(r.headers.get("content-range", ""))
+        if not m:
+            raise HubError(f"blob {digest}: 206 without a valid Content-Range")
+        first, body = int(m.group(1)), r.content
+        return [body[o - first : o - first + n] for o, n in batch]
+    boundary = ctype.split("boundary=", 1)[-1].strip().strip('"').encode()
+    parts = _parse_multipart(r.content, boundary)
+    out = []
+    for o, n in batch:
+        data = parts.get(o)
+        if data is None or len(data) < n:
+            raise HubError(f"blob {digest}: the hub did not return range {o}-{o + n - 1}")
+        out.append(data[:n])
+    return out
+
+
+def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, bytes]:
+    """Parse multipart/byteranges by Content-Range lengths (never by searching binary data)."""
+    parts: dict[int, bytes] = {}
+    delimiter = b"--" + boundary
+    pos = body.find(delimiter)
+    while pos >= 0:
+        pos += len(delimiter)
+        if body[pos : pos + 2] == b"--":
+            break
+        head_end = body.find(b"\r\n\r\n", pos)
+        if head_end < 0:
+            raise HubError("malformed multipart/byteranges response (no header end)")
+        headers = body[pos:head_end].decode("latin-1")
+        m = re.search(r"(?im)^content-range:\s*bytes (\d+)-(\d+)/", headers)
+        if not m:
+            raise HubError("malformed multipart/byteranges response (part without Content-Range)")
+        start, end = int(m.group(1)), int(m.group(2))
+        data_start = head_end + 4
+        parts[start] = body[data_start : data_start + end - start + 1]
+        pos = body.find(delimiter, data_start + end - start + 1)
+    return parts
+
+
+def _error_from(response: httpx.Response, method: str, path: str) -> HubError:
+    code, message, detail = "UNKNOWN", f"{method} {path} failed with HTTP {response.status_code}", None
+    try:
+        errors = response.json().get("errors") or []
+        if errors:
+            code = errors[0].get("code", code)
+            message = errors[0].get("message") or message
+            detail = errors[0].get("detail")
+    except (ValueError, AttributeError, json.JSONDecodeError):
+        pass
+    status = response.status_code
+    cls: type[HubError] = HubError
+    if status == 401:
+        cls = Unauthorized
+        message += " (run 'forkd login' or set FORKD_TOKEN)"
+    elif status == 403:
+        cls = Forbidden
+    elif status == 404:
+        cls = NotFound
+    elif status == 409 and code == "HAS_DEPENDENTS":
+        cls = HasDependents
+    elif code == "DIGEST_INVALID":
+        cls = DigestInvalid
+    return cls(message, code=code, status=status, detail=detail)

@@ -1,0 +1,64 @@
+"""Errors from talking to a hub, parsed back from the hub's one error envelope.
+
+    ClientError (forkd_client.errors)
+    └── HubError                 the hub answered with an error envelope; ``.code``, ``.status``, ``.detail``
+        ├── HubUnreachable       connection refused / DNS / timeout: no answer at all
+        ├── Unauthorized         401: missing, wrong or expired token
+        ├── Forbidden            403: the token lacks the scope
+        ├── NotFound             404: repository, manifest, blob or upload unknown (or private)
+        ├── HasDependents        409: delete refused; ``.dependents`` lists them
+        ├── DigestInvalid        bytes did not match their digest (hub side or on arrival here)
+        └── InvalidReference     (also ValueError) a ``[host/]ns/repo[:tag][@digest]`` string is malformed
+
+httpx errors never leave :mod:`forkd_client.hub.client`; they become these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ClientError
+
+
+class HubError(ClientError):
+    """The hub refused a request. ``code`` is the envelope's code (e.g. ``MANIFEST_UNKNOWN``)."""
+
+    def __init__(self, message: str, *, code: str = "UNKNOWN", status: int = 0, detail: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.detail = detail
+
+
+class HubUnreachable(HubError):
+    """No answer from the hub (connection refused, DNS failure, timeout)."""
+
+
+class Unauthorized(HubError):
+    """401: the hub needs a valid token (run ``forkd login`` or set FORKD_TOKEN)."""
+
+
+class Forbidden(HubError):
+    """403: the token is valid but lacks the scope for this operation."""
+
+
+class NotFound(HubError, LookupError):
+    """404: no such repository, tag, digest, blob or upload (or it is private)."""
+
+
+class HasDependents(HubError):
+    """409: other snapshots chain on this one."""
+
+    @property
+    def dependents(self) -> list[dict[str, Any]]:
+        if isinstance(self.detail, dict):
+            return list(self.detail.get("dependents", []))
+        return []
+
+
+class DigestInvalid(HubError):
+    """Content does not match its digest."""
+
+
+class InvalidReference(HubError, ValueError):
+    """A reference string does not follow ``[HOST[:PORT]/]namespace/repo[:tag][@digest]``."""

@@ -1,0 +1,255 @@
+"""``forkd pull``: fetch a chain from a hub, download only missing chunks, verify, install.
+
+1. One request returns the chain base → head (manifests + configs, digests verified).
+2. Links already installed from the same manifest are reused as they are.
+3. For the others, chunk maps are fetched and verified; the chunks that are in neither the
+   local chunk cache nor an already-assembled parent are fetched as coalesced byte ranges of
+   data blobs (several ranges per request, requests in parallel), each frame verified against
+   its chunk digest on arrival and kept in the chunk cache, which is what makes a killed pull
+   resume without re-downloading.
+4. Each file is assembled on a reflink/copy of the parent's file, its content digest checked,
+   and the link installed atomically as a forkd-compatible snapshot whose ``parent_tag`` names
+   its parent's local tag.
+
+Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk), ClientError, OSError.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import zstandard
+
+from manifest import mediatypes as mt
+from manifest.assemble import assemble_file
+from manifest.digest import digest_bytes
+from manifest.errors import AssemblyError, DigestMismatch, ManifestError
+from manifest.model import ChunkMap, LayerConfig, LayerManifest
+
+from ..errors import SnapshotNotFound
+from ..snapdir import LocalSnapshot
+from ..store import SnapshotStore
+from .client import ChainLink, HubClient
+from .errors import DigestInvalid, HubError
+from .progress import NullProgress, Progress
+from .reference import Reference
+
+RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
+MAX_RANGE_BYTES = 32 << 20
+PARALLEL_REQUESTS = 4
+_SAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@dataclass
+class LinkPulled:
+    tag: str
+    digest: str
+    reused: bool
+    chunks_fetched: int = 0
+    chunks_cached: int = 0
+    bytes_fetched: int = 0
+
+
+@dataclass
+class PullResult:
+    reference: str
+    digest: str
+    tag: str
+    links: list[LinkPulled] = field(default_factory=list)
+    bytes_received: int = 0
+
+    @property
+    def up_to_date(self) -> bool:
+        return all(link.reused for link in self.links)
+
+    def to_obj(self) -> dict:
+        return {"reference": self.reference, "digest": self.digest, "tag": self.tag, "up_to_date": self.up_to_date,
+                "bytes_received": self.bytes_received, "links": [vars(link) for link in self.links]}
+
+
+def local_tag_for(name: str) -> str:
+    """A local tag from a hub name or tag: forkd's tag rules, at most 64 characters."""
+    tag = _SAFE.sub("-", name).strip("-") or "snapshot"
+    return tag[:64]
+
+
+def pull(
+    store: SnapshotStore,
+    client: HubClient,
+    ref: Reference,
+    *,
+    as_tag: str | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> PullResult:
+    progress = progress or NullProgress()
+    received_before = client.bytes_received
+    chain = client.get_chain(ref.name, ref.ref)
+    parsed = [_parse_link(link) for link in chain]
+    head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
+                          else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
+    tags = _local_tags(store, parsed, head_tag)
+    result = PullResult(str(ref), chain[-1].digest, head_tag)
+    parent: LocalSnapshot | None = None
+    for (link, manifest, config), tag in zip(parsed, tags):
+        existing = _installed(store, tag, link.digest)
+        if existing is not None:
+            progress.log(f"{tag}: already present ({link.digest[:19]}…)")
+            result.links.append(LinkPulled(tag, link.digest, reused=True))
+            parent = existing
+            continue
+        result.links.append(_pull_link(store, client, ref, link, manifest, config, tag, parent, force, progress))
+        parent = store.get(tag)
+    result.bytes_received = client.bytes_received - received_before
+    return result
+
+
+def _parse_link(link: ChainLink) -> tuple[ChainLink, LayerManifest, LayerConfig]:
+    try:
+        manifest = LayerManifest.from_json(link.manifest)
+        if str(digest_bytes(link.config, manifest.config.digest.split(":")[0])) != manifest.config.digest:
+            raise DigestInvalid(f"layer {link.digest}: config does not match its digest {manifest.config.digest}")
+        return link, manifest, LayerConfig.from_json(link.config)
+    except ManifestError as e:
+        raise HubError(f"layer {link.digest} is not a valid forkd snapshot layer: {e}") from None
+
+
+def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | None:
+    try:
+        snap = store.get(tag)
+    except SnapshotNotFound:
+        return None
+    return snap if (snap.origin or {}).get("manifest_digest") == digest else None
+
+
+def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
+    """Local tags base → head: the head gets ``head_tag``; a parent gets the tag its child's config
+    names, or that tag plus a digest suffix when a different snapshot already uses it."""
+    tags = [head_tag]
+    for i in range(len(parsed) - 1, 0, -1):
+        child_config = parsed[i][2]
+        parent_digest = parsed[i - 1][0].digest
+        wanted = local_tag_for(child_config.parent.tag if child_config.parent and child_config.parent.tag else "layer")
+        if store.exists(wanted) and _installed(store, wanted, parent_digest) is None or wanted in tags:
+            wanted = local_tag_for(f"{wanted[:50]}-{parent_digest.split(':')[1][:12]}")
+        tags.append(wanted)
+    return list(reversed(tags))
+
+
+def _pull_link(store: SnapshotStore, client: HubClient, ref: Reference, link: ChainLink, manifest: LayerManifest,
+               config: LayerConfig, tag: str, parent: LocalSnapshot | None, force: bool, progress: Progress) -> LinkPulled:
+    name = ref.name
+    maps: dict[str, ChunkMap] = {}
+    for role, desc in manifest.chunk_maps.items():
+        try:
+            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest))
+        except ManifestError as e:
+            raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
+        info = config.files.get(role)
+        if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
+            raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
+    stats = LinkPulled(tag, link.digest, reused=False)
+    _fetch_missing(store, client, name, link.digest, maps, stats, progress, tag)
+
+    vm_frame = client.get_blob(name, manifest.vmstate.digest)
+    vm_info = config.files[mt.VMSTATE_FILE]
+    try:
+        vmstate = zstandard.ZstdDecompressor().decompress(vm_frame, max_output_size=vm_info.size)
+    except zstandard.ZstdError as e:
+        raise DigestInvalid(f"layer {link.digest}: vmstate blob is not valid zstd: {e}") from None
+    if str(digest_bytes(vmstate)) != vm_info.digest:
+        raise DigestInvalid(f"layer {link.digest}: vmstate does not match its digest {vm_info.digest}")
+
+    with store.staging(f"pull-{tag}") as staged:
+        known: dict[str, dict[str, str]] = {}
+        for role, chunk_map in maps.items():
+            parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
+            if chunk_map.parent_digest is not None and parent_file is None:
+                raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
+            lookup = {(chunk_map.blobs[e.blob], e.offset): e.digest for e in chunk_map.entries if not e.is_zero}
+
+            def frames(blob: str, offset: int, length: int, lookup=lookup) -> bytes:
+                frame = store.chunks.get_frame(lookup[(blob, offset)])
+                if frame is None:
+                    raise HubError(f"chunk {lookup[(blob, offset)]} vanished from the chunk cache")
+                return frame
+
+            try:
+                done = assemble_file(chunk_map, staged / role, parent=parent_file, frames=frames,
+                                     extra_algorithms=("sha256",))
+            except (DigestMismatch, AssemblyError) as e:
+                raise DigestInvalid(f"layer {link.digest} ({tag}): {e}") from None
+            if done.digests.get("sha256") != config.files[role].sha256 and config.files[role].sha256:
+                raise DigestInvalid(f"layer {link.digest} ({tag}): {role} sha256 differs from the config")
+            known[role] = done.digests
+        (staged / mt.VMSTATE_FILE).write_bytes(vmstate)
+        known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest, **({"sha256": vm_info.sha256} if vm_info.sha256 else {})}
+        parent_sha = None
+        if parent is not None:
+            parent_sha = store.memory_sha256(parent.tag)
+        store.prepare(
+            staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
+            compat=config.compat, annotations=config.annotations, created=config.created,
+            origin={"hub": client.base_url, "reference": f"{name}@{link.digest}", "manifest_digest": link.digest},
+            known_digests=known, snapshot_json={"volumes": []},
+        )
+        store.commit([(staged, tag)], force=force)
+    progress.log(f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_cached} from cache)")
+    return stats
+
+
+def _fetch_missing(store: SnapshotStore, client: HubClient, name: str, layer: str, maps: dict[str, ChunkMap],
+                   stats: LinkPulled, progress: Progress, tag: str) -> None:
+    cache = store.chunks
+    wanted: dict[str, dict[int, tuple[int, str, int, str, int]]] = {}
+    for role, chunk_map in maps.items():
+        cs = chunk_map.chunk_size
+        for e in chunk_map.entries:
+            if e.is_zero:
+                continue
+            if cache.has(e.digest):  # type: ignore[arg-type]
+                stats.chunks_cached += 1
+                continue
+            length = min(cs, chunk_map.size - e.index * cs)
+            wanted.setdefault(chunk_map.blobs[e.blob], {})[e.offset] = (e.length, e.digest, length, role, e.index)  # type: ignore[assignment]
+    requests = []
+    for blob, frames in wanted.items():
+        current: list[tuple[int, int]] = []
+        for offset in sorted(frames):
+            n = frames[offset][0]
+            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= MAX_RANGE_BYTES:
+                start, size = current[-1]
+                current[-1] = (start, offset + n - start)
+            else:
+                current.append((offset, n))
+        for i in range(0, len(current), 64):
+            requests.append((blob, current[i : i + 64]))
+    total = sum(f[0] for frames in wanted.values() for f in frames.values())
+    progress.task(f"pull {tag}", total)
+
+    def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
+        blob, ranges = request
+        count = nbytes = 0
+        for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges)):
+            for offset in sorted(o for o in wanted[blob] if start <= o < start + size):
+                flen, digest, length, role, index = wanted[blob][offset]
+                frame = data[offset - start : offset - start + flen]
+                try:
+                    cache.put_frame(digest, frame, length)
+                except (DigestMismatch, AssemblyError, ManifestError) as e:
+                    raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {index} ({digest}) from blob {blob} "
+                                        f"at offset {offset} is corrupt: {e}") from None
+                count += 1
+                nbytes += flen
+                progress.advance(flen)
+        return count, nbytes
+
+    with ThreadPoolExecutor(max_workers=PARALLEL_REQUESTS) as pool:
+        for count, nbytes in pool.map(fetch, requests):
+            stats.chunks_fetched += count
+            stats.bytes_fetched += nbytes
+
+
+__all__ = ["PullResult", "LinkPulled", "pull", "local_tag_for"]

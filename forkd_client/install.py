@@ -1,0 +1,282 @@
+"""The one way snapshots enter the store: stage, prepare, commit.
+
+Every install (import, tag, compact, unpack, pull) follows the same three steps, so a
+crash at any point leaves either the old state or the new one, never a half snapshot:
+
+1. :meth:`StoreBase.staging` gives a fresh directory under ``<root>/.staging/`` (same
+   filesystem as ``snapshots/``, so the final step is a rename). The caller puts the
+   snapshot's files there: clones, moved files, extracted or assembled images.
+2. :meth:`StoreBase.prepare` settles the files' mtimes, records digests already known
+   and computes the missing ones through the VerifiedRecord, writes snapshot.json (paths
+   already pointing at the final directory) and forkd-hub.json, and fsyncs.
+3. :meth:`StoreBase.commit` takes ``<root>/.lock``, checks every destination, and
+   renames the prepared directories into ``snapshots/`` (all of them or none).
+
+Staging directories are named ``<pid>-<what>-<random>``; ones left by dead processes are
+swept when the next staging directory is made.
+
+Errors: forkd_client.errors (InvalidTag, SnapshotExists, SnapshotNotFound,
+InvalidSnapshotDir), OSError.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
+
+from manifest.chunking import DEFAULT_CHUNK_SIZE
+from manifest.fileops import clone_file
+from manifest.mediatypes import MEMORY_FILE, ROOTFS_FILE, VMSTATE_FILE
+
+from .chunkcache import ChunkCache
+from .config import forkd_home
+from .errors import InvalidSnapshotDir, InvalidTag, SnapshotExists, SnapshotNotFound
+from .snapdir import (
+    FILE_ROLES,
+    SNAPSHOT_JSON,
+    FileRecord,
+    HubMeta,
+    LocalSnapshot,
+    is_snapshot_dir,
+    read_json_object,
+    rfc3339,
+    snapshot_json_for,
+    validate_existing_tag,
+    validate_tag,
+    write_hub_meta,
+    write_snapshot_json,
+)
+from .verified import VerifiedRecord
+
+BOTH_DIGESTS = ("blake3", "sha256")
+SETTLE_NS = 3_000_000_000  # beyond VerifiedRecord's largest racy window (2 s)
+
+
+class StoreBase:
+    """Layout, locking and the install path of a :class:`~forkd_client.store.SnapshotStore`."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *, durable: bool = True) -> None:
+        self.root = Path(root) if root is not None else forkd_home()
+        self.snapshots_dir = self.root / "snapshots"
+        self.staging_root = self.root / ".staging"
+        self.chunks = ChunkCache(self.root / "chunks")
+        self.verified_path = self.root / "verified.db"
+        self.durable = durable  # fsync files and directories before they become visible
+        self._verified: VerifiedRecord | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def verified(self) -> VerifiedRecord:
+        if self._verified is None:
+            self._verified = VerifiedRecord(self.verified_path)
+        return self._verified
+
+    def close(self) -> None:
+        if self._verified is not None:
+            self._verified.close()
+            self._verified = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def path(self, tag: str) -> Path:
+        """Where snapshot ``tag`` lives (whether or not it exists). Raises InvalidTag."""
+        return self.snapshots_dir / validate_existing_tag(tag)
+
+    def exists(self, tag: str) -> bool:
+        return is_snapshot_dir(self.path(tag))
+
+    def _dir(self, tag: str) -> Path:
+        path = self.path(tag)
+        if not is_snapshot_dir(path):
+            raise SnapshotNotFound(tag)
+        return path
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _scratch_name(self, what: str) -> Path:
+        return self.staging_root / f"{os.getpid()}-{what}-{secrets.token_hex(4)}"
+
+    @contextmanager
+    def staging(self, what: str) -> Iterator[Path]:
+        """A fresh directory under ``.staging/``, deleted on exit unless it was installed (renamed away)."""
+        self.staging_root.mkdir(parents=True, exist_ok=True)
+        self._sweep_staging()
+        path = self._scratch_name(what)
+        path.mkdir()
+        try:
+            yield path
+        finally:
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                if self._verified is not None:
+                    self._verified.forget(path)
+
+    def _sweep_staging(self) -> None:
+        """Delete what dead processes left in ``.staging/`` (names start with their pid)."""
+        for entry in os.scandir(self.staging_root):
+            pid = entry.name.split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+    # ------------------------------------------------------------------ installing
+
+    def prepare(
+        self,
+        staged: Path,
+        tag: str,
+        *,
+        parent: str | None = None,
+        parent_content_hash: str | None = None,
+        compat: Mapping[str, Any] | None = None,
+        annotations: Mapping[str, str] | None = None,
+        origin: Mapping[str, str] | None = None,
+        created: str | None = None,
+        known_digests: Mapping[str, Mapping[str, str]] | None = None,
+        algorithms: Sequence[str] = BOTH_DIGESTS,
+        snapshot_json: Mapping[str, Any] | None = None,
+        local_dirs: tuple[Path, ...] = (),
+    ) -> Path:
+        """Make the staged directory ``staged`` a complete snapshot ``tag``, ready for :meth:`commit`.
+
+        Settles each file's mtime (see :func:`settle_mtime`), records ``known_digests``
+        ({role: {algorithm: digest}}, e.g. verified while streaming), computes
+        ``algorithms`` for every file role present (through the VerifiedRecord: only what is
+        not trusted yet), and writes snapshot.json (from ``snapshot_json`` or the staged one,
+        unknown fields kept, paths pointing at the final directory; ``local_dirs`` as in
+        :func:`~forkd_client.snapdir.snapshot_json_for`) and forkd-hub.json.
+        Raises InvalidTag, InvalidSnapshotDir, OSError.
+        """
+        validate_tag(tag)
+        for role in (VMSTATE_FILE, MEMORY_FILE):
+            if not (staged / role).is_file():
+                raise InvalidSnapshotDir(f"snapshot {tag!r} lacks {role}")
+        files: dict[str, FileRecord] = {}
+        for role in FILE_ROLES:
+            path = staged / role
+            if not path.is_file():
+                continue
+            settle_mtime(path)
+            if self.durable:
+                _fsync_path(path)
+            if known_digests and role in known_digests:
+                self.verified.record(path, known_digests[role])
+            digests = {**self.verified.cached(path), **self.verified.digests(path, algorithms)}
+            files[role] = FileRecord(path.stat().st_size, digests.get("blake3"), digests.get("sha256"))
+        base = dict(snapshot_json) if snapshot_json is not None else read_json_object(staged / SNAPSHOT_JSON)
+        doc = snapshot_json_for(
+            self.snapshots_dir / tag, base, parent_tag=parent, parent_content_hash=parent_content_hash,
+            has_rootfs=ROOTFS_FILE in files, local_dirs=(staged, *local_dirs),
+        )
+        write_snapshot_json(staged, doc)
+        meta = HubMeta(tag, parent, created or rfc3339(), DEFAULT_CHUNK_SIZE, dict(compat or {}),
+                       dict(annotations or {}), files, dict(origin) if origin else None)
+        write_hub_meta(staged, meta)
+        if self.durable:
+            _fsync_path(staged)
+        return staged
+
+    def commit(self, items: Sequence[tuple[Path, str]], *, force: bool = False) -> list[LocalSnapshot]:
+        """Rename prepared directories into ``snapshots/`` as the given tags, all or nothing.
+
+        Every destination is checked before anything moves. With ``force`` an existing
+        snapshot of the same tag is replaced (moved out, then deleted). If a rename fails,
+        what was already moved is moved back. Raises SnapshotExists, InvalidTag, OSError.
+        """
+        tags = [validate_tag(tag) for _, tag in items]
+        if len(set(tags)) != len(tags):
+            raise InvalidTag(f"the same tag is installed twice in one commit: {tags}")
+        self.snapshots_dir.mkdir(parents=True, exist_ok=True)
+        displaced: list[tuple[Path, Path]] = []
+        done: list[tuple[Path, Path]] = []
+        with self._locked():
+            for tag in tags:
+                if os.path.lexists(self.snapshots_dir / tag) and not force:
+                    raise SnapshotExists(tag)
+            try:
+                for staged, tag in items:
+                    final = self.snapshots_dir / tag
+                    if os.path.lexists(final):
+                        trash = self._scratch_name(f"replaced-{tag}")
+                        os.rename(final, trash)
+                        displaced.append((final, trash))
+                        self.verified.rename(final, trash)
+                    os.rename(staged, final)
+                    done.append((staged, final))
+                    self.verified.rename(staged, final)
+            except BaseException:
+                for staged, final in reversed(done):
+                    os.rename(final, staged)
+                    self.verified.rename(final, staged)
+                for final, trash in reversed(displaced):
+                    os.rename(trash, final)
+                    self.verified.rename(trash, final)
+                raise
+            if self.durable:
+                _fsync_path(self.snapshots_dir)
+        for _, trash in displaced:
+            shutil.rmtree(trash, ignore_errors=True)
+            self.verified.forget(trash)
+        return [self.get(tag) for tag in tags]
+
+    def get(self, tag: str) -> LocalSnapshot:
+        """The installed snapshot ``tag`` (implemented by SnapshotStore, which reads it back)."""
+        raise NotImplementedError
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def clone_into(src: Path, dst: Path) -> None:
+    """Clone ``src`` to the new file ``dst`` (reflink / copy_file_range, holes kept), keeping its times."""
+    clone_file(src, dst)
+    st = os.stat(src)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def settle_mtime(path: Path) -> None:
+    """Move a file's mtime at least SETTLE_NS into the past (never forward).
+
+    Files the store writes are its own until installed, so nothing is lost. In return the
+    VerifiedRecord never sees them as "racy" (modified within a timestamp tick of being
+    hashed), so what is recorded at install is trusted at once, and any later in-place
+    write, which stamps the current time, changes the fingerprint and is detected.
+    """
+    st = os.stat(path)
+    limit = time.time_ns() - SETTLE_NS
+    if st.st_mtime_ns > limit:
+        os.utime(path, ns=(st.st_atime_ns, limit))

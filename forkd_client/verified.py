@@ -1,0 +1,213 @@
+"""The verified-content record: hash a file once, trust a stat fingerprint after.
+
+forkd re-hashes every parent's memory.bin (SHA-256, ~460 ms per 512 MiB link) on every
+spawn. We hash once and remember the result in a small SQLite database keyed by the
+file's absolute path, together with its stat fingerprint ``(dev, ino, size, mtime_ns,
+ctime_ns)``. While the fingerprint is unchanged the recorded digests are returned without
+reading the file; any change to it invalidates every digest of that row.
+
+Racy records (as in git's "racy index"): a file modified within the same timestamp tick
+as its last recorded modification keeps its mtime. So a row written less than one tick
+window after the file's last modification is *racy*: it is not trusted, and the next
+lookup hashes the file again and re-records it (trusted from then on, once the window has
+passed). Windows: 2 s when the file's mtime has whole-second resolution (coarse
+filesystems), else 50 ms (covers a jiffy of the kernel's coarse clock). Files the store
+writes itself never hit this: it moves their mtime into the past before recording them.
+
+Digests are ``algorithm:hex`` strings (``blake3:…``, ``sha256:…``), see :mod:`manifest.digest`.
+
+Errors: OSError when a file cannot be read or stat'ed; ``manifest.errors.InvalidDigest``
+for an unknown algorithm or a malformed digest given to :meth:`VerifiedRecord.record`;
+``sqlite3.Error`` if the database itself is unusable.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from manifest.digest import ALGORITHMS, digest_file, parse_digest
+from manifest.errors import InvalidDigest
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS verified (
+    path        TEXT PRIMARY KEY,
+    dev         INTEGER NOT NULL,
+    ino         INTEGER NOT NULL,
+    size        INTEGER NOT NULL,
+    mtime_ns    INTEGER NOT NULL,
+    ctime_ns    INTEGER NOT NULL,
+    recorded_ns INTEGER NOT NULL,
+    blake3      TEXT,
+    sha256      TEXT
+)
+"""
+_FINE_WINDOW_NS = 50_000_000
+_COARSE_WINDOW_NS = 2_000_000_000
+
+Fingerprint = tuple[int, int, int, int, int]
+
+
+def _fingerprint(st: os.stat_result) -> Fingerprint:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _is_racy(mtime_ns: int, recorded_ns: int) -> bool:
+    window = _COARSE_WINDOW_NS if mtime_ns % 1_000_000_000 == 0 else _FINE_WINDOW_NS
+    return recorded_ns - mtime_ns < window
+
+
+def _key(path: str | os.PathLike[str]) -> str:
+    return os.path.realpath(path)
+
+
+def _check_algorithms(algorithms: Iterable[str]) -> tuple[str, ...]:
+    algorithms = tuple(dict.fromkeys(algorithms))
+    for a in algorithms:
+        if a not in ALGORITHMS:
+            raise InvalidDigest(f"unsupported digest algorithm {a!r} (supported: {', '.join(ALGORITHMS)})")
+    return algorithms
+
+
+class VerifiedRecord:
+    """Digests of files verified earlier, trusted while their stat fingerprint holds.
+
+    One instance holds one SQLite connection (WAL mode, so several processes may share the
+    database). Use it as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        self.db_path = Path(db_path)
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "VerifiedRecord":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def cached(self, path: str | os.PathLike[str]) -> dict[str, str]:
+        """Digests recorded for ``path`` that are still trusted, without reading the file.
+
+        Returns ``{}`` when the file is gone, changed, unrecorded or racy. Raises nothing
+        but ``sqlite3.Error``.
+        """
+        key = _key(path)
+        try:
+            st = os.stat(key)
+        except OSError:
+            return {}
+        row = self._row(key)
+        if row is None or row[0] != _fingerprint(st) or _is_racy(st.st_mtime_ns, row[1]):
+            return {}
+        return dict(row[2])
+
+    def digests(self, path: str | os.PathLike[str], algorithms: Iterable[str] = ("blake3",)) -> dict[str, str]:
+        """``{algorithm: "algorithm:hex"}`` for ``path``, hashing only what is not already trusted.
+
+        When the recorded fingerprint matches (and the row is not racy) and every requested
+        algorithm is recorded, the file is not read at all. Otherwise only the missing
+        algorithms are computed, in one read pass (all of them when the row was stale), and
+        recorded. Nothing is recorded if the file changed while it was being hashed.
+
+        Raises OSError (file missing or unreadable), InvalidDigest (unknown algorithm).
+        """
+        algorithms = _check_algorithms(algorithms)
+        key = _key(path)
+        before = os.stat(key)
+        fp = _fingerprint(before)
+        row = self._row(key)
+        known: dict[str, str] = {}
+        if row is not None and row[0] == fp and not _is_racy(before.st_mtime_ns, row[1]):
+            known = dict(row[2])
+        elif row is not None and row[0] == fp:
+            # racy: re-verify everything the row claims, so no stale digest survives
+            algorithms = tuple(dict.fromkeys((*algorithms, *row[2])))
+        missing = tuple(a for a in algorithms if a not in known)
+        if missing:
+            fresh = {a: str(d) for a, d in digest_file(key, missing).items()}
+            if _fingerprint(os.stat(key)) == fp:
+                known.update(fresh)
+                self._store(key, fp, known)
+            else:
+                known.update(fresh)  # the caller gets what it read; we keep nothing about a moving file
+                self._delete(key)
+        return {a: known[a] for a in algorithms if a in known}
+
+    def record(self, path: str | os.PathLike[str], digests: Mapping[str, str]) -> None:
+        """Record digests of ``path`` learned elsewhere (e.g. verified while streaming it in).
+
+        The caller vouches that the file's current content has these digests. Digests
+        already recorded under the same (non-racy) fingerprint are kept; otherwise the row
+        is replaced. ``digests`` maps algorithm to ``algorithm:hex``. Like any record, it is
+        trusted only once the file's mtime is older than the racy window (the store moves
+        the mtimes of files it installs into the past for exactly this reason).
+
+        Raises OSError (file missing), InvalidDigest (malformed, or key ≠ its algorithm).
+        """
+        for algorithm, value in digests.items():
+            parsed = parse_digest(value)
+            if parsed.algorithm != algorithm:
+                raise InvalidDigest(f"digest {value!r} recorded under algorithm {algorithm!r}")
+        key = _key(path)
+        st = os.stat(key)
+        fp = _fingerprint(st)
+        row = self._row(key)
+        keep = row is not None and row[0] == fp and not _is_racy(st.st_mtime_ns, row[1])
+        merged = dict(row[2]) if keep else {}
+        merged.update(digests)
+        self._store(key, fp, merged)
+
+    def forget(self, path: str | os.PathLike[str]) -> None:
+        """Drop the record of ``path`` and of every file under it (when it is a directory)."""
+        key = _key(path)
+        self._db.execute(
+            "DELETE FROM verified WHERE path = ? OR (path >= ? AND path < ?)", (key, key + "/", key + "0")
+        )
+
+    def rename(self, old: str | os.PathLike[str], new: str | os.PathLike[str]) -> None:
+        """Move records from ``old`` to ``new`` after the file or directory was renamed.
+
+        A rename keeps inode and timestamps, so the fingerprints stay valid.
+        """
+        old_key, new_key = _key(old), _key(new)
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "DELETE FROM verified WHERE path = ? OR (path >= ? AND path < ?)",
+                (new_key, new_key + "/", new_key + "0"),
+            )
+            self._db.execute(
+                "UPDATE verified SET path = ? || substr(path, ?) WHERE path = ? OR (path >= ? AND path < ?)",
+                (new_key, len(old_key) + 1, old_key, old_key + "/", old_key + "0"),
+            )
+
+    def _row(self, key: str) -> tuple[Fingerprint, int, dict[str, str]] | None:
+        row = self._db.execute(
+            "SELECT dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256 FROM verified WHERE path = ?",
+            (key,),
+        ).fetchone()
+        if row is None:
+            return None
+        digests = {a: v for a, v in (("blake3", row[6]), ("sha256", row[7])) if v}
+        return tuple(row[:5]), row[5], digests  # type: ignore[return-value]
+
+    def _store(self, key: str, fp: Fingerprint, digests: Mapping[str, str]) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO verified (path, dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, *fp, time.time_ns(), digests.get("blake3"), digests.get("sha256")),
+        )
+
+    def _delete(self, key: str) -> None:
+        self._db.execute("DELETE FROM verified WHERE path = ?", (key,))

@@ -1,0 +1,68 @@
+"""Blob reads: ``GET``/``HEAD /v2/{ns}/{repo}/blobs/{digest}``, whole or by ``Range`` (one range → 206 with
+``Content-Range``; several → ``multipart/byteranges``), or a 307 to the store's presigned URL."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, Response, get, head
+from litestar.di import NamedDependency
+from litestar.params import FromPath, HeaderParameter
+from litestar.response import Redirect, Stream
+
+from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
+from hub_server.auth.scopes import Principal
+from hub_server.registry.blobs import BlobRead
+from hub_server.registry.service import Registry
+
+OCTETS = "application/octet-stream"
+
+
+def _headers(blob: BlobRead) -> dict[str, str]:
+    return {"Docker-Content-Digest": blob.digest, "ETag": f'"{blob.digest}"', "Accept-Ranges": "bytes"}
+
+
+class BlobController(Controller):
+    path = "/v2/{ns:str}/{repo:str}/blobs/{digest:str}"
+    tags = ["blobs"]
+
+    @get("/", summary="Download a blob (Range supported)")
+    async def download(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        digest: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+        range_header: Annotated[str | None, HeaderParameter(name="range")] = None,
+    ) -> Response[bytes] | Stream | Redirect:
+        blob = await registry.blobs.read(principal, ns, repo, digest, redirect=True)
+        if blob.redirect_url is not None:
+            return Redirect(blob.redirect_url, status_code=307)
+        headers = _headers(blob)
+        if range_header is None:
+            headers["Content-Length"] = str(blob.size)
+            return Stream(blob.iter_range(), media_type=OCTETS, headers=headers)
+        ranges = parse_range(range_header, blob.size, registry.ctx.limits.ranges_per_request)
+        if len(ranges) == 1:
+            first, last = ranges[0]
+            headers["Content-Range"] = f"bytes {first}-{last}/{blob.size}"
+            headers["Content-Length"] = str(last - first + 1)
+            return Stream(blob.iter_range(first, last - first + 1), status_code=206, media_type=OCTETS,
+                          headers=headers)
+        boundary = new_boundary()
+        headers["Content-Length"] = str(multipart_length(boundary, OCTETS, ranges, blob.size))
+        return Stream(multipart_body(boundary, OCTETS, ranges, blob.size, blob.iter_range), status_code=206,
+                      media_type=f"multipart/byteranges; boundary={boundary}", headers=headers)
+
+    @head("/", summary="Blob existence and size")
+    async def exists(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        digest: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        blob = await registry.blobs.read(principal, ns, repo, digest)
+        return Response(None, media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})

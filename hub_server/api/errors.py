@@ -1,0 +1,69 @@
+"""The one exception mapper: every error becomes the ``{"errors": [...]}`` envelope.
+
+``HubError`` carries its code; auth errors, Litestar's routing/validation/size errors and
+storage outages are translated here; anything else is a bug: logged with its traceback and
+answered as ``INTERNAL`` without details.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+
+from hub_server.auth.errors import Forbidden, Unauthorized
+from hub_server.errors import ErrorCode, HubError
+from hub_server.storage import StorageFull, StorageUnavailable
+
+__all__ = ["EXCEPTION_HANDLERS", "to_hub_error"]
+
+log = logging.getLogger("hub_server.api")
+
+_BY_STATUS = {
+    400: ErrorCode.INVALID_REQUEST,
+    401: ErrorCode.UNAUTHORIZED,
+    403: ErrorCode.DENIED,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.TOO_LARGE,
+    416: ErrorCode.RANGE_INVALID,
+    503: ErrorCode.UNAVAILABLE,
+}
+
+
+def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) -> HubError:
+    """The wire error for any exception (logging the unexpected ones)."""
+    if isinstance(exc, HubError):
+        return exc
+    if isinstance(exc, Unauthorized):
+        return HubError(ErrorCode.UNAUTHORIZED, str(exc), {"reason": exc.reason},
+                        headers={"WWW-Authenticate": 'Bearer realm="forkd-hub"'})
+    if isinstance(exc, Forbidden):
+        return HubError(ErrorCode.DENIED, str(exc), {"action": exc.action, "repository": exc.repository})
+    if isinstance(exc, StorageUnavailable | StorageFull):
+        log.error("storage failure: %s", exc)
+        return HubError(ErrorCode.UNAVAILABLE, "the blob store is unavailable or full; retry later", {})
+    if isinstance(exc, NotFoundException | MethodNotAllowedException | RequestEntityTooLarge) or (
+            isinstance(exc, HTTPException) and exc.status_code < 500):
+        code = _BY_STATUS.get(exc.status_code, ErrorCode.INVALID_REQUEST)
+        detail: dict[str, Any] = {}
+        extra = getattr(exc, "extra", None)
+        if extra:
+            detail["problems"] = extra
+        headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() == "allow"}
+        message = exc.detail if code is ErrorCode.INVALID_REQUEST else None
+        return HubError(code, message, detail, headers=headers)
+    where = f"{request.method} {request.url.path}" if request is not None else "?"
+    log.error("unhandled error in %s", where, exc_info=exc)
+    return HubError(ErrorCode.INTERNAL)
+
+
+def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    error = to_hub_error(exc, request)
+    return Response(error.to_wire(), status_code=error.status, headers=error.headers, media_type="application/json")
+
+
+EXCEPTION_HANDLERS = {Exception: handle_exception}

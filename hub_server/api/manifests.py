@@ -1,0 +1,82 @@
+"""Manifests: ``PUT``/``GET``/``HEAD``/``DELETE /v2/{ns}/{repo}/manifests/{ref}``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, head, put
+from litestar.di import NamedDependency
+from litestar.params import FromPath, HeaderParameter, QueryParameter
+
+from hub_server.api.deps import read_limited, remote_of
+from hub_server.api.schemas import DeleteOut
+from hub_server.auth.scopes import Principal
+from hub_server.registry.service import Registry
+
+
+class ManifestController(Controller):
+    path = "/v2/{ns:str}/{repo:str}/manifests/{ref:str}"
+    tags = ["manifests"]
+
+    @put("/", summary="Push a layer manifest or chain index (verified before it is stored)", status_code=201,
+         request_max_body_size=None)  # bounded by the manifest limit in read_limited (413 TOO_LARGE)
+    async def push(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        ref: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+        public: Annotated[bool, QueryParameter()] = False,
+        content_type: Annotated[str | None, HeaderParameter(name="content-type")] = None,
+    ) -> Response[None]:
+        body = await read_limited(request, registry.ctx.limits.manifest_bytes, "manifest")
+        result = await registry.manifests.put(principal, ns, repo, ref, body, content_type, public=public,
+                                              remote=remote_of(request))
+        return Response(None, status_code=201, headers={
+            "Location": f"/v2/{ns}/{repo}/manifests/{result.digest}",
+            "Docker-Content-Digest": result.digest,
+            "Content-Length": "0",
+        })
+
+    @get("/", summary="Fetch the exact manifest bytes pushed")
+    async def fetch(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        ref: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[bytes]:
+        m = await registry.manifests.get(principal, ns, repo, ref)
+        return Response(m.data or b"", media_type=m.media_type, headers={"Docker-Content-Digest": m.digest})
+
+    @head("/", summary="Manifest existence, type and size")
+    async def exists(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        ref: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        m = await registry.manifests.get(principal, ns, repo, ref, with_body=False)
+        return Response(None, media_type=m.media_type,
+                        headers={"Docker-Content-Digest": m.digest, "Content-Length": str(m.size)})
+
+    @delete("/", summary="Delete a snapshot from the repository (?cascade=true | ?force=true)", status_code=202)
+    async def remove(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        ref: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+        cascade: Annotated[bool, QueryParameter()] = False,
+        force: Annotated[bool, QueryParameter()] = False,
+    ) -> DeleteOut:
+        result = await registry.deletion.delete(principal, ns, repo, ref, cascade=cascade, force=force,
+                                                remote=remote_of(request))
+        return DeleteOut.from_result(result)

@@ -1,0 +1,178 @@
+"""Wire schemas (msgspec structs, camelCase on the wire); kept apart from the database tables.
+
+Each ``from_*`` builds a wire object from a registry result, so controllers stay one-liners.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from hub_server.registry.catalog import RepositoryDetail, RepositoryPage
+from hub_server.registry.chunks import ChunkQueryResult
+from hub_server.registry.deletion import DeleteResult
+from hub_server.registry.lineage import Chain, Lineage
+
+__all__ = [
+    "ChainLinkOut", "ChainOut", "ChunkLocationOut", "ChunkQuery", "ChunkQueryOut", "DeleteOut", "DependentOut",
+    "HealthOut", "LineageOut", "LinkRefOut", "NamespacesOut", "RemovalOut", "RepositoriesOut", "RepositoryOut",
+    "RepositoryPatch", "RepositorySummaryOut", "TagListOut", "TagOut",
+]
+
+
+class _Wire(msgspec.Struct, rename="camel", kw_only=True):
+    pass
+
+
+class ChunkQuery(_Wire):
+    digests: list[str]
+
+
+class ChunkLocationOut(_Wire):
+    blob: str
+    offset: int
+    length: int
+    blob_size: int
+    repository: str
+
+
+class ChunkQueryOut(_Wire):
+    found: dict[str, ChunkLocationOut]
+    missing: int
+
+    @classmethod
+    def from_result(cls, r: ChunkQueryResult) -> ChunkQueryOut:
+        return cls(found={d: ChunkLocationOut(blob=loc.blob, offset=loc.offset, length=loc.length,
+                                                 blob_size=loc.blob_size, repository=loc.repository)
+                          for d, loc in r.found.items()}, missing=r.missing)
+
+
+class ChainLinkOut(_Wire):
+    digest: str
+    media_type: str
+    size: int
+    manifest: str
+    config: str
+    repository: str
+    tags: list[str]
+
+
+class ChainOut(_Wire):
+    digest: str
+    chain: list[ChainLinkOut]
+
+    @classmethod
+    def from_chain(cls, c: Chain) -> ChainOut:
+        return cls(digest=c.digest, chain=[
+            ChainLinkOut(digest=x.digest, media_type=x.media_type, size=x.size, manifest=x.manifest, config=x.config,
+                         repository=x.repository, tags=x.tags) for x in c.links])
+
+
+class LinkRefOut(_Wire):
+    digest: str
+    repository: str
+    tags: list[str]
+
+
+class DependentOut(_Wire):
+    repository: str
+    tag: str
+    digest: str
+
+
+class LineageOut(_Wire):
+    digest: str
+    depth: int
+    ancestors: list[LinkRefOut]
+    dependents: list[DependentOut]
+    logical_size: int
+    stored_size: int
+    shared_with_parent: int
+
+    @classmethod
+    def from_lineage(cls, x: Lineage) -> LineageOut:
+        return cls(
+            digest=x.digest, depth=x.depth,
+            ancestors=[LinkRefOut(digest=a.digest, repository=a.repository, tags=a.tags) for a in x.ancestors],
+            dependents=[DependentOut(repository=d.repository, tag=d.tag, digest=d.digest) for d in x.dependents],
+            logical_size=x.logical_size, stored_size=x.stored_size, shared_with_parent=x.shared_with_parent,
+        )
+
+
+class NamespacesOut(_Wire):
+    namespaces: list[str]
+
+
+class RepositorySummaryOut(_Wire):
+    name: str
+    public: bool
+    description: str
+    tags: list[str]
+    updated: datetime
+
+
+class RepositoriesOut(_Wire):
+    repositories: list[RepositorySummaryOut]
+
+    @classmethod
+    def from_page(cls, page: RepositoryPage) -> RepositoriesOut:
+        return cls(repositories=[RepositorySummaryOut(name=r.name, public=r.public, description=r.description,
+                                                      tags=r.tags, updated=r.updated) for r in page.items])
+
+
+class TagOut(_Wire):
+    name: str
+    digest: str
+    media_type: str
+    size: int
+    logical_size: int
+    stored_size: int
+    created: datetime
+    updated: datetime
+
+
+class RepositoryOut(_Wire):
+    name: str
+    public: bool
+    description: str
+    created: datetime
+    updated: datetime
+    tags: list[TagOut]
+
+    @classmethod
+    def from_detail(cls, d: RepositoryDetail) -> RepositoryOut:
+        return cls(name=d.name, public=d.public, description=d.description, created=d.created, updated=d.updated,
+                   tags=[TagOut(name=t.name, digest=t.digest, media_type=t.media_type, size=t.size,
+                                logical_size=t.logical_size, stored_size=t.stored_size, created=t.created,
+                                updated=t.updated) for t in d.tags])
+
+
+class RepositoryPatch(_Wire):
+    public: bool | None = None
+    description: str | None = None
+
+
+class TagListOut(_Wire):
+    name: str
+    tags: list[str]
+
+
+class RemovalOut(_Wire):
+    repository: str
+    digest: str | None
+    tags: list[str]
+
+
+class DeleteOut(_Wire):
+    removed: list[RemovalOut]
+
+    @classmethod
+    def from_result(cls, r: DeleteResult) -> DeleteOut:
+        return cls(removed=[RemovalOut(repository=x.repository, digest=x.digest, tags=x.tags) for x in r.removed])
+
+
+class HealthOut(_Wire):
+    status: str
+    database: str
+    storage: str

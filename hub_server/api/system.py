@@ -1,0 +1,34 @@
+"""``GET /v2/`` (OCI version check), ``GET /healthz``, ``GET /metrics``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Response, get
+from litestar.di import NamedDependency
+
+from hub_server.api.schemas import HealthOut
+from hub_server.auth.scopes import Principal
+from hub_server.registry.service import Registry
+
+
+class SystemController(Controller):
+    tags = ["system"]
+
+    @get("/v2", summary="OCI API version check", response_headers={})
+    async def v2_root(self, principal: NamedDependency[Principal]) -> Response[dict[str, Any]]:
+        # Declaring the principal makes a bad token fail here with 401, as everywhere.
+        return Response({}, headers={"Docker-Distribution-Api-Version": "registry/2.0"})
+
+    @get("/healthz", summary="Database and blob store health")
+    async def healthz(self, registry: NamedDependency[Registry]) -> Response[HealthOut]:
+        ok, report = await registry.health()
+        body = HealthOut(status="ok" if ok else "unavailable", database=report["database"], storage=report["storage"])
+        return Response(body, status_code=200 if ok else 503)
+
+    @get("/metrics", summary="Prometheus metrics", media_type="text/plain")
+    async def metrics(self, registry: NamedDependency[Registry]) -> Response[bytes]:
+        await registry.refresh_gauges()
+        data, content_type = registry.ctx.metrics.render()
+        # Litestar appends its own charset to text/* types; hand it the type without one.
+        return Response(data, media_type=content_type.split("; charset=")[0])

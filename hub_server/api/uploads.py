@@ -1,0 +1,130 @@
+"""Blob uploads: ``/v2/{ns}/{repo}/blobs/uploads/`` (start, monolithic, mount) and ``…/{uuid}``
+(PATCH append, GET status, PUT finish, DELETE cancel). Bodies are streamed to storage."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, patch, post, put
+from litestar.di import NamedDependency
+from litestar.params import FromPath, HeaderParameter, QueryParameter
+
+from hub_server.api.deps import body_stream
+from hub_server.auth.scopes import Principal
+from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.service import Registry
+from hub_server.registry.uploads import BlobCommitted, UploadStatus
+
+_CONTENT_RANGE = re.compile(r"(?:bytes\s+)?([0-9]+)-([0-9]+)(?:/(?:[0-9]+|\*))?")
+
+
+def upload_headers(ns: str, repo: str, upload_id: str, size: int) -> dict[str, str]:
+    """Where the session lives and how much it holds (``Range`` is inclusive; ``Upload-Offset`` is exact)."""
+    return {
+        "Location": f"/v2/{ns}/{repo}/blobs/uploads/{upload_id}",
+        "Range": f"0-{max(size - 1, 0)}",
+        "Upload-Offset": str(size),
+        "Docker-Upload-UUID": upload_id,
+    }
+
+
+def committed_headers(ns: str, repo: str, blob: BlobCommitted) -> dict[str, str]:
+    return {"Location": f"/v2/{ns}/{repo}/blobs/{blob.digest}", "Docker-Content-Digest": blob.digest,
+            "Content-Length": "0"}
+
+
+def parse_content_range(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    match = _CONTENT_RANGE.fullmatch(value.strip())
+    if match is None or int(match.group(2)) < int(match.group(1)):
+        raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"malformed Content-Range {value[:80]!r} (want start-end)",
+                       {"contentRange": value[:80]})
+    return int(match.group(1)), int(match.group(2))
+
+
+def _respond(ns: str, repo: str, result: UploadStatus | BlobCommitted) -> Response[None]:
+    if isinstance(result, BlobCommitted):
+        return Response(None, status_code=201, headers=committed_headers(ns, repo, result))
+    return Response(None, status_code=202, headers=upload_headers(ns, repo, result.id, result.size))
+
+
+class UploadController(Controller):
+    path = "/v2/{ns:str}/{repo:str}/blobs/uploads"
+    tags = ["blobs"]
+    request_max_body_size = None  # bodies are streamed; the blob size limit is enforced while writing
+
+    @post("/", summary="Start an upload (or upload monolithically with ?digest=, or mount with ?mount=&from=)")
+    async def start(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+        digest: Annotated[str | None, QueryParameter()] = None,
+        mount: Annotated[str | None, QueryParameter()] = None,
+        mount_from: Annotated[str | None, QueryParameter(name="from")] = None,
+    ) -> Response[None]:
+        body = body_stream(request) if digest is not None else None
+        result = await registry.uploads.start(principal, ns, repo, digest=digest, body=body, mount=mount,
+                                              mount_from=mount_from)
+        return _respond(ns, repo, result)
+
+    @patch("/{upload_id:str}", summary="Append to an upload", status_code=202)
+    async def append(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        upload_id: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+        content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
+    ) -> Response[None]:
+        try:
+            status = await registry.uploads.append(principal, ns, repo, upload_id, body_stream(request),
+                                                   parse_content_range(content_range))
+        except HubError as e:
+            if e.code is ErrorCode.RANGE_INVALID and "size" in e.detail:
+                e.headers.update(upload_headers(ns, repo, upload_id, e.detail["size"]))
+            raise
+        return _respond(ns, repo, status)
+
+    @get("/{upload_id:str}", summary="Upload status (resume from the committed size)", status_code=204)
+    async def status(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        upload_id: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        status = await registry.uploads.status(principal, ns, repo, upload_id)
+        return Response(None, status_code=204, headers=upload_headers(ns, repo, upload_id, status.size))
+
+    @put("/{upload_id:str}", summary="Finish an upload: verify its digest and publish it", status_code=201)
+    async def finish(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        upload_id: FromPath[str],
+        digest: Annotated[str, QueryParameter()],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        blob = await registry.uploads.finish(principal, ns, repo, upload_id, digest, body_stream(request))
+        return _respond(ns, repo, blob)
+
+    @delete("/{upload_id:str}", summary="Cancel an upload", status_code=204)
+    async def cancel(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        upload_id: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> None:
+        await registry.uploads.cancel(principal, ns, repo, upload_id)

@@ -1,0 +1,229 @@
+"""The audit log: who changed what, in the database and in an append-only JSONL file.
+
+Every state change (push, tag, delete, visibility, gc, token create/revoke) is recorded
+twice by :meth:`AuditLog.record`: a row in ``audit_events`` (queried by ``forkd-hub audit``
+and admin routes) and one JSON line appended to ``jsonl_path`` — the export that
+leaves the database's reach. Each line carries ``prev``, the SHA-256 of the line before it
+(``"0" * 64`` for the first), so editing, removing or reordering lines breaks the chain
+and :func:`verify_jsonl` says where. Appends take an exclusive ``flock`` and open the file
+with ``O_APPEND``, so the server and the CLI can write to the same file.
+
+Actors are a token name, ``"anonymous"``, or ``"cli:<login user>"``.
+
+Errors: :meth:`AuditLog.record` raises ``OSError`` if the JSONL append fails (the row is
+already committed); :func:`verify_jsonl` raises :class:`AuditChainBroken` (a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy import Column, String, Text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import Field, SQLModel, col, select
+
+from hub_server.auth.models import UTCDateTime, utcnow
+
+__all__ = ["JSONL_NAME", "AuditChainBroken", "AuditEvent", "AuditLog", "default_jsonl_path", "verify_jsonl"]
+
+#: The export's file name inside the data directory (server and CLI agree on it).
+JSONL_NAME = "audit.jsonl"
+GENESIS = "0" * 64
+MAX_QUERY_LIMIT = 10_000
+_TAIL_BLOCK = 4096
+
+
+def default_jsonl_path(data_dir: str | Path) -> Path:
+    """Where the server and ``forkd-hub token`` append the audit export."""
+    return Path(data_dir) / JSONL_NAME
+
+
+class AuditChainBroken(ValueError):
+    """The JSONL export was altered: ``line`` (1-based) does not follow the one before it."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        super().__init__(f"{path}: line {line}: {reason}")
+
+
+class AuditEvent(SQLModel, table=True):
+    """One recorded action. ``detail`` is a JSON object as text."""
+
+    __tablename__ = "audit_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
+    actor: str = Field(sa_column=Column(String(128), nullable=False, index=True))
+    action: str = Field(sa_column=Column(String(64), nullable=False, index=True))
+    repository: str | None = Field(default=None, sa_column=Column(String(256), nullable=True, index=True))
+    reference: str | None = Field(default=None, sa_column=Column(String(256), nullable=True))
+    digest: str | None = Field(default=None, sa_column=Column(String(160), nullable=True))
+    remote: str | None = Field(default=None, sa_column=Column(String(128), nullable=True))
+    detail: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data (``at`` in ISO 8601, ``detail`` decoded)."""
+        return {
+            "id": self.id,
+            "at": self.at.isoformat(),
+            "actor": self.actor,
+            "action": self.action,
+            "repository": self.repository,
+            "reference": self.reference,
+            "digest": self.digest,
+            "remote": self.remote,
+            "detail": json.loads(self.detail),
+        }
+
+
+class AuditLog:
+    """Records and queries audit events. ``jsonl_path=None`` keeps only the database rows."""
+
+    def __init__(
+        self,
+        session_factory: async_sessionmaker[AsyncSession],
+        jsonl_path: Path | None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self._sessions = session_factory
+        self.jsonl_path = jsonl_path
+        self._clock = clock
+
+    async def record(
+        self,
+        actor: str,
+        action: str,
+        *,
+        repository: str | None = None,
+        reference: str | None = None,
+        digest: str | None = None,
+        remote: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Store one event and append it to the JSONL export.
+
+        Raises:
+            TypeError: ``detail`` is not JSON-serialisable.
+            OSError: the JSONL append failed (the database row is already committed).
+        """
+        event = AuditEvent(
+            at=self._clock(),
+            actor=actor,
+            action=action,
+            repository=repository,
+            reference=reference,
+            digest=digest,
+            remote=remote,
+            detail=json.dumps(detail or {}, sort_keys=True),
+        )
+        async with self._sessions() as session:
+            session.add(event)
+            await session.commit()
+        if self.jsonl_path is not None:
+            await anyio.to_thread.run_sync(_append_chained, self.jsonl_path, event.to_dict())
+
+    async def query(
+        self,
+        *,
+        action: str | None = None,
+        repository: str | None = None,
+        actor: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Matching events, newest first, at most ``limit`` (1 … 10,000).
+
+        Raises:
+            ValueError: ``limit`` out of range, or ``since`` is a naive datetime.
+        """
+        if not 1 <= limit <= MAX_QUERY_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_QUERY_LIMIT}, got {limit}")
+        statement = select(AuditEvent)
+        if action is not None:
+            statement = statement.where(AuditEvent.action == action)
+        if repository is not None:
+            statement = statement.where(AuditEvent.repository == repository)
+        if actor is not None:
+            statement = statement.where(AuditEvent.actor == actor)
+        if since is not None:
+            if since.tzinfo is None:
+                raise ValueError("since must be timezone-aware")
+            statement = statement.where(col(AuditEvent.at) >= since)
+        statement = statement.order_by(col(AuditEvent.id).desc()).limit(limit)
+        async with self._sessions() as session:
+            rows = await session.exec(statement)
+            return [row.to_dict() for row in rows.all()]
+
+
+def _line_hash(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()
+
+
+def _last_line(fd: int) -> bytes | None:
+    """The last complete line of the file open at ``fd`` (without its newline), if any."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    if end == 0:
+        return None
+    tail = b""
+    position = end
+    while position > 0:
+        step = min(_TAIL_BLOCK, position)
+        position -= step
+        tail = os.pread(fd, step, position) + tail
+        # Skip the trailing newline; stop once another newline precedes the last line.
+        if tail.rfind(b"\n", 0, len(tail) - 1) != -1:
+            break
+    return tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+
+
+def _append_chained(path: Path, record: dict[str, Any]) -> None:
+    """Append ``record`` plus the hash of the previous line, atomically w.r.t. other writers."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        previous = _last_line(fd)
+        chained = {**record, "prev": GENESIS if previous is None else _line_hash(previous)}
+        line = json.dumps(chained, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        if previous is not None and os.pread(fd, 1, os.lseek(fd, 0, os.SEEK_END) - 1) != b"\n":
+            # A torn earlier write: start on a fresh line (verify_jsonl will flag the torn one).
+            line = b"\n" + line
+        written = 0
+        while written < len(line):  # os.write may be partial; O_APPEND keeps each at the end
+            written += os.write(fd, line[written:])
+    finally:
+        os.close(fd)  # also releases the lock
+
+
+def verify_jsonl(path: Path) -> int:
+    """Check the hash chain of an audit export; return how many events it holds.
+
+    Raises:
+        AuditChainBroken: a line is not JSON, lacks ``prev``, or its ``prev`` is not the hash
+            of the line before it (a line was edited, removed, inserted or reordered).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    expected = GENESIS
+    count = 0
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            line = raw.rstrip(b"\n")
+            try:
+                prev = json.loads(line)["prev"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise AuditChainBroken(path, number, f"not an audit record ({e})") from e
+            if prev != expected:
+                raise AuditChainBroken(path, number, "does not chain to the previous line")
+            expected = _line_hash(line)
+            count = number
+    return count

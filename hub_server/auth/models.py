@@ -1,0 +1,80 @@
+"""The ``tokens`` table: API tokens, hashed at rest.
+
+Only ``sha256(secret)`` is stored (``token_hash``), never the secret; ``prefix`` keeps its
+first 8 characters (``fkd_`` + 4) so people can tell tokens apart in listings. A name is
+unique among *unrevoked* tokens (a partial unique index), so a revoked token's name can be
+reused while its row stays for the record.
+
+Timestamps are timezone-aware UTC in Python on every backend (:class:`UTCDateTime`).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, DateTime, Index, String, Text, text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+__all__ = ["Token", "UTCDateTime", "utcnow"]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A ``DateTime`` that only accepts aware datetimes and always returns aware UTC ones.
+
+    PostgreSQL stores ``timestamptz``; SQLite stores the UTC wall time as text (it has no
+    zone), so naive values read back are UTC by construction.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: store timezone-aware UTC times")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Token(SQLModel, table=True):
+    """One API token. ``scopes`` is a JSON list of scope strings (see ``auth.scopes``)."""
+
+    __tablename__ = "tokens"
+    __table_args__ = (
+        Index(
+            "uq_tokens_active_name",
+            "name",
+            unique=True,
+            sqlite_where=text("revoked_at IS NULL"),
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(sa_column=Column(String(64), nullable=False))
+    token_hash: str = Field(sa_column=Column(String(64), nullable=False, unique=True))
+    prefix: str = Field(sa_column=Column(String(8), nullable=False))
+    scopes: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+    expires_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+    revoked_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+    last_used_at: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+
+    @property
+    def scope_list(self) -> list[str]:
+        """The scopes as strings, in the order they were granted."""
+        return list(json.loads(self.scopes))

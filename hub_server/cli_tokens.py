@@ -1,0 +1,238 @@
+"""``forkd-hub token …`` and ``forkd-hub audit``: token management and the audit trail.
+
+``hub_server/cli.py`` calls :func:`register` on its sub-parser set; every command sets
+``args.func(args) -> int`` (the exit status). Each command opens the metadata database
+(``FORKD_HUB_DATABASE_URL`` if set, else SQLite in ``--data-dir`` / ``FORKD_HUB_DATA_DIR`` /
+``./forkd-hub-data``), creates missing tables, and runs once under ``asyncio.run``.
+
+``token create`` prints only the token on stdout (``TOKEN=$(forkd-hub token create …)``);
+everything else goes to stderr. Creating and revoking tokens are audited with the actor
+``cli:<login user>``, in the database and in ``<data dir>/audit.jsonl``.
+Exit status: 0 success, 1 a rejected request (bad scope, duplicate name, …), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from hub_server.audit import AuditChainBroken, AuditLog, default_jsonl_path, verify_jsonl
+from hub_server.auth.errors import AuthError
+from hub_server.auth.models import utcnow
+from hub_server.auth.tokens import TokenInfo, TokenService, parse_duration
+from hub_server.db.engine import create_schema, make_engine, make_session_factory, sqlite_url
+
+__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_EXPIRY", "cli_actor", "main_for_tests", "register"]
+
+DEFAULT_DATA_DIR = "./forkd-hub-data"
+#: Tokens expire unless asked not to (``--expires never``).
+DEFAULT_EXPIRY = "90d"
+
+Command = Callable[[TokenService, AuditLog, argparse.Namespace], Awaitable[int]]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``token`` (create, list, revoke) and ``audit`` commands."""
+    token = subparsers.add_parser("token", help="create, list and revoke API tokens")
+    commands = token.add_subparsers(dest="token_command", metavar="COMMAND", required=True)
+
+    create = commands.add_parser("create", help="create a token and print it (only the token, on stdout)")
+    create.add_argument("name", help="a unique name, [A-Za-z0-9_.-]{1,64}")
+    create.add_argument(
+        "--scope",
+        dest="scopes",
+        action="append",
+        required=True,
+        metavar="SCOPE",
+        help="pull:PATTERN, push:PATTERN, delete:PATTERN or admin (repeatable); PATTERN globs ns/repo",
+    )
+    create.add_argument(
+        "--expires", default=DEFAULT_EXPIRY, help=f"30d, 12h, 90m, 3600s or never (default {DEFAULT_EXPIRY})"
+    )
+    _add_storage_args(create)
+    create.set_defaults(func=lambda args: _run(args, _create))
+
+    listing = commands.add_parser("list", help="list tokens (never their secrets)")
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    _add_storage_args(listing)
+    listing.set_defaults(func=lambda args: _run(args, _list))
+
+    revoke = commands.add_parser("revoke", help="revoke a token by name")
+    revoke.add_argument("name")
+    _add_storage_args(revoke)
+    revoke.set_defaults(func=lambda args: _run(args, _revoke))
+
+    audit = subparsers.add_parser("audit", help="show the audit log, newest first")
+    audit.add_argument("--action", help="only this action (push, tag, delete, token.create, …)")
+    audit.add_argument("--repository", help="only this repository (ns/repo)")
+    audit.add_argument("--actor", help="only this actor (a token name, anonymous, cli:USER)")
+    audit.add_argument("--since", help="only the last 24h, 7d, …")
+    audit.add_argument("--limit", type=int, default=100, help="at most N events (default 100)")
+    audit.add_argument("--json", action="store_true", help="print a JSON array")
+    audit.add_argument(
+        "--verify", action="store_true", help="check the hash chain of the JSONL export instead"
+    )
+    _add_storage_args(audit)
+    audit.set_defaults(func=lambda args: _run(args, _audit))
+
+
+def main_for_tests(argv: Sequence[str]) -> int:
+    """Parse ``argv`` with a parser holding only these commands and run it; return the status."""
+    parser = argparse.ArgumentParser(prog="forkd-hub")
+    register(parser.add_subparsers(dest="command", required=True))
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as e:
+        return int(e.code or 0)
+    return int(args.func(args))
+
+
+def cli_actor() -> str:
+    """The audit actor for CLI actions: ``cli:<login user>``."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no LOGNAME/USER and no passwd entry (some containers)
+        user = f"uid{os.getuid()}"
+    return f"cli:{user}"
+
+
+def _add_storage_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help=f"the hub's data directory (default: $FORKD_HUB_DATA_DIR or {DEFAULT_DATA_DIR})",
+    )
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    return Path(args.data_dir or os.environ.get("FORKD_HUB_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def _run(args: argparse.Namespace, command: Command) -> int:
+    data_dir = _data_dir(args)
+    url = os.environ.get("FORKD_HUB_DATABASE_URL") or sqlite_url(data_dir)
+
+    async def go() -> int:
+        data_dir.mkdir(parents=True, exist_ok=True)  # SQLite and the JSONL export live here
+        engine = make_engine(url)
+        try:
+            await create_schema(engine)
+            sessions = make_session_factory(engine)
+            return await command(
+                TokenService(sessions), AuditLog(sessions, default_jsonl_path(data_dir)), args
+            )
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(go())
+    except (AuthError, ValueError, LookupError, OSError) as e:
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as e:
+        print(f"forkd-hub: database error ({url.split('://', 1)[0]}): {e}", file=sys.stderr)
+        return 1
+
+
+async def _create(tokens: TokenService, audit: AuditLog, args: argparse.Namespace) -> int:
+    expires_in = parse_duration(args.expires)
+    secret = await tokens.create(args.name, args.scopes, expires_in)
+    info = await tokens.get(args.name)
+    detail = {"name": info.name, "scopes": list(info.scopes), "expires_at": _iso(info.expires_at)}
+    await audit.record(cli_actor(), "token.create", detail=detail)
+    print(secret)
+    expiry = "never expires" if info.expires_at is None else f"expires {_iso(info.expires_at)}"
+    print(
+        f"created token {info.name!r} ({', '.join(info.scopes)}; {expiry}). "
+        "Store it now: it cannot be shown again.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _list(tokens: TokenService, audit: AuditLog, args: argparse.Namespace) -> int:
+    infos = await tokens.list()
+    now = utcnow()
+    if args.json:
+        print(json.dumps([info.to_json(now) for info in infos], indent=2))
+        return 0
+    if not infos:
+        print("no tokens", file=sys.stderr)
+        return 0
+    _print_table(
+        ["NAME", "PREFIX", "SCOPES", "CREATED", "EXPIRES", "LAST USED", "STATUS"],
+        [_token_row(info, now) for info in infos],
+    )
+    return 0
+
+
+async def _revoke(tokens: TokenService, audit: AuditLog, args: argparse.Namespace) -> int:
+    info = await tokens.revoke(args.name)
+    await audit.record(cli_actor(), "token.revoke", detail={"name": info.name, "prefix": info.prefix})
+    print(f"revoked token {info.name!r} ({info.prefix}…)", file=sys.stderr)
+    return 0
+
+
+async def _audit(tokens: TokenService, audit: AuditLog, args: argparse.Namespace) -> int:
+    if args.verify:
+        path = audit.jsonl_path
+        assert path is not None  # the CLI always has an export path
+        try:
+            count = verify_jsonl(path)
+        except AuditChainBroken as e:
+            print(f"forkd-hub: audit export altered: {e}", file=sys.stderr)
+            return 1
+        print(f"{path}: {count} events, hash chain intact", file=sys.stderr)
+        return 0
+    since = None
+    if args.since is not None:
+        window = parse_duration(args.since)
+        if window is None:
+            raise ValueError("--since needs a duration such as 24h or 7d, not 'never'")
+        since = utcnow() - window
+    events = await audit.query(
+        action=args.action, repository=args.repository, actor=args.actor, since=since, limit=args.limit
+    )
+    if args.json:
+        print(json.dumps(events, indent=2))
+        return 0
+    _print_table(
+        ["AT", "ACTOR", "ACTION", "REPOSITORY", "REFERENCE", "DIGEST", "REMOTE"],
+        [
+            [e["at"], e["actor"], e["action"]]
+            + [e[key] or "-" for key in ("repository", "reference", "digest", "remote")]
+            for e in events
+        ],
+    )
+    return 0
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat(timespec="seconds")
+
+
+def _token_row(info: TokenInfo, now: Any) -> list[str]:
+    return [
+        info.name,
+        info.prefix,
+        ",".join(info.scopes),
+        _iso(info.created_at) or "-",
+        _iso(info.expires_at) or "never",
+        _iso(info.last_used_at) or "never",
+        info.status(now),
+    ]
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in [header, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

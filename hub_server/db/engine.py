@@ -1,0 +1,66 @@
+"""The metadata database: one async SQLAlchemy engine, sessions, schema creation.
+
+SQLite (``sqlite+aiosqlite:///DIR/hub.db``) is the embedded default; PostgreSQL
+(``postgresql+asyncpg://…``) uses the same models. Every table is a SQLModel class
+registered on ``SQLModel.metadata``; :func:`create_schema` imports every module that
+defines tables (:data:`MODEL_MODULES`) so no table is forgotten.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlmodel import SQLModel
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+#: Modules that define SQLModel tables. Add yours here.
+MODEL_MODULES = (
+    "hub_server.db.models",
+    "hub_server.auth.models",
+    "hub_server.audit",
+)
+
+
+def sqlite_url(data_dir: str | Path) -> str:
+    """The embedded default: ``hub.db`` inside the data directory."""
+    return f"sqlite+aiosqlite:///{Path(data_dir).resolve() / 'hub.db'}"
+
+
+def make_engine(url: str) -> AsyncEngine:
+    """Create the engine. SQLite gets WAL, foreign keys and a busy timeout."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return create_async_engine(url, pool_pre_ping=True)
+
+
+def make_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, class_=AsyncSession, expire_on_commit=False)
+
+
+def import_models() -> None:
+    for name in MODEL_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+
+
+async def create_schema(engine: AsyncEngine) -> None:
+    """Create every table that does not exist yet (idempotent)."""
+    import_models()
+    async with engine.begin() as conn:
+        await conn.run_sync(SQLModel.metadata.create_all)

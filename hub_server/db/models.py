@@ -1,0 +1,188 @@
+"""The registry's tables (SQLModel). Wire schemas live apart, in ``hub_server/api/schemas.py``.
+
+::
+
+    repositories      (id, namespace, name, public, description, created_at, updated_at)
+    blobs             (digest PK, size, media_type, created_at)      every stored object, manifests too
+    repository_blobs  (repository_id, blob_digest)                   a blob is readable through these
+    manifests         (digest PK, size, media_type, artifact_type, config_digest, parent_digest,
+                       created_at, logical_size, stored_size, shared_with_parent, compat, annotations)
+    manifest_blobs    (manifest_digest, blob_digest, role)           what a manifest references
+    repository_manifests (repository_id, manifest_digest)
+    tags              (repository_id, name, manifest_digest, updated_at)
+    chunks            (id, digest, blob_digest, offset, length)      verified chunk frame locations
+    uploads           (id, repository_id, size, created_at, updated_at)
+    schema_versions   (version, applied_at)
+
+Blob rows exist only for objects that were verified and moved to their content address.
+Digests are ``algorithm:hex`` strings. Timestamps are timezone-aware UTC on every backend.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, ForeignKey, Index, String, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+# One timestamp type for every table (aware UTC in Python on SQLite and PostgreSQL alike).
+from hub_server.auth.models import UTCDateTime, utcnow
+
+__all__ = [
+    "Blob",
+    "BlobRole",
+    "Chunk",
+    "Manifest",
+    "ManifestBlob",
+    "Repository",
+    "RepositoryBlob",
+    "RepositoryManifest",
+    "SchemaVersion",
+    "Tag",
+    "UTCDateTime",
+    "Upload",
+    "utcnow",
+]
+
+DIGEST = 80  # "sha256:" + 64 hex, with room
+
+
+def _time(*, index: bool = False) -> Any:
+    return Field(default_factory=utcnow, sa_column=Column(UTCDateTime(), nullable=False, index=index))
+
+
+def _digest_fk(target: str, *, primary_key: bool = False, index: bool = False, ondelete: str = "CASCADE") -> Any:
+    return Field(
+        sa_column=Column(String(DIGEST), ForeignKey(target, ondelete=ondelete), primary_key=primary_key,
+                         nullable=False, index=index)
+    )
+
+
+class BlobRole:
+    """What a blob is to the manifest that lists it (``manifest_blobs.role``)."""
+
+    CONFIG = "config"
+    VMSTATE = "vmstate"
+    CHUNK_MAP = "chunkmap"
+    DATA = "data"
+    MANIFEST = "manifest"  # a layer manifest listed by a chain index
+
+
+class Repository(SQLModel, table=True):
+    __tablename__ = "repositories"
+    __table_args__ = (UniqueConstraint("namespace", "name", name="uq_repositories_name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    namespace: str = Field(sa_column=Column(String(64), nullable=False, index=True))
+    name: str = Field(sa_column=Column(String(64), nullable=False))
+    public: bool = False
+    description: str = ""
+    created_at: datetime = _time()
+    updated_at: datetime = _time()
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Blob(SQLModel, table=True):
+    __tablename__ = "blobs"
+
+    digest: str = Field(sa_column=Column(String(DIGEST), primary_key=True))
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    media_type: str | None = None
+    created_at: datetime = _time(index=True)
+
+
+class RepositoryBlob(SQLModel, table=True):
+    __tablename__ = "repository_blobs"
+
+    repository_id: int = Field(
+        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    )
+    blob_digest: str = _digest_fk("blobs.digest", primary_key=True, index=True)
+    created_at: datetime = _time()
+
+
+class Manifest(SQLModel, table=True):
+    __tablename__ = "manifests"
+
+    digest: str = Field(sa_column=Column(String(DIGEST), primary_key=True))
+    size: int
+    media_type: str
+    artifact_type: str | None = None
+    config_digest: str | None = Field(default=None, sa_column=Column(String(DIGEST), nullable=True))
+    parent_digest: str | None = Field(default=None, sa_column=Column(String(DIGEST), nullable=True, index=True))
+    created_at: datetime = _time(index=True)
+    logical_size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    stored_size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    """Bytes of data blobs first uploaded for this layer."""
+    shared_with_parent: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    """Bytes of the parent's files this layer reuses unchanged."""
+    compat: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    annotations: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class ManifestBlob(SQLModel, table=True):
+    __tablename__ = "manifest_blobs"
+
+    manifest_digest: str = _digest_fk("manifests.digest", primary_key=True)
+    blob_digest: str = _digest_fk("blobs.digest", primary_key=True, index=True, ondelete="RESTRICT")
+    role: str = Field(sa_column=Column(String(16), nullable=False))
+
+
+class RepositoryManifest(SQLModel, table=True):
+    __tablename__ = "repository_manifests"
+
+    repository_id: int = Field(
+        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    )
+    manifest_digest: str = _digest_fk("manifests.digest", primary_key=True, index=True)
+    created_at: datetime = _time()
+
+
+class Tag(SQLModel, table=True):
+    __tablename__ = "tags"
+
+    repository_id: int = Field(
+        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    )
+    name: str = Field(sa_column=Column(String(128), primary_key=True))
+    manifest_digest: str = _digest_fk("manifests.digest", index=True, ondelete="RESTRICT")
+    updated_at: datetime = _time()
+
+
+class Chunk(SQLModel, table=True):
+    """A chunk frame verified to decompress to ``digest``: ``length`` bytes at ``offset`` in a data blob."""
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        UniqueConstraint("blob_digest", "offset", "length", "digest", name="uq_chunks_location"),
+        Index("ix_chunks_digest", "digest"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    digest: str = Field(sa_column=Column(String(DIGEST), nullable=False))
+    blob_digest: str = _digest_fk("blobs.digest", index=True)
+    offset: int = Field(sa_column=Column(BigInteger, nullable=False))
+    length: int
+
+
+class Upload(SQLModel, table=True):
+    __tablename__ = "uploads"
+
+    id: str = Field(sa_column=Column(String(36), primary_key=True))
+    repository_id: int = Field(sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), nullable=False))
+    size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    created_at: datetime = _time()
+    updated_at: datetime = _time(index=True)
+
+
+class SchemaVersion(SQLModel, table=True):
+    """One row per applied migration (``forkd-hub migrate``)."""
+
+    __tablename__ = "schema_versions"
+
+    version: int = Field(primary_key=True)
+    applied_at: datetime = _time()

@@ -1,0 +1,116 @@
+"""Who may see and change which repository (docs/http-api.md, "Authentication and authorization").
+
+Reads: public repositories for everyone, private ones for principals with ``pull`` (implied by
+``push``/``delete``/``admin``). A repository the caller cannot read is reported exactly like a
+missing one (404 ``NAME_UNKNOWN``), so existence never leaks. Writes check the scope before
+anything else (``Principal.require``: 401 anonymous, 403 token), which also says nothing
+about existence.
+
+Errors: ``HubError(NAME_UNKNOWN / NAME_INVALID)``, ``auth.errors.Unauthorized``/``Forbidden``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.auth.scopes import Action, Principal
+from hub_server.db.models import Repository, RepositoryBlob, RepositoryManifest, utcnow
+from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.names import check_repository
+from hub_server.registry.sql import batched, insert_ignore
+
+__all__ = [
+    "can_read",
+    "ensure_repository",
+    "find_repository",
+    "readable_linking",
+    "readable_repository",
+    "require",
+    "unknown_repository",
+    "writable_repository",
+]
+
+
+def can_read(principal: Principal, repo: Repository) -> bool:
+    return repo.public or principal.can("pull", repo.full_name)
+
+
+def require(principal: Principal, action: Action, repository: str) -> None:
+    """Raise Unauthorized (anonymous) or Forbidden (token) unless ``principal`` may ``action``."""
+    principal.require(action, repository)
+
+
+def unknown_repository(full_name: str) -> HubError:
+    return HubError(ErrorCode.NAME_UNKNOWN, f"repository {full_name} not found", {"name": full_name})
+
+
+async def find_repository(session: AsyncSession, namespace: str, name: str) -> Repository | None:
+    result = await session.exec(select(Repository).where(Repository.namespace == namespace, Repository.name == name))
+    return result.first()
+
+
+async def readable_repository(session: AsyncSession, principal: Principal, namespace: str, name: str) -> Repository:
+    """The repository if it exists and ``principal`` may read it. Raises HubError(NAME_INVALID / NAME_UNKNOWN)."""
+    full = check_repository(namespace, name)
+    repo = await find_repository(session, namespace, name)
+    if repo is None or not can_read(principal, repo):
+        raise unknown_repository(full)
+    return repo
+
+
+async def writable_repository(
+    session: AsyncSession, principal: Principal, namespace: str, name: str, *, action: Action = "push",
+    create: bool = False, public: bool = False,
+) -> Repository:
+    """The repository ``principal`` may ``action`` on; created (private unless ``public``) when
+    ``create`` and missing. Commits nothing itself except a creation.
+
+    Raises: HubError(NAME_INVALID / NAME_UNKNOWN), Unauthorized, Forbidden.
+    """
+    full = check_repository(namespace, name)
+    require(principal, action, full)
+    repo = await find_repository(session, namespace, name)
+    if repo is None:
+        if not create:
+            raise unknown_repository(full)
+        repo = await ensure_repository(session, namespace, name, public=public)
+        await session.commit()
+    return repo
+
+
+async def ensure_repository(session: AsyncSession, namespace: str, name: str, *, public: bool = False) -> Repository:
+    """Find or create (private unless ``public``) a repository, inside the caller's transaction."""
+    now = utcnow()
+    # Insert-or-ignore: a concurrent first push may win the race; either way it exists after.
+    await insert_ignore(session, Repository, [{
+        "namespace": namespace, "name": name, "public": public, "description": "",
+        "created_at": now, "updated_at": now,
+    }])
+    repo = await find_repository(session, namespace, name)
+    assert repo is not None
+    return repo
+
+
+async def readable_linking(
+    session: AsyncSession, principal: Principal, *, blobs: Iterable[str] = (), manifests: Iterable[str] = ()
+) -> dict[str, list[Repository]]:
+    """For each blob / manifest digest, the repositories linking it that ``principal`` may read."""
+    out: dict[str, list[Repository]] = {}
+    for model, column, digests in (
+        (RepositoryBlob, RepositoryBlob.blob_digest, list(dict.fromkeys(blobs))),
+        (RepositoryManifest, RepositoryManifest.manifest_digest, list(dict.fromkeys(manifests))),
+    ):
+        for batch in batched(digests):
+            rows = await session.exec(
+                select(column, Repository)
+                .join(Repository, Repository.id == model.repository_id)  # type: ignore[arg-type]
+                .where(col(column).in_(batch))
+                .order_by(col(Repository.namespace), col(Repository.name))
+            )
+            for digest, repo in rows.all():
+                if can_read(principal, repo):
+                    out.setdefault(digest, []).append(repo)
+    return out

@@ -1,0 +1,32 @@
+"""What every registry service shares: database sessions, the blob store, limits, audit, metrics, clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.audit import AuditLog
+from hub_server.db.models import utcnow
+from hub_server.metrics import HubMetrics
+from hub_server.settings import Limits
+from hub_server.storage import BlobStore
+
+__all__ = ["RegistryContext"]
+
+
+@dataclass
+class RegistryContext:
+    """Built once by ``create_app`` (or the CLI) and handed to every service."""
+
+    sessions: async_sessionmaker[AsyncSession]
+    store: BlobStore
+    audit: AuditLog
+    metrics: HubMetrics
+    limits: Limits = field(default_factory=Limits)
+    clock: Callable[[], datetime] = utcnow
+    blob_redirects: bool = True
+    redirect_expiry: int = 300

@@ -1,0 +1,207 @@
+"""Garbage collection: mark from tags (following parents), sweep what nothing reaches.
+
+Mark: every tagged manifest is a root, and so is every manifest younger than the grace period
+(a push may be about to tag it). From each marked manifest follow its parent digest and, for a
+chain index, the manifests it lists. A marked manifest marks its own bytes and every blob it
+references (config, vmstate, chunk maps, data blobs).
+
+Sweep, only what is older than the grace period — so a push in flight never loses a blob it
+just uploaded but has not referenced yet:
+
+- unmarked manifests (with their links and reference rows),
+- unmarked blobs (with their verified chunk locations and repository links) and their bytes,
+- objects under ``blobs/`` with no row (a crash between move and commit), under ``uploads/``
+  with no session, and upload sessions idle longer than the upload lifetime,
+- the store's own abandoned staging (``purge_staging``).
+
+Rows go first, in one transaction that re-checks each blob is still unreferenced; bytes go
+after, so a crash leaves at worst an orphan object, collected on the next run.
+``dry_run`` reports the same lists without deleting anything.
+
+Errors: storage and database errors propagate (the run is counted as failed in the metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete
+from sqlmodel import col, select
+
+from hub_server.db.models import (
+    Blob,
+    BlobRole,
+    Chunk,
+    Manifest,
+    ManifestBlob,
+    RepositoryBlob,
+    RepositoryManifest,
+    Tag,
+    Upload,
+)
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.paths import BLOBS_PREFIX, UPLOADS_PREFIX, blob_key, digest_from_blob_key, upload_key
+from hub_server.registry.sql import batched
+from hub_server.storage import BlobNotFound
+
+__all__ = ["GarbageCollector", "GcReport"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GcReport:
+    """What a run deleted (or, with ``dry_run``, would delete)."""
+
+    dry_run: bool
+    started: datetime
+    grace_seconds: float
+    manifests: list[str] = field(default_factory=list)
+    blobs: list[str] = field(default_factory=list)
+    uploads: list[str] = field(default_factory=list)
+    orphan_objects: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    kept_manifests: int = 0
+    kept_blobs: int = 0
+    staging_purged: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["started"] = self.started.isoformat()
+        return out
+
+
+class GarbageCollector:
+    def __init__(self, ctx: RegistryContext) -> None:
+        self.ctx = ctx
+
+    async def run(
+        self, *, grace: timedelta | None = None, dry_run: bool = False, now: datetime | None = None,
+        actor: str = "gc",
+    ) -> GcReport:
+        """Collect garbage older than ``grace`` (default ``limits.gc_grace``) as of ``now``."""
+        now = now or self.ctx.clock()
+        grace = self.ctx.limits.gc_grace if grace is None else grace
+        report = GcReport(dry_run, now, grace.total_seconds())
+        try:
+            await self._collect(report, now - grace, now - self.ctx.limits.upload_lifetime)
+        except BaseException:
+            self.ctx.metrics.record_gc("error")
+            raise
+        self.ctx.metrics.record_gc("dry_run" if dry_run else "ok", 0 if dry_run else report.bytes_freed)
+        if not dry_run:
+            self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
+        await self.ctx.audit.record(actor, "gc", detail={
+            "dryRun": dry_run, "manifests": len(report.manifests), "blobs": len(report.blobs),
+            "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects),
+            "bytesFreed": report.bytes_freed,
+        })
+        log.info("gc %s: %d manifests, %d blobs, %d uploads, %d orphan objects, %d bytes",
+                 "dry run" if dry_run else "done", len(report.manifests), len(report.blobs), len(report.uploads),
+                 len(report.orphan_objects), report.bytes_freed)
+        return report
+
+    async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime) -> None:
+        async with self.ctx.sessions() as session:
+            manifests = {d: (p, c) for d, p, c in (await session.exec(
+                select(Manifest.digest, Manifest.parent_digest, Manifest.created_at))).all()}
+            references = (await session.exec(select(ManifestBlob.manifest_digest, ManifestBlob.blob_digest,
+                                                     ManifestBlob.role))).all()
+            tagged = set((await session.exec(select(Tag.manifest_digest))).all())
+            blobs = {d: (s, c) for d, s, c in (await session.exec(select(Blob.digest, Blob.size, Blob.created_at))).all()}
+            uploads = {u.id: u for u in (await session.exec(select(Upload))).all()}
+
+        children: dict[str, list[str]] = {}
+        for m, b, role in references:
+            if role == BlobRole.MANIFEST:
+                children.setdefault(m, []).append(b)
+        marked: set[str] = set()
+        stack = [d for d, (_, created) in manifests.items() if d in tagged or created > cutoff]
+        while stack:
+            digest = stack.pop()
+            if digest in marked or digest not in manifests:
+                continue
+            marked.add(digest)
+            parent = manifests[digest][0]
+            stack.extend([parent] if parent else [])
+            stack.extend(children.get(digest, []))
+        marked_blobs = set(marked) | {b for m, b, _ in references if m in marked}
+
+        report.manifests = sorted(set(manifests) - marked)
+        report.kept_manifests = len(marked)
+        report.blobs = sorted(d for d, (_, created) in blobs.items() if d not in marked_blobs and created <= cutoff)
+        report.kept_blobs = len(blobs) - len(report.blobs)
+        report.uploads = sorted(u.id for u in uploads.values() if u.updated_at <= upload_cutoff)
+        report.orphan_objects = await self._orphans(set(blobs), set(uploads), cutoff)
+        if report.dry_run:
+            report.bytes_freed = sum(blobs[d][0] for d in report.blobs)
+            return
+
+        report.blobs = await self._delete_rows(report, marked_blobs)
+        freed = 0
+        for digest in report.blobs:
+            freed += await self._delete_object(blob_key(digest))
+        for upload_id in report.uploads:
+            freed += await self._delete_object(upload_key(upload_id))
+        for key in report.orphan_objects:
+            freed += await self._delete_object(key)
+        report.bytes_freed = freed
+        report.staging_purged = await self.ctx.store.purge_staging(max(report.started - cutoff, timedelta(0)))
+
+    async def _orphans(self, blob_rows: set[str], upload_rows: set[str], cutoff: datetime) -> list[str]:
+        """Stored objects without a row, last written before ``cutoff``."""
+        out: list[str] = []
+        store = self.ctx.store
+        for prefix in (BLOBS_PREFIX, UPLOADS_PREFIX):
+            async for key in store.list(prefix):
+                if prefix == BLOBS_PREFIX:
+                    digest = digest_from_blob_key(key)
+                    if digest is not None and digest in blob_rows:
+                        continue
+                elif key.rsplit("/", 1)[-1] in upload_rows:
+                    continue
+                try:
+                    info = await store.stat(key)
+                except BlobNotFound:
+                    continue
+                if info.modified <= cutoff:
+                    out.append(key)
+        return out
+
+    async def _delete_rows(self, report: GcReport, marked_blobs: set[str]) -> list[str]:
+        """Delete the swept rows in one transaction; return the blobs actually deleted."""
+        async with self.ctx.sessions() as session:
+            for batch in batched(report.manifests):
+                await session.execute(delete(ManifestBlob).where(col(ManifestBlob.manifest_digest).in_(batch)))
+                await session.execute(delete(RepositoryManifest).where(col(RepositoryManifest.manifest_digest).in_(batch)))
+                await session.execute(delete(Manifest).where(col(Manifest.digest).in_(batch)))
+            for batch in batched(report.uploads):
+                await session.execute(delete(Upload).where(col(Upload.id).in_(batch)))
+            # We hold the write lock now: a blob referenced meanwhile by a concurrent push is kept.
+            deleted: list[str] = []
+            for batch in batched(report.blobs):
+                used = set((await session.exec(select(ManifestBlob.blob_digest)
+                                               .where(col(ManifestBlob.blob_digest).in_(batch)))).all())
+                used |= set((await session.exec(select(Manifest.digest).where(col(Manifest.digest).in_(batch)))).all())
+                gone = [d for d in batch if d not in used and d not in marked_blobs]
+                if not gone:
+                    continue
+                await session.execute(delete(Chunk).where(col(Chunk.blob_digest).in_(gone)))
+                await session.execute(delete(RepositoryBlob).where(col(RepositoryBlob.blob_digest).in_(gone)))
+                await session.execute(delete(Blob).where(col(Blob.digest).in_(gone)))
+                deleted.extend(gone)
+            await session.commit()
+        return deleted
+
+    async def _delete_object(self, key: str) -> int:
+        """Delete one object; return how many bytes that freed (0 if it was already gone)."""
+        try:
+            size = (await self.ctx.store.stat(key)).size
+            await self.ctx.store.delete(key)
+        except BlobNotFound:
+            return 0
+        return size
+

@@ -1,0 +1,219 @@
+"""Manifests: push (verify, store exact bytes, commit in one transaction) and fetch.
+
+A push runs, in order: the size limit, parsing (a layer manifest or a chain index), the
+database checks of :mod:`pushplan`, the chunk frame verification of :mod:`verify`, then
+stores the exact bytes received as a blob and commits every row in one transaction — links
+to the repository (the document's blobs and the chain below it, so the whole chain is
+pullable through this repository), verified chunk locations, and the tag. Nothing is written
+before every check passed. The digest is computed over the received bytes with the algorithm
+of the digest reference, or blake3 for a tag.
+
+Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
+``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
+``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``), ``Unauthorized``/``Forbidden``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.auth.scopes import Principal
+from hub_server.db.models import (
+    Blob,
+    Chunk,
+    Manifest,
+    ManifestBlob,
+    Repository,
+    RepositoryBlob,
+    RepositoryManifest,
+    Tag,
+)
+from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.access import ensure_repository, find_repository, readable_repository, require
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.names import Reference, check_repository, parse_reference
+from hub_server.registry.paths import blob_key
+from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
+from hub_server.registry.sql import batched, insert_ignore
+from hub_server.registry.tags import resolve_reference
+from hub_server.registry.verify import ChainIndex, parse_document, verify_frames
+from manifest.digest import Digest, digest_bytes
+
+__all__ = ["ManifestService", "PushResult", "StoredManifest", "too_large"]
+
+
+def too_large(what: str, size: int, limit: int) -> HubError:
+    return HubError(ErrorCode.TOO_LARGE, f"{what} is over the {limit}-byte limit", {"limit": limit, "size": size})
+
+
+@dataclass(frozen=True)
+class PushResult:
+    digest: str
+    repository: str
+    tag: str | None
+    created: bool
+    """False when the manifest was already known (a re-push only adds links and the tag)."""
+
+
+@dataclass(frozen=True)
+class StoredManifest:
+    digest: str
+    media_type: str
+    size: int
+    data: bytes | None
+
+
+class ManifestService:
+    def __init__(self, ctx: RegistryContext) -> None:
+        self.ctx = ctx
+
+    async def put(
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        ref: str,
+        body: bytes,
+        content_type: str | None = None,
+        *,
+        public: bool = False,
+        remote: str | None = None,
+    ) -> PushResult:
+        """Verify and store a pushed manifest; tag it when ``ref`` is a tag.
+
+        ``public`` makes the repository public when this is its first manifest.
+        """
+        full = check_repository(namespace, name)
+        reference = parse_reference(ref)
+        require(principal, "push", full)
+        limit = self.ctx.limits.manifest_bytes
+        if len(body) > limit:
+            raise too_large("manifest", len(body), limit)
+        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else "blake3"
+        digest = str(digest_bytes(body, algorithm))
+        if reference.digest is not None and reference.digest != digest:
+            raise HubError(ErrorCode.DIGEST_INVALID, f"manifest bytes hash to {digest}, not {reference.digest}",
+                           {"expected": reference.digest, "actual": digest})
+        document = parse_document(body, content_type, limit)
+
+        async with self.ctx.sessions() as session:
+            repo = await find_repository(session, namespace, name)
+            if isinstance(document, ChainIndex):
+                plan = await plan_index(self.ctx, session, principal, repo, document)
+            else:
+                plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
+        await verify_frames(self.ctx.store, plan.frames, plan.blob_sizes)
+
+        key = blob_key(digest)
+        if not await self.ctx.store.exists(key):
+            await self.ctx.store.put(key, body)
+        created = await self._commit(namespace, name, digest, len(body), plan, reference, public)
+
+        await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
+                                    digest=digest, remote=remote,
+                                    detail={"mediaType": plan.media_type, "newChunks": len(plan.frames)})
+        if reference.tag is not None:
+            await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
+                                        digest=digest, remote=remote)
+        self.ctx.metrics.record_chunks(stored=len(plan.frames), deduplicated=plan.reused_frames)
+        return PushResult(digest, full, reference.tag, created)
+
+    async def get(
+        self, principal: Principal, namespace: str, name: str, ref: str, *, with_body: bool = True
+    ) -> StoredManifest:
+        """The exact bytes pushed for ``ref`` in ``namespace/name`` (``data`` is None without ``with_body``)."""
+        reference = parse_reference(ref)
+        async with self.ctx.sessions() as session:
+            repo = await readable_repository(session, principal, namespace, name)
+            digest = await resolve_reference(session, repo, reference)
+            row = await session.get(Manifest, digest)
+        if row is None:  # pragma: no cover - links reference existing manifests (foreign key)
+            raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"manifest {digest} is unknown", {"digest": digest})
+        data = await self.ctx.store.read(blob_key(digest)) if with_body else None
+        return StoredManifest(digest, row.media_type, row.size, data)
+
+    async def _commit(
+        self, namespace: str, name: str, digest: str, size: int, plan: PushPlan, reference: Reference, public: bool
+    ) -> bool:
+        async with self.ctx.sessions() as session:
+            try:
+                created = await self._write_rows(session, namespace, name, digest, size, plan, reference, public)
+                await session.commit()
+            except IntegrityError:
+                # A garbage collection removed a blob between our checks and this commit.
+                raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, "a referenced blob was deleted during the push; "
+                               "upload it again", {"blobs": sorted(plan.blob_roles)}) from None
+        return created
+
+    async def _write_rows(
+        self, session: AsyncSession, namespace: str, name: str, digest: str, size: int, plan: PushPlan,
+        reference: Reference, public: bool,
+    ) -> bool:
+        now = self.ctx.clock()
+        repo = await ensure_repository(session, namespace, name, public=public)
+        if public and not repo.public and await _is_empty(session, repo):
+            repo.public = True
+        await insert_ignore(session, Blob, [{"digest": digest, "size": size, "media_type": plan.media_type,
+                                             "created_at": now}])
+        created = await session.get(Manifest, digest) is None
+        if created:
+            session.add(Manifest(
+                digest=digest, size=size, media_type=plan.media_type, artifact_type=plan.artifact_type,
+                config_digest=plan.config_digest, parent_digest=plan.parent_digest, created_at=now,
+                logical_size=plan.logical_size, stored_size=await data_blobs_first_uploaded(session, plan),
+                shared_with_parent=plan.shared_with_parent, compat=plan.compat, annotations=plan.annotations,
+            ))
+            await session.flush()
+            await insert_ignore(session, ManifestBlob, [
+                {"manifest_digest": digest, "blob_digest": b, "role": role} for b, role in plan.blob_roles.items()
+            ])
+        for media_type, group in _by_media_type(plan.blob_media_types).items():
+            for batch in batched(group):
+                await session.execute(update(Blob).where(col(Blob.digest).in_(batch), col(Blob.media_type).is_(None))
+                                      .values(media_type=media_type))
+        await insert_ignore(session, Chunk, [
+            {"digest": f.digest, "blob_digest": f.blob, "offset": f.offset, "length": f.length} for f in plan.frames
+        ])
+        await _link(session, repo, [*plan.ancestors, digest], now)
+        if reference.tag is not None:
+            tag = await session.get(Tag, (repo.id, reference.tag))
+            if tag is None:
+                session.add(Tag(repository_id=repo.id, name=reference.tag, manifest_digest=digest, updated_at=now))
+            elif tag.manifest_digest != digest:
+                tag.manifest_digest, tag.updated_at = digest, now
+                session.add(tag)
+        repo.updated_at = now
+        session.add(repo)
+        return created
+
+
+async def _is_empty(session: AsyncSession, repo: Repository) -> bool:
+    found = await session.exec(select(RepositoryManifest.manifest_digest)
+                               .where(RepositoryManifest.repository_id == repo.id).limit(1))
+    return found.first() is None
+
+
+async def _link(session: AsyncSession, repo: Repository, manifests: list[str], now) -> None:  # noqa: ANN001
+    """Link manifests, their own bytes and every blob they reference to ``repo``."""
+    blobs = set(manifests)
+    for batch in batched(manifests):
+        rows = await session.exec(select(ManifestBlob.blob_digest).where(col(ManifestBlob.manifest_digest).in_(batch)))
+        blobs.update(rows.all())
+    await insert_ignore(session, RepositoryBlob, [
+        {"repository_id": repo.id, "blob_digest": b, "created_at": now} for b in sorted(blobs)
+    ])
+    await insert_ignore(session, RepositoryManifest, [
+        {"repository_id": repo.id, "manifest_digest": m, "created_at": now} for m in manifests
+    ])
+
+
+def _by_media_type(media_types: dict[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for digest, media_type in media_types.items():
+        out.setdefault(media_type, []).append(digest)
+    return out

@@ -1,0 +1,49 @@
+"""The storage key layout: the only module that decides which keys exist.
+
+::
+
+    blobs/                          content-addressed objects (verified, immutable)
+    └── <algorithm>/                blake3 | sha256
+        └── <hex[0:2]>/
+            └── <hex>               a data blob, chunk map, config, vmstate — or a manifest
+                                    (manifests are stored as blobs, exactly as received)
+    uploads/
+    └── <uuid>                      a resumable upload's staged bytes; moved to blobs/… once
+                                    its digest is verified, deleted on cancel/expiry/mismatch
+
+Publication is atomic: bytes are staged under ``uploads/`` (or a backend's own staging),
+verified against their digest, moved to ``blobs/…``, and only then is metadata committed.
+"""
+
+from __future__ import annotations
+
+from manifest.digest import Digest
+
+__all__ = ["BLOBS_PREFIX", "UPLOADS_PREFIX", "blob_key", "digest_from_blob_key", "upload_key"]
+
+BLOBS_PREFIX = "blobs"
+UPLOADS_PREFIX = "uploads"
+
+
+def blob_key(digest: str | Digest) -> str:
+    """``blobs/<alg>/<2 hex>/<hex>`` for a digest. Raises InvalidDigest for a malformed one."""
+    d = digest if isinstance(digest, Digest) else Digest.parse(digest)
+    return f"{BLOBS_PREFIX}/{d.algorithm}/{d.hex[:2]}/{d.hex}"
+
+
+def digest_from_blob_key(key: str) -> str | None:
+    """The digest a ``blobs/…`` key stores, or None if the key is not a well-formed blob key."""
+    parts = key.split("/")
+    if len(parts) != 4 or parts[0] != BLOBS_PREFIX or parts[2] != parts[3][:2]:
+        return None
+    text = f"{parts[1]}:{parts[3]}"
+    try:
+        Digest.parse(text)
+    except ValueError:
+        return None
+    return text
+
+
+def upload_key(upload_id: str) -> str:
+    """``uploads/<id>``: where an upload session stages its bytes."""
+    return f"{UPLOADS_PREFIX}/{upload_id}"

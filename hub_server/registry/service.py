@@ -1,0 +1,63 @@
+"""``Registry``: one instance of every registry service, built from a :class:`RegistryContext`.
+
+The app keeps one on ``app.state.registry``; the HTTP layer calls exactly one method of one
+service per request. The CLI builds one for ``gc``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, text
+from sqlmodel import select
+
+from hub_server.db.models import Repository
+from hub_server.registry.blobs import BlobService
+from hub_server.registry.catalog import CatalogService
+from hub_server.registry.chunks import ChunkService
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.deletion import DeleteService
+from hub_server.registry.gc import GarbageCollector
+from hub_server.registry.lineage import LineageService
+from hub_server.registry.manifests import ManifestService
+from hub_server.registry.tags import TagService
+from hub_server.registry.uploads import UploadService
+
+__all__ = ["HealthReport", "Registry"]
+
+HealthReport = dict[str, str]
+
+
+class Registry:
+    def __init__(self, ctx: RegistryContext) -> None:
+        self.ctx = ctx
+        self.uploads = UploadService(ctx)
+        self.blobs = BlobService(ctx)
+        self.manifests = ManifestService(ctx)
+        self.tags = TagService(ctx)
+        self.chunks = ChunkService(ctx)
+        self.lineage = LineageService(ctx)
+        self.catalog = CatalogService(ctx)
+        self.deletion = DeleteService(ctx)
+        self.gc = GarbageCollector(ctx)
+
+    async def health(self) -> tuple[bool, HealthReport]:
+        """Whether the database and the blob store answer; per component ``"ok"`` or the error."""
+        report: HealthReport = {}
+        try:
+            async with self.ctx.sessions() as session:
+                await session.exec(select(text("1")))  # type: ignore[call-overload]
+            report["database"] = "ok"
+        except Exception as e:  # noqa: BLE001 - any failure means "not healthy", reported as text
+            report["database"] = f"error: {type(e).__name__}: {e}"[:300]
+        try:
+            await self.ctx.store.exists("blobs/healthz")
+            report["storage"] = "ok"
+        except Exception as e:  # noqa: BLE001
+            report["storage"] = f"error: {type(e).__name__}: {e}"[:300]
+        return all(v == "ok" for v in report.values()), report
+
+    async def refresh_gauges(self) -> None:
+        """Update the storage and repository gauges (called before ``/metrics`` renders)."""
+        self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
+        async with self.ctx.sessions() as session:
+            count = (await session.exec(select(func.count()).select_from(Repository))).one()  # type: ignore[call-overload]
+        self.ctx.metrics.repositories.set(count)

@@ -1,0 +1,273 @@
+"""Blob upload sessions: start, append, status, finish (verify + publish), cancel, mount.
+
+A session stages bytes at ``uploads/<id>`` (``paths.upload_key``) and grows by append across
+requests; the store's object size is the committed size a client resumes from. ``finish``
+re-hashes the whole staged object (in worker threads), moves it to its content address only
+if it matches, and links it to the repository; on a mismatch the staged bytes and the session
+are deleted. At most one request works on a session at a time (an in-process lock).
+
+Errors: ``HubError`` (``BLOB_UPLOAD_UNKNOWN``, ``BLOB_UPLOAD_INVALID``, ``RANGE_INVALID``,
+``DIGEST_INVALID``, ``NAME_INVALID``, ``NAME_UNKNOWN``), ``Unauthorized``/``Forbidden``,
+storage errors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.auth.scopes import Principal
+from hub_server.db.models import Blob, Repository, RepositoryBlob, Upload
+from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.access import can_read, find_repository, writable_repository
+from hub_server.registry.blobs import digest_object, publish_blob
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.names import check_digest, check_repository
+from hub_server.registry.paths import upload_key
+from hub_server.registry.sql import insert_ignore
+from hub_server.storage import BlobNotFound
+from manifest.digest import Digest
+
+__all__ = ["BlobCommitted", "UploadService", "UploadStatus"]
+
+
+@dataclass(frozen=True)
+class UploadStatus:
+    """An open session: ``size`` bytes are committed (resume from there)."""
+
+    id: str
+    repository: str
+    size: int
+
+
+@dataclass(frozen=True)
+class BlobCommitted:
+    """A blob now stored and linked to ``repository``."""
+
+    digest: str
+    repository: str
+    size: int
+
+
+class UploadService:
+    def __init__(self, ctx: RegistryContext) -> None:
+        self.ctx = ctx
+        self._busy: set[str] = set()
+
+    # -- public operations ---------------------------------------------------------------
+
+    async def start(
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        *,
+        digest: str | None = None,
+        body: AsyncIterator[bytes] | None = None,
+        mount: str | None = None,
+        mount_from: str | None = None,
+    ) -> UploadStatus | BlobCommitted:
+        """Open a session; with ``digest`` upload ``body`` monolithically; with ``mount``/``mount_from``
+        link an existing blob from a repository the caller may read (else open a session).
+
+        Creates the repository (private) on the first write.
+        """
+        if mount is not None:
+            mounted = await self._mount(principal, namespace, name, check_digest(mount), mount_from)
+            if mounted is not None:
+                return mounted
+        if digest is not None:
+            digest = check_digest(digest)
+        async with self.ctx.sessions() as session:
+            repo = await writable_repository(session, principal, namespace, name, create=True)
+            upload_id = str(uuid.uuid4())
+            await self.ctx.store.put(upload_key(upload_id), b"")
+            now = self.ctx.clock()
+            session.add(Upload(id=upload_id, repository_id=repo.id, size=0, created_at=now, updated_at=now))
+            await session.commit()
+        status = UploadStatus(upload_id, repo.full_name, 0)
+        if digest is None:
+            return status
+        return await self.finish(principal, namespace, name, upload_id, digest, body)
+
+    async def status(self, principal: Principal, namespace: str, name: str, upload_id: str) -> UploadStatus:
+        """How many bytes the session holds."""
+        async with self.ctx.sessions() as session:
+            repo, _ = await self._session(session, principal, namespace, name, upload_id)
+        return UploadStatus(upload_id, repo.full_name, await self._size(upload_id))
+
+    async def append(
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        upload_id: str,
+        body: AsyncIterator[bytes],
+        content_range: tuple[int, int] | None = None,
+    ) -> UploadStatus:
+        """Append ``body``. ``content_range`` (inclusive ``start, end``) must start at the committed size.
+
+        Raises: HubError(RANGE_INVALID) with ``detail.size`` when it does not, HubError(BLOB_UPLOAD_INVALID)
+        when the body length differs from the range or the blob would exceed the size limit.
+        """
+        async with self.ctx.sessions() as session:
+            repo, upload = await self._session(session, principal, namespace, name, upload_id)
+        async with self._exclusive(upload_id):
+            size = await self._append(upload, body, content_range)
+        return UploadStatus(upload_id, repo.full_name, size)
+
+    async def finish(
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        upload_id: str,
+        digest: str,
+        body: AsyncIterator[bytes] | None = None,
+    ) -> BlobCommitted:
+        """Append the optional ``body``, verify the whole upload hashes to ``digest``, publish and link it.
+
+        Raises: HubError(DIGEST_INVALID) on a mismatch (the session and its bytes are deleted).
+        """
+        want = Digest.parse(check_digest(digest))
+        async with self.ctx.sessions() as session:
+            repo, upload = await self._session(session, principal, namespace, name, upload_id)
+        key = upload_key(upload_id)
+        async with self._exclusive(upload_id):
+            if body is not None:
+                await self._append(upload, body, None)
+            got, size = await digest_object(self.ctx.store, key, want.algorithm)
+            if got != want:
+                await self._drop(upload_id)
+                raise HubError(
+                    ErrorCode.DIGEST_INVALID,
+                    f"uploaded bytes hash to {got}, not {want}; the upload was discarded",
+                    {"expected": str(want), "actual": str(got), "size": size},
+                )
+            async with self.ctx.sessions() as session:
+                row = await session.get(Upload, upload_id)
+                if row is not None:
+                    await session.delete(row)
+                await publish_blob(self.ctx, session, key, str(want), size, repo.id)  # type: ignore[arg-type]
+        return BlobCommitted(str(want), repo.full_name, size)
+
+    async def cancel(self, principal: Principal, namespace: str, name: str, upload_id: str) -> None:
+        """Delete the session and its staged bytes."""
+        async with self.ctx.sessions() as session:
+            await self._session(session, principal, namespace, name, upload_id)
+        async with self._exclusive(upload_id):
+            await self._drop(upload_id)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _mount(
+        self, principal: Principal, namespace: str, name: str, digest: str, source: str | None
+    ) -> BlobCommitted | None:
+        src_ns, _, src_name = (source or "").partition("/")
+        async with self.ctx.sessions() as session:
+            repo = await writable_repository(session, principal, namespace, name, create=True)
+            if not src_ns or not src_name:
+                return None
+            check_repository(src_ns, src_name)
+            src = await find_repository(session, src_ns, src_name)
+            if src is None or not can_read(principal, src):
+                return None
+            link = await session.get(RepositoryBlob, (src.id, digest))
+            if link is None:
+                return None
+            blob = await session.get(Blob, digest)
+            if blob is None:
+                return None
+            await insert_ignore(session, RepositoryBlob, [
+                {"repository_id": repo.id, "blob_digest": digest, "created_at": self.ctx.clock()}
+            ])
+            await session.commit()
+        return BlobCommitted(digest, repo.full_name, blob.size)
+
+    async def _session(
+        self, session: AsyncSession, principal: Principal, namespace: str, name: str, upload_id: str
+    ) -> tuple[Repository, Upload]:
+        repo = await writable_repository(session, principal, namespace, name)
+        upload = await session.get(Upload, upload_id) if _valid_id(upload_id) else None
+        expired = upload is not None and self.ctx.clock() - upload.updated_at > self.ctx.limits.upload_lifetime
+        if upload is None or upload.repository_id != repo.id or expired:
+            raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id[:64]!r} is unknown or expired",
+                           {"uuid": upload_id[:64]})
+        return repo, upload
+
+    async def _size(self, upload_id: str) -> int:
+        try:
+            return (await self.ctx.store.stat(upload_key(upload_id))).size
+        except BlobNotFound:
+            raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data",
+                           {"uuid": upload_id}) from None
+
+    async def _append(self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None) -> int:
+        limit = self.ctx.limits.blob_bytes
+        try:
+            writer = await self.ctx.store.writer(upload_key(upload.id), append=True)
+        except BlobNotFound:
+            raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload.id} has no staged data",
+                           {"uuid": upload.id}) from None
+        async with writer:
+            start = writer.size
+            if content_range is not None and content_range[0] != start:
+                raise HubError(ErrorCode.RANGE_INVALID,
+                               f"Content-Range starts at {content_range[0]}, the upload holds {start} bytes",
+                               {"uuid": upload.id, "size": start})
+            async for piece in body:
+                if writer.size + len(piece) > limit:
+                    raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"upload exceeds the blob size limit of {limit} bytes",
+                                   {"uuid": upload.id, "limit": limit})
+                await writer.write(piece)
+            if content_range is not None and writer.size - start != content_range[1] - content_range[0] + 1:
+                raise HubError(
+                    ErrorCode.BLOB_UPLOAD_INVALID,
+                    f"Content-Range {content_range[0]}-{content_range[1]} announces "
+                    f"{content_range[1] - content_range[0] + 1} bytes, the body had {writer.size - start}",
+                    {"uuid": upload.id, "size": start},
+                )
+            info = await writer.commit()
+        async with self.ctx.sessions() as session:
+            row = await session.get(Upload, upload.id)
+            if row is not None:
+                row.size = info.size
+                row.updated_at = self.ctx.clock()
+                session.add(row)
+                await session.commit()
+        return info.size
+
+    async def _drop(self, upload_id: str) -> None:
+        try:
+            await self.ctx.store.delete(upload_key(upload_id))
+        except BlobNotFound:
+            pass
+        async with self.ctx.sessions() as session:
+            row = await session.get(Upload, upload_id)
+            if row is not None:
+                await session.delete(row)
+                await session.commit()
+
+    @asynccontextmanager
+    async def _exclusive(self, upload_id: str) -> AsyncIterator[None]:
+        # One request per session at a time; a second one is told so instead of waiting,
+        # because its offset would be stale by the time it ran anyway.
+        if upload_id in self._busy:
+            raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"upload {upload_id} is busy with another request",
+                           {"uuid": upload_id})
+        self._busy.add(upload_id)
+        try:
+            yield
+        finally:
+            self._busy.discard(upload_id)
+
+
+def _valid_id(upload_id: str) -> bool:
+    try:
+        return str(uuid.UUID(upload_id)) == upload_id
+    except ValueError:
+        return False

@@ -1,0 +1,210 @@
+"""Hub settings: one frozen dataclass, built from flags, ``FORKD_HUB_*`` variables and defaults.
+
+Precedence: command-line flag > environment variable > default. Every setting has one
+environment variable (table in docs/deployment.md); :func:`load_settings` is the only
+place that reads them. The embedded default keeps everything under ``data_dir``: SQLite
+at ``DIR/hub.db``, blobs under ``DIR/blobs``, the audit log at ``DIR/audit.jsonl``.
+
+Errors: :class:`SettingsError` (a ``ValueError``) naming the flag/variable and the bad value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from hub_server.db.engine import sqlite_url
+
+__all__ = ["ENV_PREFIX", "Limits", "Settings", "SettingsError", "load_settings", "parse_duration", "parse_size"]
+
+ENV_PREFIX = "FORKD_HUB_"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class SettingsError(ValueError):
+    """A flag or environment variable has an unusable value."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits (docs/http-api.md, "Limits")."""
+
+    manifest_bytes: int = 1 << 20
+    config_bytes: int = 1 << 20
+    chunk_map_bytes: int = 64 << 20
+    chain_depth: int = 32
+    chunks_per_query: int = 10_000
+    ranges_per_request: int = 256
+    upload_lifetime: timedelta = timedelta(hours=24)
+    blob_bytes: int = 64 << 30
+    gc_grace: timedelta = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``create_app`` and the CLI need. Build it with :func:`load_settings`."""
+
+    data_dir: Path
+    storage: str
+    database_url: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = None
+    log_level: str = "info"
+    gc_interval: float | None = None
+    """Seconds between background GC runs in ``serve``; ``None`` disables them."""
+    audit_log: Path | None = None
+    """JSONL audit trail (besides the database table); default ``DIR/audit.jsonl``."""
+    blob_redirects: bool = True
+    """Answer blob GETs with 307 to a presigned URL when the store can make one."""
+    redirect_expiry: int = 300
+    limits: Limits = field(default_factory=Limits)
+
+    @classmethod
+    def for_data_dir(cls, data_dir: str | os.PathLike[str], **overrides: Any) -> Settings:
+        """The embedded defaults for ``data_dir`` (tests and tools), with ``overrides``."""
+        root = Path(data_dir).resolve()
+        base = cls(
+            data_dir=root,
+            storage=default_storage(root),
+            database_url=sqlite_url(root),
+            audit_log=root / "audit.jsonl",
+        )
+        return replace(base, **overrides)
+
+
+def default_storage(data_dir: Path) -> str:
+    return f"filesystem root={shlex.quote(str(data_dir / 'blobs'))}"
+
+
+_SIZE = re.compile(r"([0-9]+)\s*([kmgt]i?b?|b)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?")
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_size(text: str) -> int:
+    """``1048576``, ``1MiB``, ``64M``, ``64GiB`` → bytes (binary units). Raises SettingsError."""
+    match = _SIZE.fullmatch(str(text).strip())
+    if match is None:
+        raise SettingsError(f"not a size: {text!r} (use e.g. 1048576, 1MiB, 64GiB)")
+    unit = (match.group(2) or "").lower()[:1]
+    return int(match.group(1)) * _SIZE_UNITS[unit]
+
+
+def parse_duration(text: str) -> timedelta:
+    """``3600``, ``90s``, ``15m``, ``1h``, ``2d`` → timedelta (bare numbers are seconds). Raises SettingsError."""
+    match = _DURATION.fullmatch(str(text).strip())
+    if match is None:
+        raise SettingsError(f"not a duration: {text!r} (use e.g. 3600, 90s, 15m, 1h, 2d)")
+    return timedelta(seconds=float(match.group(1)) * _DURATION_UNITS[match.group(2) or ""])
+
+
+def _bool(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"not a boolean: {text!r} (use true or false)")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise SettingsError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"port {port} is out of range 0-65535")
+    return port
+
+
+def _positive(parse):  # noqa: ANN001, ANN202 - tiny combinator
+    def check(text: str):  # noqa: ANN202
+        value = parse(text)
+        if (value.total_seconds() if isinstance(value, timedelta) else value) <= 0:
+            raise SettingsError(f"must be positive: {text!r}")
+        return value
+
+    return check
+
+
+def _log_level(text: str) -> str:
+    level = str(text).strip().lower()
+    if level not in LOG_LEVELS:
+        raise SettingsError(f"unknown log level {text!r} (one of {', '.join(LOG_LEVELS)})")
+    return level
+
+
+def _gc_interval(text: str) -> float | None:
+    seconds = parse_duration(text).total_seconds()
+    return seconds if seconds > 0 else None
+
+
+#: name → (parser, is a Limits field). The env variable is FORKD_HUB_<NAME upper-cased>.
+_FIELDS: dict[str, tuple[Any, bool]] = {
+    "data_dir": (lambda t: Path(t).expanduser(), False),
+    "storage": (str, False),
+    "database_url": (str, False),
+    "host": (str, False),
+    "port": (_port, False),
+    "public_url": (lambda t: str(t).rstrip("/") or None, False),
+    "log_level": (_log_level, False),
+    "gc_interval": (_gc_interval, False),
+    "audit_log": (lambda t: Path(t).expanduser(), False),
+    "blob_redirects": (_bool, False),
+    "redirect_expiry": (_positive(int), False),
+    "manifest_bytes": (_positive(parse_size), True),
+    "config_bytes": (_positive(parse_size), True),
+    "chunk_map_bytes": (_positive(parse_size), True),
+    "chain_depth": (_positive(int), True),
+    "chunks_per_query": (_positive(int), True),
+    "ranges_per_request": (_positive(int), True),
+    "upload_lifetime": (_positive(parse_duration), True),
+    "blob_bytes": (_positive(parse_size), True),
+    "gc_grace": (parse_duration, True),
+}
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Combine ``flags`` (values already typed or strings; ``None`` means "not given"), the
+    ``FORKD_HUB_*`` variables of ``env`` (default ``os.environ``) and the defaults.
+
+    Raises:
+        SettingsError: no data directory, an unknown flag name, or a value that does not parse
+            (the message names the flag or variable).
+    """
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    env = os.environ if env is None else env
+    unknown = set(flags) - set(_FIELDS)
+    if unknown:
+        raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name, (parse, _) in _FIELDS.items():
+        if name in flags:
+            raw, source = flags[name], f"--{name.replace('_', '-')}"
+        elif env_name(name) in env and env[env_name(name)] != "":
+            raw, source = env[env_name(name)], env_name(name)
+        else:
+            continue
+        try:
+            values[name] = raw if not isinstance(raw, str) else parse(raw)
+        except SettingsError as e:
+            raise SettingsError(f"{source}: {e}") from None
+        except ValueError as e:
+            raise SettingsError(f"{source}: bad value {raw!r}: {e}") from None
+    if "data_dir" not in values:
+        raise SettingsError(f"a data directory is required (--data-dir or {env_name('data_dir')})")
+    limits = replace(Limits(), **{k: values.pop(k) for k in list(values) if _FIELDS[k][1]})
+    data_dir = Path(values.pop("data_dir"))
+    return Settings.for_data_dir(data_dir, limits=limits, **values)

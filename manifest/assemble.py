@@ -1,0 +1,134 @@
+"""Assemble a layer's file: parent image + chunk map → child image, byte-identical.
+
+The parent is cloned with the filesystem's best tool (reflink, else
+``copy_file_range``, holes kept), resized to the child's size, then only the
+layer's chunks are written: data chunks are decompressed from their zstd frames
+and checked against their digest, zero chunks become holes. Finally the whole
+file's content digest is checked against the chunk map. The output path should
+be a ``*.partial`` name the caller renames into place; on any error it is removed.
+
+Errors: :class:`~manifest.errors.DigestMismatch` (naming file and chunk index),
+:class:`~manifest.errors.AssemblyError` (bad frame, wrong parent, size), OSError.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+import zstandard
+
+from .digest import Digest, digest_file
+from .errors import AssemblyError, DigestMismatch
+from .fileops import CloneMethod, clone_file, punch_hole
+from .model import ChunkEntry, ChunkMap
+
+#: ``(blob_digest, offset, length) -> frame bytes``: how assembly reads a chunk's zstd frame.
+FrameSource = Callable[[str, int, int], bytes]
+
+
+@dataclass(frozen=True)
+class AssembledFile:
+    path: Path
+    digests: dict[str, str]
+    clone_method: CloneMethod | None
+    chunks_written: int
+    holes_punched: int
+
+
+def decompress_chunk(frame: bytes, expected_length: int, digest: str, what: str) -> bytes:
+    """Decompress one chunk frame, bounded by ``expected_length``, and verify its digest."""
+    try:
+        params = zstandard.get_frame_parameters(frame)
+    except zstandard.ZstdError as e:
+        raise AssemblyError(f"{what}: not a zstd frame: {e}") from None
+    if params.content_size != expected_length:
+        raise AssemblyError(f"{what}: frame declares {params.content_size} bytes, chunk is {expected_length}")
+    try:
+        data = zstandard.ZstdDecompressor().decompress(frame, max_output_size=expected_length)
+    except zstandard.ZstdError as e:
+        raise AssemblyError(f"{what}: corrupt zstd frame: {e}") from None
+    if len(data) != expected_length:
+        raise AssemblyError(f"{what}: frame holds {len(data)} bytes, chunk is {expected_length}")
+    want = Digest.parse(digest)
+    got = "blake3:" + blake3.blake3(data).hexdigest() if want.algorithm == "blake3" else None
+    if got is None or got != digest:
+        raise DigestMismatch(what, digest, got or "unverifiable")
+    return data
+
+
+def assemble_file(
+    chunk_map: ChunkMap,
+    out: str | os.PathLike[str],
+    *,
+    parent: str | os.PathLike[str] | None,
+    frames: FrameSource,
+    verify: bool = True,
+    extra_algorithms: tuple[str, ...] = (),
+) -> AssembledFile:
+    """Write the file described by ``chunk_map`` to ``out`` (which must not exist).
+
+    ``parent`` is the parent layer's assembled file (None for a base). With
+    ``verify`` the result's digest must equal ``chunk_map.digest``; the returned
+    ``digests`` also holds any ``extra_algorithms`` (e.g. ``sha256`` for forkd).
+    """
+    out = Path(out)
+    if chunk_map.parent_digest is not None and parent is None:
+        raise AssemblyError(f"{chunk_map.file}: chunk map applies to parent {chunk_map.parent_digest}, none given")
+    try:
+        method = None
+        if parent is not None:
+            method = clone_file(parent, out)
+            fd = os.open(out, os.O_WRONLY)
+        else:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        written = holes = 0
+        try:
+            os.ftruncate(fd, chunk_map.size)
+            cs = chunk_map.chunk_size
+            for entry in chunk_map.entries:
+                length = min(cs, chunk_map.size - entry.index * cs)
+                if entry.is_zero:
+                    punch_hole(fd, entry.index * cs, length)
+                    holes += 1
+                    continue
+                data = _read_chunk(chunk_map, entry, length, frames)
+                os.pwrite(fd, data, entry.index * cs)
+                written += 1
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want = Digest.parse(chunk_map.digest).algorithm
+        algorithms = tuple(dict.fromkeys((want, *extra_algorithms)))
+        digests = {a: str(d) for a, d in digest_file(out, algorithms).items()}
+        if verify and digests[want] != chunk_map.digest:
+            raise DigestMismatch(f"assembled {chunk_map.file}", chunk_map.digest, digests[want])
+        return AssembledFile(out, digests, method, written, holes)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+
+
+def _read_chunk(chunk_map: ChunkMap, entry: ChunkEntry, length: int, frames: FrameSource) -> bytes:
+    blob = chunk_map.blobs[entry.blob]
+    what = f"{chunk_map.file} chunk {entry.index} ({entry.digest})"
+    frame = frames(blob, entry.offset, entry.length)
+    if len(frame) != entry.length:
+        raise AssemblyError(f"{what}: got {len(frame)} frame bytes from {blob}, expected {entry.length}")
+    return decompress_chunk(frame, length, entry.digest, what)  # type: ignore[arg-type]
+
+
+def blob_dir_frames(directory: str | os.PathLike[str]) -> FrameSource:
+    """A FrameSource reading data blobs stored as ``<dir>/<algorithm>-<hex>`` files (LayerBuilder's output)."""
+    root = Path(directory)
+
+    def read(blob: str, offset: int, length: int) -> bytes:
+        path = root / blob.replace(":", "-")
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
+    return read

@@ -1,0 +1,207 @@
+"""Build a layer's storage form: chunk maps plus data blobs of zstd frames.
+
+A :class:`LayerBuilder` takes the changed chunks of each file of a layer (from
+:func:`manifest.diff.diff_files`) and writes every *new* chunk, each as its own
+zstd frame, into one or a few data blobs in ``out_dir``. A chunk whose digest is
+already known (``known``: chunk digest → location in a blob the hub already holds,
+or seen earlier in this layer) is referenced, not repeated. ``finish()`` closes
+the blobs, names them by digest and returns one :class:`~manifest.model.ChunkMap`
+per file. The data blob digest is blake3 of the exact blob bytes.
+
+Errors: OSError from writing ``out_dir``; :class:`~manifest.errors.AssemblyError`
+when used after ``finish()``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zstandard
+
+from .diff import ChunkChange
+from .digest import Hasher
+from .errors import AssemblyError
+from .model import ChunkEntry, ChunkMap
+
+DEFAULT_MAX_BLOB_BYTES = 1 << 30
+DEFAULT_ZSTD_LEVEL = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkLocation:
+    """Where a chunk's zstd frame lives: ``length`` bytes at ``offset`` in data blob ``blob``."""
+
+    blob: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class DataBlob:
+    """A finished data blob on disk, named by the digest of its bytes."""
+
+    path: Path
+    digest: str
+    size: int
+
+
+@dataclass
+class LayerStats:
+    """What building the layer did, for progress output and tests."""
+
+    changed_chunks: int = 0
+    zero_chunks: int = 0
+    new_chunks: int = 0
+    reused_chunks: int = 0
+    new_raw_bytes: int = 0
+    new_stored_bytes: int = 0
+    per_file: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _OpenBlob:
+    path: Path
+    handle: object
+    hasher: Hasher
+    size: int = 0
+
+
+@dataclass
+class _PendingFile:
+    file: str
+    size: int
+    chunk_size: int
+    digest: str
+    parent_digest: str | None
+    entries: list[tuple[int, str | None, object, int, int]]  # blob is a digest str or an _OpenBlob
+
+
+class LayerBuilder:
+    """Accumulates the files of one layer and writes its new chunks into data blobs."""
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        known: Mapping[str, ChunkLocation] | Callable[[str], ChunkLocation | None] | None = None,
+        *,
+        max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
+        level: int = DEFAULT_ZSTD_LEVEL,
+    ) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if known is None:
+            self._lookup: Callable[[str], ChunkLocation | None] = lambda d: None
+        elif callable(known):
+            self._lookup = known
+        else:
+            self._lookup = known.get
+        self._max_blob = max_blob_bytes
+        self._compressor = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=False)
+        self._seen: dict[str, tuple[object, int, int]] = {}
+        self._blobs: list[_OpenBlob] = []
+        self._current: _OpenBlob | None = None
+        self._files: list[_PendingFile] = []
+        self._finished = False
+        self.stats = LayerStats()
+
+    def add_file(
+        self,
+        file: str,
+        changes: Iterable[ChunkChange],
+        *,
+        size: int,
+        chunk_size: int,
+        digest: str,
+        parent_digest: str | None,
+    ) -> None:
+        """Record the changes of one file (``file`` is its role, e.g. ``memory.bin``)."""
+        if self._finished:
+            raise AssemblyError("LayerBuilder.add_file called after finish()")
+        pending = _PendingFile(file, size, chunk_size, digest, parent_digest, [])
+        count = 0
+        for change in changes:
+            count += 1
+            self.stats.changed_chunks += 1
+            if change.data is None:
+                self.stats.zero_chunks += 1
+                pending.entries.append((change.index, None, None, 0, 0))
+                continue
+            assert change.digest is not None
+            where = self._seen.get(change.digest)
+            if where is None:
+                known = self._lookup(change.digest)
+                if known is not None:
+                    where = (known.blob, known.offset, known.length)
+                    self.stats.reused_chunks += 1
+                else:
+                    where = self._append_frame(change.data)
+                    self.stats.new_chunks += 1
+                    self.stats.new_raw_bytes += len(change.data)
+                self._seen[change.digest] = where
+            else:
+                self.stats.reused_chunks += 1
+            pending.entries.append((change.index, change.digest, *where))
+        self.stats.per_file[file] = count
+        self._files.append(pending)
+
+    def _append_frame(self, data: bytes) -> tuple[object, int, int]:
+        frame = self._compressor.compress(data)
+        blob = self._current
+        if blob is None or (blob.size and blob.size + len(frame) > self._max_blob):
+            blob = self._open_blob()
+        offset = blob.size
+        blob.handle.write(frame)  # type: ignore[attr-defined]
+        blob.hasher.update(frame)
+        blob.size += len(frame)
+        self.stats.new_stored_bytes += len(frame)
+        return blob, offset, len(frame)
+
+    def _open_blob(self) -> _OpenBlob:
+        path = self.out_dir / f".blob-{len(self._blobs)}.partial"
+        blob = _OpenBlob(path, open(path, "wb"), Hasher("blake3"))
+        self._blobs.append(blob)
+        self._current = blob
+        return blob
+
+    def finish(self) -> tuple[dict[str, ChunkMap], list[DataBlob]]:
+        """Close the data blobs and return ``({file: ChunkMap}, [DataBlob])``."""
+        if self._finished:
+            raise AssemblyError("LayerBuilder.finish called twice")
+        self._finished = True
+        names: dict[int, str] = {}
+        blobs: list[DataBlob] = []
+        for blob in self._blobs:
+            blob.handle.close()  # type: ignore[attr-defined]
+            digest = str(blob.hasher.digest())
+            final = self.out_dir / digest.replace(":", "-")
+            os.replace(blob.path, final)
+            names[id(blob)] = digest
+            blobs.append(DataBlob(final, digest, blob.size))
+        maps: dict[str, ChunkMap] = {}
+        for pending in self._files:
+            order: dict[str, int] = {}
+            entries: list[ChunkEntry] = []
+            for index, chunk_digest, blob_ref, offset, length in pending.entries:
+                if chunk_digest is None:
+                    entries.append(ChunkEntry(index, None))
+                    continue
+                blob_digest = blob_ref if isinstance(blob_ref, str) else names[id(blob_ref)]
+                slot = order.setdefault(blob_digest, len(order))
+                entries.append(ChunkEntry(index, chunk_digest, slot, offset, length))
+            maps[pending.file] = ChunkMap(
+                pending.file, pending.size, pending.chunk_size, pending.digest, pending.parent_digest,
+                tuple(order), tuple(entries),
+            )
+        return maps, blobs
+
+    def abort(self) -> None:
+        """Close and delete any partial blobs (call on error)."""
+        self._finished = True
+        for blob in self._blobs:
+            try:
+                blob.handle.close()  # type: ignore[attr-defined]
+            finally:
+                blob.path.unlink(missing_ok=True)

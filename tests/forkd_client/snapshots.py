@@ -1,0 +1,66 @@
+"""Helpers that make small sparse snapshot source directories for client tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from pathlib import Path
+
+MEM_SIZE = 4 << 20
+PAGE = 4096
+
+
+def make_base_source(directory: Path, *, seed: int = 1, size: int = MEM_SIZE, rootfs: bool = False) -> Path:
+    """A directory with a sparse memory.bin (a few data extents in a 4 MiB hole) and a vmstate."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "memory.bin", "wb") as f:
+        f.truncate(size)
+        for offset in (0, 3 * 65536, size // 2, size - 2 * PAGE):
+            f.seek(offset)
+            f.write(rng.randbytes(2 * PAGE))
+    (directory / "vmstate").write_bytes(rng.randbytes(3000))
+    if rootfs:
+        with open(directory / "rootfs.ext4", "wb") as f:
+            f.truncate(1 << 20)
+            f.write(rng.randbytes(PAGE))
+    return directory
+
+
+def make_link_source(directory: Path, parent_memory: Path, *, seed: int) -> Path:
+    """A chain link: the parent's full memory image with a few pages dirtied, plus a new vmstate."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    data = bytearray(parent_memory.read_bytes())
+    with open(directory / "memory.bin", "wb") as f:
+        f.truncate(len(data))
+        for offset in range(0, len(data), 65536):
+            piece = data[offset : offset + 65536]
+            if any(piece):
+                f.seek(offset)
+                f.write(piece)
+        for _ in range(3):
+            offset = rng.randrange(0, len(data) // PAGE) * PAGE
+            f.seek(offset)
+            f.write(rng.randbytes(PAGE))
+    (directory / "vmstate").write_bytes(rng.randbytes(2500))
+    return directory
+
+
+def sha256_hex(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def scribble(path: Path, offset: int = 100, data: bytes = b"changed!") -> None:
+    """Change bytes in place (same size), as a stray writer would."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def age(path: Path, seconds: int = 3600) -> None:
+    """Set a file's mtime well into the past, so a fresh record of it is not racy."""
+    st = os.stat(path)
+    past = st.st_mtime_ns - seconds * 1_000_000_000
+    os.utime(path, ns=(past, past))

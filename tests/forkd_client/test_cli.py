@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from forkd_client.cli.main import main
+
+from .snapshots import make_base_source, make_link_source, scribble
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def chain(home: Path, tmp_path: Path, capsys) -> Path:
+    """base <- mid <- head imported through the CLI."""
+    base = make_base_source(tmp_path / "src-base", seed=1)
+    mid = make_link_source(tmp_path / "src-mid", base / "memory.bin", seed=2)
+    head = make_link_source(tmp_path / "src-head", mid / "memory.bin", seed=3)
+    assert run(capsys, "import", str(base), "base")[0] == 0
+    assert run(capsys, "import", str(mid), "mid", "--parent", "base")[0] == 0
+    code, out, err = run(capsys, "import", str(head), "head", "--parent", "mid")
+    assert (code, err) == (0, "") and out.startswith("Imported head on parent mid")
+    return home
+
+
+def test_images_table_and_json(chain: Path, capsys) -> None:
+    code, out, _ = run(capsys, "images")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["TAG", "PARENT", "DEPTH", "SIZE", "ON", "DISK", "LOGICAL", "SIZE", "CREATED"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["base"][1:3] == ["-", "1"] and rows["head"][1:3] == ["mid", "3"]
+    assert rows["head"][5:7] == ["4.0", "MiB"]  # human sizes in the table
+    code, out, _ = run(capsys, "images", "--json")
+    images = {i["tag"]: i for i in json.loads(out)}
+    assert set(images) == {"base", "mid", "head"}
+    head = images["head"]
+    assert (head["parent_tag"], head["depth"], head["chain_error"]) == ("mid", 3, None)
+    assert head["logical_size"] > 4 << 20 and 0 < head["disk_size"] < head["logical_size"]  # bytes in JSON
+
+
+def test_inspect_json(chain: Path, capsys) -> None:
+    code, out, _ = run(capsys, "inspect", "mid", "--json")
+    info = json.loads(out)
+    assert code == 0
+    assert (info["tag"], info["depth"], info["ancestors"], info["dependents"]) == ("mid", 2, ["base"], ["head"])
+    mem = info["files"]["memory.bin"]
+    assert mem["size"] == 4 << 20 and mem["digest"].startswith("blake3:") and mem["sha256"].startswith("sha256:")
+    assert info["parent_content_hash"] == json.loads(run(capsys, "inspect", "base", "--json")[1])[
+        "files"]["memory.bin"]["sha256"].removeprefix("sha256:")
+
+
+def test_inspect_text(chain: Path, capsys) -> None:
+    code, out, _ = run(capsys, "inspect", "head", "--verify")
+    assert code == 0
+    assert "Ancestors:" in out and "base -> mid" in out and "Chain verified:      yes" in out
+    assert "memory.bin" in out and "blake3:" in out
+
+
+def test_rmi_refuses_then_cascades(chain: Path, capsys) -> None:
+    code, out, err = run(capsys, "rmi", "base")
+    assert code == 1 and out == ""
+    assert err.startswith("forkd: error: snapshot 'base' is the parent of 1 chained snapshot(s): mid")
+    code, _, err = run(capsys, "rmi", "base", "--cascade", "--force")
+    assert code == 2 and "not allowed with" in err
+    code, out, _ = run(capsys, "rmi", "mid", "--cascade")
+    assert code == 0 and out.splitlines() == ["Removed: head", "Removed: mid"]
+    assert [i["tag"] for i in json.loads(run(capsys, "images", "--json")[1])] == ["base"]
+
+
+def test_rmi_force_leaves_a_broken_chain_that_inspect_reports(chain: Path, capsys) -> None:
+    assert run(capsys, "rmi", "base", "--force")[0] == 0
+    code, out, err = run(capsys, "inspect", "head", "--json")
+    info = json.loads(out)
+    assert code == 1 and info["depth"] is None
+    assert "'mid' names parent 'base', which is missing" in info["chain_error"]
+    assert err.startswith("forkd: error: chain of 'head' is broken")
+    code, out, _ = run(capsys, "images")
+    assert code == 0 and any(line.split()[:3] == ["head", "mid", "broken"] for line in out.splitlines())
+
+
+def test_inspect_verify_reports_a_changed_parent(chain: Path, capsys) -> None:
+    scribble(chain / "snapshots" / "mid" / "memory.bin")
+    assert run(capsys, "inspect", "head")[0] == 0  # without --verify nothing is hashed
+    code, out, err = run(capsys, "inspect", "head", "--verify", "--json")
+    assert code == 1 and json.loads(out)["verified"] is False
+    assert "snapshot 'head' expects its parent 'mid' to have memory.bin sha256" in err
+
+
+def test_tag_compact_pack_unpack(chain: Path, capsys, tmp_path: Path) -> None:
+    assert run(capsys, "tag", "head", "head2")[1] == "Tagged head as head2\n"
+    code, out, _ = run(capsys, "snapshot-compact", "--from", "head", "--to", "flat")
+    assert code == 0 and "chain depth 3" in out
+    flat = chain / "snapshots" / "flat" / "memory.bin"
+    assert flat.read_bytes() == (chain / "snapshots" / "head" / "memory.bin").read_bytes()
+    pack = tmp_path / "chain.forkd-snapshot.tar.zst"
+    code, out, _ = run(capsys, "pack", "head", "-o", str(pack), "--description", "demo")
+    assert code == 0 and "v2 pack of 3 links" in out
+    other = tmp_path / "other"
+    code, out, _ = run(capsys, "--home", str(other), "unpack", str(pack))
+    assert code == 0 and out.splitlines() == ["Unpacked: base", "Unpacked: mid", "Unpacked: head"]
+    for name in ("base", "mid", "head"):
+        assert (other / "snapshots" / name / "memory.bin").read_bytes() == (
+            chain / "snapshots" / name / "memory.bin").read_bytes()
+    code, _, err = run(capsys, "unpack", str(pack), "--home", str(other))  # --home after the command too
+    assert code == 1 and "already exists" in err
+    code, _, err = run(capsys, "unpack", str(pack), "--tag", "x", "--home", str(other))
+    assert code == 1 and "--tag cannot rename a chain" in err
+
+
+def test_typed_errors_print_one_line_and_exit_1(home: Path, capsys, tmp_path: Path) -> None:
+    code, out, err = run(capsys, "inspect", "nope")
+    assert (code, out, err) == (1, "", "forkd: error: snapshot 'nope' not found\n")
+    code, _, err = run(capsys, "import", str(tmp_path), "bad/tag")
+    assert code == 1 and err.startswith("forkd: error: invalid tag 'bad/tag'")
+    code, _, err = run(capsys, "import", str(tmp_path), "t")
+    assert code == 1 and "has no vmstate" in err
+    (tmp_path / "junk.tar.zst").write_bytes(b"not a pack")
+    code, _, err = run(capsys, "unpack", str(tmp_path / "junk.tar.zst"))
+    assert code == 1 and err.startswith("forkd: error: ") and "Traceback" not in err
+    assert run(capsys)[0] == 2  # no command: usage error
+
+
+def test_home_option_overrides_forkd_home(home: Path, tmp_path: Path, capsys) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    src = make_base_source(tmp_path / "src")
+    assert run(capsys, "--home", str(elsewhere), "import", str(src), "t")[0] == 0
+    assert (elsewhere / "snapshots" / "t" / "memory.bin").exists()
+    assert not (home / "snapshots").exists()
+
+
+@pytest.mark.slow
+def test_real_console_script(tmp_path: Path) -> None:
+    exe = shutil.which("forkd", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert exe, "the forkd console script is not installed (pip install -e .)"
+    env = {**os.environ, "FORKD_HOME": str(tmp_path / "home")}
+    src = make_base_source(tmp_path / "src")
+    done = subprocess.run([exe, "import", str(src), "py-base"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([exe, "images", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and [i["tag"] for i in json.loads(done.stdout)] == ["py-base"]
+    done = subprocess.run([exe, "rmi", "nope"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr == "forkd: error: snapshot 'nope' not found\n"
+
+
+def test_images_warns_about_an_unreadable_snapshot_and_lists_the_rest(chain: Path, capsys) -> None:
+    (chain / "snapshots" / "mid" / "snapshot.json").write_text("{broken")
+    code, out, err = run(capsys, "images")
+    assert code == 0 and "snapshot.json is not valid JSON" in err and err.startswith("forkd: warning: ")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["base", "head"]

@@ -1,0 +1,81 @@
+"""Fixtures for the hub: the real app in-process (``TestClient``), tokens, and small snapshot images."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from hub_server.app import create_app
+from hub_server.registry.service import Registry
+from hub_server.settings import Settings
+from tests.hub_server.pushing import PushClient
+from tests.manifest.images import mutate_image, random_image
+
+MiB = 1 << 20
+
+
+class Hub:
+    """A running in-process hub: an HTTP client plus handles on its registry, for assertions."""
+
+    def __init__(self, client: TestClient[Any], settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    @property
+    def registry(self) -> Registry:
+        return self.client.app.state.registry
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an async function in the app's event loop."""
+        return self.client.blocking_portal.call(lambda: fn(*args, **kwargs))
+
+    def token(self, name: str, *scopes: str, expires: timedelta | None = None) -> str:
+        return self.call(self.client.app.state.tokens.create, name, list(scopes), expires)
+
+    def pusher(self, token: str | None = None) -> PushClient:
+        return PushClient(self.client, token)
+
+
+@pytest.fixture
+def make_hub(tmp_path: Path) -> Iterator[Callable[..., Hub]]:
+    clients: list[TestClient[Any]] = []
+
+    def make(storage: str | None = None, **overrides: Any) -> Hub:
+        data_dir = tmp_path / f"hub{len(clients)}"
+        settings = Settings.for_data_dir(data_dir)
+        settings = replace(settings, storage=storage or "memory", **overrides)
+        client = TestClient(create_app(settings), raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return Hub(client, settings)
+
+    yield make
+    for client in reversed(clients):
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def hub(make_hub: Callable[..., Hub]) -> Hub:
+    return make_hub()
+
+
+@pytest.fixture
+def admin_token(hub: Hub) -> str:
+    return hub.token("admin", "admin")
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> list[tuple[Path, bytes]]:
+    """A 3-link chain of small sparse memory images (4 MiB) with vmstates: base, child, grandchild."""
+    rng = random.Random(1234)
+    base = random_image(tmp_path / "m0.bin", rng, 4 * MiB, n_extents=10)
+    child = mutate_image(base, tmp_path / "m1.bin", rng, n_writes=5)
+    grandchild = mutate_image(child, tmp_path / "m2.bin", rng, new_size=5 * MiB, n_writes=5)
+    return [(base, b"vmstate-0" * 100), (child, b"vmstate-1" * 100), (grandchild, b"vmstate-2" * 100)]

@@ -1,0 +1,276 @@
+"""A tiny push/pull client for tests: speaks the hub's HTTP API through any ``httpx.Client``.
+
+In-process tests pass Litestar's ``TestClient(app)`` (an ``httpx.Client``); end-to-end tests
+pass an ``httpx.Client`` pointed at a real ``forkd-hub serve``. Layers are built with the real
+``manifest`` API (diff_files → LayerBuilder → ChunkMap / LayerConfig / LayerManifest), pushed
+link by link as docs/http-api.md "Push, step by step" says, and pulled back by fetching the
+chain and assembling each file from ranged (multi-range) blob reads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import zstandard
+
+from manifest import mediatypes as mt
+from manifest.assemble import assemble_file
+from manifest.diff import diff_files
+from manifest.digest import digest_bytes, digest_file
+from manifest.layer import ChunkLocation, LayerBuilder
+from manifest.model import ChunkMap, Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
+
+CHUNK = 64 * 1024
+CREATED = "2026-01-01T00:00:00Z"  # fixed, so identical layers have identical bytes
+PATCH_SIZE = 256 * 1024
+MAX_RANGES = 64
+
+
+class HubRequestError(AssertionError):
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        super().__init__(f"{response.request.method} {response.request.url} → {response.status_code}: {response.text[:500]}")
+
+
+def check(response: httpx.Response, *ok: int) -> httpx.Response:
+    if response.status_code not in ok:
+        raise HubRequestError(response)
+    return response
+
+
+@dataclass
+class BuiltLayer:
+    """A layer ready to push: exact bytes of every document and where its data blobs are."""
+
+    manifest: bytes
+    digest: str
+    config: bytes
+    chunk_map: ChunkMap
+    chunk_map_bytes: bytes
+    vmstate_blob: bytes
+    data_blobs: dict[str, Path]
+    reused_blobs: dict[str, int]
+    memory: Path
+    vmstate: bytes
+    new_chunks: int
+
+    @property
+    def small_blobs(self) -> dict[str, bytes]:
+        return {
+            str(digest_bytes(self.config)): self.config,
+            str(digest_bytes(self.chunk_map_bytes)): self.chunk_map_bytes,
+            str(digest_bytes(self.vmstate_blob)): self.vmstate_blob,
+        }
+
+
+@dataclass
+class Transfer:
+    """What a push actually sent."""
+
+    blobs_uploaded: list[str] = field(default_factory=list)
+    bytes_uploaded: int = 0
+    blobs_mounted: list[str] = field(default_factory=list)
+
+
+class PushClient:
+    def __init__(self, http: httpx.Client, token: str | None = None) -> None:
+        self.http = http
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.transfer = Transfer()
+
+    # -- negotiation and blobs ------------------------------------------------------------
+
+    def query_chunks(self, repo: str, digests: list[str]) -> dict[str, dict]:
+        found: dict[str, dict] = {}
+        for i in range(0, len(digests), 10_000):
+            r = check(self.http.post(f"/api/v1/repositories/{repo}/chunks/query",
+                                     json={"digests": digests[i:i + 10_000]}, headers=self.headers), 200)
+            found.update(r.json()["found"])
+        return found
+
+    def blob_exists(self, repo: str, digest: str) -> bool:
+        return self.http.head(f"/v2/{repo}/blobs/{digest}", headers=self.headers).status_code == 200
+
+    def upload(self, repo: str, data: bytes, digest: str, *, mount_from: str | None = None) -> None:
+        """Upload with POST + PATCHes (Content-Range) + PUT ?digest=, or mount it from ``mount_from``."""
+        if mount_from:
+            r = check(self.http.post(f"/v2/{repo}/blobs/uploads/", params={"mount": digest, "from": mount_from},
+                                     headers=self.headers), 201, 202)
+            if r.status_code == 201:
+                self.transfer.blobs_mounted.append(digest)
+                return
+            location = r.headers["Location"]
+        else:
+            location = check(self.http.post(f"/v2/{repo}/blobs/uploads/", headers=self.headers), 202).headers["Location"]
+        offset = 0
+        while offset < len(data):
+            piece = data[offset:offset + PATCH_SIZE]
+            r = check(self.http.patch(location, content=piece, headers={
+                **self.headers, "Content-Range": f"{offset}-{offset + len(piece) - 1}",
+                "Content-Type": "application/octet-stream"}), 202)
+            offset += len(piece)
+            assert r.headers["Upload-Offset"] == str(offset)
+        check(self.http.put(location, params={"digest": digest}, headers=self.headers), 201)
+        self.transfer.blobs_uploaded.append(digest)
+        self.transfer.bytes_uploaded += len(data)
+
+    def ensure_blob(self, repo: str, data: bytes, digest: str, *, mount_from: str | None = None) -> None:
+        if not self.blob_exists(repo, digest):
+            self.upload(repo, data, digest, mount_from=mount_from)
+
+    # -- layers -----------------------------------------------------------------------------
+
+    def build_layer(self, repo: str, memory: Path, vmstate: bytes, workdir: Path,
+                    parent: BuiltLayer | None = None, *, dedup: bool = True) -> BuiltLayer:
+        """Diff ``memory`` against the parent's, asking the hub which changed chunks it already holds."""
+        parent_memory = parent.memory if parent else None
+        changes = list(diff_files(parent_memory, memory, CHUNK))
+        known: dict[str, ChunkLocation] = {}
+        sizes: dict[str, int] = {}
+        if dedup:
+            wanted = sorted({c.digest for c in changes if c.digest})
+            for d, loc in self.query_chunks(repo, wanted).items():
+                known[d] = ChunkLocation(loc["blob"], loc["offset"], loc["length"])
+                sizes[loc["blob"]] = loc["blobSize"]
+        blob_dir = workdir / "blobs"
+        builder = LayerBuilder(blob_dir, known)
+        memory_digest = str(digest_file(memory)["blake3"])
+        builder.add_file(mt.MEMORY_FILE, iter(changes), size=os.path.getsize(memory), chunk_size=CHUNK,
+                         digest=memory_digest,
+                         parent_digest=str(digest_file(parent_memory)["blake3"]) if parent_memory else None)
+        maps, new_blobs = builder.finish()
+        chunk_map = maps[mt.MEMORY_FILE]
+        chunk_map_bytes = chunk_map.to_json()
+        vmstate_blob = zstandard.ZstdCompressor(write_content_size=True).compress(vmstate)
+        config = LayerConfig(
+            created=CREATED,
+            files={
+                mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate))),
+                mt.MEMORY_FILE: FileInfo(os.path.getsize(memory), memory_digest,
+                                         str(digest_file(memory, ("sha256",))["sha256"]), CHUNK),
+            },
+            parent=ParentRef(parent.digest, None) if parent else None,
+            compat={"vmm": "qemu-microvm", "memMiB": 4},
+        ).to_json()
+        data_blobs = {b.digest: b.path for b in new_blobs}
+        sizes.update({b.digest: b.size for b in new_blobs})
+        layers = [Descriptor.for_bytes(mt.VMSTATE, vmstate_blob),
+                  Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE})]
+        layers += [Descriptor(mt.DATA_BLOB, b, sizes[b]) for b in chunk_map.blobs]
+        manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config), tuple(layers)).to_json()
+        reused = {b: sizes[b] for b in chunk_map.blobs if b not in data_blobs}
+        return BuiltLayer(manifest, str(digest_bytes(manifest)), config, chunk_map, chunk_map_bytes, vmstate_blob,
+                          data_blobs, reused, memory, vmstate, builder.stats.new_chunks)
+
+    def push_layer(self, repo: str, layer: BuiltLayer, tag: str | None = None, *, public: bool = False,
+                   mount_from: str | None = None) -> httpx.Response:
+        """Upload what the hub lacks, PUT the manifest by digest, then by tag."""
+        exists = self.http.get(f"/v2/{repo}/manifests/{layer.digest}", headers=self.headers).status_code == 200
+        if not exists:
+            for digest, path in layer.data_blobs.items():
+                self.ensure_blob(repo, path.read_bytes(), digest)
+            for digest, data in layer.small_blobs.items():
+                self.ensure_blob(repo, data, digest, mount_from=mount_from)
+            r = self.put_manifest(repo, layer.digest, layer.manifest, public=public)
+        if tag is not None:
+            r = self.put_manifest(repo, tag, layer.manifest, public=public)
+        return r
+
+    def put_manifest(self, repo: str, ref: str, body: bytes, *, public: bool = False,
+                     media_type: str = mt.OCI_MANIFEST) -> httpx.Response:
+        return check(self.http.put(f"/v2/{repo}/manifests/{ref}", content=body,
+                                   params={"public": "true"} if public else None,
+                                   headers={**self.headers, "Content-Type": media_type}), 201)
+
+    def push_chain(self, repo: str, images: list[tuple[Path, bytes]], workdir: Path, tag: str,
+                   *, public: bool = False) -> list[BuiltLayer]:
+        """Build and push ``[(memory, vmstate), …]`` base → head; only the head gets ``tag``."""
+        layers: list[BuiltLayer] = []
+        for i, (memory, vmstate) in enumerate(images):
+            layer = self.build_layer(repo, memory, vmstate, workdir / f"link{i}", layers[-1] if layers else None)
+            self.push_layer(repo, layer, tag if i == len(images) - 1 else None, public=public)
+            layers.append(layer)
+        return layers
+
+    # -- pulling ----------------------------------------------------------------------------
+
+    def pull(self, repo: str, ref: str, dest: Path) -> list[tuple[Path, bytes]]:
+        """Fetch the chain of ``ref`` and assemble every link; return ``[(memory path, vmstate)]`` base → head."""
+        chain = check(self.http.get(f"/api/v1/repositories/{repo}/chain/{ref}", headers=self.headers), 200).json()
+        dest.mkdir(parents=True, exist_ok=True)
+        out: list[tuple[Path, bytes]] = []
+        parent: Path | None = None
+        for i, link in enumerate(chain["chain"]):
+            raw = link["manifest"].encode()
+            assert str(digest_bytes(raw)) == link["digest"], "manifest bytes must be exact"
+            manifest = LayerManifest.from_json(raw)
+            source = link["repository"]
+            cm_desc = manifest.chunk_maps[mt.MEMORY_FILE]
+            chunk_map = ChunkMap.from_json(self.blob(source, cm_desc.digest))
+            frames = self.prefetch_frames(source, chunk_map)
+            target = dest / f"memory-{i}.bin"
+            assemble_file(chunk_map, target, parent=parent, frames=lambda b, o, n: frames[(b, o, n)])
+            vmstate = zstandard.ZstdDecompressor().decompress(self.blob(source, manifest.vmstate.digest))
+            out.append((target, vmstate))
+            parent = target
+        return out
+
+    def blob(self, repo: str, digest: str) -> bytes:
+        data = check(self.http.get(f"/v2/{repo}/blobs/{digest}", headers=self.headers), 200).content
+        assert str(digest_bytes(data)) == digest
+        return data
+
+    def prefetch_frames(self, repo: str, chunk_map: ChunkMap) -> dict[tuple[str, int, int], bytes]:
+        """Every frame the map needs, fetched as multi-range GETs (≤ MAX_RANGES per request)."""
+        wanted: dict[str, set[tuple[int, int]]] = {}
+        for e in chunk_map.entries:
+            if e.digest is not None:
+                wanted.setdefault(chunk_map.blobs[e.blob], set()).add((e.offset, e.length))
+        frames: dict[tuple[str, int, int], bytes] = {}
+        for blob, spans in wanted.items():
+            ordered = sorted(spans)
+            for i in range(0, len(ordered), MAX_RANGES):
+                batch = ordered[i:i + MAX_RANGES]
+                for (offset, length), data in zip(batch, self.read_ranges(repo, blob, batch), strict=True):
+                    frames[(blob, offset, length)] = data
+        return frames
+
+    def read_ranges(self, repo: str, blob: str, spans: list[tuple[int, int]]) -> list[bytes]:
+        header = "bytes=" + ",".join(f"{o}-{o + n - 1}" for o, n in spans)
+        r = check(self.http.get(f"/v2/{repo}/blobs/{blob}", headers={**self.headers, "Range": header}), 206)
+        if len(spans) == 1:
+            return [r.content]
+        parts = parse_byteranges(r.headers["Content-Type"], r.content)
+        by_start = {start: data for start, _, data in parts}
+        return [by_start[o] for o, _ in spans]
+
+
+_BOUNDARY = re.compile(r'boundary="?([^";]+)"?')
+
+
+def parse_byteranges(content_type: str, body: bytes) -> list[tuple[int, int, bytes]]:
+    """Parse a ``multipart/byteranges`` body into ``[(first, last, data)]`` (by its Content-Range headers)."""
+    assert content_type.startswith("multipart/byteranges"), content_type
+    match = _BOUNDARY.search(content_type)
+    assert match, content_type
+    delimiter = b"--" + match.group(1).encode()
+    parts: list[tuple[int, int, bytes]] = []
+    position = body.index(delimiter)
+    while True:
+        position += len(delimiter)
+        if body[position:position + 2] == b"--":
+            return parts
+        head_end = body.index(b"\r\n\r\n", position)
+        headers = dict(
+            (k.strip().lower(), v.strip()) for k, _, v in
+            (line.partition(":") for line in body[position:head_end].decode("latin-1").split("\r\n") if line)
+        )
+        first, last = (int(x) for x in headers["content-range"].split()[1].split("/")[0].split("-"))
+        start = head_end + 4
+        parts.append((first, last, body[start:start + last - first + 1]))
+        position = start + last - first + 1 + 2  # data, then CRLF before the next delimiter
+        assert body[position:position + len(delimiter)] == delimiter

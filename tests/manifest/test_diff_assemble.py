@@ -1,0 +1,130 @@
+"""assemble(parent, diff(parent, child)) == child, byte for byte, for random sparse images and chains."""
+
+import os
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from manifest.errors import AssemblyError, DigestMismatch
+from manifest.fileops import allocated_bytes
+
+from .images import mutate_image, random_image, same_bytes, write_sparse_image
+from .layers import assemble, build_layer
+
+SIZES = st.integers(min_value=0, max_value=3 << 20)
+CHUNK_SIZES = st.sampled_from([4096, 16384, 65536, 1 << 20])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), size=SIZES, new_size=SIZES, chunk_size=CHUNK_SIZES)
+def test_assemble_of_diff_equals_child(tmp_path_factory, seed, size, new_size, chunk_size):
+    tmp = tmp_path_factory.mktemp("prop")
+    rng = random.Random(seed)
+    parent = random_image(tmp / "parent", rng, size)
+    child = mutate_image(parent, tmp / "child", rng, new_size=new_size)
+    for base in (None, parent):
+        chunk_map, _, _ = build_layer(base, child, tmp / "blobs", chunk_size)
+        out = tmp / f"out-{base is None}"
+        result = assemble(chunk_map, base, out, tmp / "blobs")
+        assert same_bytes(out, child)
+        assert result.digests["blake3"] == chunk_map.digest
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), depth=st.integers(1, 5))
+def test_chains_of_depth_1_to_5_assemble(tmp_path_factory, seed, depth):
+    tmp = tmp_path_factory.mktemp("chain")
+    rng = random.Random(seed)
+    size = rng.randrange(1, 2 << 20)
+    images = [random_image(tmp / "img0", rng, size)]
+    for i in range(1, depth):
+        images.append(mutate_image(images[-1], tmp / f"img{i}", rng, new_size=rng.choice([None, size + rng.randrange(0, 70000)])))
+    assembled = None
+    for i, image in enumerate(images):
+        chunk_map, _, _ = build_layer(images[i - 1] if i else None, image, tmp / "blobs")
+        out = tmp / f"asm{i}"
+        assemble(chunk_map, assembled, out, tmp / "blobs")
+        assert same_bytes(out, image), f"link {i} of {depth}"
+        assembled = out
+
+
+def test_child_layer_holds_only_changed_chunks(tmp_path):
+    cs = 65536
+    base = write_sparse_image(tmp_path / "base", 256 * cs, [(0, os.urandom(100 * cs))])
+    child = mutate_image(base, tmp_path / "child", random.Random(1), n_writes=0)
+    with open(child, "r+b") as f:
+        for index in (3, 50, 200):
+            f.seek(index * cs + 10)
+            f.write(b"changed")
+        f.seek(7 * cs)
+        f.write(bytes(cs))  # became zero
+    chunk_map, blobs, stats = build_layer(base, child, tmp_path / "blobs")
+    assert [(e.index, e.is_zero) for e in chunk_map.entries] == [(3, False), (7, True), (50, False), (200, False)]
+    assert stats.new_chunks == 3 and stats.zero_chunks == 1
+    assert sum(b.size for b in blobs) < 4 * cs
+    out = tmp_path / "out"
+    assemble(chunk_map, base, out, tmp_path / "blobs")
+    assert same_bytes(out, child)
+
+
+def test_zero_chunks_are_holes_and_never_stored(tmp_path):
+    cs = 65536
+    image = write_sparse_image(tmp_path / "img", 1024 * cs, [(5 * cs, b"data"), (9 * cs, bytes(50 * cs))])
+    chunk_map, blobs, stats = build_layer(None, image, tmp_path / "blobs")
+    assert [e.index for e in chunk_map.entries] == [5]
+    out = tmp_path / "out"
+    assemble(chunk_map, None, out, tmp_path / "blobs")
+    assert allocated_bytes(out) <= 4 * cs
+    assert same_bytes(out, image)
+
+
+def test_identical_chunks_at_any_offset_are_stored_once(tmp_path):
+    cs = 65536
+    page = os.urandom(cs)
+    image = write_sparse_image(tmp_path / "img", 64 * cs, [(i * cs, page) for i in (1, 17, 40)])
+    chunk_map, blobs, stats = build_layer(None, image, tmp_path / "blobs")
+    assert stats.new_chunks == 1 and stats.reused_chunks == 2
+    assert len({(e.blob, e.offset) for e in chunk_map.entries}) == 1
+
+
+def test_known_chunks_are_referenced_not_repeated(tmp_path):
+    cs = 65536
+    a = write_sparse_image(tmp_path / "a", 16 * cs, [(0, os.urandom(4 * cs))])
+    map_a, blobs_a, _ = build_layer(None, a, tmp_path / "blobs")
+    known = {e.digest: __import__("manifest.layer", fromlist=["ChunkLocation"]).ChunkLocation(map_a.blobs[e.blob], e.offset, e.length) for e in map_a.entries}
+    b = write_sparse_image(tmp_path / "b", 16 * cs, [(8 * cs, a.read_bytes()[: 4 * cs]), (0, os.urandom(cs))])
+    map_b, blobs_b, stats = build_layer(None, b, tmp_path / "blobs", known=known)
+    assert stats.reused_chunks == 4 and stats.new_chunks == 1
+    assert set(map_b.blobs) == {blobs_a[0].digest, blobs_b[0].digest}
+    out = tmp_path / "out"
+    assemble(map_b, None, out, tmp_path / "blobs")
+    assert same_bytes(out, b)
+
+
+def test_corrupted_frame_is_named_and_nothing_left(tmp_path):
+    cs = 65536
+    image = write_sparse_image(tmp_path / "img", 8 * cs, [(2 * cs, os.urandom(cs)), (5 * cs, os.urandom(cs))])
+    chunk_map, blobs, _ = build_layer(None, image, tmp_path / "blobs")
+    raw = bytearray(blobs[0].path.read_bytes())
+    raw[-100] ^= 0xFF  # inside the last frame's raw block: decodes, but to other bytes
+    blobs[0].path.write_bytes(bytes(raw))
+    out = tmp_path / "out"
+    with pytest.raises((DigestMismatch, AssemblyError), match=r"memory\.bin chunk 5"):
+        assemble(chunk_map, None, out, tmp_path / "blobs")
+    assert not out.exists()
+
+
+def test_wrong_parent_is_detected(tmp_path):
+    cs = 65536
+    rng = random.Random(3)
+    parent = random_image(tmp_path / "p", rng, 32 * cs)
+    other = random_image(tmp_path / "o", rng, 32 * cs)
+    child = mutate_image(parent, tmp_path / "c", rng)
+    chunk_map, _, _ = build_layer(parent, child, tmp_path / "blobs")
+    with pytest.raises(DigestMismatch, match="assembled memory.bin"):
+        assemble(chunk_map, other, tmp_path / "out", tmp_path / "blobs")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(AssemblyError, match="none given"):
+        assemble(chunk_map, None, tmp_path / "out", tmp_path / "blobs")

@@ -1,0 +1,78 @@
+import hashlib
+
+import blake3
+import pytest
+
+from manifest.digest import Digest, Hasher, digest_bytes, digest_file, is_digest, parse_digest, verify_bytes, verify_file
+from manifest.errors import DigestMismatch, InvalidDigest
+
+HEX = "ab" * 32
+
+
+def test_parse_round_trip():
+    d = parse_digest(f"blake3:{HEX}")
+    assert d == Digest("blake3", HEX)
+    assert str(d) == f"blake3:{HEX}"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (HEX, "no algorithm prefix"),
+        (f"md5:{HEX}", "unsupported algorithm 'md5'"),
+        (f"sha256:{HEX.upper()}", "64 lowercase hex"),
+        ("sha256:abc", "64 lowercase hex"),
+        (f"blake3:{HEX}0", "64 lowercase hex"),
+        ("", "no algorithm prefix"),
+    ],
+)
+def test_parse_rejects_with_a_clear_message(text, fragment):
+    with pytest.raises(InvalidDigest, match=fragment):
+        parse_digest(text)
+    assert not is_digest(text)
+
+
+def test_parse_rejects_non_strings():
+    with pytest.raises(InvalidDigest):
+        parse_digest(42)  # type: ignore[arg-type]
+
+
+def test_digest_bytes_matches_reference_implementations():
+    data = b"forkd" * 1000
+    assert str(digest_bytes(data)) == "blake3:" + blake3.blake3(data).hexdigest()
+    assert str(digest_bytes(data, "sha256")) == "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_streaming_hasher_equals_one_shot():
+    parts = [b"a" * 10, b"b" * 100_000, b"", b"c"]
+    for alg in ("blake3", "sha256"):
+        h = Hasher(alg)
+        for p in parts:
+            h.update(p)
+        assert h.digest() == digest_bytes(b"".join(parts), alg)
+        assert h.size == sum(map(len, parts))
+
+
+def test_unknown_algorithm_hasher():
+    with pytest.raises(InvalidDigest):
+        Hasher("md5")
+
+
+def test_digest_file_single_pass_both_algorithms(tmp_path):
+    data = bytes(range(256)) * 40000
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    got = digest_file(path, ("blake3", "sha256"))
+    assert got["blake3"] == digest_bytes(data)
+    assert got["sha256"] == digest_bytes(data, "sha256")
+
+
+def test_verify_names_what_mismatched(tmp_path):
+    verify_bytes(b"x", digest_bytes(b"x"))
+    with pytest.raises(DigestMismatch, match="chunk 7"):
+        verify_bytes(b"y", str(digest_bytes(b"x")), what="chunk 7")
+    path = tmp_path / "f"
+    path.write_bytes(b"hello")
+    verify_file(path, digest_bytes(b"hello", "sha256"))
+    with pytest.raises(DigestMismatch, match=str(path)):
+        verify_file(path, digest_bytes(b"other"))

@@ -1,0 +1,148 @@
+"""Parsing rejects malformed documents with an error that names the field; serialisation round-trips."""
+
+import json
+
+import pytest
+
+from manifest import mediatypes as mt
+from manifest.errors import InvalidManifest
+from manifest.model import (
+    ChunkEntry, ChunkMap, Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef, chain_index, manifest_digest,
+)
+
+D = "blake3:" + "1" * 64
+E = "blake3:" + "2" * 64
+
+
+def chunk_map(**over):
+    obj = ChunkMap("memory.bin", 10 * 65536, 65536, D, None, (E,), (ChunkEntry(1, D, 0, 0, 100), ChunkEntry(4, None))).to_obj()
+    obj.update(over)
+    return json.dumps(obj).encode()
+
+
+def test_chunk_map_round_trip():
+    cm = ChunkMap.from_json(chunk_map())
+    assert cm.entries == (ChunkEntry(1, D, 0, 0, 100), ChunkEntry(4, None))
+    assert ChunkMap.from_json(cm.to_json()) == cm
+
+
+@pytest.mark.parametrize(
+    "over, fragment",
+    [
+        ({"mediaType": "x"}, "mediaType"),
+        ({"file": "/etc/passwd"}, "not a chunked file role"),
+        ({"file": "vmstate"}, "not a chunked file role"),
+        ({"chunkSize": 1000}, "chunkSize"),
+        ({"size": -1}, "size"),
+        ({"compression": "gzip"}, "compression"),
+        ({"blobs": ["nope"]}, r"blobs\[0\]"),
+        ({"blobs": [E, E]}, "twice"),
+        ({"chunks": [[10, None]]}, "out of range"),
+        ({"chunks": [[2, None], [2, None]]}, "strictly increasing"),
+        ({"chunks": [[1, D, 1, 0, 10]]}, "blob 1"),
+        ({"chunks": [[1, D, 0, 0, 0]]}, "positive"),
+        ({"chunks": [[1, D, 0, 0, 10**9]]}, "length"),
+        ({"chunks": [[1, D, 0, -5, 10]]}, "offset"),
+        ({"chunks": [[1, "sha1:x", 0, 0, 10]]}, "digest"),
+        ({"chunks": [[True, None]]}, "index"),
+        ({"chunks": [[1, D]]}, r"\[index, null\]"),
+        ({"chunks": [{"i": 1}]}, "must be"),
+        ({"digest": None}, "digest is required"),
+    ],
+)
+def test_chunk_map_rejects(over, fragment):
+    with pytest.raises(InvalidManifest, match=fragment):
+        ChunkMap.from_json(chunk_map(**over))
+
+
+def test_documents_reject_non_json_and_oversize():
+    with pytest.raises(InvalidManifest, match="not valid JSON"):
+        ChunkMap.from_json(b"\xff{")
+    with pytest.raises(InvalidManifest, match="JSON object"):
+        LayerConfig.from_json(b"[]")
+    with pytest.raises(InvalidManifest, match="over the"):
+        LayerManifest.from_json(b" " * (2 << 20))
+
+
+def config(**over):
+    cfg = LayerConfig(
+        "2026-11-29T00:00:00Z",
+        {"vmstate": FileInfo(10, D), "memory.bin": FileInfo(65536, E, "sha256:" + "3" * 64, 65536)},
+        ParentRef(D, "base"),
+        {"vmm": "qemu-microvm", "memMiB": 256},
+        {"k": "v"},
+    )
+    obj = cfg.to_obj()
+    obj.update(over)
+    return cfg, json.dumps(obj).encode()
+
+
+def test_config_round_trip():
+    cfg, data = config()
+    assert LayerConfig.from_json(data) == cfg
+
+
+@pytest.mark.parametrize(
+    "over, fragment",
+    [
+        ({"files": {"memory.bin": {"size": 1, "digest": D}}}, "'vmstate'"),
+        ({"files": {"../../x": {"size": 1, "digest": D}}}, "unknown file role"),
+        ({"files": {"vmstate": {"size": 1, "digest": D, "sha256": D}, "memory.bin": {"size": 1, "digest": D}}}, "sha256 digest"),
+        ({"compat": {"memMiB": "256"}}, "compat.memMiB"),
+        ({"compat": {"vcpus": True}}, "compat.vcpus"),
+        ({"parent": {"tag": "x"}}, "parent.digest"),
+        ({"annotations": {"a": 1}}, "annotations"),
+        ({"created": 5}, "created"),
+    ],
+)
+def test_config_rejects(over, fragment):
+    _, data = config(**over)
+    with pytest.raises(InvalidManifest, match=fragment):
+        LayerConfig.from_json(data)
+
+
+def manifest(layers=None):
+    layers = layers or [
+        Descriptor(mt.VMSTATE, D, 5),
+        Descriptor(mt.CHUNK_MAP, E, 7, {mt.ANNOTATION_FILE: "memory.bin"}),
+        Descriptor(mt.DATA_BLOB, "blake3:" + "4" * 64, 9),
+    ]
+    return LayerManifest(Descriptor(mt.CONFIG, "blake3:" + "5" * 64, 3), tuple(layers))
+
+
+def test_manifest_round_trip_and_digest_over_exact_bytes():
+    m = manifest()
+    data = m.to_json()
+    assert LayerManifest.from_json(data) == m
+    pretty = json.dumps(json.loads(data), indent=2).encode()
+    assert LayerManifest.from_json(pretty) == m
+    assert manifest_digest(pretty) != manifest_digest(data)
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda o: o.update(schemaVersion=1), "schemaVersion"),
+        (lambda o: o.update(artifactType="application/vnd.oci.image.config.v1+json"), "artifactType"),
+        (lambda o: o["config"].update(mediaType="x"), "config.mediaType"),
+        (lambda o: o["layers"].pop(0), "exactly one vmstate"),
+        (lambda o: o["layers"].pop(1), "chunk map for 'memory.bin'"),
+        (lambda o: o["layers"].append(dict(o["layers"][2])), "twice"),
+        (lambda o: o["layers"][1]["annotations"].update({mt.ANNOTATION_FILE: "/etc/shadow"}), "chunk map needs"),
+        (lambda o: o["layers"].append({"mediaType": "application/x-evil", "digest": "blake3:" + "6" * 64, "size": 1}), "not a forkd"),
+        (lambda o: o["layers"][0].update(size=-1), "size"),
+        (lambda o: o.update(layers={}), "layers has the wrong type"),
+    ],
+)
+def test_manifest_rejects(mutate, fragment):
+    obj = manifest().to_obj()
+    mutate(obj)
+    with pytest.raises(InvalidManifest, match=fragment):
+        LayerManifest.from_json(json.dumps(obj).encode())
+
+
+def test_chain_index_lists_base_to_head():
+    descs = [Descriptor(mt.OCI_MANIFEST, D, 10, artifact_type=mt.LAYER_ARTIFACT), Descriptor(mt.OCI_MANIFEST, E, 11, artifact_type=mt.LAYER_ARTIFACT)]
+    obj = json.loads(chain_index(descs))
+    assert [m["digest"] for m in obj["manifests"]] == [D, E]
+    assert obj["annotations"][mt.ANNOTATION_CHAIN_DEPTH] == "2"

@@ -1,0 +1,306 @@
+"""The VMM driver contract: one small interface every hypervisor backend implements.
+
+A driver boots a VM from a kernel + initramfs, snapshots it into a pair of files
+(``memory.bin``: raw guest RAM, ``vmstate``: device and CPU state), and forks copy-on-write
+children from such a pair. The hub client drives exactly three flows through it:
+
+* **base snapshot**: ``vm = driver.boot(spec)`` → work in the guest → ``driver.snapshot(vm, out_dir)``.
+* **chain link**: the caller clones the parent's assembled ``memory.bin`` (reflink or copy) to a
+  writable path, then ``vm = driver.restore_writable(parent, that_path, work_dir)`` → work →
+  ``driver.snapshot(vm, out_dir)``. The guest's writes land in the clone only.
+* **fork**: ``driver.fork(assembled, n)`` → ``n`` resumed children that map ``memory.bin``
+  privately (``MAP_PRIVATE``): they share its page cache and never write to it.
+
+Every method raises only ``vmm.errors`` types; each docstring lists which.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vmm.errors import CompatibilityError, GuestCommandFailed, RestoreFailed, VmmError
+
+MEMORY_FILE = "memory.bin"
+VMSTATE_FILE = "vmstate"
+COMPAT_FILE = "vmm.json"
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a driver can run here, with which accelerator, and why (not)."""
+
+    ok: bool
+    accel: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class BootSpec:
+    """What to boot. ``work_dir`` receives the VM's memory file, sockets and logs."""
+
+    kernel: Path
+    initrd: Path | None
+    cmdline: str
+    work_dir: Path
+    rootfs: Path | None = None
+    mem_mib: int = 256
+    vcpus: int = 1
+    boot_timeout: float = 90.0
+
+
+# Fields a host must reproduce exactly to restore a snapshot. Kernel fields are informational:
+# the kernel lives in the snapshot's RAM, so the host needs no copy of it.
+RESTORE_CRITICAL_FIELDS = (
+    "vmm", "vmm_version", "machine", "accel", "arch", "cpu_model", "vcpus", "mem_mib", "device_ids",
+)
+
+
+@dataclass(frozen=True)
+class CompatInfo:
+    """Everything a restore depends on, recorded next to a snapshot (and in the layer manifest)."""
+
+    vmm: str
+    vmm_version: str
+    machine: str
+    accel: str
+    arch: str
+    cpu_model: str
+    vcpus: int
+    mem_mib: int
+    device_ids: tuple[str, ...] = ()
+    kernel_release: str | None = None
+    kernel_digest: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (device ids as a list)."""
+        data = dataclasses.asdict(self)
+        data["device_ids"] = list(self.device_ids)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompatInfo:
+        """Parse what ``to_dict`` wrote. Raises ``VmmError`` naming a missing or unknown field."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise VmmError(f"compat info has unknown field(s): {', '.join(unknown)}")
+        try:
+            values = dict(data)
+            values["device_ids"] = tuple(values.get("device_ids", ()))
+            return cls(**values)
+        except TypeError as exc:
+            raise VmmError(f"compat info is incomplete: {exc}") from exc
+
+
+def check_compat(recorded: CompatInfo, host: CompatInfo,
+                 fields: tuple[str, ...] = RESTORE_CRITICAL_FIELDS) -> None:
+    """Refuse a restore whose recorded configuration differs from the host's.
+
+    Raises ``CompatibilityError`` whose message names every differing field with both values,
+    e.g. ``accel: snapshot has 'kvm', this host would use 'tcg'``; ``.fields`` holds the same.
+    """
+    diffs = {name: (getattr(recorded, name), getattr(host, name))
+             for name in fields if getattr(recorded, name) != getattr(host, name)}
+    if diffs:
+        parts = "; ".join(f"{name}: snapshot has {old!r}, this host would use {new!r}"
+                          for name, (old, new) in diffs.items())
+        raise CompatibilityError(f"snapshot cannot be restored here ({parts})", diffs)
+
+
+@dataclass(frozen=True)
+class SnapshotFiles:
+    """A restorable snapshot: raw guest RAM, device/CPU state, the compat record, optional disk."""
+
+    memory: Path
+    vmstate: Path
+    compat: CompatInfo
+    rootfs: Path | None = None
+
+    def save_compat(self, directory: Path | None = None) -> Path:
+        """Write the compat record as ``vmm.json`` (next to the vmstate by default)."""
+        target = Path(directory or self.vmstate.parent) / COMPAT_FILE
+        payload = {"compat": self.compat.to_dict(),
+                   "rootfs": self.rootfs.name if self.rootfs else None}
+        tmp = target.with_name(target.name + ".partial")
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        tmp.replace(target)
+        return target
+
+    @classmethod
+    def load(cls, directory: Path, compat: CompatInfo | None = None) -> SnapshotFiles:
+        """Open ``memory.bin`` + ``vmstate`` in ``directory``; compat from ``vmm.json`` unless given.
+
+        Raises ``RestoreFailed`` if a file is missing or the record is unreadable.
+        """
+        directory = Path(directory)
+        memory, vmstate = directory / MEMORY_FILE, directory / VMSTATE_FILE
+        for path in (memory, vmstate):
+            if not path.is_file():
+                raise RestoreFailed(f"snapshot file missing: {path}")
+        rootfs = None
+        if compat is None:
+            try:
+                payload = json.loads((directory / COMPAT_FILE).read_text())
+                compat = CompatInfo.from_dict(payload["compat"])
+            except (OSError, ValueError, KeyError, VmmError) as exc:
+                raise RestoreFailed(f"unreadable compat record {directory / COMPAT_FILE}: {exc}") from exc
+            if payload.get("rootfs"):
+                rootfs = directory / Path(payload["rootfs"]).name
+        return cls(memory=memory, vmstate=vmstate, compat=compat, rootfs=rootfs)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a guest command returned: its exit status and combined stdout+stderr."""
+
+    exit_code: int
+    output: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class MemStats:
+    """Host memory of one VM process, in bytes.
+
+    ``rss``/``pss``/``private_dirty`` cover the whole process (smaps_rollup); the ``guest_ram_*``
+    numbers cover only the mapping of the guest memory file, which is where copy-on-write shows:
+    a forked child's ``guest_ram_private_dirty`` is the RAM it has written since the fork.
+    """
+
+    rss: int
+    pss: int
+    private_dirty: int
+    guest_ram_pss: int
+    guest_ram_private_dirty: int
+
+
+class VM(abc.ABC):
+    """A running (or paused) VM process. Use as a context manager to kill it on exit."""
+
+    #: the VMM process id
+    pid: int
+    #: directory with this VM's sockets, logs and (for booted VMs) its memory file
+    work_dir: Path
+    #: the file that backs guest RAM (``memory.bin``)
+    memory_path: Path
+    #: the configuration this VM runs with; recorded into its snapshots
+    compat: CompatInfo
+
+    @abc.abstractmethod
+    def run(self, cmd: str, timeout: float = 30.0, check: bool = False) -> ExecResult:
+        """Run ``cmd`` with ``sh`` in the guest through the guest agent.
+
+        Raises ``GuestCommandTimeout`` if no answer arrives in ``timeout`` seconds (plus a grace),
+        ``GuestCommandFailed`` if ``check`` and the exit status is non-zero, ``VmmError`` if the
+        VM is gone.
+        """
+
+    @abc.abstractmethod
+    def reseed(self, entropy: bytes | None = None) -> None:
+        """Feed fresh host entropy to the guest kernel RNG and force a CRNG reseed.
+
+        Raises ``GuestCommandFailed`` if the guest could not reseed.
+        """
+
+    @abc.abstractmethod
+    def pause(self) -> None:
+        """Stop the vCPUs. Raises ``VmmProtocolError``."""
+
+    @abc.abstractmethod
+    def resume(self) -> None:
+        """Continue the vCPUs. Raises ``VmmProtocolError``."""
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """Kill the VMM process, reap it and close its channels. Idempotent; never raises."""
+
+    @abc.abstractmethod
+    def mem_stats(self) -> MemStats:
+        """Host memory used by this VM. Raises ``VmmError`` if the process is gone."""
+
+    @property
+    @abc.abstractmethod
+    def alive(self) -> bool:
+        """True while the VMM process runs."""
+
+    def check_output(self, cmd: str, timeout: float = 30.0) -> str:
+        """``run(cmd, check=True).output``. Raises like ``run``."""
+        return self.run(cmd, timeout=timeout, check=True).output
+
+    def __enter__(self) -> VM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.kill()
+
+
+class Driver(abc.ABC):
+    """One hypervisor backend. Implementations: ``QemuMicrovmDriver``, ``FirecrackerDriver``."""
+
+    #: "qemu-microvm" | "firecracker"
+    name: str
+
+    @abc.abstractmethod
+    def available(self) -> Availability:
+        """Probe binary, version and accelerator. Never raises; the reason says what is missing."""
+
+    @abc.abstractmethod
+    def boot(self, spec: BootSpec) -> VM:
+        """Boot a VM whose RAM is a file in ``spec.work_dir``, and wait until its agent answers.
+
+        Raises ``VmmUnavailable`` (no binary/accelerator), ``BootFailed`` (the VMM exited or the
+        agent never answered within ``spec.boot_timeout``; the message carries the log tail).
+        """
+
+    @abc.abstractmethod
+    def snapshot(self, vm: VM, out_dir: Path, *, resume: bool = False) -> SnapshotFiles:
+        """Pause ``vm`` and write ``memory.bin``, ``vmstate`` and ``vmm.json`` into ``out_dir``.
+
+        By default the VM is consumed: its process ends and its memory file becomes
+        ``out_dir/memory.bin`` (a rename when possible, so it costs nothing). With ``resume=True``
+        the memory is cloned instead and the VM continues. Raises ``SnapshotFailed``.
+        """
+
+    @abc.abstractmethod
+    def check_restorable(self, snap: SnapshotFiles) -> None:
+        """Raise ``CompatibilityError`` (naming each differing field) if this host cannot restore
+        ``snap``; ``VmmUnavailable`` if the driver cannot run at all."""
+
+    @abc.abstractmethod
+    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,
+                         disk: Path | None = None) -> VM:
+        """Restore ``snap`` with guest RAM mapped *shared* on ``memory_path``, a caller-made
+        writable clone of ``snap.memory`` (never the stored file itself). The guest's writes land
+        in that clone, so ``snapshot(vm, out_dir)`` afterwards yields the next chain link.
+
+        Raises ``CompatibilityError``, ``RestoreFailed``.
+        """
+
+    @abc.abstractmethod
+    def fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None,
+             work_dir: Path | None = None) -> list[VM]:
+        """Start ``n`` resumed, reseeded copy-on-write children of ``snap``.
+
+        ``snap.memory`` is mapped privately and never preallocated: children share its page cache
+        and their writes stay in their own anonymous pages; the file is never written. ``disks``
+        gives each child its own disk (defaults to private copies of ``snap.rootfs``, if any).
+        Either all ``n`` children start or none is left running.
+
+        Raises ``CompatibilityError``, ``RestoreFailed``.
+        """
+
+
+def require_agent_ok(result: ExecResult, what: str) -> ExecResult:
+    """Raise ``GuestCommandFailed`` naming ``what`` when ``result`` has a non-zero exit status."""
+    if not result.ok:
+        raise GuestCommandFailed(f"{what} exited with status {result.exit_code}: "
+                                 f"{result.output.strip()[-500:]}", result.exit_code, result.output)
+    return result

@@ -1,0 +1,198 @@
+"""The guest agent: a busybox ``sh`` /init that runs commands sent over the serial console.
+
+Wire protocol (one request per line, host → guest)::
+
+    <nonce> hello                      → output: the guest's `uname -r`
+    <nonce> run <timeout_s> <b64 cmd>  → runs `sh -c`-style script with stdin </dev/null
+    <nonce> reseed <b64 entropy>       → RNDADDENTROPY + RNDRESEEDCRNG with the host's bytes
+
+Every reply (guest → host) is framed by the request's nonce, a fresh random 64-bit hex value::
+
+    <nonce> begin
+    <base64 of stdout+stderr, 76-column lines>
+    <nonce> end <exit status>
+
+Command output is base64-encoded, so nothing a command prints can look like a frame line, and a
+frame can only match the request that carries its nonce: replies to an earlier request that timed
+out, kernel messages and tty echo are skipped. Lines inside a frame that are not pure base64 (a
+stray kernel message) are dropped rather than corrupting the decode.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+import secrets
+import select
+import time
+from collections.abc import Callable
+
+from vmm.base import ExecResult
+from vmm.errors import GuestCommandFailed, GuestCommandTimeout, VmmError
+
+AGENT_VERSION = 1
+# Seconds the host waits beyond a command's own timeout (the guest kills it at the timeout).
+_GRACE_S = 5.0
+_B64_LINE = re.compile(rb"^[A-Za-z0-9+/=]*$")
+
+INIT_SCRIPT = r"""#!/bin/sh
+# forkd guest init + agent (PID 1). Protocol: vmm/guest/agent.py in forkd-hub.
+/bin/busybox mount -t proc proc /proc
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin HOME=/root
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=0700 tmpfs /run
+A=/run/agent
+mkdir -p $A /root
+while read -r m; do
+  insmod "/lib/modules/$m.ko" || echo "forkd-init: insmod $m failed"
+done < /lib/modules/load-order
+# A data disk, if the VMM attached one (virtio-blk probing is synchronous in insmod).
+[ -b /dev/vda ] && mount /dev/vda /mnt 2>/dev/null
+hostname forkd-guest
+ip link set lo up 2>/dev/null
+echo 1 > /proc/sys/kernel/printk
+stty -F /dev/ttyS0 raw -echo
+exec 0</dev/ttyS0 1>/dev/ttyS0 2>&1
+echo "forkd-agent: ready"
+while true; do
+  read -r nonce op a1 a2 || continue
+  rc=0
+  case "$op" in
+    hello) uname -r > $A/out ;;
+    run)
+      if echo "$a2" | base64 -d > $A/cmd 2>/dev/null; then
+        ( cd / && timeout -s KILL "$a1" sh $A/cmd ) < /dev/null > $A/out 2>&1
+        rc=$?
+      else
+        echo "forkd-agent: undecodable command" > $A/out; rc=125
+      fi ;;
+    reseed)
+      echo "$a1" | base64 -d > $A/seed 2>/dev/null
+      /bin/forkd-reseed < $A/seed > $A/out 2>&1
+      rc=$?
+      cat $A/seed > /dev/urandom
+      rm -f $A/seed ;;
+    *) echo "forkd-agent: unknown op '$op'" > $A/out; rc=127 ;;
+  esac
+  echo "$nonce begin"
+  base64 $A/out
+  echo "$nonce end $rc"
+done
+"""
+
+
+class AgentChannel:
+    """Host end of the agent protocol over a console byte stream (a socket or a pipe pair).
+
+    ``alive`` tells whether the VM process still runs, so a dead VM fails fast instead of
+    waiting for a timeout. All methods raise ``VmmError`` subclasses only.
+    """
+
+    def __init__(self, read_fd: int, write_fd: int, alive: Callable[[], bool],
+                 on_close: Callable[[], None] = lambda: None) -> None:
+        self._rfd, self._wfd = read_fd, write_fd
+        self._alive = alive
+        self._on_close = on_close
+        self._buf = b""
+
+    def hello(self, timeout: float, resend_every: float = 1.0) -> str:
+        """Wait until the agent answers; return the guest kernel release.
+
+        The request is re-sent with a new nonce every ``resend_every`` seconds, because bytes sent
+        while the guest is still booting can be dropped when its serial driver resets the FIFO.
+        Raises ``GuestCommandTimeout`` after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        nonces: set[str] = set()
+        while True:
+            nonce = self._send("hello")
+            nonces.add(nonce)
+            step = min(deadline, time.monotonic() + resend_every)
+            reply = self._await(nonces, step, quiet_timeout=True)
+            if reply is not None:
+                return reply.output.strip()
+            if time.monotonic() >= deadline:
+                raise GuestCommandTimeout(f"guest agent did not answer within {timeout:.0f}s")
+
+    def run(self, cmd: str, timeout: float = 30.0) -> ExecResult:
+        """Run ``cmd`` in the guest (killed there after ``timeout`` s). Raises ``GuestCommandTimeout``."""
+        seconds = max(1, int(timeout + 0.999))
+        encoded = base64.b64encode(cmd.encode()).decode()
+        nonce = self._send("run", str(seconds), encoded)
+        reply = self._await({nonce}, time.monotonic() + seconds + _GRACE_S)
+        assert reply is not None
+        return reply
+
+    def reseed(self, entropy: bytes | None = None) -> ExecResult:
+        """Send 64 bytes of host entropy (or ``entropy``) for RNDADDENTROPY + RNDRESEEDCRNG."""
+        data = entropy if entropy is not None else os.urandom(64)
+        nonce = self._send("reseed", base64.b64encode(data[:256]).decode())
+        reply = self._await({nonce}, time.monotonic() + 10.0)
+        assert reply is not None
+        return reply
+
+    def close(self) -> None:
+        """Close the console stream. Never raises."""
+        self._on_close()
+
+    def _send(self, op: str, *args: str) -> str:
+        nonce = secrets.token_hex(8)
+        data = " ".join((nonce, op, *args)).encode() + b"\n"
+        try:
+            while data:
+                data = data[os.write(self._wfd, data):]
+        except OSError as exc:
+            raise VmmError(f"guest console write failed: {exc}") from exc
+        return nonce
+
+    def _await(self, nonces: set[str], deadline: float, quiet_timeout: bool = False) -> ExecResult | None:
+        """Read lines until a frame for one of ``nonces`` ends; None on timeout if ``quiet_timeout``."""
+        frame_nonce: str | None = None
+        payload: list[bytes] = []
+        while True:
+            line = self._readline(deadline)
+            if line is None:
+                if quiet_timeout:
+                    return None
+                raise GuestCommandTimeout("guest agent did not answer in time")
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].decode(errors="replace") in nonces:
+                nonce, kind = parts[0].decode(), parts[1]
+                if kind == b"begin":
+                    frame_nonce, payload = nonce, []
+                elif kind == b"end" and nonce == frame_nonce and len(parts) == 3:
+                    return ExecResult(int(parts[2]), _decode(payload))
+            elif frame_nonce is not None and _B64_LINE.match(line):
+                payload.append(line)
+
+    def _readline(self, deadline: float) -> bytes | None:
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self._rfd], [], [], min(remaining, 0.5))
+            if not ready:
+                if not self._alive():
+                    raise VmmError("the VM exited while waiting for its guest agent")
+                continue
+            try:
+                chunk = os.read(self._rfd, 65536)
+            except OSError as exc:
+                raise VmmError(f"guest console read failed: {exc}") from exc
+            if not chunk:
+                raise VmmError("the guest console closed (the VM exited?)")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.rstrip(b"\r")
+
+
+def _decode(lines: list[bytes]) -> str:
+    try:
+        return base64.b64decode(b"".join(lines)).decode(errors="replace")
+    except (binascii.Error, ValueError) as exc:
+        raise GuestCommandFailed(f"guest agent sent a corrupt reply: {exc}") from exc

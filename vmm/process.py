@@ -1,0 +1,83 @@
+"""Starting, tracking and reaping VMM processes, so no VMM outlives the Python process.
+
+Every process started through ``spawn`` is remembered until ``stop`` reaps it; an ``atexit`` hook
+kills whatever is left (a test that failed half-way, a caller that forgot ``kill()``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+_live: set[subprocess.Popen[bytes]] = set()
+_lock = threading.Lock()
+
+
+def spawn(argv: list[str], cwd: Path, log_path: Path, console_pipes: bool = False) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in ``cwd`` with stdout+stderr appended to ``log_path``.
+
+    With ``console_pipes`` stdin and stdout are pipes (a serial console on stdio, as Firecracker
+    has); stderr still goes to the log. Raises ``OSError`` if the binary cannot be executed.
+    """
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv, cwd=cwd,
+            stdin=subprocess.PIPE if console_pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if console_pipes else log,
+            stderr=log,
+            start_new_session=True,  # a Ctrl-C meant for the caller must not kill VMs mid-snapshot
+        )
+    with _lock:
+        _live.add(proc)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | None:
+    """SIGKILL ``proc`` if still running and reap it; return its exit status. Never raises.
+
+    A VMM holds nothing that needs flushing: guest RAM lives in a file or dies with the process,
+    so a graceful shutdown would only cost time.
+    """
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+    with _lock:
+        _live.discard(proc)
+    return proc.returncode
+
+
+def live_pids() -> list[int]:
+    """Pids of VMM processes started here and not yet reaped (for leak checks in tests)."""
+    with _lock:
+        return sorted(p.pid for p in _live if p.poll() is None)
+
+
+def log_tail(path: Path, limit: int = 2000) -> str:
+    """The last ``limit`` characters of a log file ('' if missing), for error messages."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - limit))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+@atexit.register
+def _kill_all() -> None:
+    with _lock:
+        procs = list(_live)
+    for proc in procs:
+        stop(proc, timeout=2.0)
