@@ -31,6 +31,7 @@ from .snapdir import (
     validate_tag,
 )
 from .install import BOTH_DIGESTS, clone_into
+from .vmmcompat import to_manifest_compat
 
 if TYPE_CHECKING:
     from .store import SnapshotStore
@@ -46,18 +47,28 @@ COMPAT_JSON = "compat.json"
 def read_source_compat(src: Path) -> dict[str, Any]:
     """Compat facts found in an import source: ``vmm.json``'s ``compat``, then ``compat.json``.
 
-    Raises InvalidSnapshotDir when either file is not the JSON object it should be.
+    Both are mapped to the manifest vocabulary (``vmmVersion``, ``memMiB`` …, see
+    :mod:`forkd_client.vmmcompat`), which is what the store keeps. Raises InvalidSnapshotDir
+    when either file is not the JSON object it should be or holds a value that is neither a
+    string nor an integer.
     """
     compat: dict[str, Any] = {}
     record = read_json_object(src / VMM_RECORD)
     if record is not None:
         if not isinstance(record.get("compat"), dict):
             raise InvalidSnapshotDir(f"{src / VMM_RECORD} has no 'compat' object")
-        compat.update(record["compat"])
+        compat.update(_manifest_compat(record["compat"], src / VMM_RECORD))
     extra = read_json_object(src / COMPAT_JSON)
     if extra is not None:
-        compat.update(extra)
+        compat.update(_manifest_compat(extra, src / COMPAT_JSON))
     return compat
+
+
+def _manifest_compat(raw: Mapping[str, Any], where: Path) -> dict[str, Any]:
+    try:
+        return dict(to_manifest_compat(raw))
+    except ValueError as e:
+        raise InvalidSnapshotDir(f"{where}: {e}") from None
 
 
 def import_snapshot(
@@ -78,10 +89,11 @@ def import_snapshot(
     ``parent`` the snapshot is a chain link whose ``parent_content_hash`` is the sha256 of
     the parent's memory.bin. A ``snapshot.json`` in ``src`` is kept (unknown fields, volumes)
     but its paths and parent fields are replaced. Compat facts come from ``vmm.json`` /
-    ``compat.json`` in ``src``, then ``compat``.
+    ``compat.json`` in ``src``, then ``compat``, all stored in the manifest vocabulary.
 
     Raises InvalidTag, InvalidSnapshotDir (src lacks a file or has bad JSON),
-    SnapshotNotFound (the parent), SnapshotExists (``tag`` taken and not ``force``), OSError.
+    SnapshotNotFound (the parent), SnapshotExists (``tag`` taken and not ``force``), ValueError
+    (a ``compat`` value that is neither a string nor an integer), OSError.
     """
     validate_tag(tag)
     if not src.is_dir():
@@ -95,7 +107,7 @@ def import_snapshot(
     if parent is not None:
         _check_parent(store, parent, tag)
         parent_hash = store.memory_sha256(parent)
-    merged_compat = {**read_source_compat(src), **(compat or {})}
+    merged_compat = {**read_source_compat(src), **to_manifest_compat(compat or {})}
     base_json = read_json_object(src / SNAPSHOT_JSON)
     present = [role for role in FILE_ROLES if (src / role).is_file()]
     with store.staging(f"import-{tag}") as staged:

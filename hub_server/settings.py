@@ -21,9 +21,14 @@ from typing import Any
 
 from hub_server.db.engine import sqlite_url
 
-__all__ = ["ENV_PREFIX", "Limits", "Settings", "SettingsError", "load_settings", "parse_duration", "parse_size"]
+__all__ = [
+    "DEFAULT_DATA_DIR", "ENV_PREFIX", "Limits", "Settings", "SettingsError", "load_settings", "parse_duration",
+    "parse_size",
+]
 
 ENV_PREFIX = "FORKD_HUB_"
+#: The same default as ``forkd-hub token`` (hub_server.cli_tokens), so both find one database.
+DEFAULT_DATA_DIR = "./forkd-hub-data"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -56,6 +61,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     public_url: str | None = None
+    """The URL clients reach the hub at (behind a proxy); used where absolute URLs are needed."""
+    forwarded_allow_ips: str = "127.0.0.1"
+    """Proxies whose X-Forwarded-For/-Proto uvicorn trusts (comma-separated, or ``*``)."""
     log_level: str = "info"
     gc_interval: float | None = None
     """Seconds between background GC runs in ``serve``; ``None`` disables them."""
@@ -155,6 +163,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "host": (str, False),
     "port": (_port, False),
     "public_url": (lambda t: str(t).rstrip("/") or None, False),
+    "forwarded_allow_ips": (str, False),
     "log_level": (_log_level, False),
     "gc_interval": (_gc_interval, False),
     "audit_log": (lambda t: Path(t).expanduser(), False),
@@ -181,8 +190,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
     ``FORKD_HUB_*`` variables of ``env`` (default ``os.environ``) and the defaults.
 
     Raises:
-        SettingsError: no data directory, an unknown flag name, or a value that does not parse
-            (the message names the flag or variable).
+        SettingsError: an unknown flag name, or a value that does not parse (the message names
+            the flag or variable).
     """
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = os.environ if env is None else env
@@ -203,8 +212,6 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
             raise SettingsError(f"{source}: {e}") from None
         except ValueError as e:
             raise SettingsError(f"{source}: bad value {raw!r}: {e}") from None
-    if "data_dir" not in values:
-        raise SettingsError(f"a data directory is required (--data-dir or {env_name('data_dir')})")
     limits = replace(Limits(), **{k: values.pop(k) for k in list(values) if _FIELDS[k][1]})
-    data_dir = Path(values.pop("data_dir"))
+    data_dir = Path(values.pop("data_dir", DEFAULT_DATA_DIR))
     return Settings.for_data_dir(data_dir, limits=limits, **values)

@@ -102,12 +102,12 @@ def check_compat(recorded: CompatInfo, host: CompatInfo,
     """Refuse a restore whose recorded configuration differs from the host's.
 
     Raises ``CompatibilityError`` whose message names every differing field with both values,
-    e.g. ``accel: snapshot has 'kvm', this host would use 'tcg'``; ``.fields`` holds the same.
+    e.g. ``accel: recorded 'kvm', here 'tcg'``; ``.fields`` holds the same.
     """
     diffs = {name: (getattr(recorded, name), getattr(host, name))
              for name in fields if getattr(recorded, name) != getattr(host, name)}
     if diffs:
-        parts = "; ".join(f"{name}: snapshot has {old!r}, this host would use {new!r}"
+        parts = "; ".join(f"{name}: recorded {old!r}, here {new!r}"
                           for name, (old, new) in diffs.items())
         raise CompatibilityError(f"snapshot cannot be restored here ({parts})", diffs)
 
@@ -189,8 +189,9 @@ class VM(abc.ABC):
     pid: int
     #: directory with this VM's sockets, logs and (for booted VMs) its memory file
     work_dir: Path
-    #: the file that backs guest RAM (``memory.bin``)
-    memory_path: Path
+    #: the file that backs guest RAM (``memory.bin``); None while RAM is anonymous
+    #: (a Firecracker VM before its first snapshot)
+    memory_path: Path | None
     #: the configuration this VM runs with; recorded into its snapshots
     compat: CompatInfo
 

@@ -4,7 +4,9 @@ The whole-process numbers come from ``smaps_rollup``. The guest-RAM numbers come
 ``smaps`` entries that map the guest memory file, found by device + inode (robust against the
 file being renamed after it was mapped). For a copy-on-write child, ``Private_Dirty`` of that
 mapping is exactly the guest RAM it has written since the fork; ``Pss`` charges it a 1/N share of
-the page-cache pages it shares with its siblings.
+the page-cache pages it shares with its siblings. (A page-cache page that is still dirty and
+mapped by this process alone also counts as Private_Dirty; once the memory file has been written
+back, the usual state of a stored snapshot, the number is exactly the copy-on-write copies.)
 """
 
 from __future__ import annotations

@@ -76,7 +76,8 @@ def log_tail(path: Path, limit: int = 2000) -> str:
 
 
 @atexit.register
-def _kill_all() -> None:
+def kill_all() -> None:
+    """Kill and reap every VMM process started here (also runs at interpreter exit)."""
     with _lock:
         procs = list(_live)
     for proc in procs:

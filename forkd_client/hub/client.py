@@ -32,6 +32,7 @@ class ChunkLocation:
     blob: str
     offset: int
     length: int
+    blob_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,8 @@ class HubClient:
     def upload_offset(self, location: str) -> int:
         """How many bytes of an upload the hub has committed (for resume)."""
         r = self._request("GET", location, ok=(204, 200))
+        if "upload-offset" in r.headers:
+            return int(r.headers["upload-offset"])
         return _range_end(r.headers.get("range"))
 
     def upload_chunk(self, location: str, data: bytes, offset: int) -> str:
@@ -234,7 +237,9 @@ class HubClient:
             body = {"digests": list(digests[start : start + QUERY_BATCH])}
             r = self._request("POST", f"/api/v1/repositories/{name}/chunks/query", json=body)
             for digest, loc in r.json().get("found", {}).items():
-                found[digest] = ChunkLocation(loc["blob"], int(loc["offset"]), int(loc["length"]))
+                size = loc.get("blobSize")
+                found[digest] = ChunkLocation(loc["blob"], int(loc["offset"]), int(loc["length"]),
+                                              int(size) if size is not None else None)
         return found
 
 

@@ -16,6 +16,7 @@ Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk), Cli
 
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,8 +38,12 @@ from .progress import NullProgress, Progress
 from .reference import Reference
 
 RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
-MAX_RANGE_BYTES = 32 << 20
+MAX_RANGE_BYTES = 8 << 20
 PARALLEL_REQUESTS = 4
+
+
+def _tunable(name: str, default: int, minimum: int) -> int:
+    return max(minimum, int(os.environ.get(name, default)))
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -214,18 +219,28 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, name: str, layer: st
                 continue
             length = min(cs, chunk_map.size - e.index * cs)
             wanted.setdefault(chunk_map.blobs[e.blob], {})[e.offset] = (e.length, e.digest, length, role, e.index)  # type: ignore[assignment]
+    # FORKD_PULL_RANGE_BYTES bounds one coalesced range (a killed pull loses at most the ranges in
+    # flight); FORKD_PULL_PARALLEL is the number of concurrent requests.
+    max_range = _tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
+    parallel = _tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
     requests = []
     for blob, frames in wanted.items():
         current: list[tuple[int, int]] = []
         for offset in sorted(frames):
             n = frames[offset][0]
-            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= MAX_RANGE_BYTES:
+            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= max_range:
                 start, size = current[-1]
                 current[-1] = (start, offset + n - start)
             else:
                 current.append((offset, n))
-        for i in range(0, len(current), 64):
-            requests.append((blob, current[i : i + 64]))
+        for i in range(0, len(current), 64):  # several ranges per request, ≤ ~max_range bytes each
+            batch: list[tuple[int, int]] = []
+            for r in current[i : i + 64]:
+                if batch and sum(n for _, n in batch) + r[1] > max_range:
+                    requests.append((blob, batch))
+                    batch = []
+                batch.append(r)
+            requests.append((blob, batch))
     total = sum(f[0] for frames in wanted.values() for f in frames.values())
     progress.task(f"pull {tag}", total)
 
@@ -246,7 +261,7 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, name: str, layer: st
                 progress.advance(flen)
         return count, nbytes
 
-    with ThreadPoolExecutor(max_workers=PARALLEL_REQUESTS) as pool:
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
         for count, nbytes in pool.map(fetch, requests):
             stats.chunks_fetched += count
             stats.bytes_fetched += nbytes

@@ -13,6 +13,7 @@ Errors: forkd_client.hub.errors (HubError family), ClientError from the store, O
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,12 @@ from .reference import Reference
 from .state import TransferState
 
 UPLOAD_PART = 16 << 20
+
+
+def upload_part_bytes() -> int:
+    """Bytes per upload request: each is committed by the hub, so a resume repeats at most one.
+    ``FORKD_UPLOAD_PART_BYTES`` overrides the 16 MiB default (minimum 64 KiB)."""
+    return max(64 << 10, int(os.environ.get("FORKD_UPLOAD_PART_BYTES", UPLOAD_PART)))
 
 
 @dataclass
@@ -152,11 +159,12 @@ def _upload_one(client: HubClient, state: TransferState, name: str, digest: str,
         location = client.start_upload(name)
         state.set(key, location)
     progress.advance(offset)
+    part_size = upload_part_bytes()
     sent = 0
     with (open(source, "rb") if isinstance(source, Path) else _BytesReader(source)) as f:
         f.seek(offset)
         while offset < size:
-            part = f.read(min(UPLOAD_PART, size - offset))
+            part = f.read(min(part_size, size - offset))
             location = client.upload_chunk(location, part, offset)
             state.set(key, location)
             offset += len(part)

@@ -65,4 +65,5 @@ class BlobController(Controller):
         registry: NamedDependency[Registry],
     ) -> Response[None]:
         blob = await registry.blobs.read(principal, ns, repo, digest)
-        return Response(None, media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})
+        # HEAD: Litestar sends no body and keeps our Content-Length (the blob's size).
+        return Response(b"", media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})

@@ -34,10 +34,9 @@ class ManifestController(Controller):
         body = await read_limited(request, registry.ctx.limits.manifest_bytes, "manifest")
         result = await registry.manifests.put(principal, ns, repo, ref, body, content_type, public=public,
                                               remote=remote_of(request))
-        return Response(None, status_code=201, headers={
+        return Response(b"", status_code=201, headers={
             "Location": f"/v2/{ns}/{repo}/manifests/{result.digest}",
-            "Docker-Content-Digest": result.digest,
-            "Content-Length": "0",
+            "Docker-Content-Digest": result.digest
         })
 
     @get("/", summary="Fetch the exact manifest bytes pushed")
@@ -62,7 +61,7 @@ class ManifestController(Controller):
         registry: NamedDependency[Registry],
     ) -> Response[None]:
         m = await registry.manifests.get(principal, ns, repo, ref, with_body=False)
-        return Response(None, media_type=m.media_type,
+        return Response(b"", media_type=m.media_type,
                         headers={"Docker-Content-Digest": m.digest, "Content-Length": str(m.size)})
 
     @delete("/", summary="Delete a snapshot from the repository (?cascade=true | ?force=true)", status_code=202)

@@ -15,7 +15,7 @@ from hub_server.registry.service import Registry
 class SystemController(Controller):
     tags = ["system"]
 
-    @get("/v2", summary="OCI API version check", response_headers={})
+    @get("/v2", summary="OCI API version check")
     async def v2_root(self, principal: NamedDependency[Principal]) -> Response[dict[str, Any]]:
         # Declaring the principal makes a bad token fail here with 401, as everywhere.
         return Response({}, headers={"Docker-Distribution-Api-Version": "registry/2.0"})

@@ -30,8 +30,7 @@ def upload_headers(ns: str, repo: str, upload_id: str, size: int) -> dict[str, s
 
 
 def committed_headers(ns: str, repo: str, blob: BlobCommitted) -> dict[str, str]:
-    return {"Location": f"/v2/{ns}/{repo}/blobs/{blob.digest}", "Docker-Content-Digest": blob.digest,
-            "Content-Length": "0"}
+    return {"Location": f"/v2/{ns}/{repo}/blobs/{blob.digest}", "Docker-Content-Digest": blob.digest}
 
 
 def parse_content_range(value: str | None) -> tuple[int, int] | None:
@@ -46,8 +45,8 @@ def parse_content_range(value: str | None) -> tuple[int, int] | None:
 
 def _respond(ns: str, repo: str, result: UploadStatus | BlobCommitted) -> Response[None]:
     if isinstance(result, BlobCommitted):
-        return Response(None, status_code=201, headers=committed_headers(ns, repo, result))
-    return Response(None, status_code=202, headers=upload_headers(ns, repo, result.id, result.size))
+        return Response(b"", status_code=201, headers=committed_headers(ns, repo, result))
+    return Response(b"", status_code=202, headers=upload_headers(ns, repo, result.id, result.size))
 
 
 class UploadController(Controller):
@@ -102,7 +101,7 @@ class UploadController(Controller):
         registry: NamedDependency[Registry],
     ) -> Response[None]:
         status = await registry.uploads.status(principal, ns, repo, upload_id)
-        return Response(None, status_code=204, headers=upload_headers(ns, repo, upload_id, status.size))
+        return Response(b"", status_code=204, headers=upload_headers(ns, repo, upload_id, status.size))
 
     @put("/{upload_id:str}", summary="Finish an upload: verify its digest and publish it", status_code=201)
     async def finish(

@@ -60,7 +60,8 @@ async def publish_blob(
         await ctx.store.move(staged_key, target)
     now = ctx.clock()
     await insert_ignore(session, Blob, [{"digest": digest, "size": size, "media_type": None, "created_at": now}])
-    await insert_ignore(session, RepositoryBlob, [{"repository_id": repository_id, "blob_digest": digest, "created_at": now}])
+    await insert_ignore(session, RepositoryBlob,
+                        [{"repository_id": repository_id, "blob_digest": digest, "created_at": now}])
     await session.commit()
 
 
@@ -122,7 +123,8 @@ async def read_blob_bytes(ctx: RegistryContext, digest: str, limit: int, what: s
     try:
         info = await ctx.store.stat(key)
         if info.size > limit:
-            raise HubError(ErrorCode.MANIFEST_INVALID, f"{what} {digest} is {info.size} bytes, over the {limit}-byte limit",
+            raise HubError(ErrorCode.MANIFEST_INVALID,
+                           f"{what} {digest} is {info.size} bytes, over the {limit}-byte limit",
                            {"digest": digest, "limit": limit})
         return await ctx.store.read(key)
     except BlobNotFound:

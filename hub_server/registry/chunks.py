@@ -18,7 +18,7 @@ from sqlmodel import col, select
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Blob, Chunk, Repository, RepositoryBlob
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.access import can_read, find_repository, unknown_repository
+from hub_server.registry.access import can_read, find_repository
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository
 from hub_server.registry.sql import batched
@@ -59,9 +59,11 @@ class ChunkService:
         readable: dict[int, bool] = {}
         async with self.ctx.sessions() as session:
             repo = await find_repository(session, namespace, name)
-            # A pusher may ask before its repository exists; anyone else needs to read it.
+            # A pusher may ask before its repository exists; anyone else needs to read it. The
+            # refusal depends only on the caller's scopes (401 anonymous, 403 token), never on
+            # whether the repository exists, so it leaks nothing and tells a pusher what is wrong.
             if not principal.can("push", full) and (repo is None or not can_read(principal, repo)):
-                raise unknown_repository(full)
+                principal.require("push", full)
             for batch in batched(wanted):
                 rows = await session.exec(
                     select(Chunk, Repository, Blob.size)

@@ -64,7 +64,8 @@ class DeleteService:
     ) -> DeleteResult:
         """Delete what ``ref`` names from ``namespace/name`` (see the module docstring)."""
         if cascade and force:
-            raise HubError(ErrorCode.UNSUPPORTED, "cascade and force cannot be combined", {"cascade": True, "force": True})
+            raise HubError(ErrorCode.UNSUPPORTED, "cascade and force cannot be combined",
+                           {"cascade": True, "force": True})
         full = check_repository(namespace, name)
         reference = parse_reference(ref)
         require(principal, "delete", full)
@@ -76,7 +77,7 @@ class DeleteService:
             digest = await resolve_reference(session, repo, reference)
             tags = await _tags_on(session, repo, digest)
             if reference.tag is not None and len(tags) > 1:
-                await session.execute(delete(Tag).where(Tag.repository_id == repo.id, Tag.name == reference.tag))  # type: ignore[arg-type]
+                await session.exec(delete(Tag).where(Tag.repository_id == repo.id, Tag.name == reference.tag))  # type: ignore[arg-type]
                 removed.append(Removal(full, None, [reference.tag]))
             else:
                 holders = await _dependent_holders(session, digest)
@@ -106,8 +107,8 @@ async def _tags_on(session: AsyncSession, repo: Repository, digest: str) -> list
 
 
 async def _unlink(session: AsyncSession, repo: Repository, digest: str) -> None:
-    await session.execute(delete(Tag).where(Tag.repository_id == repo.id, Tag.manifest_digest == digest))  # type: ignore[arg-type]
-    await session.execute(delete(RepositoryManifest).where(
+    await session.exec(delete(Tag).where(Tag.repository_id == repo.id, Tag.manifest_digest == digest))  # type: ignore[arg-type]
+    await session.exec(delete(RepositoryManifest).where(
         RepositoryManifest.repository_id == repo.id, RepositoryManifest.manifest_digest == digest))  # type: ignore[arg-type]
 
 

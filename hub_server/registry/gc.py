@@ -111,7 +111,8 @@ class GarbageCollector:
             references = (await session.exec(select(ManifestBlob.manifest_digest, ManifestBlob.blob_digest,
                                                      ManifestBlob.role))).all()
             tagged = set((await session.exec(select(Tag.manifest_digest))).all())
-            blobs = {d: (s, c) for d, s, c in (await session.exec(select(Blob.digest, Blob.size, Blob.created_at))).all()}
+            blob_rows = await session.exec(select(Blob.digest, Blob.size, Blob.created_at))
+            blobs = {d: (s, c) for d, s, c in blob_rows.all()}
             uploads = {u.id: u for u in (await session.exec(select(Upload))).all()}
 
         children: dict[str, list[str]] = {}
@@ -175,11 +176,11 @@ class GarbageCollector:
         """Delete the swept rows in one transaction; return the blobs actually deleted."""
         async with self.ctx.sessions() as session:
             for batch in batched(report.manifests):
-                await session.execute(delete(ManifestBlob).where(col(ManifestBlob.manifest_digest).in_(batch)))
-                await session.execute(delete(RepositoryManifest).where(col(RepositoryManifest.manifest_digest).in_(batch)))
-                await session.execute(delete(Manifest).where(col(Manifest.digest).in_(batch)))
+                await session.exec(delete(ManifestBlob).where(col(ManifestBlob.manifest_digest).in_(batch)))
+                await session.exec(delete(RepositoryManifest).where(col(RepositoryManifest.manifest_digest).in_(batch)))
+                await session.exec(delete(Manifest).where(col(Manifest.digest).in_(batch)))
             for batch in batched(report.uploads):
-                await session.execute(delete(Upload).where(col(Upload.id).in_(batch)))
+                await session.exec(delete(Upload).where(col(Upload.id).in_(batch)))
             # We hold the write lock now: a blob referenced meanwhile by a concurrent push is kept.
             deleted: list[str] = []
             for batch in batched(report.blobs):
@@ -189,9 +190,9 @@ class GarbageCollector:
                 gone = [d for d in batch if d not in used and d not in marked_blobs]
                 if not gone:
                     continue
-                await session.execute(delete(Chunk).where(col(Chunk.blob_digest).in_(gone)))
-                await session.execute(delete(RepositoryBlob).where(col(RepositoryBlob.blob_digest).in_(gone)))
-                await session.execute(delete(Blob).where(col(Blob.digest).in_(gone)))
+                await session.exec(delete(Chunk).where(col(Chunk.blob_digest).in_(gone)))
+                await session.exec(delete(RepositoryBlob).where(col(RepositoryBlob.blob_digest).in_(gone)))
+                await session.exec(delete(Blob).where(col(Blob.digest).in_(gone)))
                 deleted.extend(gone)
             await session.commit()
         return deleted

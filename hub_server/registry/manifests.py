@@ -57,7 +57,7 @@ class PushResult:
     repository: str
     tag: str | None
     created: bool
-    """False when the manifest was already known (a re-push only adds links and the tag)."""
+    """False when the manifest was already in this repository (a re-push only moves the tag)."""
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,15 @@ class ManifestService:
             await self.ctx.store.put(key, body)
         created = await self._commit(namespace, name, digest, len(body), plan, reference, public)
 
-        await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
-                                    digest=digest, remote=remote,
-                                    detail={"mediaType": plan.media_type, "newChunks": len(plan.frames)})
+        if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
+            await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
+                                        digest=digest, remote=remote,
+                                        detail={"mediaType": plan.media_type, "newChunks": len(plan.frames),
+                                                "reusedChunks": plan.reused_frames})
+            self.ctx.metrics.record_chunks(stored=len(plan.frames), deduplicated=plan.reused_frames)
         if reference.tag is not None:
             await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
                                         digest=digest, remote=remote)
-        self.ctx.metrics.record_chunks(stored=len(plan.frames), deduplicated=plan.reused_frames)
         return PushResult(digest, full, reference.tag, created)
 
     async def get(
@@ -160,8 +162,8 @@ class ManifestService:
             repo.public = True
         await insert_ignore(session, Blob, [{"digest": digest, "size": size, "media_type": plan.media_type,
                                              "created_at": now}])
-        created = await session.get(Manifest, digest) is None
-        if created:
+        created = await session.get(RepositoryManifest, (repo.id, digest)) is None
+        if await session.get(Manifest, digest) is None:
             session.add(Manifest(
                 digest=digest, size=size, media_type=plan.media_type, artifact_type=plan.artifact_type,
                 config_digest=plan.config_digest, parent_digest=plan.parent_digest, created_at=now,
@@ -174,7 +176,7 @@ class ManifestService:
             ])
         for media_type, group in _by_media_type(plan.blob_media_types).items():
             for batch in batched(group):
-                await session.execute(update(Blob).where(col(Blob.digest).in_(batch), col(Blob.media_type).is_(None))
+                await session.exec(update(Blob).where(col(Blob.digest).in_(batch), col(Blob.media_type).is_(None))
                                       .values(media_type=media_type))
         await insert_ignore(session, Chunk, [
             {"digest": f.digest, "blob_digest": f.blob, "offset": f.offset, "length": f.length} for f in plan.frames

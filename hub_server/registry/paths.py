@@ -10,6 +10,7 @@
     uploads/
     └── <uuid>                      a resumable upload's staged bytes; moved to blobs/… once
                                     its digest is verified, deleted on cancel/expiry/mismatch
+    forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst|.json   forkd pack of manifest <alg>:<hex> and its {sha256, size}, built once (registry/forkd_compat.py)
 
 Publication is atomic: bytes are staged under ``uploads/`` (or a backend's own staging),
 verified against their digest, moved to ``blobs/…``, and only then is metadata committed.

@@ -35,6 +35,7 @@ from hub_server.registry.verify import (
     check_config_files,
     invalid,
     plan_frames,
+    require_utf8,
     shared_bytes,
 )
 from manifest import mediatypes as mt
@@ -81,8 +82,9 @@ async def plan_layer(
     _check_sizes(descriptors, blobs)
     limits = ctx.limits
 
-    config = await _parse(LayerConfig, await read_blob_bytes(ctx, manifest.config.digest, limits.config_bytes,
-                                                             "config"), limits.config_bytes, "config")
+    raw_config = await read_blob_bytes(ctx, manifest.config.digest, limits.config_bytes, "config")
+    require_utf8(raw_config, "config")
+    config = await _parse(LayerConfig, raw_config, limits.config_bytes, "config")
     check_config_files(manifest, config)
 
     ancestors: list[str] = []
@@ -91,8 +93,8 @@ async def plan_layer(
         ancestors = await _ancestors(session, principal, digest, config.parent.digest, limits.chain_depth)
         parent = await session.get(Manifest, config.parent.digest)
         assert parent is not None and parent.config_digest is not None
-        parent_config = await _parse(LayerConfig, await read_blob_bytes(ctx, parent.config_digest, limits.config_bytes,
-                                                                         "parent config"), limits.config_bytes, "config")
+        raw_parent = await read_blob_bytes(ctx, parent.config_digest, limits.config_bytes, "parent config")
+        parent_config = await _parse(LayerConfig, raw_parent, limits.config_bytes, "parent config")
 
     data_blobs = {d.digest for d in manifest.data_blobs}
     maps: list[ChunkMap] = []
@@ -192,7 +194,8 @@ def _check_sizes(descriptors: list[Descriptor], blobs: dict[str, Blob]) -> None:
     for d in descriptors:
         actual = blobs[d.digest].size
         if actual != d.size:
-            raise HubError(ErrorCode.SIZE_INVALID, f"descriptor {d.digest} declares {d.size} bytes, the blob has {actual}",
+            raise HubError(ErrorCode.SIZE_INVALID,
+                           f"descriptor {d.digest} declares {d.size} bytes, the blob has {actual}",
                            {"digest": d.digest, "declared": d.size, "actual": actual})
 
 

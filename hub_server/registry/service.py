@@ -6,6 +6,8 @@ service per request. The CLI builds one for ``gc``.
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import func, text
 from sqlmodel import select
 
@@ -24,6 +26,8 @@ from hub_server.registry.uploads import UploadService
 __all__ = ["HealthReport", "Registry"]
 
 HealthReport = dict[str, str]
+#: Seconds a storage-usage measurement is reused for ``/metrics``.
+GAUGE_MAX_AGE = 15.0
 
 
 class Registry:
@@ -38,6 +42,7 @@ class Registry:
         self.catalog = CatalogService(ctx)
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
+        self._gauges_at: float | None = None
 
     async def health(self) -> tuple[bool, HealthReport]:
         """Whether the database and the blob store answer; per component ``"ok"`` or the error."""
@@ -55,8 +60,15 @@ class Registry:
             report["storage"] = f"error: {type(e).__name__}: {e}"[:300]
         return all(v == "ok" for v in report.values()), report
 
-    async def refresh_gauges(self) -> None:
-        """Update the storage and repository gauges (called before ``/metrics`` renders)."""
+    async def refresh_gauges(self, max_age: float = GAUGE_MAX_AGE) -> None:
+        """Update the storage and repository gauges (before ``/metrics`` renders), at most every ``max_age`` s.
+
+        Measuring storage walks the whole store, so scrapes in quick succession reuse the last value.
+        """
+        now = time.monotonic()
+        if self._gauges_at is not None and now - self._gauges_at < max_age:
+            return
+        self._gauges_at = now
         self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
         async with self.ctx.sessions() as session:
             count = (await session.exec(select(func.count()).select_from(Repository))).one()  # type: ignore[call-overload]

@@ -38,4 +38,4 @@ async def insert_ignore(session: AsyncSession, model: type[SQLModel], rows: Sequ
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     # Batches keep the bound-parameter count under SQLite's limit for wide rows too.
     for batch in batched(rows, max(1, IN_BATCH // max(1, len(rows[0])))):
-        await session.execute(insert(table).values(batch).on_conflict_do_nothing())
+        await session.exec(insert(table).values(batch).on_conflict_do_nothing())

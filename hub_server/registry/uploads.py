@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import anyio
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.scopes import Principal
@@ -89,10 +90,15 @@ class UploadService:
             now = self.ctx.clock()
             session.add(Upload(id=upload_id, repository_id=repo.id, size=0, created_at=now, updated_at=now))
             await session.commit()
-        status = UploadStatus(upload_id, repo.full_name, 0)
         if digest is None:
-            return status
-        return await self.finish(principal, namespace, name, upload_id, digest, body)
+            return UploadStatus(upload_id, repo.full_name, 0)
+        try:
+            return await self.finish(principal, namespace, name, upload_id, digest, body)
+        except BaseException:
+            # The client never learnt this session's id: nothing may outlive the failed request.
+            with anyio.CancelScope(shield=True):
+                await self._drop(upload_id)
+            raise
 
     async def status(self, principal: Principal, namespace: str, name: str, upload_id: str) -> UploadStatus:
         """How many bytes the session holds."""
@@ -221,7 +227,8 @@ class UploadService:
                                {"uuid": upload.id, "size": start})
             async for piece in body:
                 if writer.size + len(piece) > limit:
-                    raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"upload exceeds the blob size limit of {limit} bytes",
+                    raise HubError(ErrorCode.BLOB_UPLOAD_INVALID,
+                                   f"upload exceeds the blob size limit of {limit} bytes",
                                    {"uuid": upload.id, "limit": limit})
                 await writer.write(piece)
             if content_range is not None and writer.size - start != content_range[1] - content_range[0] + 1:

@@ -34,6 +34,7 @@ __all__ = [
     "invalid",
     "parse_document",
     "plan_frames",
+    "require_utf8",
     "shared_bytes",
     "verify_frames",
 ]
@@ -60,6 +61,7 @@ def parse_document(body: bytes, content_type: str | None, limit: int) -> LayerMa
 
     Raises: HubError(MANIFEST_INVALID) naming the field.
     """
+    require_utf8(body, "manifest")
     try:
         obj = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -77,6 +79,17 @@ def parse_document(body: bytes, content_type: str | None, limit: int) -> LayerMa
         return LayerManifest.from_json(body, limit=limit)
     except ManifestError as e:
         raise invalid(str(e)) from None
+
+
+def require_utf8(raw: bytes, what: str) -> None:
+    """Manifests and configs are served as JSON strings (chain endpoint): they must be UTF-8.
+
+    Raises: HubError(MANIFEST_INVALID).
+    """
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise invalid(f"{what} is not UTF-8 JSON: {e}") from None
 
 
 def _parse_index(obj: dict[str, Any]) -> ChainIndex:
@@ -158,7 +171,8 @@ def shared_bytes(maps: Iterable[ChunkMap], parent_config: LayerConfig | None) ->
 
 @dataclass(frozen=True, slots=True)
 class FrameCheck:
-    """One chunk frame to verify: ``length`` bytes at ``offset`` in ``blob`` → ``raw_length`` bytes hashing to ``digest``."""
+    """One chunk frame to check: ``length`` bytes at ``offset`` in ``blob`` must decompress to
+    ``raw_length`` bytes hashing to ``digest`` (``file``/``index`` name it in errors)."""
 
     blob: str
     offset: int

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -15,10 +14,7 @@ from litestar.testing import TestClient
 from hub_server.app import create_app
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings
-from tests.hub_server.pushing import PushClient
-from tests.manifest.images import mutate_image, random_image
-
-MiB = 1 << 20
+from tests.hub_server.pushing import PushClient, chain_images
 
 
 class Hub:
@@ -73,9 +69,5 @@ def admin_token(hub: Hub) -> str:
 
 @pytest.fixture
 def images(tmp_path: Path) -> list[tuple[Path, bytes]]:
-    """A 3-link chain of small sparse memory images (4 MiB) with vmstates: base, child, grandchild."""
-    rng = random.Random(1234)
-    base = random_image(tmp_path / "m0.bin", rng, 4 * MiB, n_extents=10)
-    child = mutate_image(base, tmp_path / "m1.bin", rng, n_writes=5)
-    grandchild = mutate_image(child, tmp_path / "m2.bin", rng, new_size=5 * MiB, n_writes=5)
-    return [(base, b"vmstate-0" * 100), (child, b"vmstate-1" * 100), (grandchild, b"vmstate-2" * 100)]
+    """A 3-link chain of small sparse memory images with vmstates (see ``pushing.chain_images``)."""
+    return chain_images(tmp_path)

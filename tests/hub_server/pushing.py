@@ -10,8 +10,9 @@ chain and assembling each file from ranged (multi-range) blob reads.
 from __future__ import annotations
 
 import os
+import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -23,8 +24,10 @@ from manifest.diff import diff_files
 from manifest.digest import digest_bytes, digest_file
 from manifest.layer import ChunkLocation, LayerBuilder
 from manifest.model import ChunkMap, Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
+from tests.manifest.images import mutate_image, random_image
 
 CHUNK = 64 * 1024
+MiB = 1 << 20
 CREATED = "2026-01-01T00:00:00Z"  # fixed, so identical layers have identical bytes
 PATCH_SIZE = 256 * 1024
 MAX_RANGES = 64
@@ -33,13 +36,33 @@ MAX_RANGES = 64
 class HubRequestError(AssertionError):
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
-        super().__init__(f"{response.request.method} {response.request.url} → {response.status_code}: {response.text[:500]}")
+        request = response.request
+        super().__init__(f"{request.method} {request.url} → {response.status_code}: {response.text[:500]}")
+
+
+def auth(token: str) -> dict[str, str]:
+    """The ``Authorization`` header for a token."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 def check(response: httpx.Response, *ok: int) -> httpx.Response:
     if response.status_code not in ok:
         raise HubRequestError(response)
     return response
+
+
+def expect_error(response: httpx.Response, status: int, code: str) -> dict:
+    """Assert ``response`` is the error envelope with one error ``code``; return its detail."""
+    assert response.status_code == status, (response.status_code, response.text[:500])
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"errors"} and len(body["errors"]) == 1, body
+    error = body["errors"][0]
+    assert set(error) == {"code", "message", "detail"}, error
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["detail"], dict)
+    return error["detail"]
 
 
 @dataclass
@@ -57,6 +80,21 @@ class BuiltLayer:
     memory: Path
     vmstate: bytes
     new_chunks: int
+
+    def rebuild(self, *, chunk_map: ChunkMap | None = None, config: bytes | None = None,
+                data_blobs: dict[str, Path] | None = None) -> BuiltLayer:
+        """The same layer with some documents replaced; the manifest is rebuilt to match."""
+        chunk_map = chunk_map or self.chunk_map
+        chunk_map_bytes = chunk_map.to_json()
+        config = config if config is not None else self.config
+        data_blobs = self.data_blobs if data_blobs is None else data_blobs
+        sizes = {**self.reused_blobs, **{d: p.stat().st_size for d, p in data_blobs.items()}}
+        layers = [Descriptor.for_bytes(mt.VMSTATE, self.vmstate_blob),
+                  Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE})]
+        layers += [Descriptor(mt.DATA_BLOB, b, sizes[b]) for b in chunk_map.blobs]
+        manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config), tuple(layers)).to_json()
+        return replace(self, manifest=manifest, digest=str(digest_bytes(manifest)), config=config,
+                       chunk_map=chunk_map, chunk_map_bytes=chunk_map_bytes, data_blobs=data_blobs)
 
     @property
     def small_blobs(self) -> dict[str, bytes]:
@@ -105,7 +143,8 @@ class PushClient:
                 return
             location = r.headers["Location"]
         else:
-            location = check(self.http.post(f"/v2/{repo}/blobs/uploads/", headers=self.headers), 202).headers["Location"]
+            r = check(self.http.post(f"/v2/{repo}/blobs/uploads/", headers=self.headers), 202)
+            location = r.headers["Location"]
         offset = 0
         while offset < len(data):
             piece = data[offset:offset + PATCH_SIZE]
@@ -167,8 +206,9 @@ class PushClient:
                           data_blobs, reused, memory, vmstate, builder.stats.new_chunks)
 
     def push_layer(self, repo: str, layer: BuiltLayer, tag: str | None = None, *, public: bool = False,
-                   mount_from: str | None = None) -> httpx.Response:
-        """Upload what the hub lacks, PUT the manifest by digest, then by tag."""
+                   mount_from: str | None = None) -> httpx.Response | None:
+        """Upload what the hub lacks, PUT the manifest by digest, then by tag (returns the last PUT)."""
+        r = None
         exists = self.http.get(f"/v2/{repo}/manifests/{layer.digest}", headers=self.headers).status_code == 200
         if not exists:
             for digest, path in layer.data_blobs.items():
@@ -213,7 +253,7 @@ class PushClient:
             chunk_map = ChunkMap.from_json(self.blob(source, cm_desc.digest))
             frames = self.prefetch_frames(source, chunk_map)
             target = dest / f"memory-{i}.bin"
-            assemble_file(chunk_map, target, parent=parent, frames=lambda b, o, n: frames[(b, o, n)])
+            assemble_file(chunk_map, target, parent=parent, frames=lambda b, o, n, f=frames: f[(b, o, n)])
             vmstate = zstandard.ZstdDecompressor().decompress(self.blob(source, manifest.vmstate.digest))
             out.append((target, vmstate))
             parent = target
@@ -247,6 +287,15 @@ class PushClient:
         parts = parse_byteranges(r.headers["Content-Type"], r.content)
         by_start = {start: data for start, _, data in parts}
         return [by_start[o] for o, _ in spans]
+
+
+def chain_images(directory: Path, seed: int = 1234) -> list[tuple[Path, bytes]]:
+    """A 3-link chain of small sparse memory images (4-5 MiB) with vmstates: base, child, grandchild."""
+    rng = random.Random(seed)
+    base = random_image(directory / "m0.bin", rng, 4 * MiB, n_extents=10)
+    child = mutate_image(base, directory / "m1.bin", rng, n_writes=5)
+    grandchild = mutate_image(child, directory / "m2.bin", rng, new_size=5 * MiB, n_writes=5)
+    return [(base, b"vmstate-0" * 100), (child, b"vmstate-1" * 100), (grandchild, b"vmstate-2" * 100)]
 
 
 _BOUNDARY = re.compile(r'boundary="?([^";]+)"?')

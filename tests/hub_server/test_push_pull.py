@@ -22,3 +22,15 @@ def test_push_three_link_chain_and_pull_it_back(hub: Hub, admin_token: str, imag
     assert chain["digest"] == layers[-1].digest
     assert chain["chain"][-1]["tags"] == ["head"]
     assert [link["config"].encode() for link in chain["chain"]] == [layer.config for layer in layers]
+
+
+def test_pushes_and_tags_are_audited(hub: Hub, images, tmp_path):
+    token = hub.token("ci", "push:acme/*")
+    layers = hub.pusher(token).push_chain("acme/py", images[:2], tmp_path / "push", "head")
+    events = list(reversed(hub.call(hub.registry.ctx.audit.query, repository="acme/py")))
+    assert [(e["actor"], e["action"], e["reference"], e["digest"]) for e in events] == [
+        ("ci", "push", layers[0].digest, layers[0].digest),
+        ("ci", "push", layers[1].digest, layers[1].digest),
+        ("ci", "tag", "head", layers[1].digest),
+    ]
+    assert events[0]["detail"]["newChunks"] > 0 and events[0]["remote"] == "testclient"

@@ -29,13 +29,14 @@ import select
 import time
 from collections.abc import Callable
 
-from vmm.base import ExecResult
+from vmm.base import VM, ExecResult, require_agent_ok
 from vmm.errors import GuestCommandFailed, GuestCommandTimeout, VmmError
 
 AGENT_VERSION = 1
 # Seconds the host waits beyond a command's own timeout (the guest kills it at the timeout).
 _GRACE_S = 5.0
 _B64_LINE = re.compile(rb"^[A-Za-z0-9+/=]*$")
+_SIGKILL_STATUS = 137  # what the guest shell reports for a command its timeout killed
 
 INIT_SCRIPT = r"""#!/bin/sh
 # forkd guest init + agent (PID 1). Protocol: vmm/guest/agent.py in forkd-hub.
@@ -196,3 +197,25 @@ def _decode(lines: list[bytes]) -> str:
         return base64.b64decode(b"".join(lines)).decode(errors="replace")
     except (binascii.Error, ValueError) as exc:
         raise GuestCommandFailed(f"guest agent sent a corrupt reply: {exc}") from exc
+
+
+class AgentBackedVM(VM):
+    """``run`` and ``reseed`` for VMs whose guest runs the forkd agent (every driver's)."""
+
+    @property
+    def agent(self) -> AgentChannel:
+        raise NotImplementedError
+
+    def run(self, cmd: str, timeout: float = 30.0, check: bool = False) -> ExecResult:
+        started = time.monotonic()
+        result = self.agent.run(cmd, timeout)
+        if result.exit_code == _SIGKILL_STATUS and time.monotonic() - started >= timeout - 0.5:
+            raise GuestCommandTimeout(f"guest command timed out after {timeout:.0f}s: {cmd[:200]!r}",
+                                      result.exit_code, result.output)
+        if check and not result.ok:
+            raise GuestCommandFailed(f"guest command exited {result.exit_code}: {cmd[:200]!r}: "
+                                     f"{result.output.strip()[-500:]}", result.exit_code, result.output)
+        return result
+
+    def reseed(self, entropy: bytes | None = None) -> None:
+        require_agent_ok(self.agent.reseed(entropy), "guest RNG reseed (forkd-reseed)")

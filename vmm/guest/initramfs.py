@@ -56,3 +56,21 @@ def _append(out: bytearray, name: str, mode: int, data: bytes, ino: int,
     out += b"\0" * (-len(out) % 4)
     out += data
     out += b"\0" * (-len(out) % 4)
+
+
+def read_newc(data: bytes) -> list[Entry]:
+    """Parse a newc archive back into entries (for inspection and tests). Raises ``ValueError``."""
+    entries: list[Entry] = []
+    pos = 0
+    while True:
+        if data[pos:pos + 6] != b"070701":
+            raise ValueError(f"no newc header at offset {pos}")
+        fields = [int(data[pos + 6 + 8 * i:pos + 14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = fields[1], fields[6], fields[11]
+        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        pos = (pos + 110 + namesize + 3) & ~3
+        body = data[pos:pos + size]
+        pos = (pos + size + 3) & ~3
+        if name == "TRAILER!!!":
+            return entries
+        entries.append(Entry(name, mode, body, (fields[9], fields[10])))

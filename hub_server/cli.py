@@ -1,0 +1,201 @@
+"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token`` and ``audit``).
+
+Every setting comes from a flag or its ``FORKD_HUB_*`` variable (``hub_server.settings``; table
+in docs/deployment.md). ``serve`` runs the app under uvicorn: one JSON log line per request,
+graceful stop on SIGTERM/SIGINT (the lifespan closes the database and the store), exit 0.
+
+Exit status: 0 success, 1 a failed command (bad settings, unreachable database …), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from hub_server import cli_tokens
+from hub_server.settings import DEFAULT_DATA_DIR, Settings, SettingsError, env_name, load_settings, parse_duration
+
+__all__ = ["build_parser", "main"]
+
+_SERVER_FLAGS = ("host", "port", "public_url", "forwarded_allow_ips", "log_level", "gc_interval")
+_STORE_FLAGS = ("data_dir", "storage", "database_url")
+
+
+def _add(parser: argparse.ArgumentParser, name: str, help_text: str, **kwargs: Any) -> None:
+    flag = "--" + name.replace("_", "-")
+    parser.add_argument(flag, dest=name, default=None, help=f"{help_text} [env {env_name(name)}]", **kwargs)
+
+
+def _store_args(parser: argparse.ArgumentParser) -> None:
+    _add(parser, "data_dir", f"data directory (default {DEFAULT_DATA_DIR})", metavar="DIR")
+    _add(parser, "storage", "blob store spec, e.g. 'filesystem root=/srv/blobs' (default: DIR/blobs)", metavar="SPEC")
+    _add(parser, "database_url", "SQLAlchemy URL (default: sqlite+aiosqlite:///DIR/hub.db)", metavar="URL")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forkd-hub", description="Registry and hub for microVM snapshots.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser("serve", help="run the hub (HTTP API, OpenAPI at /schema)")
+    _add(serve, "host", "address to listen on (default 127.0.0.1)")
+    _add(serve, "port", "port to listen on (default 8080; 0 picks a free one)")
+    _store_args(serve)
+    _add(serve, "public_url", "URL clients use to reach the hub (behind a proxy)", metavar="URL")
+    _add(serve, "forwarded_allow_ips", "proxies trusted for X-Forwarded-* (default 127.0.0.1)", metavar="IPS")
+    _add(serve, "log_level", "critical|error|warning|info|debug (default info)", metavar="LEVEL")
+    _add(serve, "gc_interval", "run garbage collection every SECONDS (e.g. 3600 or 6h; default off)",
+         metavar="SECONDS")
+    serve.set_defaults(func=_serve)
+
+    migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
+    _store_args(migrate)
+    migrate.set_defaults(func=_migrate)
+
+    gc = commands.add_parser("gc", help="delete what no tag reaches (older than the grace period)")
+    _store_args(gc)
+    gc.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    gc.add_argument("--grace", default=None, help=f"only delete what is older than this (default 1h) "
+                    f"[env {env_name('gc_grace')}]")
+    gc.add_argument("--json", action="store_true", help="print the report as JSON")
+    gc.set_defaults(func=_gc)
+
+    cli_tokens.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``forkd-hub`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SettingsError as e:
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _settings(args: argparse.Namespace, names: Sequence[str], **extra: Any) -> Settings:
+    flags = {name: getattr(args, name, None) for name in names}
+    return load_settings({**flags, **extra})
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hub_server.app import create_app
+    from hub_server.logs import configure_logging
+    from hub_server.storage.factory import create_store
+
+    settings = _settings(args, (*_SERVER_FLAGS, *_STORE_FLAGS))
+    configure_logging(settings.log_level.upper())
+    try:
+        asyncio.run(create_store(settings.storage).close())  # fail fast, with a clear message, on a bad spec
+    except (ValueError, OSError) as e:
+        raise SettingsError(f"storage {settings.storage!r}: {e}") from None
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # keep our JSON logging
+        access_log=False,  # hub_server.logs writes one line per request instead
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
+        timeout_graceful_shutdown=30,
+        lifespan="on",
+    )
+    # uvicorn stops gracefully on SIGTERM/SIGINT, restores the handlers it found and re-raises the
+    # signal; with the default handlers that would end the process as "killed". Ours only note it,
+    # so a requested stop (lifespan shut down, database and store closed) exits with status 0.
+    stops: list[int] = []
+    previous = {sig: signal.signal(sig, lambda number, _frame: stops.append(number))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not server.started:
+        print("forkd-hub: error: the server did not start (see the log above)", file=sys.stderr)
+        return 1
+    if stops:
+        logging.getLogger(__name__).info("stopped by %s", signal.Signals(stops[0]).name)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from hub_server.db.engine import make_engine
+    from hub_server.db.migrations import LATEST, upgrade
+
+    settings = _settings(args, _STORE_FLAGS)
+
+    async def go() -> list[int]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        engine = make_engine(settings.database_url)
+        try:
+            return await upgrade(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        applied = asyncio.run(go())
+    except SQLAlchemyError as e:
+        print(f"forkd-hub: database error: {e}", file=sys.stderr)
+        return 1
+    done = f"applied migration(s) {', '.join(map(str, applied))}" if applied else "already up to date"
+    print(f"schema version {LATEST}: {done}")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    settings = _settings(args, _STORE_FLAGS)
+    grace = parse_duration(args.grace) if args.grace is not None else None
+    report = asyncio.run(_run_gc(settings, grace, args.dry_run))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0
+    verb = "would delete" if report.dry_run else "deleted"
+    for kind, items in (("manifest", report.manifests), ("blob", report.blobs), ("upload", report.uploads),
+                        ("orphan object", report.orphan_objects)):
+        for item in items:
+            print(f"{verb} {kind} {item}")
+    print(f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
+          f"upload(s), {len(report.orphan_objects)} orphan object(s): {report.bytes_freed} bytes; kept "
+          f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)", file=sys.stderr)
+    return 0
+
+
+async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool):  # noqa: ANN202
+    from hub_server.audit import AuditLog
+    from hub_server.db.engine import make_engine, make_session_factory
+    from hub_server.db.migrations import upgrade
+    from hub_server.metrics import HubMetrics
+    from hub_server.registry.context import RegistryContext
+    from hub_server.registry.service import Registry
+    from hub_server.storage.factory import create_store
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.database_url)
+    try:
+        await upgrade(engine)
+        sessions = make_session_factory(engine)
+        async with create_store(settings.storage) as store:
+            ctx = RegistryContext(sessions=sessions, store=store, audit=AuditLog(sessions, settings.audit_log),
+                                  metrics=HubMetrics(), limits=settings.limits)
+            registry = Registry(ctx)
+            return await registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
+    finally:
+        await engine.dispose()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

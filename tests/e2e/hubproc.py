@@ -1,0 +1,75 @@
+"""Start real ``forkd-hub serve`` processes on free ports for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def forkd_hub(*args: str) -> list[str]:
+    exe = shutil.which("forkd-hub")
+    return [exe, *args] if exe else [sys.executable, "-m", "hub_server.cli", *args]
+
+
+def forkd(*args: str) -> list[str]:
+    exe = shutil.which("forkd")
+    return [exe, *args] if exe else [sys.executable, "-m", "forkd_client.cli.main", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"forkd-hub serve exited early with {proc.returncode}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("forkd-hub serve did not become healthy")
+
+
+class HubProcess:
+    """A running hub: ``url``, ``data_dir``, ``token(name, *scopes)``, ``stop()``."""
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data_dir)}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = log_path.open("w")
+        self.proc = subprocess.Popen(forkd_hub("serve", "--port", str(self.port)), env=self.env,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        wait_healthy(self.url, self.proc)
+
+    def token(self, name: str, *scopes: str) -> str:
+        args = ["token", "create", name]
+        for scope in scopes:
+            args += ["--scope", scope]
+        return subprocess.run(forkd_hub(*args), env=self.env, check=True, capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        finally:
+            self._log.close()

@@ -1,0 +1,165 @@
+"""``forkd`` push/pull as users run it: real hub process, real CLI processes, kill-and-resume.
+
+Bytes are asserted, never times: a resumed push must send only what the hub had not
+committed, and a resumed pull must fetch only chunks that were not already verified and cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.hubproc import HubProcess, forkd
+
+pytestmark = pytest.mark.slow
+MiB = 1 << 20
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log")
+    yield h
+    assert h.stop() == 0
+
+
+def make_sources(root: Path, data_mib: int = 8) -> list[Path]:
+    """Base + 2 links of a 64 MiB sparse memory image; each link rewrites 1 MiB of random data."""
+    base = root / "src0"
+    base.mkdir(parents=True)
+    with open(base / "memory.bin", "wb") as f:
+        f.truncate(64 * MiB)
+        f.seek(MiB)
+        f.write(os.urandom(data_mib * MiB))
+    (base / "vmstate").write_bytes(b"vmstate-0" * 500)
+    sources = [base]
+    for i in (1, 2):
+        src = root / f"src{i}"
+        src.mkdir()
+        data = bytearray((sources[-1] / "memory.bin").read_bytes())
+        data[(2 + i) * MiB : (3 + i) * MiB] = os.urandom(MiB)
+        with open(src / "memory.bin", "wb") as f:
+            f.truncate(len(data))
+            for off in range(0, len(data), MiB):
+                if any(data[off : off + MiB]):
+                    f.seek(off)
+                    f.write(data[off : off + MiB])
+        (src / "vmstate").write_bytes(f"vmstate-{i}".encode() * 500)
+        sources.append(src)
+    return sources
+
+
+class User:
+    """One machine's forkd: its own store and config dir."""
+
+    def __init__(self, root: Path, hub: HubProcess, **env: str) -> None:
+        self.env = {**os.environ, "FORKD_HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "cfg"),
+                    "FORKD_HUB_URL": hub.url, **env}
+        self.home = root / "home"
+
+    def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+        result = subprocess.run(forkd(*args), env=self.env, capture_output=True, text=True, input=input, timeout=300)
+        if check:
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result
+
+    def json(self, *args: str) -> object:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(forkd(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def kill_when(proc: subprocess.Popen, condition, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the transfer finished before it could be killed: {proc.returncode}")
+        time.sleep(0.002)
+    proc.kill()
+    pytest.fail("condition never met")
+
+
+def test_push_rmi_pull_round_trip_through_the_cli(hub, tmp_path):
+    sources = make_sources(tmp_path / "src")
+    alice = User(tmp_path / "alice", hub)
+    alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
+    for i, (src, tag) in enumerate(zip(sources, ["base", "numpy", "pandas"])):
+        alice.run("import", str(src), tag, *(["--parent", ["base", "numpy"][i - 1]] if i else []))
+    pushed = alice.json("push", "pandas", "acme/py:v1")
+    assert [link["skipped"] for link in pushed["links"]] == [False, False, False]
+    alice.run("rmi", "base", "--cascade")
+    assert alice.json("images") == []
+
+    pulled = alice.json("pull", "acme/py:v1", "--as", "pandas")
+    assert pulled["digest"] == pushed["digest"]
+    images = {i["tag"]: i for i in alice.json("images")}
+    chain = alice.json("inspect", "pandas")
+    assert chain["depth"] == 3
+    for src, tag in zip(sources, [*chain["ancestors"], "pandas"], strict=True):
+        for role in ("memory.bin", "vmstate"):
+            assert (alice.home / "snapshots" / tag / role).read_bytes() == (src / role).read_bytes()
+    assert set(images) == {"base", "numpy", "pandas"}
+    again = alice.run("pull", "acme/py:v1", "--as", "pandas")
+    assert "already up to date" in again.stdout
+
+
+def test_push_resumes_after_sigkill(hub, tmp_path):
+    sources = make_sources(tmp_path / "src", data_mib=48)
+    alice = User(tmp_path / "alice", hub, FORKD_UPLOAD_PART_BYTES=str(MiB))
+    alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
+    alice.run("import", str(sources[0]), "base")
+    uploads = hub.data_dir / "blobs" / "uploads"
+
+    def committed() -> int:
+        sizes = [p.stat().st_size for p in uploads.glob("*") if p.is_file()] if uploads.is_dir() else []
+        return max(sizes, default=0)
+
+    proc = alice.start("push", "base", "acme/big:v1", "--quiet")
+    kill_when(proc, lambda: committed() >= 8 * MiB)
+    done_before = committed()
+    assert 8 * MiB <= done_before < 48 * MiB
+    resumed = alice.json("push", "base", "acme/big:v1")
+    data_blob = 48 * MiB  # random data: zstd frames are about the raw size
+    assert resumed["bytes_sent"] <= data_blob - done_before + 2 * MiB
+    assert resumed["bytes_sent"] >= data_blob - done_before - 2 * MiB
+
+    bob = User(tmp_path / "bob", hub)
+    bob.run("login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n")
+    bob.run("pull", "acme/big:v1", "--as", "big")
+    assert (bob.home / "snapshots" / "big" / "memory.bin").read_bytes() == (sources[0] / "memory.bin").read_bytes()
+
+
+def test_pull_resumes_after_sigkill(hub, tmp_path):
+    sources = make_sources(tmp_path / "src", data_mib=48)
+    alice = User(tmp_path / "alice", hub)
+    alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
+    alice.run("import", str(sources[0]), "base")
+    alice.run("push", "base", "acme/big:v1")
+
+    bob = User(tmp_path / "bob", hub, FORKD_PULL_RANGE_BYTES=str(MiB), FORKD_PULL_PARALLEL="1")
+    bob.run("login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n")
+    cache = bob.home / "chunks"
+
+    def cached() -> int:
+        return sum(1 for p in cache.rglob("*.zst")) if cache.is_dir() else 0
+
+    proc = bob.start("pull", "acme/big:v1", "--as", "big", "--quiet")
+    kill_when(proc, lambda: cached() >= 128)  # 8 MiB of 64 KiB chunks verified and cached
+    have = cached()
+    assert 128 <= have < 768
+    assert not (bob.home / "snapshots" / "big").exists()  # nothing half-installed
+    resumed = bob.json("pull", "acme/big:v1", "--as", "big")
+    link = resumed["links"][0]
+    assert link["chunks_cached"] >= have and link["chunks_fetched"] == 768 - link["chunks_cached"]
+    assert link["bytes_fetched"] < 48 * MiB - 7 * MiB
+    assert (bob.home / "snapshots" / "big" / "memory.bin").read_bytes() == (sources[0] / "memory.bin").read_bytes()

@@ -1,0 +1,41 @@
+"""A real hub in-process (Litestar TestClient, which is an httpx.Client) for push/pull tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from forkd_client.hub.client import HubClient
+from forkd_client.store import SnapshotStore
+from hub_server.app import create_app
+from hub_server.settings import Settings
+
+
+class InProcessHub:
+    def __init__(self, client: TestClient[Any]) -> None:
+        self.http = client
+
+    def token(self, name: str, *scopes: str) -> str:
+        tokens = self.http.app.state.tokens
+        return self.http.blocking_portal.call(lambda: tokens.create(name, list(scopes), None))
+
+    def client(self, token: str | None = None) -> HubClient:
+        return HubClient(str(self.http.base_url), token, http=self.http)
+
+
+@pytest.fixture
+def inproc_hub(tmp_path: Path) -> Iterator[InProcessHub]:
+    settings = replace(Settings.for_data_dir(tmp_path / "hub"), storage=f"filesystem root={tmp_path / 'hub' / 'blobs'}")
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield InProcessHub(client)
+
+
+@pytest.fixture
+def other_store(tmp_path: Path) -> Iterator[SnapshotStore]:
+    with SnapshotStore(tmp_path / "other-home") as s:
+        yield s

@@ -1,0 +1,92 @@
+"""HubClient against httpx.MockTransport: envelope → typed errors, ranges, digests.
+
+The real hub is exercised end to end in tests/e2e; these pin the parsing edge cases.
+"""
+
+import httpx
+import pytest
+
+from forkd_client.hub.client import HubClient
+from forkd_client.hub.errors import DigestInvalid, Forbidden, HasDependents, HubUnreachable, NotFound, Unauthorized
+from manifest.digest import digest_bytes
+
+
+def client_for(handler) -> HubClient:
+    return HubClient("http://hub", "tok", http=httpx.Client(transport=httpx.MockTransport(handler)))
+
+
+def envelope(status, code, message="boom", detail=None):
+    return httpx.Response(status, json={"errors": [{"code": code, "message": message, "detail": detail}]})
+
+
+@pytest.mark.parametrize(
+    "status, code, cls",
+    [(401, "UNAUTHORIZED", Unauthorized), (403, "DENIED", Forbidden), (404, "NAME_UNKNOWN", NotFound),
+     (409, "HAS_DEPENDENTS", HasDependents), (400, "DIGEST_INVALID", DigestInvalid)],
+)
+def test_errors_are_typed(status, code, cls):
+    c = client_for(lambda request: envelope(status, code, detail={"dependents": [{"repository": "a/b", "tag": "t"}]}))
+    with pytest.raises(cls) as info:
+        c.repository("a/b")
+    assert info.value.code == code and info.value.status == status
+    if cls is HasDependents:
+        assert info.value.dependents == [{"repository": "a/b", "tag": "t"}]
+
+
+def test_bearer_token_is_sent():
+    seen = {}
+
+    def handler(request):
+        seen["auth"] = request.headers.get("authorization")
+        return httpx.Response(200, json={})
+
+    client_for(handler).ping()
+    assert seen["auth"] == "Bearer tok"
+
+
+def test_unreachable_hub():
+    def handler(request):
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(HubUnreachable, match="unreachable"):
+        client_for(handler).ping()
+
+
+def test_blob_digest_is_verified():
+    data = b"chunk map bytes"
+    good = str(digest_bytes(data))
+    c = client_for(lambda request: httpx.Response(200, content=data if good in str(request.url) else b"tampered"))
+    assert c.get_blob("a/b", good) == data
+    bad = str(digest_bytes(b"other"))
+    with pytest.raises(DigestInvalid, match="digest mismatch"):
+        c.get_blob("a/b", bad)
+
+
+def test_multipart_byteranges_are_split_by_content_range():
+    blob = bytes(range(256)) * 40
+
+    def handler(request):
+        specs = request.headers["range"].removeprefix("bytes=").split(",")
+        body = b""
+        for spec in specs:
+            a, b = map(int, spec.split("-"))
+            body += b"--XX\r\nContent-Type: application/octet-stream\r\n"
+            body += f"Content-Range: bytes {a}-{b}/{len(blob)}\r\n\r\n".encode() + blob[a : b + 1] + b"\r\n"
+        body += b"--XX--\r\n"
+        return httpx.Response(206, content=body, headers={"content-type": "multipart/byteranges; boundary=XX"})
+
+    ranges = [(0, 10), (100, 300), (5000, 1)]
+    parts = client_for(handler).read_ranges("a/b", "blake3:" + "0" * 64, ranges)
+    assert parts == [blob[o : o + n] for o, n in ranges]
+
+
+def test_single_range_and_full_body_fallbacks():
+    blob = b"0123456789" * 10
+
+    def single(request):
+        a, b = map(int, request.headers["range"].removeprefix("bytes=").split("-"))
+        return httpx.Response(206, content=blob[a : b + 1], headers={"content-range": f"bytes {a}-{b}/{len(blob)}"})
+
+    assert client_for(single).read_ranges("a/b", "blake3:" + "0" * 64, [(5, 7)]) == [blob[5:12]]
+    full = client_for(lambda request: httpx.Response(200, content=blob))
+    assert full.read_ranges("a/b", "blake3:" + "0" * 64, [(1, 2), (50, 3)]) == [blob[1:3], blob[50:53]]

@@ -1,0 +1,89 @@
+"""The composition root: lifespan resources, /healthz, /metrics, OpenAPI, and the error envelope."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from hub_server.app import create_app
+from hub_server.settings import Settings
+from hub_server.storage import StorageUnavailable
+from tests.hub_server.conftest import Hub
+from tests.hub_server.pushing import expect_error
+
+
+def test_healthz_checks_database_and_store(hub: Hub):
+    assert hub.client.get("/healthz").json() == {"status": "ok", "database": "ok", "storage": "ok"}
+    hub.call(hub.registry.ctx.store.close)
+    r = hub.client.get("/healthz")
+    assert r.status_code == 503
+    body = r.json()
+    assert body["status"] == "unavailable" and body["database"] == "ok" and body["storage"].startswith("error")
+
+
+def test_metrics_exposes_http_storage_and_chunk_counters(hub: Hub, images, tmp_path):
+    token = hub.token("admin", "admin")
+    hub.pusher(token).push_chain("acme/vm", images[:1], tmp_path / "p", "v1")
+    r = hub.client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=")
+    text = r.text
+    assert 'forkd_hub_http_requests_total{method="PUT",route="/v2/{ns}/{repo}/manifests/{ref}",status="201"}' in text
+    assert "forkd_hub_chunks_stored_total" in text and "forkd_hub_chunks_stored_total 0.0" not in text
+    used = next(line for line in text.splitlines() if line.startswith("forkd_hub_storage_used_bytes "))
+    assert float(used.split()[1]) > 0
+    assert "forkd_hub_repositories 1.0" in text
+
+
+@pytest.mark.filterwarnings("error")
+def test_openapi_document_generates(hub: Hub):
+    r = hub.client.get("/schema/openapi.json")
+    assert r.status_code == 200
+    doc = r.json()
+    paths = doc["paths"]
+    for path in ["/v2/{ns}/{repo}/manifests/{ref}", "/v2/{ns}/{repo}/blobs/uploads", "/v2/{ns}/{repo}/blobs/{digest}",
+                 "/api/v1/repositories/{ns}/{repo}/chunks/query", "/api/v1/repositories/{ns}/{repo}/chain/{ref}",
+                 "/api/v1/repositories/{ns}/{repo}/lineage/{ref}", "/api/v1/namespaces", "/healthz", "/metrics"]:
+        assert path in paths, path
+    chunk_query = paths["/api/v1/repositories/{ns}/{repo}/chunks/query"]["post"]
+    assert chunk_query["requestBody"]["required"] is True
+    lineage = doc["components"]["schemas"]["LineageOut"]["properties"]
+    assert {"logicalSize", "storedSize", "sharedWithParent"} <= set(lineage)
+    assert hub.client.get("/schema/swagger").status_code == 200
+
+
+def test_routing_and_validation_errors_use_the_envelope(hub: Hub):
+    expect_error(hub.client.get("/no/such/route"), 404, "NOT_FOUND")
+    r = hub.client.delete("/healthz")
+    expect_error(r, 405, "METHOD_NOT_ALLOWED")
+    assert "GET" in r.headers["Allow"]
+    expect_error(hub.client.get("/v2/acme/vm/tags/list", params={"n": "many"}), 400, "INVALID_REQUEST")
+    expect_error(hub.client.get("/v2/UPPER/vm/tags/list"), 400, "NAME_INVALID")
+
+
+def test_unexpected_errors_are_internal_without_details(hub: Hub, monkeypatch, caplog):
+    async def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(hub.registry.catalog, "namespaces", boom)
+    r = hub.client.get("/api/v1/namespaces")
+    assert expect_error(r, 500, "INTERNAL") == {}
+    assert "secret" not in r.text
+    assert any("secret internals" in str(rec.exc_info[1]) for rec in caplog.records if rec.exc_info)
+
+
+def test_lifespan_closes_the_store_and_the_engine(tmp_path):
+    settings = Settings.for_data_dir(tmp_path / "data")
+    app = create_app(settings)
+    wal = tmp_path / "data" / "hub.db-wal"
+    with TestClient(app) as client:
+        assert client.get("/healthz").status_code == 200
+        store = app.state.store
+        assert (tmp_path / "data" / "blobs").is_dir()
+        assert wal.exists()  # pooled SQLite connections are open
+    # SQLite removes the WAL file when the last connection closes: the engine was disposed
+    assert not wal.exists()
+    with pytest.raises(StorageUnavailable):
+        asyncio.run(store.exists("blobs/x"))

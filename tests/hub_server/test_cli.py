@@ -1,0 +1,65 @@
+"""``forkd-hub migrate`` and ``forkd-hub gc`` in-process (``serve`` runs in tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from litestar.testing import TestClient
+
+from hub_server.app import create_app
+from hub_server.cli import build_parser, main
+from hub_server.settings import Settings
+from tests.hub_server.pushing import PushClient
+
+
+def test_migrate_is_idempotent(tmp_path, capsys):
+    assert main(["migrate", "--data-dir", str(tmp_path)]) == 0
+    assert "applied migration(s) 1" in capsys.readouterr().out
+    assert main(["migrate", "--data-dir", str(tmp_path)]) == 0
+    assert "already up to date" in capsys.readouterr().out
+    assert (tmp_path / "hub.db").exists()
+
+
+def test_gc_dry_run_then_for_real(tmp_path, capsys, images):
+    data = tmp_path / "data"
+    settings = Settings.for_data_dir(data)
+    with TestClient(create_app(settings)) as client:
+        token = client.blocking_portal.call(client.app.state.tokens.create, "admin", ["admin"], None)
+        pusher = PushClient(client, token)
+        pusher.push_chain("acme/vm", images[:1], tmp_path / "p", "v1")
+        other = tmp_path / "other.bin"
+        other.write_bytes(os.urandom(2 * 65536))
+        pusher.push_layer("acme/vm", pusher.build_layer("acme/vm", other, b"x", tmp_path / "u"))  # untagged
+
+    assert main(["gc", "--data-dir", str(data), "--dry-run", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dry_run"] is True and report["manifests"] == []  # everything is younger than 1h
+
+    assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert out.out.count("would delete manifest ") == 1 and "would delete blob " in out.out
+    assert "would delete 1 manifest(s)" in out.err
+
+    blobs_before = sum(1 for _ in (data / "blobs" / "blobs").rglob("*") if _.is_file())
+    assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["manifests"]) == 1 and report["bytes_freed"] > 0
+    blobs_after = sum(1 for _ in (data / "blobs" / "blobs").rglob("*") if _.is_file())
+    assert blobs_after == blobs_before - len(report["blobs"]) - len(report["orphan_objects"])
+    with TestClient(create_app(settings)) as client:  # what the tag reaches still pulls
+        assert PushClient(client, token).pull("acme/vm", "v1", tmp_path / "pull")
+
+
+def test_bad_settings_exit_1(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FORKD_HUB_GC_GRACE", "soon")
+    assert main(["gc", "--data-dir", str(tmp_path)]) == 1
+    assert "FORKD_HUB_GC_GRACE" in capsys.readouterr().err
+
+
+def test_every_command_is_registered():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 - argparse has no public listing
+    assert {"serve", "migrate", "gc", "token", "audit"} <= set(commands)
+    args = parser.parse_args(["serve", "--port", "0", "--storage", "memory", "--gc-interval", "1h"])
+    assert (args.port, args.storage, args.gc_interval) == ("0", "memory", "1h")

@@ -1,0 +1,98 @@
+"""The host end of the agent protocol against a scripted guest on a socketpair."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from vmm.errors import GuestCommandFailed, GuestCommandTimeout, VmmError
+from vmm.guest.agent import INIT_SCRIPT, AgentChannel
+
+
+def channel(guest: Callable[[socket.socket], None], alive: Callable[[], bool] = lambda: True):
+    host, guest_end = socket.socketpair()
+    threading.Thread(target=guest, args=(guest_end,), daemon=True).start()
+    return AgentChannel(host.fileno(), host.fileno(), alive, host.close)
+
+
+def frame(nonce: str, output: bytes, rc: int) -> bytes:
+    return f"{nonce} begin\n".encode() + base64.encodebytes(output) + f"{nonce} end {rc}\n".encode()
+
+
+def requests(sock: socket.socket):
+    for line in sock.makefile("rb"):
+        yield line.decode().split()
+
+
+def test_run_ignores_noise_stale_frames_and_foreign_nonces() -> None:
+    def guest(sock: socket.socket) -> None:
+        for nonce, op, timeout, cmd in requests(sock):
+            assert op == "run" and timeout == "5"
+            assert base64.b64decode(cmd) == b"echo 'a b'\nexit 3"
+            sock.sendall(b"[  1.0] kernel noise\r\n" + frame("0" * 16, b"stale", 0)
+                         + f"{nonce} begin\n".encode() + b"[  2.0] random: crng reseeded\n"
+                         + base64.encodebytes(b"real output\n") + f"{nonce} end 3\n".encode())
+
+    result = channel(guest).run("echo 'a b'\nexit 3", timeout=5)
+    assert result.exit_code == 3 and result.output == "real output\n"
+
+
+def test_hello_resends_until_the_agent_answers() -> None:
+    def guest(sock: socket.socket) -> None:
+        for n, (nonce, _op) in enumerate(requests(sock)):
+            if n >= 2:  # the first two hellos are "lost" while the guest boots
+                sock.sendall(frame(nonce, b"6.1.0-test\n", 0))
+
+    assert channel(guest).hello(timeout=10, resend_every=0.1) == "6.1.0-test"
+
+
+def test_silence_raises_guest_command_timeout() -> None:
+    ch = channel(lambda sock: sock.makefile("rb").read())
+    with pytest.raises(GuestCommandTimeout):
+        ch.hello(timeout=0.3, resend_every=0.1)
+
+
+def test_a_dead_vm_fails_fast() -> None:
+    ch = channel(lambda sock: sock.makefile("rb").read(), alive=lambda: False)
+    with pytest.raises(VmmError, match="exited"):
+        ch.run("true", timeout=30)
+
+
+def test_a_closed_console_raises() -> None:
+    def guest(sock: socket.socket) -> None:
+        sock.recv(100)
+        sock.close()
+
+    with pytest.raises(VmmError, match="closed"):
+        channel(guest).run("true", timeout=5)
+
+
+def test_reseed_sends_the_given_entropy() -> None:
+    seen: list[bytes] = []
+
+    def guest(sock: socket.socket) -> None:
+        for nonce, _op, data in requests(sock):
+            seen.append(base64.b64decode(data))
+            sock.sendall(frame(nonce, b"", 0))
+
+    assert channel(guest).reseed(b"\x01" * 64).ok
+    assert seen == [b"\x01" * 64]
+
+
+def test_corrupt_payload_raises_guest_command_failed() -> None:
+    def guest(sock: socket.socket) -> None:
+        for nonce, *_ in requests(sock):
+            sock.sendall(f"{nonce} begin\nabc\n{nonce} end 0\n".encode())
+
+    with pytest.raises(GuestCommandFailed, match="corrupt"):
+        channel(guest).run("true", timeout=5)
+
+
+def test_init_script_speaks_the_documented_ops() -> None:
+    for op in ("hello)", "run)", "reseed)", 'echo "$nonce begin"', 'echo "$nonce end $rc"',
+               "timeout -s KILL", "/bin/forkd-reseed", "stty -F /dev/ttyS0 raw -echo"):
+        assert op in INIT_SCRIPT

@@ -1,0 +1,56 @@
+"""VMM process bookkeeping: spawn, reap, leak tracking, log tails, long socket paths."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from vmm import process
+from vmm.unixsock import connect_unix
+
+
+def test_stop_kills_and_reaps(tmp_path: Path) -> None:
+    proc = process.spawn(["sleep", "60"], tmp_path, tmp_path / "log")
+    assert proc.pid in process.live_pids()
+    process.stop(proc)
+    assert proc.returncode is not None and proc.pid not in process.live_pids()
+    stat = Path(f"/proc/{proc.pid}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] != "Z", "left a zombie"
+
+
+def test_log_tail_returns_the_end(tmp_path: Path) -> None:
+    proc = process.spawn(["sh", "-c", "seq 1 5000; echo last >&2"], tmp_path, tmp_path / "log")
+    proc.wait()
+    process.stop(proc)
+    tail = process.log_tail(tmp_path / "log", 20)
+    assert tail.endswith("last") and len(tail) <= 20
+    assert process.log_tail(tmp_path / "missing") == ""
+
+
+def test_connect_unix_handles_paths_longer_than_sun_path(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "api.sock"
+    assert len(str(path)) > 108
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dir_fd = os.open(deep, os.O_PATH | os.O_DIRECTORY)
+    try:
+        server.bind(f"/proc/self/fd/{dir_fd}/{path.name}")  # bind() has the same length limit
+    finally:
+        os.close(dir_fd)
+    server.listen(1)
+    client = connect_unix(path, timeout=1)
+    client.sendall(b"ping")
+    assert server.accept()[0].recv(4) == b"ping"
+    client.close()
+    server.close()
+
+
+def test_connect_unix_gives_up_when_the_server_died(tmp_path: Path) -> None:
+    with pytest.raises(ConnectionError):
+        connect_unix(tmp_path / "never.sock", timeout=5, alive=lambda: False)
+    with pytest.raises(TimeoutError):
+        connect_unix(tmp_path / "never.sock", timeout=0.1)
