@@ -28,6 +28,7 @@ from litestar.types import ControllerRouterHandler
 from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES
 from hub_server.api.errors import EXCEPTION_HANDLERS
+from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.audit import AuditLog
 from hub_server.auth.tokens import TokenService
 from hub_server.db.engine import make_engine, make_session_factory
@@ -51,6 +52,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
     ``hub_server.api.forkd_compat``) and the web catalog are appended here.
     """
     handlers: list[ControllerRouterHandler] = list(ROUTE_HANDLERS)
+    handlers.append(ForkdCompatController)  # /registry.json and /packs/… for unmodified forkd clients
     return handlers
 
 

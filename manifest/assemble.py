@@ -68,12 +68,15 @@ def assemble_file(
     frames: FrameSource,
     verify: bool = True,
     extra_algorithms: tuple[str, ...] = (),
+    local_chunk: Callable[[str], bytes | None] | None = None,
 ) -> AssembledFile:
     """Write the file described by ``chunk_map`` to ``out`` (which must not exist).
 
     ``parent`` is the parent layer's assembled file (None for a base). With
     ``verify`` the result's digest must equal ``chunk_map.digest``; the returned
     ``digests`` also holds any ``extra_algorithms`` (e.g. ``sha256`` for forkd).
+    ``local_chunk(digest)`` may supply a chunk's raw bytes from elsewhere (another local file);
+    they are used only if they hash to the digest, otherwise the frame is read.
     """
     out = Path(out)
     if chunk_map.parent_digest is not None and parent is None:
@@ -95,7 +98,9 @@ def assemble_file(
                     punch_hole(fd, entry.index * cs, length)
                     holes += 1
                     continue
-                data = _read_chunk(chunk_map, entry, length, frames)
+                data = local_chunk(entry.digest) if local_chunk is not None else None  # type: ignore[arg-type]
+                if data is None or len(data) != length or "blake3:" + blake3.blake3(data).hexdigest() != entry.digest:
+                    data = _read_chunk(chunk_map, entry, length, frames)
                 os.pwrite(fd, data, entry.index * cs)
                 written += 1
             os.fsync(fd)

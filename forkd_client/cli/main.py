@@ -23,11 +23,11 @@ from manifest.errors import ManifestError
 
 from ..config import forkd_home
 from ..errors import ClientError
-from . import hub, images, local, packs
+from . import hub, images, local, packs, vmcmds
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
-COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub)
+COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub, vmcmds)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,6 +34,7 @@ from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
+from .localchunks import LocalChunkIndex
 from .progress import NullProgress, Progress
 from .reference import Reference
 
@@ -54,6 +55,7 @@ class LinkPulled:
     reused: bool
     chunks_fetched: int = 0
     chunks_cached: int = 0
+    chunks_local: int = 0
     bytes_fetched: int = 0
 
 
@@ -98,15 +100,19 @@ def pull(
     tags = _local_tags(store, parsed, head_tag)
     result = PullResult(str(ref), chain[-1].digest, head_tag)
     parent: LocalSnapshot | None = None
-    for (link, manifest, config), tag in zip(parsed, tags):
-        existing = _installed(store, tag, link.digest)
-        if existing is not None:
-            progress.log(f"{tag}: already present ({link.digest[:19]}…)")
-            result.links.append(LinkPulled(tag, link.digest, reused=True))
-            parent = existing
-            continue
-        result.links.append(_pull_link(store, client, ref, link, manifest, config, tag, parent, force, progress))
-        parent = store.get(tag)
+    index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
+    try:
+        for (link, manifest, config), tag in zip(parsed, tags):
+            existing = _installed(store, tag, link.digest)
+            if existing is not None:
+                progress.log(f"{tag}: already present ({link.digest[:19]}…)")
+                result.links.append(LinkPulled(tag, link.digest, reused=True))
+                parent = existing
+                continue
+            result.links.append(_pull_link(store, client, index, ref, link, manifest, config, tag, parent, force, progress))
+            parent = store.get(tag)
+    finally:
+        index.close()
     result.bytes_received = client.bytes_received - received_before
     return result
 
@@ -143,7 +149,7 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
     return list(reversed(tags))
 
 
-def _pull_link(store: SnapshotStore, client: HubClient, ref: Reference, link: ChainLink, manifest: LayerManifest,
+def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink, manifest: LayerManifest,
                config: LayerConfig, tag: str, parent: LocalSnapshot | None, force: bool, progress: Progress) -> LinkPulled:
     name = ref.name
     maps: dict[str, ChunkMap] = {}
@@ -156,7 +162,7 @@ def _pull_link(store: SnapshotStore, client: HubClient, ref: Reference, link: Ch
         if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
             raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
     stats = LinkPulled(tag, link.digest, reused=False)
-    _fetch_missing(store, client, name, link.digest, maps, stats, progress, tag)
+    _fetch_missing(store, client, index, name, link.digest, maps, stats, progress, tag)
 
     vm_frame = client.get_blob(name, manifest.vmstate.digest)
     vm_info = config.files[mt.VMSTATE_FILE]
@@ -183,7 +189,7 @@ def _pull_link(store: SnapshotStore, client: HubClient, ref: Reference, link: Ch
 
             try:
                 done = assemble_file(chunk_map, staged / role, parent=parent_file, frames=frames,
-                                     extra_algorithms=("sha256",))
+                                     extra_algorithms=("sha256",), local_chunk=index.read)
             except (DigestMismatch, AssemblyError) as e:
                 raise DigestInvalid(f"layer {link.digest} ({tag}): {e}") from None
             if done.digests.get("sha256") != config.files[role].sha256 and config.files[role].sha256:
@@ -201,12 +207,25 @@ def _pull_link(store: SnapshotStore, client: HubClient, ref: Reference, link: Ch
             known_digests=known, snapshot_json={"volumes": []},
         )
         store.commit([(staged, tag)], force=force)
+    _index_and_prune(store, index, tag, maps)
     progress.log(f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_cached} from cache)")
     return stats
 
 
-def _fetch_missing(store: SnapshotStore, client: HubClient, name: str, layer: str, maps: dict[str, ChunkMap],
-                   stats: LinkPulled, progress: Progress, tag: str) -> None:
+def _index_and_prune(store: SnapshotStore, index: LocalChunkIndex, tag: str, maps: dict[str, ChunkMap]) -> None:
+    """The link's chunks now live in its installed files: index them there and drop their cached
+    frames, so the chunk cache only holds what an unfinished pull has fetched."""
+    for role, chunk_map in maps.items():
+        cs = chunk_map.chunk_size
+        entries = [e for e in chunk_map.entries if not e.is_zero]
+        index.add(store.path(tag) / role,
+                  ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs)) for e in entries))  # type: ignore[misc]
+        for e in entries:
+            store.chunks.remove(e.digest)  # type: ignore[arg-type]
+
+
+def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name: str, layer: str,
+                   maps: dict[str, ChunkMap], stats: LinkPulled, progress: Progress, tag: str) -> None:
     cache = store.chunks
     wanted: dict[str, dict[int, tuple[int, str, int, str, int]]] = {}
     for role, chunk_map in maps.items():
@@ -218,6 +237,10 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, name: str, layer: st
                 stats.chunks_cached += 1
                 continue
             length = min(cs, chunk_map.size - e.index * cs)
+            local = index.read(e.digest)  # type: ignore[arg-type]
+            if local is not None and len(local) == length:  # assembly reads it again from that file
+                stats.chunks_local += 1
+                continue
             wanted.setdefault(chunk_map.blobs[e.blob], {})[e.offset] = (e.length, e.digest, length, role, e.index)  # type: ignore[assignment]
     # FORKD_PULL_RANGE_BYTES bounds one coalesced range (a killed pull loses at most the ranges in
     # flight); FORKD_PULL_PARALLEL is the number of concurrent requests.

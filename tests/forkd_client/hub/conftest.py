@@ -39,3 +39,28 @@ def inproc_hub(tmp_path: Path) -> Iterator[InProcessHub]:
 def other_store(tmp_path: Path) -> Iterator[SnapshotStore]:
     with SnapshotStore(tmp_path / "other-home") as s:
         yield s
+
+
+@pytest.fixture
+def xfs_dir(tmp_path: Path) -> Iterator[Path]:
+    """A loop-mounted XFS filesystem with reflink (needs root and mkfs.xfs; skips otherwise)."""
+    import os
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("reflink test needs root for a loop mount")
+    if not shutil.which("mkfs.xfs"):
+        pytest.skip("mkfs.xfs not installed (apt-get install xfsprogs)")
+    image, mnt = tmp_path / "xfs.img", tmp_path / "xfs"
+    with open(image, "wb") as f:
+        f.truncate(1 << 30)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True, timeout=60)
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True, text=True, timeout=60)
+    if mounted.returncode != 0:
+        pytest.skip(f"loop mount not allowed here: {mounted.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], timeout=60)

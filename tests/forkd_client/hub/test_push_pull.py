@@ -103,3 +103,27 @@ def test_corrupted_chunk_on_the_hub_is_named_and_nothing_installed(chain3, other
     with pytest.raises(DigestInvalid, match=r"memory\.bin chunk \d+"):
         pull(other_store, inproc_hub.client(token), Reference.parse("acme/py:v1"), as_tag="py")
     assert other_store.tags() == []
+
+
+def test_chunks_found_in_local_snapshots_at_other_offsets_are_not_downloaded(tmp_path, store, other_store, inproc_hub):
+    """KASLR moves pages between boots: a second base sharing content at shifted offsets is read locally."""
+    from ..snapshots import make_base_source
+
+    first = make_base_source(tmp_path / "first", seed=5)
+    shifted = tmp_path / "shifted"
+    shifted.mkdir()
+    memory = (first / "memory.bin").read_bytes()
+    (shifted / "memory.bin").write_bytes(bytes(65536) + memory[:-65536])  # same chunks, one chunk later
+    (shifted / "vmstate").write_bytes(b"other vmstate")
+    store.import_snapshot(first, "first")
+    store.import_snapshot(shifted, "shifted")
+    token = inproc_hub.token("ci", "push:acme/*")
+    push(store, inproc_hub.client(token), "first", Reference.parse("acme/one:v1"))
+    push(store, inproc_hub.client(token), "shifted", Reference.parse("acme/two:v1"))
+
+    one = pull(other_store, inproc_hub.client(token), Reference.parse("acme/one:v1"), as_tag="one")
+    two = pull(other_store, inproc_hub.client(token), Reference.parse("acme/two:v1"), as_tag="two")
+    assert one.links[0].chunks_fetched > 0
+    assert two.links[0].chunks_local >= one.links[0].chunks_fetched - 1
+    assert two.links[0].bytes_fetched < one.links[0].bytes_fetched / 4
+    assert (other_store.path("two") / "memory.bin").read_bytes() == (shifted / "memory.bin").read_bytes()

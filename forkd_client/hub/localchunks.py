@@ -1,0 +1,62 @@
+"""Where chunks already sit in installed snapshots, so a pull reads them locally.
+
+``<store root>/chunk-index.db`` (SQLite) maps a chunk digest to ``(file path, offset,
+length)`` inside installed snapshot files, recorded when a pulled link is installed. A
+location is used only while the verified-content record still trusts that file (same
+inode, size, mtime), and the chunk's bytes are re-hashed on read (64 KiB: microseconds), so a
+stale or tampered row can cost a download, never correctness. Rows of files that are gone
+are dropped when found.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+import blake3
+
+from ..verified import VerifiedRecord
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunks (
+    digest TEXT NOT NULL, path TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+    PRIMARY KEY (digest, path, offset)
+);
+"""
+
+
+class LocalChunkIndex:
+    def __init__(self, db_path: Path, verified: VerifiedRecord) -> None:
+        self._db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self._verified = verified
+
+    def close(self) -> None:
+        self._db.close()
+
+    def add(self, path: Path, chunks: Iterable[tuple[str, int, int]]) -> None:
+        """Record ``(digest, offset, length)`` chunks found in the file at ``path``."""
+        key = str(Path(path).resolve())
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)",
+                                 ((d, key, o, n) for d, o, n in chunks))
+
+    def read(self, digest: str) -> bytes | None:
+        """The chunk's bytes from a trusted local file, verified, or None."""
+        rows = self._db.execute("SELECT path, offset, length FROM chunks WHERE digest = ? LIMIT 8", (digest,)).fetchall()
+        for path, offset, length in rows:
+            if not self._verified.cached(path):
+                self._db.execute("DELETE FROM chunks WHERE path = ?", (path,))
+                continue
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(length)
+            except OSError:
+                continue
+            if len(data) == length and "blake3:" + blake3.blake3(data).hexdigest() == digest:
+                return data
+        return None
