@@ -13,6 +13,7 @@ Tracebacks never reach users; set ``FORKD_DEBUG=1`` to see them for unexpected e
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -77,6 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _describe_os_error(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        where = f" writing {e.filename}" if e.filename else ""
+        return f"disk full{where}: free some space and rerun; transfers resume where they stopped"
     if e.filename is not None:
         return f"{e.strerror or e}: {e.filename}"
     return str(e)

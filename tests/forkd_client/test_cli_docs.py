@@ -18,7 +18,7 @@ EXAMPLE = re.compile(r"<!-- json-example: (\w+) -->\s*```json\n(.*?)```", re.S)
 
 def examples() -> dict[str, object]:
     found = {name: json.loads(body) for name, body in EXAMPLE.findall(DOC.read_text())}
-    assert set(found) == {"images", "inspect"}
+    assert set(found) == {"images", "inspect", "push", "pull"}  # push/pull: tests/forkd_client/hub/test_cli_docs_hub.py
     return found
 
 
