@@ -55,7 +55,7 @@ class HostCompatDriver(Protocol):
 
     name: str
 
-    def host_compat(self, mem_mib: int | float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo: ...
+    def host_compat(self, mem_mib: float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo: ...
 
 
 def to_manifest_compat(info: CompatInfo | Mapping[str, Any]) -> dict[str, str | int]:

@@ -10,9 +10,14 @@ from __future__ import annotations
 import argparse
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .output import Context, human_size
+
+if TYPE_CHECKING:
+    from vmm import ExecResult
+
+    from ..vmops import Forked
 
 VMM_CHOICES = ("qemu", "qemu-microvm", "firecracker")
 Command = Callable[[argparse.Namespace, Context], int]
@@ -137,7 +142,7 @@ def run_fork(args: argparse.Namespace, ctx: Context) -> int:
     return 1 if forked.failed else 0
 
 
-def _print_fork(ctx: Context, forked: Any, ran: bool) -> None:
+def _print_fork(ctx: Context, forked: Forked, ran: bool) -> None:
     ctx.print(f"Verified {forked.tag} (chain depth {len(forked.chain)}) in {forked.verify_ms:.1f} ms; "
               f"forked {len(forked.children)} children in {_secs(forked.spawn_ms)}")
     rows = []
@@ -166,7 +171,7 @@ def _print_fork(ctx: Context, forked: Any, ran: bool) -> None:
         ctx.error(f"the command failed in {len(forked.failed)} of {len(forked.children)} children")
 
 
-def _print_exec_output(ctx: Context, result: Any) -> None:
+def _print_exec_output(ctx: Context, result: ExecResult | None) -> None:
     if result is not None and result.output:
         ctx.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
 

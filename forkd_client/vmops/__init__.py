@@ -14,10 +14,24 @@ Modules: ``host`` (driver factory, guest image, restorable stored snapshots), ``
 The compat vocabulary mapping lives in :mod:`forkd_client.vmmcompat`.
 """
 
-from .build import ANNOTATION_EXEC, DEFAULT_EXEC_TIMEOUT, LayerDiff, SnapshotResult, snapshot_base, snapshot_diff
+from .build import (
+    ANNOTATION_EXEC,
+    DEFAULT_EXEC_TIMEOUT,
+    LayerDiff,
+    SnapshotResult,
+    snapshot_base,
+    snapshot_diff,
+)
 from .errors import INSTALL_HINT, GuestExecFailed, VmSetupError
 from .fork import Child, Forked, fork
-from .host import DEFAULT_GUEST, DRIVERS, load_guest, make_driver, require_driver, restorable
+from .host import (
+    DEFAULT_GUEST,
+    DRIVERS,
+    load_guest,
+    make_driver,
+    require_driver,
+    restorable,
+)
 
 __all__ = [
     "ANNOTATION_EXEC", "DEFAULT_EXEC_TIMEOUT", "DEFAULT_GUEST", "DRIVERS", "INSTALL_HINT",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from vmm import VM, Driver, ExecResult, MemStats, SnapshotFiles, VmmError
 from vmm import process as vmm_process
@@ -72,7 +72,7 @@ class Forked:
     chain: list[str]
     verify_ms: float
     spawn_ms: float
-    memory: str
+    memory_file: str
     children: list[Child] = field(default_factory=list)
     kept: bool = False
 
@@ -124,7 +124,7 @@ class Forked:
             "tag": self.tag,
             "chain": list(self.chain),
             "depth": len(self.chain),
-            "memory": self.memory,
+            "memory_file": self.memory_file,
             "verify_ms": round(self.verify_ms, 3),
             "spawn_ms": round(self.spawn_ms, 1),
             "children": [c.to_obj() for c in self.children],
@@ -132,7 +132,7 @@ class Forked:
             "kept": self.kept,
         }
 
-    def __enter__(self) -> Forked:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

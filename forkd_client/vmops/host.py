@@ -11,7 +11,13 @@ import shutil
 from pathlib import Path
 
 from manifest.mediatypes import MEMORY_FILE, ROOTFS_FILE, VMSTATE_FILE
-from vmm import CompatibilityError, Driver, FirecrackerDriver, QemuMicrovmDriver, SnapshotFiles
+from vmm import (
+    CompatibilityError,
+    Driver,
+    FirecrackerDriver,
+    QemuMicrovmDriver,
+    SnapshotFiles,
+)
 from vmm.errors import GuestBuildError
 from vmm.guest import GuestImage, build_guest, cached_guest
 from vmm.guest.build import GUEST_FILE

@@ -35,7 +35,7 @@ import tempfile
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,14 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.scopes import Principal
-from hub_server.db.models import BlobRole, Manifest, ManifestBlob, Repository, RepositoryManifest, Tag
+from hub_server.db.models import (
+    BlobRole,
+    Manifest,
+    ManifestBlob,
+    Repository,
+    RepositoryManifest,
+    Tag,
+)
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.lineage import ChainLink, LineageService
@@ -97,8 +104,8 @@ def forkd_time(created: str) -> str:
     except ValueError:
         return EPOCH
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    moment = moment.astimezone(timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
     if moment.year < 1970:
         return EPOCH
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -297,8 +304,8 @@ class ForkdCompatService:
     async def _publish(self, repository: str, digest: str, built: BuiltPack) -> None:
         """Store the pack, then its info: a pack without info is not served (and is rebuilt over)."""
         async with self.ctx.store.writer(pack_key(repository, digest)) as writer:
-            with open(built.path, "rb") as f:
-                while piece := await anyio.to_thread.run_sync(f.read, _UPLOAD_PIECE):
+            async with await anyio.open_file(built.path, "rb") as f:
+                while piece := await f.read(_UPLOAD_PIECE):
                     await writer.write(piece)
             await writer.commit()
         info = json.dumps({"sha256": built.sha256, "size": built.size}).encode()

@@ -97,9 +97,8 @@ class StoreFrames:
         size = self._sizes.get(blob)
         if size is None:
             size = self._sizes[blob] = anyio.from_thread.run(self._store.stat, key).size
-        end = min(size, offset + max(length, self._window))
-        if end < offset + length:  # a frame past the end: let the store say so
-            end = offset + length
+        # Never past the blob's end, unless the frame itself is: then let the store say so.
+        end = max(min(size, offset + max(length, self._window)), offset + length)
         data = anyio.from_thread.run(self._store.read, key, offset, end - offset)
         self.reads += 1
         self._windows[blob] = (offset, data)

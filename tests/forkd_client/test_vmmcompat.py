@@ -10,7 +10,12 @@ import pytest
 
 from forkd_client.errors import InvalidSnapshotDir
 from forkd_client.store import SnapshotStore
-from forkd_client.vmmcompat import RESTORE_CRITICAL, check_host_compat, from_manifest_compat, to_manifest_compat
+from forkd_client.vmmcompat import (
+    RESTORE_CRITICAL,
+    check_host_compat,
+    from_manifest_compat,
+    to_manifest_compat,
+)
 from manifest.mediatypes import COMPAT_FIELDS
 from vmm import CompatibilityError, CompatInfo, QemuMicrovmDriver
 
@@ -32,7 +37,7 @@ class FixedHost:
     def __init__(self, **overrides: object) -> None:
         self.overrides = overrides
 
-    def host_compat(self, mem_mib: int | float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
+    def host_compat(self, mem_mib: float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
         base = CompatInfo(vmm="qemu-microvm", vmm_version="7.2.22", machine="microvm", accel="tcg",
                           arch="x86_64", cpu_model="max", vcpus=vcpus, mem_mib=mem_mib, device_ids=device_ids)
         return CompatInfo(**{**base.to_dict(), "device_ids": device_ids, **self.overrides})

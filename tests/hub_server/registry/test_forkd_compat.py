@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import logging
 import os
 import random
 from pathlib import Path
@@ -14,6 +16,7 @@ import zstandard
 
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry import paths
 from hub_server.registry.forkd_compat import (
     PACKS_PREFIX,
     ForkdCompatService,
@@ -23,7 +26,6 @@ from hub_server.registry.forkd_compat import (
     pack_key,
 )
 from hub_server.registry.packbuild import StoreFrames
-from hub_server.registry import paths
 from hub_server.registry.paths import blob_key
 from hub_server.storage import validate_key
 from manifest import mediatypes as mt
@@ -131,6 +133,19 @@ def test_packs_are_built_once_and_rebuilt_byte_identical(hub: Hub, images, tmp_p
         assert same_bytes(link.directory / "memory.bin", memory)
         assert (link.directory / "vmstate").read_bytes() == vmstate
     assert list((hub.settings.data_dir / "tmp").iterdir()) == []  # work dirs are removed
+
+
+def test_concurrent_requests_build_a_pack_once(hub: Hub, images, tmp_path, caplog):
+    hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head", public=True)
+    forkd = service(hub)
+
+    async def together() -> list:
+        return await asyncio.gather(*(forkd.pack(Principal.anonymous(), "acme", "vm", "head") for _ in range(3)))
+
+    with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd_compat"):
+        packs = hub.call(together)
+    assert len({(p.key, p.sha256, p.size) for p in packs}) == 1
+    assert sum("built the forkd pack" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_a_rootfs_and_config_metadata_reach_the_pack(hub: Hub, tmp_path):

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Chunk upload/download throughput through the hub on loopback, against raw limits measured in the same run.
+
+Usage: python bench/hub_transfer.py [--image-mib 1024] [--data-mib 512] [--repeat 3] [--dir DIR]
+
+The base snapshot's memory.bin is --image-mib apparent with --data-mib of data in random 4 MiB
+blocks (alternately random and text-like bytes, zstd ratio ~1.8), the rest holes. The raw peers
+move exactly those data bytes (the holes removed):
+
+* loopback HTTP: curl (C) against a trivial stdlib ``http.server`` process (ThreadingHTTPServer,
+  HTTP/1.1): PUT reads the body in 1 MiB pieces and discards it; GET streams a file from the page
+  cache with shutil.copyfileobj. One request of the whole size.
+* disk: write the bytes in 4 MiB writes + fsync to a new file; read them back in 4 MiB reads
+  after evicting that file from the page cache (posix_fadvise DONTNEED).
+
+Then ``forkd push`` of the base into a fresh hub (new data dir each run, so nothing dedups
+against an earlier run) and ``forkd pull`` of it into an empty store, both as real CLI
+processes (their start-up included). MiB/s are of data bytes; ratios are hub / raw. Wire bytes
+come from one extra, untimed push and pull through a byte-counting TCP proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (  # noqa: E402
+    MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, allocated, drop_file_cache, fmt_runs, free_port, human,
+    make_memory_image, make_vmstate, median, mib_s, print_table, stop_process, timed_runs, wait_http,
+)
+
+TRIVIAL_SERVER = textwrap.dedent("""
+    import os, shutil, sys
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    PATH = sys.argv[2]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_PUT(self):
+            remaining = int(self.headers["Content-Length"])
+            while remaining:
+                piece = self.rfile.read(min(remaining, 1 << 20))
+                if not piece:
+                    break
+                remaining -= len(piece)
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(os.path.getsize(PATH)))
+            self.end_headers()
+            with open(PATH, "rb") as f:
+                shutil.copyfileobj(f, self.wfile, 1 << 20)
+
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+""")
+
+
+def curl(*args: str) -> None:
+    subprocess.run(["curl", "-sS", "--fail", *args], check=True, stdout=subprocess.DEVNULL, timeout=300)
+
+
+def extract_data(image: Path, out: Path) -> bytes:
+    """The non-hole bytes of ``image`` (what the raw peers move), also written to ``out``."""
+    pieces = []
+    with open(image, "rb") as f:
+        fd, pos, size = f.fileno(), 0, image.stat().st_size
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:
+                break
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            f.seek(start)
+            pieces.append(f.read(end - start))
+            pos = end
+    data = b"".join(pieces)
+    out.write_bytes(data)
+    return data
+
+
+def disk_write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        view = memoryview(data)
+        for o in range(0, len(data), 4 * MiB):
+            f.write(view[o : o + 4 * MiB])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def disk_read(path: Path) -> None:
+    with open(path, "rb", buffering=0) as f:
+        while f.read(4 * MiB):
+            pass
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(8 * MiB):
+            h.update(block)
+    return h.hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--image-mib", type=int, default=1024, help="apparent size of memory.bin")
+    ap.add_argument("--data-mib", type=int, default=512, help="data in it (the rest are holes)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="hub-transfer-") as tmp, contextlib.ExitStack() as stack:
+        root = Path(tmp)
+        src = root / "src"
+        src.mkdir()
+        info = make_memory_image(src / "memory.bin", args.image_mib * MiB, args.data_mib * MiB, seed=1)
+        make_vmstate(src / "vmstate", seed=1)
+        data = extract_data(src / "memory.bin", root / "data.bin")
+        nbytes = len(data)
+
+        # (i) raw loopback HTTP
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-c", TRIVIAL_SERVER, str(port), str(root / "data.bin")])
+        stack.callback(stop_process, server)
+        url = f"http://127.0.0.1:{port}/blob"
+        wait_http(url, server, "trivial http.server")
+        curl("-o", "/dev/null", url)  # warm the page cache and the server
+        raw_put = timed_runs(lambda i: curl("-T", str(root / "data.bin"), "-H", "Expect:", url), args.repeat)
+        raw_get = timed_runs(lambda i: curl("-o", "/dev/null", url), args.repeat)
+        stop_process(server)
+
+        # (ii) raw disk
+        target = root / "disk.bin"
+        disk_w = timed_runs(lambda i: disk_write(target, data), args.repeat, before=lambda i: target.unlink(missing_ok=True))
+        disk_r = timed_runs(lambda i: disk_read(target), args.repeat, before=lambda i: drop_file_cache(target))
+        target.unlink()
+        data = b""  # free the buffer before the hub runs
+
+        # forkd push into a fresh hub each run; pull from the last one into empty stores
+        live: dict[str, object] = {}
+
+        def fresh_hub(i: int) -> None:
+            """A new hub (empty data dir) and a new pushing user with the base imported; untimed."""
+            if "hub" in live:
+                live["hub"].stop()  # type: ignore[union-attr]
+            hub = HubServer(root / f"hub{i}", root / "hub.log")
+            stack.callback(hub.stop)
+            live["hub"] = hub
+            live["user"] = ForkdUser(root / f"alice{i}", hub.url, hub.token("alice", "push:acme/*"))
+            live["user"].run("import", str(src), "base")  # type: ignore[union-attr]
+
+        push_results: list[dict] = []
+        push_t = timed_runs(lambda i: push_results.append(live["user"].json("push", "base", "acme/mem:v1", "--public")),
+                            args.repeat, before=fresh_hub)
+        hub: HubServer = live["hub"]  # type: ignore[assignment]
+        stored = allocated(hub.data_dir / "blobs")
+        pullers = [ForkdUser(root / f"bob{i}", hub.url) for i in range(args.repeat)]
+        pull_results: list[dict] = []
+        pull_t = timed_runs(lambda i: pull_results.append(pullers[i].json("pull", "acme/mem:v1", "--as", "mem")),
+                            args.repeat)
+        pulled = pullers[0].home / "snapshots" / "mem" / "memory.bin"
+        identical = file_sha256(pulled) == file_sha256(src / "memory.bin")
+
+        # wire bytes: one untimed push and pull through a counting proxy in front of a fresh hub
+        fresh_hub(args.repeat)
+        hub = live["hub"]  # type: ignore[assignment]
+        proxy = stack.enter_context(CountingProxy(hub.port))
+        counted = ForkdUser(root / "carol", proxy.url, hub.token("carol", "push:acme/*"))
+        counted.run("import", str(src), "base")
+        proxy.reset()
+        push_rep = counted.json("push", "base", "acme/mem:v1", "--public")
+        push_up, push_down = proxy.reset()
+        pull_rep = ForkdUser(root / "dave", proxy.url).json("pull", "acme/mem:v1", "--as", "mem")
+        pull_up, pull_down = proxy.reset()
+
+    rows = []
+    peers = {"put": median(raw_put), "get": median(raw_get), "dw": median(disk_w), "dr": median(disk_r)}
+
+    def row(name: str, times: list[float], vs_http: str | None, vs_disk: str | None) -> list[str]:
+        rate = mib_s(nbytes, median(times))
+        ratio = lambda key: f"{mib_s(nbytes, median(times)) / mib_s(nbytes, peers[key]):.2f}x" if key else ""  # noqa: E731
+        return [name, fmt_runs(times), f"{median(times):.3f}", f"{rate:.0f}", ratio(vs_http), ratio(vs_disk)]
+
+    rows.append(row("raw loopback PUT (curl -> http.server, discard)", raw_put, None, None))
+    rows.append(row("raw loopback GET (http.server -> curl)", raw_get, None, None))
+    rows.append(row("raw disk write + fsync (4 MiB writes)", disk_w, None, None))
+    rows.append(row("raw disk read, file evicted from cache", disk_r, None, None))
+    rows.append(row("forkd push base (CLI, fresh hub)", push_t, "put", "dw"))
+    rows.append(row("forkd pull into an empty store (CLI)", pull_t, "get", "dr"))
+
+    print(f"hub_transfer: memory.bin {human(info.size)} apparent, {human(nbytes)} data "
+          f"(half random, half text-like, rest holes); median of {args.repeat}; {MACHINE_NOTE}")
+    print_table(["operation", "runs (s)", "median s", "MiB/s data", "vs loopback", "vs disk"], rows)
+
+    logical = info.size
+
+    def brow(name: str, n: int) -> list[str]:
+        return [name, f"{n:,}", f"{n / nbytes:.3f}", f"{n / logical:.3f}"]
+
+    print_table(
+        ["bytes", "bytes", "/ data", "/ logical"],
+        [
+            brow("push: client -> hub on the wire (proxy)", push_up),
+            brow("push: hub -> client on the wire (proxy)", push_down),
+            brow("push: forkd --json bytes_sent", push_rep["bytes_sent"]),
+            brow("pull: hub -> client on the wire (proxy)", pull_down),
+            brow("pull: client -> hub on the wire (proxy)", pull_up),
+            brow("pull: forkd --json bytes_received", pull_rep["bytes_received"]),
+            brow("hub blob store on disk after push (st_blocks)", stored),
+            brow("data bytes (non-hole)", nbytes),
+            brow("logical size (memory.bin apparent)", logical),
+        ],
+        title="bytes (wire: one extra push + pull through a counting TCP proxy, HTTP headers included)",
+    )
+    print(f"pulled memory.bin identical to the source: {identical}; "
+          f"push links: {[(l['new_chunks'], l['reused_chunks']) for l in push_results[-1]['links']]} (new, reused chunks); "
+          f"pull chunks fetched: {sum(l['chunks_fetched'] for l in pull_results[-1]['links'])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""``GET /registry.json`` and ``GET /packs/…``: what an unmodified ``forkd pull --hub`` sees."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from hub_server.registry.forkd_compat import PACKS_PREFIX
+from hub_server.registry.paths import blob_key
+from manifest import mediatypes as mt
+from manifest.forkd_unpack import read_pack
+from manifest.model import Descriptor, chain_index
+from tests.e2e.test_hub_server_process import forkd_hub, free_port, wait_healthy
+from tests.hub_server.conftest import Hub
+from tests.hub_server.pushing import (
+    CREATED,
+    PushClient,
+    auth,
+    chain_images,
+    expect_error,
+)
+from tests.manifest.images import same_bytes
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+VERSION_KEYS = {"url", "sha256", "size_bytes", "memory_mib", "created_at", "base_image"}
+
+
+def check_forkd_registry(doc: dict) -> dict:
+    """The rules forkd's ``Registry`` deserializer and docs/HUB.md impose; returns ``packages``."""
+    assert doc["schema_version"] == 1
+    packages = doc["packages"]
+    assert isinstance(packages, dict)
+    for name, package in packages.items():
+        assert "/" in name and " " not in name, name
+        assert isinstance(package.get("description", ""), str)
+        versions = package["versions"]
+        assert "latest" in versions, f"{name} has no latest version"
+        for version, entry in versions.items():
+            assert set(entry) <= VERSION_KEYS, (name, version, entry)
+            url = urlsplit(entry["url"])
+            assert url.scheme in ("http", "https") and url.netloc, entry["url"]
+            assert url.path.endswith(".forkd-snapshot.tar.zst")
+            if "sha256" in entry:
+                assert SHA256_HEX.fullmatch(entry["sha256"]), entry["sha256"]
+                assert isinstance(entry["size_bytes"], int) and entry["size_bytes"] > 0
+            assert isinstance(entry["memory_mib"], int) and entry["memory_mib"] > 0
+            assert RFC3339.fullmatch(entry["created_at"])
+    return packages
+
+
+def registry(hub: Hub, **headers: str) -> dict:
+    r = hub.client.get("/registry.json", headers=headers)
+    assert r.status_code == 200, r.text
+    return check_forkd_registry(r.json())
+
+
+def unpack(data: bytes, staging: Path):
+    staging.mkdir(parents=True)
+    return read_pack(io.BytesIO(data), staging)
+
+
+@pytest.fixture
+def published(hub: Hub, images, tmp_path):
+    """acme/vm (public): ``v1`` a base, ``v2`` a 2-link chain; acme/secret (private): ``v1``."""
+    admin = hub.token("admin", "admin")
+    pusher = hub.pusher(admin)
+    layers = pusher.push_chain("acme/vm", images[:2], tmp_path / "p", "v2", public=True)
+    pusher.put_manifest("acme/vm", "v1", layers[0].manifest)  # tagged last: the most recently updated
+    pusher.push_chain("acme/secret", images[:1], tmp_path / "s", "v1")
+    return admin, layers
+
+
+def test_registry_json_lists_public_tags_and_a_latest(hub: Hub, published, images, tmp_path):
+    admin, layers = published
+    packages = registry(hub)
+    assert list(packages) == ["acme/vm"]  # the private repository is not listed, even to an admin
+    assert list(registry(hub, Authorization=f"Bearer {admin}")) == ["acme/vm"]
+    versions = packages["acme/vm"]["versions"]
+    assert set(versions) == {"v1", "v2", "latest"}
+    assert versions["v2"]["url"] == "http://testserver.local/packs/acme/vm/v2.forkd-snapshot.tar.zst"
+    assert versions["latest"] == versions["v1"]  # no latest tag: the most recently updated tag
+    assert versions["v1"]["memory_mib"] == 4 and versions["v1"]["created_at"] == CREATED
+    assert "sha256" not in versions["v2"]  # not built yet
+
+    hub.pusher(admin).put_manifest("acme/vm", "v3", layers[1].manifest)
+    assert registry(hub)["acme/vm"]["versions"]["latest"]["url"].endswith("/v3.forkd-snapshot.tar.zst")
+    hub.pusher(admin).put_manifest("acme/vm", "latest", layers[0].manifest)
+    versions = registry(hub)["acme/vm"]["versions"]
+    assert versions["latest"]["url"].endswith("/latest.forkd-snapshot.tar.zst")  # a real latest tag wins
+
+    hub.client.patch("/api/v1/repositories/acme/vm", json={"description": "a tiny VM"}, headers=auth(admin))
+    assert registry(hub)["acme/vm"]["description"] == "a tiny VM"
+
+
+def test_packs_hold_the_pushed_files(hub: Hub, published, images, tmp_path):
+    _, layers = published
+    versions = registry(hub)["acme/vm"]["versions"]
+    base = hub.client.get(versions["v1"]["url"])
+    chain = hub.client.get(versions["v2"]["url"])
+    assert base.status_code == chain.status_code == 200
+    assert chain.headers["content-type"] == "application/zstd"
+    assert int(chain.headers["content-length"]) == len(chain.content)
+
+    v1 = unpack(base.content, tmp_path / "v1")
+    assert v1.version == 1 and [link.tag for link in v1.links] == ["vm"]
+    assert same_bytes(v1.links[0].directory / "memory.bin", images[0][0])
+    assert (v1.links[0].directory / "vmstate").read_bytes() == images[0][1]
+    assert json.loads((v1.links[0].directory / "snapshot.json").read_text()) == {
+        "vmstate": str(v1.links[0].directory / "vmstate"), "memory": str(v1.links[0].directory / "memory.bin"),
+        "volumes": []}
+
+    v2 = unpack(chain.content, tmp_path / "v2")
+    assert v2.version == 2 and v2.tag == "vm" and len(v2.links) == 2
+    root, head = v2.links
+    for link, (memory, vmstate) in zip(v2.links, images[:2], strict=True):
+        assert same_bytes(link.directory / "memory.bin", memory)
+        assert (link.directory / "vmstate").read_bytes() == vmstate
+    memory_sha = hashlib.sha256(images[0][0].read_bytes()).hexdigest()
+    config = json.loads(layers[0].config)
+    assert root.parent_tag is None and head.parent_tag == root.tag
+    assert head.parent_content_hash == memory_sha == config["files"]["memory.bin"]["sha256"].removeprefix("sha256:")
+    snapshot = json.loads((head.directory / "snapshot.json").read_text())
+    assert (snapshot["parent_tag"], snapshot["parent_content_hash"]) == (root.tag, memory_sha)
+
+    again = hub.client.get(versions["v2"]["url"])
+    assert again.content == chain.content
+    listed = registry(hub)["acme/vm"]["versions"]
+    for tag, response in (("v1", base), ("v2", chain)):
+        assert listed[tag]["sha256"] == hashlib.sha256(response.content).hexdigest()
+        assert listed[tag]["size_bytes"] == len(response.content)
+        assert response.headers["x-checksum-sha256"] == listed[tag]["sha256"]
+
+
+def test_pack_references(hub: Hub, published, tmp_path):
+    admin, layers = published
+    by_tag = hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst").content
+    for ref in (f"@{layers[1].digest}", layers[1].digest):
+        assert hub.client.get(f"/packs/acme/vm/{ref}.forkd-snapshot.tar.zst").content == by_tag
+    expect_error(hub.client.get("/packs/acme/vm/v2.tar.zst"), 404, "NOT_FOUND")
+    expect_error(hub.client.get("/packs/acme/vm/.forkd-snapshot.tar.zst"), 404, "NOT_FOUND")
+    expect_error(hub.client.get("/packs/acme/vm/nope.forkd-snapshot.tar.zst"), 404, "MANIFEST_UNKNOWN")
+    expect_error(hub.client.get("/packs/ACME/vm/v2.forkd-snapshot.tar.zst"), 400, "NAME_INVALID")
+    expect_error(hub.client.get("/packs/acme/vm/@sha256:zz.forkd-snapshot.tar.zst"), 400, "DIGEST_INVALID")
+
+    # a tag on a chain index packs the chain's head, the same bytes as the head's own tag
+    index = chain_index([Descriptor(mt.OCI_MANIFEST, x.digest, len(x.manifest), artifact_type=mt.LAYER_ARTIFACT)
+                         for x in layers])
+    hub.pusher(admin).put_manifest("acme/vm", "chain", index, media_type=mt.OCI_INDEX)
+    entry = registry(hub)["acme/vm"]["versions"]["chain"]
+    assert entry["sha256"] == hashlib.sha256(by_tag).hexdigest()
+    assert hub.client.get(entry["url"]).content == by_tag
+
+
+def test_private_repositories_are_not_served(hub: Hub, published, tmp_path):
+    url = "/packs/acme/secret/v1.forkd-snapshot.tar.zst"
+    expect_error(hub.client.get(url), 404, "NAME_UNKNOWN")
+    reader = hub.token("reader", "pull:acme/secret")
+    r = hub.client.get(url, headers=auth(reader))
+    assert r.status_code == 200 and unpack(r.content, tmp_path / "staging").version == 1
+    expect_error(hub.client.get(url), 404, "NAME_UNKNOWN")  # built now, still hidden
+    outsider = hub.token("outsider", "pull:other/*")
+    expect_error(hub.client.get(url, headers=auth(outsider)), 404, "NAME_UNKNOWN")
+    assert "acme/secret" not in registry(hub, Authorization=f"Bearer {reader}")
+    expect_error(hub.client.get("/registry.json", headers=auth("forkd_bogus")), 401, "UNAUTHORIZED")
+
+
+def test_a_damaged_chunk_is_a_clear_error_and_nothing_is_cached(hub: Hub, published):
+    _, layers = published
+    victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
+    blob = layers[1].chunk_map.blobs[victim.blob]
+    data = bytearray(layers[1].data_blobs[blob].read_bytes())
+    data[victim.offset + victim.length - 1] ^= 0xFF
+    hub.call(hub.registry.ctx.store.put, blob_key(blob), bytes(data))
+
+    detail = expect_error(hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst"), 500, "INTERNAL")
+    assert detail == {"digest": layers[1].digest}
+    message = hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst").json()["errors"][0]["message"]
+    assert f"memory.bin chunk {victim.index}" in message and "damaged" in message
+    assert "sha256" not in registry(hub)["acme/vm"]["versions"]["v2"]
+
+    async def keys() -> list[str]:
+        return [k async for k in hub.registry.ctx.store.list(PACKS_PREFIX)]
+
+    assert hub.call(keys) == []
+    assert hub.client.get("/packs/acme/vm/v1.forkd-snapshot.tar.zst").status_code == 200  # the base is intact
+
+
+def test_urls_use_the_public_url(make_hub, images, tmp_path):
+    hub = make_hub(public_url="https://hub.example.com/forkd")
+    hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:1], tmp_path / "p", "v1", public=True)
+    entry = registry(hub)["acme/vm"]["versions"]["latest"]
+    assert entry["url"] == "https://hub.example.com/forkd/packs/acme/vm/v1.forkd-snapshot.tar.zst"
+
+
+# -- an unmodified forkd client's pull flow against a real server ------------------------------
+
+
+def forkd_pull(registry_url: str, target: str, tmp_path: Path) -> tuple[dict, bytes]:
+    """forkd-formats.md §4.2: fetch registry.json fresh, pick the version (default latest), GET its
+    url (status must be 200), compare sha256 case-insensitively when given, return the pack."""
+    name, _, version = target.partition("@")
+    with httpx.Client(timeout=60, follow_redirects=True) as http:
+        r = http.get(registry_url)
+        assert r.status_code == 200
+        entry = r.json()["packages"][name]["versions"][version or "latest"]
+        pack = http.get(entry["url"])
+        assert pack.status_code == 200
+    if entry.get("sha256"):
+        assert hashlib.sha256(pack.content).hexdigest().lower() == entry["sha256"].lower(), "sha256 mismatch"
+    return entry, pack.content
+
+
+@pytest.mark.slow
+def test_forkd_pull_flow_against_a_real_server(tmp_path: Path):
+    images = chain_images(tmp_path)
+    data = tmp_path / "data"
+    env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data)}
+    token = subprocess.run(forkd_hub("token", "create", "e2e", "--scope", "push:acme/*"), env=env, check=True,
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(forkd_hub("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            PushClient(http, token).push_chain("acme/vm", images, tmp_path / "push", "v1", public=True)
+        first, pack = forkd_pull(f"{url}/registry.json", "acme/vm", tmp_path)
+        assert first["url"] == f"{url}/packs/acme/vm/v1.forkd-snapshot.tar.zst" and "sha256" not in first
+        again, same = forkd_pull(f"{url}/registry.json", "acme/vm@v1", tmp_path)
+        assert same == pack and again["sha256"] == hashlib.sha256(pack).hexdigest()
+        unpacked = unpack(pack, tmp_path / "staging")
+        assert unpacked.version == 2 and [link.tag for link in unpacked.links][-1] == "vm"
+        for link, (memory, vmstate) in zip(unpacked.links, images, strict=True):
+            assert same_bytes(link.directory / "memory.bin", memory)
+            assert (link.directory / "vmstate").read_bytes() == vmstate
+        assert list((data / "tmp").iterdir()) == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        log.close()
+    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()[-2000:]
