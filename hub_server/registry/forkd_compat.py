@@ -336,23 +336,30 @@ class ForkdCompatService:
     # -- housekeeping -----------------------------------------------------------------------
 
     async def prune(self) -> list[str]:
-        """Delete cached packs whose manifest is no longer in their repository; return the keys deleted.
+        """Delete cached packs whose manifest is no longer in their repository (see :func:`prune_packs`)."""
+        return await prune_packs(self.ctx)
 
-        Raises: StorageUnavailable, StorageError.
-        """
-        keys = [key async for key in self.ctx.store.list(PACKS_PREFIX)]
-        stale: list[str] = []
-        async with self.ctx.sessions() as session:
-            for key in keys:
-                parsed = _parse_pack_key(key)
-                if parsed is None or not await _is_linked(session, *parsed):
-                    stale.append(key)
+
+async def prune_packs(ctx: RegistryContext, *, dry_run: bool = False) -> list[str]:
+    """Delete (or with ``dry_run`` only list) cached packs whose manifest is no longer in their
+    repository; return their keys. Garbage collection calls this.
+
+    Raises: StorageUnavailable, StorageError.
+    """
+    keys = [key async for key in ctx.store.list(PACKS_PREFIX)]
+    stale: list[str] = []
+    async with ctx.sessions() as session:
+        for key in keys:
+            parsed = _parse_pack_key(key)
+            if parsed is None or not await _is_linked(session, *parsed):
+                stale.append(key)
+    if not dry_run:
         for key in stale:
             try:
-                await self.ctx.store.delete(key)
+                await ctx.store.delete(key)
             except BlobNotFound:
                 continue
-        return stale
+    return stale
 
 
 def _parse_pack_key(key: str) -> tuple[str, str, str] | None:

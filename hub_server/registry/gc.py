@@ -67,6 +67,7 @@ class GcReport:
     kept_manifests: int = 0
     kept_blobs: int = 0
     staging_purged: int = 0
+    packs: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -96,7 +97,7 @@ class GarbageCollector:
             self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
         await self.ctx.audit.record(actor, "gc", detail={
             "dryRun": dry_run, "manifests": len(report.manifests), "blobs": len(report.blobs),
-            "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects),
+            "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects), "packs": len(report.packs),
             "bytesFreed": report.bytes_freed,
         })
         log.info("gc %s: %d manifests, %d blobs, %d uploads, %d orphan objects, %d bytes",
@@ -137,6 +138,9 @@ class GarbageCollector:
         report.kept_blobs = len(blobs) - len(report.blobs)
         report.uploads = sorted(u.id for u in uploads.values() if u.updated_at <= upload_cutoff)
         report.orphan_objects = await self._orphans(set(blobs), set(uploads), cutoff)
+        from hub_server.registry.forkd_compat import prune_packs  # forkd packs cached for deleted manifests
+
+        report.packs = await prune_packs(self.ctx, dry_run=True)
         if report.dry_run:
             report.bytes_freed = sum(blobs[d][0] for d in report.blobs)
             return
@@ -150,6 +154,7 @@ class GarbageCollector:
         for key in report.orphan_objects:
             freed += await self._delete_object(key)
         report.bytes_freed = freed
+        report.packs = await prune_packs(self.ctx)
         report.staging_purged = await self.ctx.store.purge_staging(max(report.started - cutoff, timedelta(0)))
 
     async def _orphans(self, blob_rows: set[str], upload_rows: set[str], cutoff: datetime) -> list[str]:

@@ -277,3 +277,20 @@ def test_prune_removes_packs_of_manifests_gone_from_their_repository(hub: Hub, i
     assert sorted(pruned) == sorted([pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)])
     assert sorted(stored_pack_keys(hub)) == sorted([pack_key("acme/vm", layers[0].digest),
                                                     pack_info_key("acme/vm", layers[0].digest)])
+
+
+def test_garbage_collection_prunes_packs_of_deleted_manifests(hub: Hub, images, tmp_path):
+    from hub_server.registry.gc import GarbageCollector
+
+    admin = hub.token("admin", "admin")
+    layers = hub.pusher(admin).push_chain("acme/vm", images[:2], tmp_path / "p", "head", public=True)
+    forkd = service(hub)
+    pack_bytes(hub, forkd, "acme/vm", "head")
+    assert hub.client.delete("/v2/acme/vm/manifests/head", headers=auth(admin)).status_code == 202
+    gc = GarbageCollector(hub.registry.ctx)
+    dry = hub.call(lambda: gc.run(dry_run=True))
+    assert sorted(dry.packs) == sorted([pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)])
+    assert len(stored_pack_keys(hub)) == 2  # a dry run deletes nothing
+    report = hub.call(lambda: gc.run())
+    assert sorted(report.packs) == sorted(dry.packs)
+    assert stored_pack_keys(hub) == []
