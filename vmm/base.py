@@ -223,6 +223,15 @@ class VM(abc.ABC):
     def kill(self) -> None:
         """Kill the VMM process, reap it and close its channels. Idempotent; never raises."""
 
+    def detach(self) -> int:
+        """Let the VM outlive this Python process: it leaves the exit-time reaper and keeps its
+        work dir. Returns the pid; stop it later with ``kill <pid>``. Drivers keep their process in
+        ``_proc`` for this."""
+        from . import process
+
+        process.release(self._proc)  # type: ignore[attr-defined]
+        return self.pid
+
     @abc.abstractmethod
     def mem_stats(self) -> MemStats:
         """Host memory used by this VM. Raises ``VmmError`` if the process is gone."""

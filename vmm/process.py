@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import subprocess
 import threading
 from pathlib import Path
 
 _live: set[subprocess.Popen[bytes]] = set()
+_work_dirs: dict[subprocess.Popen[bytes], Path] = {}
 _lock = threading.Lock()
 
 
@@ -56,7 +58,23 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | None:
                 pass
     with _lock:
         _live.discard(proc)
+        work_dir = _work_dirs.pop(proc, None)
+    if work_dir is not None:
+        shutil.rmtree(work_dir, ignore_errors=True)
     return proc.returncode
+
+
+def own_work_dir(proc: subprocess.Popen[bytes], work_dir: Path) -> None:
+    """Delete ``work_dir`` when ``proc`` is stopped (by ``stop`` or the exit-time reaper)."""
+    with _lock:
+        _work_dirs[proc] = work_dir
+
+
+def release(proc: subprocess.Popen[bytes]) -> None:
+    """Hand ``proc`` over to the caller: it outlives this Python process and its work dir stays."""
+    with _lock:
+        _live.discard(proc)
+        _work_dirs.pop(proc, None)
 
 
 def live_pids() -> list[int]:

@@ -16,6 +16,8 @@ from ..hub.progress import make_progress
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
+from ..errors import ClientError
+from ..snapdir import LocalSnapshot
 from .output import Context, human_size
 
 
@@ -114,6 +116,10 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
         finally:
             progress.close()
+    with ctx.store() as store:
+        warning = compat_warning(store.get(result.tag))
+    if warning:
+        ctx.warn(warning)
     if args.json:
         ctx.json(result.to_obj())
         return 0
@@ -124,6 +130,31 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(f"{ref}: pulled as {result.tag} ({result.digest})")
     ctx.print(f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received")
     return 0
+
+
+def compat_warning(snap: LocalSnapshot) -> str | None:
+    """Why this host could not fork ``snap`` (recorded VMM, version, accelerator, memory…), or None.
+
+    A pull only warns: the snapshot may be meant for another host; ``forkd fork`` refuses.
+    """
+    if not snap.compat:
+        return None
+    from vmm.errors import CompatibilityError, VmmError
+
+    from ..vmmcompat import check_host_compat
+    from ..vmops.host import make_driver
+
+    try:
+        driver = make_driver(str(snap.compat.get("vmm", "")) or None)
+        status = driver.available()
+        if not status.ok:
+            return f"{snap.tag} was made with {snap.compat.get('vmm')}, which cannot run here: {status.reason}"
+        check_host_compat(snap.compat, driver, memory=snap.dir / "memory.bin", what=f"snapshot {snap.tag}")
+    except CompatibilityError as e:
+        return f"{e}; 'forkd fork' will refuse it on this host"
+    except (VmmError, ClientError, OSError) as e:
+        return f"cannot check whether {snap.tag} can be forked here: {e}"
+    return None
 
 
 def run_search(args: argparse.Namespace, ctx: Context) -> int:

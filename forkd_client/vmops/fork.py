@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from vmm import VM, Driver, ExecResult, MemStats, SnapshotFiles, VmmError
-from vmm import process as vmm_process
 
 from ..store import SnapshotStore
-from .errors import VmSetupError
 from .host import require_driver, restorable
 
 _MAX_PARALLEL = 16
@@ -111,12 +109,10 @@ class Forked:
             child.vm.kill()
 
     def detach(self) -> None:
-        """Leave the children running after this process exits (``forkd fork --keep``).
-
-        Raises VmSetupError if this vmm version offers no way to do so.
-        """
+        """Leave the children running after this process exits (``forkd fork --keep``); their
+        work directories stay too."""
         for child in self.children:
-            _release_from_reaper(child.vm)
+            child.vm.detach()
         self.kept = True
 
     def to_obj(self) -> dict[str, Any]:
@@ -184,19 +180,3 @@ def _spawn(driver: Driver, snap: SnapshotFiles, n: int) -> list[Child]:
     return children
 
 
-def _release_from_reaper(vm: VM) -> None:
-    """Take ``vm``'s process out of vmm's exit-time reaper, so it survives this process.
-
-    ``vmm.process`` kills every VMM it started when the interpreter exits and has no public
-    way to hand one over yet (reported to the vmm owners, with a reproduction). Until it has,
-    this reaches into its tracking set; if that ever changes shape, ``--keep`` fails loudly
-    instead of silently killing the children at exit.
-    """
-    proc = getattr(vm, "_proc", None)
-    live = getattr(vmm_process, "_live", None)
-    lock = getattr(vmm_process, "_lock", None)
-    if proc is None or not isinstance(live, set) or lock is None:
-        raise VmSetupError("this vmm version cannot keep children running after forkd exits; "
-                           "run without --keep")
-    with lock:
-        live.discard(proc)

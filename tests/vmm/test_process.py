@@ -54,3 +54,27 @@ def test_connect_unix_gives_up_when_the_server_died(tmp_path: Path) -> None:
         connect_unix(tmp_path / "never.sock", timeout=5, alive=lambda: False)
     with pytest.raises(TimeoutError):
         connect_unix(tmp_path / "never.sock", timeout=0.1)
+
+
+def test_released_processes_survive_the_reaper_and_owned_dirs_go_with_stop(tmp_path):
+    import subprocess
+
+    from vmm import process
+
+    kept_dir, owned_dir = tmp_path / "kept", tmp_path / "owned"
+    kept_dir.mkdir()
+    owned_dir.mkdir()
+    kept = process.spawn(["sleep", "30"], tmp_path, tmp_path / "kept.log")
+    owned = process.spawn(["sleep", "30"], tmp_path, tmp_path / "owned.log")
+    process.own_work_dir(kept, kept_dir)
+    process.own_work_dir(owned, owned_dir)
+    process.release(kept)
+    try:
+        process.kill_all()
+        assert owned.poll() is not None and not owned_dir.exists()
+        assert kept.poll() is None and kept_dir.exists()
+        assert kept.pid not in process.live_pids()
+    finally:
+        kept.kill()
+        kept.wait()
+        assert isinstance(kept, subprocess.Popen)

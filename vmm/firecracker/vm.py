@@ -33,6 +33,8 @@ class FirecrackerVM(AgentBackedVM):
         #: for a chain link: the caller's clone that the link's dirty pages are merged into
         self.writable_memory: Path | None = None
         self._owns_work_dir = owns_work_dir
+        if owns_work_dir:
+            process.own_work_dir(proc, work_dir)
         assert proc.stdout is not None and proc.stdin is not None
         self._agent = AgentChannel(proc.stdout.fileno(), proc.stdin.fileno(), lambda: self.alive)
 

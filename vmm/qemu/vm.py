@@ -32,6 +32,8 @@ class QemuVM(AgentBackedVM):
         self.compat = compat
         self.rootfs = rootfs
         self._owns_work_dir = owns_work_dir
+        if owns_work_dir:
+            process.own_work_dir(proc, work_dir)
         self._qmp: QmpClient | None = None
         self._agent: AgentChannel | None = None
 

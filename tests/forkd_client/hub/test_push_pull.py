@@ -127,3 +127,31 @@ def test_chunks_found_in_local_snapshots_at_other_offsets_are_not_downloaded(tmp
     assert two.links[0].chunks_local >= one.links[0].chunks_fetched - 1
     assert two.links[0].bytes_fetched < one.links[0].bytes_fetched / 4
     assert (other_store.path("two") / "memory.bin").read_bytes() == (shifted / "memory.bin").read_bytes()
+
+
+def test_a_child_that_changed_3_percent_of_memory_uploads_about_3_percent(tmp_path, store, inproc_hub):
+    import random
+
+    MiB = 1 << 20
+    rng = random.Random(7)
+    base = tmp_path / "b"
+    base.mkdir()
+    memory = bytearray(rng.randbytes(32 * MiB))  # fully used, incompressible guest memory
+    (base / "memory.bin").write_bytes(memory)
+    (base / "vmstate").write_bytes(b"v0")
+    chunks = 32 * MiB // 65536
+    for index in rng.sample(range(chunks), chunks * 3 // 100):  # dirty 3% of the 64 KiB chunks
+        offset = index * 65536 + rng.randrange(0, 65536 - 4096)
+        memory[offset : offset + 4096] = rng.randbytes(4096)
+    child = tmp_path / "c"
+    child.mkdir()
+    (child / "memory.bin").write_bytes(memory)
+    (child / "vmstate").write_bytes(b"v1")
+    store.import_snapshot(base, "base")
+    client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
+    push(store, client, "base", Reference.parse("acme/vm:base"))
+    store.import_snapshot(child, "child", parent="base")
+    result = push(store, client, "child", Reference.parse("acme/vm:child"))
+    changed = (chunks * 3 // 100) * 65536
+    assert result.links[-1].changed_bytes == changed
+    assert 0.9 * changed <= result.bytes_sent <= 1.1 * changed + 64 * 1024, (result.bytes_sent, changed)
