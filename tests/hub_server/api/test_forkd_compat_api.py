@@ -5,10 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
-import signal
-import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,7 +17,7 @@ from hub_server.registry.paths import blob_key
 from manifest import mediatypes as mt
 from manifest.forkd_unpack import read_pack
 from manifest.model import Descriptor, chain_index
-from tests.e2e.test_hub_server_process import forkd_hub, free_port, wait_healthy
+from tests.e2e.hubproc import HubProcess
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import (
     CREATED,
@@ -224,16 +221,10 @@ def forkd_pull(registry_url: str, target: str, tmp_path: Path) -> tuple[dict, by
 @pytest.mark.slow
 def test_forkd_pull_flow_against_a_real_server(tmp_path: Path):
     images = chain_images(tmp_path)
-    data = tmp_path / "data"
-    env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data)}
-    token = subprocess.run(forkd_hub("token", "create", "e2e", "--scope", "push:acme/*"), env=env, check=True,
-                           capture_output=True, text=True, timeout=60).stdout.strip()
-    port = free_port()
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen(forkd_hub("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    hub = HubProcess(tmp_path / "data", tmp_path / "serve.log")
     try:
-        wait_healthy(url, proc)
+        token = hub.token("e2e", "push:acme/*")
+        url = hub.url
         with httpx.Client(base_url=url, timeout=30) as http:
             PushClient(http, token).push_chain("acme/vm", images, tmp_path / "push", "v1", public=True)
         first, pack = forkd_pull(f"{url}/registry.json", "acme/vm", tmp_path)
@@ -245,13 +236,7 @@ def test_forkd_pull_flow_against_a_real_server(tmp_path: Path):
         for link, (memory, vmstate) in zip(unpacked.links, images, strict=True):
             assert same_bytes(link.directory / "memory.bin", memory)
             assert (link.directory / "vmstate").read_bytes() == vmstate
-        assert list((data / "tmp").iterdir()) == []
+        assert list((hub.data_dir / "tmp").iterdir()) == []
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "serve.log").read_text()[-2000:]
+        code = hub.stop()
+    assert code == 0, (tmp_path / "serve.log").read_text()[-2000:]
