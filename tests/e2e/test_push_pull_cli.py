@@ -163,3 +163,25 @@ def test_pull_resumes_after_sigkill(hub, tmp_path):
     assert link["chunks_cached"] >= have and link["chunks_fetched"] == 768 - link["chunks_cached"]
     assert link["bytes_fetched"] < 48 * MiB - 7 * MiB
     assert (bob.home / "snapshots" / "big" / "memory.bin").read_bytes() == (sources[0] / "memory.bin").read_bytes()
+
+
+def test_search_and_delete_with_dependents(hub, tmp_path):
+    sources = make_sources(tmp_path / "src")
+    alice = User(tmp_path / "alice", hub)
+    alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*", "delete:acme/*") + "\n")
+    alice.run("import", str(sources[0]), "base")
+    alice.run("import", str(sources[1]), "numpy", "--parent", "base")
+    alice.run("push", "base", "acme/py:base")
+    alice.run("push", "numpy", "acme/py:numpy")
+    found = alice.json("search", "py")
+    assert [r["name"] for r in found] == ["acme/py"]
+    refused = alice.run("delete", "acme/py:base", check=False)
+    assert refused.returncode == 1
+    assert "has dependents" in refused.stderr and "acme/py:numpy" in refused.stderr
+    both = alice.run("delete", "acme/py:base", "--cascade", "--force", check=False)
+    assert both.returncode == 2  # usage error
+    alice.run("delete", "acme/py:base", "--cascade")
+    bob = User(tmp_path / "bob", hub)
+    bob.run("login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n")
+    gone = bob.run("pull", "acme/py:numpy", check=False)
+    assert gone.returncode == 1 and "acme/py:numpy is unknown" in gone.stderr
