@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     GiB, MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, RegistryServer, allocated, fs_used, have_skopeo,
-    human, make_child_image, make_memory_image, make_vmstate, median, print_table, skopeo_clear_cache, skopeo_copy,
+    human, log_summary, make_child_image, make_memory_image, make_vmstate, median, print_table, skopeo_clear_cache, skopeo_copy,
     sparse_copy, write_oci_layout,
 )
 
@@ -265,6 +265,8 @@ def main() -> None:
         else:
             with xfs_mount(root, args.xfs_gib) as (mnt, why):
                 disk = bench_disk(mnt, hub, registry, chain) if mnt else None
+        stack.close()  # stop the servers so their logs are complete
+        logs = log_summary(hub=root / "hub.log", registry=root / "registry.log")
 
     mem = args.mem_mib * MiB
     logical = len(chain.srcs) * mem
@@ -312,6 +314,7 @@ def main() -> None:
 
     if disk is None:
         print(f"(c) skipped: {why}")
+        print(logs)
         return
     print_table(
         ["(c) client disk after a cold pull (XFS, reflink)", "statvfs delta", "vs forkd"],
@@ -324,6 +327,7 @@ def main() -> None:
     )
     print(f"st_blocks of the forkd snapshots (shared extents counted per file): {human(disk['forkd_snapshot_blocks'])}; "
           f"chunk cache left: {human(disk['forkd_cache_blocks'])}; forkd pull on XFS took {disk['forkd_pull_s']:.2f} s")
+    print(logs)
 
 
 if __name__ == "__main__":

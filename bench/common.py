@@ -181,6 +181,7 @@ storage:
     enabled: true
 http:
   addr: 127.0.0.1:{port}
+  secret: forkd-hub-bench
   headers:
     X-Content-Type-Options: [nosniff]
 health:
@@ -193,7 +194,8 @@ health:
 
 class RegistryServer:
     """Debian's docker-registry (distribution 2.8): /etc/docker/registry/config.yml without the
-    htpasswd auth, storage under ``root``, on a free loopback port. ``host`` is ``127.0.0.1:P``."""
+    htpasswd auth (plus an http secret, to silence its start-up warning), storage under ``root``,
+    on a free loopback port. ``host`` is ``127.0.0.1:P``."""
 
     def __init__(self, root: Path, log_path: Path) -> None:
         exe = shutil.which("docker-registry") or "/usr/bin/docker-registry"
@@ -555,3 +557,25 @@ def allocated(path: Path) -> int:
     if path.is_file():
         return path.stat().st_blocks * 512
     return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def log_problems(path: Path) -> list[str]:
+    """Warning/error lines of a hub (JSON lines) or docker-registry (logfmt) log. The registry logs
+    every 404 of skopeo's blob existence checks (HEAD before upload) at level=error; those are
+    expected and left out."""
+    if not path.exists():
+        return []
+    bad = ('"level": "WARNING"', '"level": "ERROR"', '"level": "CRITICAL"', "level=warning", "level=error",
+           "level=fatal", "level=panic", "Traceback")
+    expected = ('err.code="blob unknown"',)
+    return [line.rstrip() for line in path.read_text(errors="replace").splitlines()
+            if any(b in line for b in bad) and not any(e in line for e in expected)]
+
+
+def log_summary(**logs: Path) -> str:
+    """``hub: 0 warnings/errors; registry: 0 …`` plus the first offending line of each, if any."""
+    parts = []
+    for name, path in logs.items():
+        problems = log_problems(path)
+        parts.append(f"{name} log: {len(problems)} warning/error lines" + (f" (first: {problems[0][:300]})" if problems else ""))
+    return "; ".join(parts)

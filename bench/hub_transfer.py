@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, allocated, drop_file_cache, fmt_runs, free_port, human,
-    make_memory_image, make_vmstate, median, mib_s, print_table, stop_process, timed_runs, wait_http,
+    log_summary, make_memory_image, make_vmstate, median, mib_s, print_table, stop_process, timed_runs, wait_http,
 )
 
 TRIVIAL_SERVER = textwrap.dedent("""
@@ -189,6 +189,8 @@ def main() -> None:
         push_up, push_down = proxy.reset()
         pull_rep = ForkdUser(root / "dave", proxy.url).json("pull", "acme/mem:v1", "--as", "mem")
         pull_up, pull_down = proxy.reset()
+        stack.close()  # stop the servers so their logs are complete
+        logs = log_summary(hub=root / "hub.log")
 
     rows = []
     peers = {"put": median(raw_put), "get": median(raw_get), "dw": median(disk_w), "dr": median(disk_r)}
@@ -232,6 +234,7 @@ def main() -> None:
     print(f"pulled memory.bin identical to the source: {identical}; "
           f"push links: {[(l['new_chunks'], l['reused_chunks']) for l in push_results[-1]['links']]} (new, reused chunks); "
           f"pull chunks fetched: {sum(l['chunks_fetched'] for l in pull_results[-1]['links'])}")
+    print(logs)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    MACHINE_NOTE, MiB, ForkdUser, HubServer, RegistryServer, make_memory_image, make_vmstate, median, print_table,
+    MACHINE_NOTE, MiB, ForkdUser, HubServer, RegistryServer, log_summary, make_memory_image, make_vmstate, median, print_table,
 )
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -180,6 +180,8 @@ def main() -> None:
                     runs.append(run_wrk(url, c, args.seconds, headers) if use_wrk
                                 else run_httpx(url, c, args.requests, headers))
                 results[(name, c)] = runs
+        stack.close()  # stop the servers so their logs are complete
+        logs = log_summary(hub=root / "hub.log", registry=root / "registry.log")
 
     def med(name: str, c: int, key: str) -> float:
         return median([r[key] for r in results[(name, c)]])
@@ -198,6 +200,7 @@ def main() -> None:
                  "hub p50 ms", "reg p50 ms", "hub p99 ms", "reg p99 ms", "p99 hub/reg", "hub+token p99 ms"], rows)
     print("runs (rps): " + "; ".join(f"{name}@{c}: " + "/".join(f"{x['rps']:.0f}" for x in runs)
                                       for (name, c), runs in results.items()))
+    print(logs)
 
 
 if __name__ == "__main__":
