@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
@@ -43,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    GiB, MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, RegistryServer, allocated, fs_used, have_skopeo,
+    GiB, MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, RegistryServer, allocated, fs_used, sha256_file,
     human, log_summary, make_child_image, make_memory_image, make_vmstate, median, print_table, skopeo_clear_cache, skopeo_copy,
     sparse_copy, write_oci_layout,
 )
@@ -95,14 +94,6 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(8 * MiB):
-            h.update(block)
-    return h.hexdigest()
-
-
 def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, stack: contextlib.ExitStack) -> dict:
     forkd_t, skopeo_t, reports = [], [], []
     for i in range(repeat):
@@ -124,7 +115,7 @@ def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
     skopeo_copy(f"docker://{reg_proxy.host}/bench/chain:v1", f"oci:{root / 'oci-counted'}:v1")
     skopeo_up, skopeo_down = reg_proxy.reset()
     return {"forkd_t": forkd_t, "skopeo_t": skopeo_t, "report": reports[-1], "forkd_wire": (forkd_up, forkd_down),
-            "skopeo_wire": (skopeo_up, skopeo_down), "head_sha": sha256(head),
+            "skopeo_wire": (skopeo_up, skopeo_down), "head_sha": sha256_file(head),
             "skopeo_dir": root / "oci-counted", "counted_home": user.root}
 
 
@@ -236,7 +227,7 @@ def main() -> None:
     ap.add_argument("--no-xfs", action="store_true", help="skip (c)")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
-    if not have_skopeo() or not shutil.which("docker-registry"):
+    if not shutil.which("skopeo") or not shutil.which("docker-registry"):
         sys.exit("skopeo and docker-registry are needed: run scripts/install-bench-deps.sh")
 
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="chain-bench-") as tmp, contextlib.ExitStack() as stack:

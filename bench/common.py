@@ -254,29 +254,19 @@ class ForkdUser:
 # -- skopeo -------------------------------------------------------------------------------------
 
 
-def have_skopeo() -> bool:
-    return shutil.which("skopeo") is not None
-
-
 def skopeo_clear_cache() -> None:
     """skopeo remembers blobs it saw per registry; a fresh transfer must not use that knowledge."""
     SKOPEO_BLOB_CACHE.unlink(missing_ok=True)
 
 
-def skopeo_copy(src: str, dst: str, *extra: str) -> None:
-    """``skopeo copy`` with the flags that keep uncompressed layers as they are (baselines.md §1)."""
-    cmd = ["skopeo", "copy", "--quiet", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
-           *extra, src, dst]
-    if dst.startswith("oci:"):
-        cmd.insert(3, "--dest-oci-accept-uncompressed-layers")
-    src_is_oci = src.startswith("oci:")
-    if src_is_oci:
-        cmd.remove("--src-tls-verify=false")
-    if dst.startswith("oci:"):
-        cmd.remove("--dest-tls-verify=false")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def skopeo_copy(src: str, dst: str) -> None:
+    """``skopeo copy`` keeping uncompressed layers as they are (baselines.md §1); plain HTTP to registries."""
+    cmd = ["skopeo", "copy", "--quiet", "--preserve-digests"]
+    cmd += ["--src-tls-verify=false"] if src.startswith("docker://") else []
+    cmd += ["--dest-tls-verify=false"] if dst.startswith("docker://") else ["--dest-oci-accept-uncompressed-layers"]
+    result = subprocess.run([*cmd, src, dst], capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {result.stderr.strip()}")
+        raise RuntimeError(f"{' '.join(cmd)} {src} {dst} failed: {result.stderr.strip()}")
 
 
 def sha256_file(path: Path) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import subprocess
 import sys
@@ -35,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, allocated, drop_file_cache, fmt_runs, free_port, human,
-    log_summary, make_memory_image, make_vmstate, median, mib_s, print_table, stop_process, timed_runs, wait_http,
+    log_summary, make_memory_image, make_vmstate, median, mib_s, print_table, sha256_file, stop_process, timed_runs,
+    wait_http,
 )
 
 TRIVIAL_SERVER = textwrap.dedent("""
@@ -110,14 +110,6 @@ def disk_read(path: Path) -> None:
             pass
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(8 * MiB):
-            h.update(block)
-    return h.hexdigest()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--image-mib", type=int, default=1024, help="apparent size of memory.bin")
@@ -176,7 +168,7 @@ def main() -> None:
         pull_t = timed_runs(lambda i: pull_results.append(pullers[i].json("pull", "acme/mem:v1", "--as", "mem")),
                             args.repeat)
         pulled = pullers[0].home / "snapshots" / "mem" / "memory.bin"
-        identical = file_sha256(pulled) == file_sha256(src / "memory.bin")
+        identical = sha256_file(pulled) == sha256_file(src / "memory.bin")
 
         # wire bytes: one untimed push and pull through a counting proxy in front of a fresh hub
         fresh_hub(args.repeat)

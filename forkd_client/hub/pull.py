@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import zstandard
 
 from manifest import mediatypes as mt
-from manifest.assemble import assemble_file
+from manifest.assemble import assemble_file, decompress_chunk
 from manifest.digest import digest_bytes
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
@@ -220,8 +220,8 @@ def _index_and_prune(store: SnapshotStore, index: LocalChunkIndex, tag: str, map
         entries = [e for e in chunk_map.entries if not e.is_zero]
         index.add(store.path(tag) / role,
                   ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs)) for e in entries))  # type: ignore[misc]
-        for e in entries:
-            store.chunks.remove(e.digest)  # type: ignore[arg-type]
+    store.chunks.remove_many(e.digest for chunk_map in maps.values() for e in chunk_map.entries  # type: ignore[misc]
+                             if not e.is_zero)
 
 
 def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name: str, layer: str,
@@ -267,22 +267,25 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkInd
     total = sum(f[0] for frames in wanted.values() for f in frames.values())
     progress.task(f"pull {tag}", total)
 
+    pack = "pull-" + layer.split(":")[-1][:16]
+
     def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
         blob, ranges = request
-        count = nbytes = 0
+        verified: list[tuple[str, bytes, int]] = []
         for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges)):
             for offset in sorted(o for o in wanted[blob] if start <= o < start + size):
                 flen, digest, length, role, index = wanted[blob][offset]
                 frame = data[offset - start : offset - start + flen]
                 try:
-                    cache.put_frame(digest, frame, length)
+                    decompress_chunk(frame, length, digest, f"{role} chunk {index} ({digest})")
                 except (DigestMismatch, AssemblyError, ManifestError) as e:
                     raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {index} ({digest}) from blob {blob} "
                                         f"at offset {offset} is corrupt: {e}") from None
-                count += 1
-                nbytes += flen
-                progress.advance(flen)
-        return count, nbytes
+                verified.append((digest, frame, length))
+        cache.put_frames(verified, pack=pack, verify=False)  # one append + one transaction per response
+        nbytes = sum(len(f) for _, f, _ in verified)
+        progress.advance(nbytes)
+        return len(verified), nbytes
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for count, nbytes in pool.map(fetch, requests):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -151,7 +152,13 @@ def test_pull_resumes_after_sigkill(hub, tmp_path):
     cache = bob.home / "chunks"
 
     def cached() -> int:
-        return sum(1 for p in cache.rglob("*.zst")) if cache.is_dir() else 0
+        if not (cache / "index.db").is_file():
+            return 0
+        try:
+            with sqlite3.connect(f"file:{cache / 'index.db'}?mode=ro", uri=True, timeout=1) as db:
+                return int(db.execute("SELECT COUNT(*) FROM frames").fetchone()[0])
+        except sqlite3.Error:  # not created yet
+            return 0
 
     proc = bob.start("pull", "acme/big:v1", "--as", "big", "--quiet")
     kill_when(proc, lambda: cached() >= 128)  # 8 MiB of 64 KiB chunks verified and cached
