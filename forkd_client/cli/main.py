@@ -24,11 +24,11 @@ from manifest.errors import ManifestError
 
 from ..config import forkd_home
 from ..errors import ClientError
-from . import hub, images, local, packs, vmcmds
+from . import guest, hub, images, local, packs, vmcmds
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
-COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub, vmcmds)
+COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub, vmcmds, guest)
 
 
 def build_parser() -> argparse.ArgumentParser:
