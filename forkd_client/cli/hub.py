@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from ..hub.client import HubClient
-from ..hub.credentials import Credentials
+from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError
 from ..hub.progress import make_progress
 from ..hub.pull import pull
@@ -78,7 +78,7 @@ def run_login(args: argparse.Namespace, ctx: Context) -> int:
     if not token:
         ctx.error("give the token with --token-stdin (recommended) or --token")
         return 2
-    with HubClient(args.url if "://" in args.url else f"http://{args.url}", token) as client:
+    with HubClient(normalize_url(args.url), token) as client:  # the URL stored below, never plain http by accident
         client.ping()
     url = Credentials().login(args.url, token)
     ctx.print(f"Login succeeded: {url}")

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -86,7 +87,7 @@ class HubClient:
 
     def _request(self, method: str, path: str, *, ok: Iterable[int] = (200,), follow: bool = True, **kw: Any) -> httpx.Response:
         headers = dict(kw.pop("headers", None) or {})
-        if self.token and "Authorization" not in headers and path.startswith(("/", self.base_url)):
+        if self.token and "Authorization" not in headers and (path.startswith("/") or _same_origin(path, self.base_url)):
             headers["Authorization"] = f"Bearer {self.token}"
         content = kw.get("content")
         try:
@@ -160,13 +161,16 @@ class HubClient:
 
     def get_chain(self, name: str, ref: str) -> list[ChainLink]:
         """The chain base → head, each manifest's bytes verified against its digest."""
-        body = self._request("GET", f"/api/v1/repositories/{name}/chain/{ref}").json()
+        r = self._request("GET", f"/api/v1/repositories/{name}/chain/{ref}")
         links = []
-        for item in body.get("chain", []):
-            manifest = item["manifest"].encode()
-            _verify(manifest, item["digest"], f"manifest {item['digest']}")
-            links.append(ChainLink(item["digest"], manifest, item["config"].encode(), item.get("repository", name),
-                                   tuple(item.get("tags", []))))
+        try:
+            for item in r.json().get("chain", []):
+                manifest = item["manifest"].encode()
+                _verify(manifest, item["digest"], f"manifest {item['digest']}")
+                links.append(ChainLink(item["digest"], manifest, item["config"].encode(), item.get("repository", name),
+                                       tuple(item.get("tags", []))))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise HubError(f"hub sent a malformed chain for {name}:{ref}: {type(e).__name__}: {e}") from None
         if not links:
             raise HubError(f"hub returned an empty chain for {name}:{ref}")
         return links
@@ -207,6 +211,8 @@ class HubClient:
 
     def start_upload(self, name: str) -> str:
         r = self._request("POST", f"/v2/{name}/blobs/uploads/", ok=(202,))
+        if "location" not in r.headers:
+            raise HubError(f"hub started an upload to {name} without a Location header")
         return r.headers["location"]
 
     def upload_offset(self, location: str) -> int:
@@ -236,11 +242,20 @@ class HubClient:
         for start in range(0, len(digests), QUERY_BATCH):
             body = {"digests": list(digests[start : start + QUERY_BATCH])}
             r = self._request("POST", f"/api/v1/repositories/{name}/chunks/query", json=body)
-            for digest, loc in r.json().get("found", {}).items():
-                size = loc.get("blobSize")
-                found[digest] = ChunkLocation(loc["blob"], int(loc["offset"]), int(loc["length"]),
-                                              int(size) if size is not None else None)
+            try:
+                for digest, loc in r.json().get("found", {}).items():
+                    size = loc.get("blobSize")
+                    found[digest] = ChunkLocation(str(loc["blob"]), int(loc["offset"]), int(loc["length"]),
+                                                  int(size) if size is not None else None)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise HubError(f"hub sent a malformed chunks/query answer for {name}: {type(e).__name__}: {e}") from None
         return found
+
+
+def _same_origin(url: str, base_url: str) -> bool:
+    """Whether absolute ``url`` is on the hub itself (scheme and host:port), where the token may go."""
+    a, b = urlsplit(url), urlsplit(base_url)
+    return (a.scheme, a.netloc) == (b.scheme, b.netloc)
 
 
 def _verify(data: bytes, digest: str, what: str) -> None:

@@ -16,6 +16,7 @@ Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk), Cli
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -95,6 +96,7 @@ def pull(
     received_before = client.bytes_received
     chain = client.get_chain(ref.name, ref.ref)
     parsed = [_parse_link(link) for link in chain]
+    _check_chain(client, ref, parsed)
     head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
                           else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
     tags = _local_tags(store, parsed, head_tag)
@@ -125,6 +127,27 @@ def _parse_link(link: ChainLink) -> tuple[ChainLink, LayerManifest, LayerConfig]
         return link, manifest, LayerConfig.from_json(link.config)
     except ManifestError as e:
         raise HubError(f"layer {link.digest} is not a valid forkd snapshot layer: {e}") from None
+
+
+def _check_chain(client: HubClient, ref: Reference, parsed: list) -> None:
+    """The hub's chain must be one: each config names the link below it as its parent, the base
+    none, and a pinned digest must be the head (or a chain index listing exactly these links).
+    Then every installed byte hangs off the head's digest. Raises DigestInvalid."""
+    for i, (link, _, config) in enumerate(parsed):
+        below = parsed[i - 1][0].digest if i else None
+        named = config.parent.digest if config.parent else None
+        if named != below:
+            raise DigestInvalid(f"layer {link.digest}: its config names parent {named}, "
+                                f"but the hub's chain puts {below} below it")
+    digests = [link.digest for link, _, _ in parsed]
+    if ref.digest and digests[-1] != ref.digest:
+        data, _ = client.get_manifest(ref.name, ref.digest)  # verified against the pinned digest
+        try:
+            listed = [m["digest"] for m in json.loads(data)["manifests"]]
+        except (ValueError, KeyError, TypeError):
+            listed = None
+        if listed != digests:
+            raise DigestInvalid(f"{ref}: the hub answered with the chain of {digests[-1]}, which {ref.digest} does not name")
 
 
 def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | None:
@@ -224,6 +247,19 @@ def _index_and_prune(store: SnapshotStore, index: LocalChunkIndex, tag: str, map
                              if not e.is_zero)
 
 
+def _cached_frame_ok(cache, digest: str, frame_length: int, length: int) -> bool:
+    """Whether the cache still holds a frame assembly will accept (its pack may have been pruned
+    or overwritten by another process); a bad one would otherwise fail every resumed pull."""
+    frame = cache.get_frame(digest)
+    if frame is None or len(frame) != frame_length:
+        return False
+    try:
+        decompress_chunk(frame, length, digest, f"cached chunk {digest}")
+    except (DigestMismatch, AssemblyError, ManifestError):
+        return False
+    return True
+
+
 def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name: str, layer: str,
                    maps: dict[str, ChunkMap], stats: LinkPulled, progress: Progress, tag: str) -> None:
     cache = store.chunks
@@ -233,10 +269,12 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkInd
         for e in chunk_map.entries:
             if e.is_zero:
                 continue
-            if cache.has(e.digest):  # type: ignore[arg-type]
-                stats.chunks_cached += 1
-                continue
             length = min(cs, chunk_map.size - e.index * cs)
+            if cache.has(e.digest):  # type: ignore[arg-type]
+                if _cached_frame_ok(cache, e.digest, e.length, length):  # type: ignore[arg-type]
+                    stats.chunks_cached += 1
+                    continue
+                cache.remove(e.digest)  # type: ignore[arg-type]  # lost or mangled: fetch it again
             local = index.read(e.digest)  # type: ignore[arg-type]
             if local is not None and len(local) == length:  # assembly reads it again from that file
                 stats.chunks_local += 1

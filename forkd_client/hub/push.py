@@ -61,9 +61,14 @@ class PushResult:
                 "links": [vars(link) for link in self.links]}
 
 
-def _fingerprint(snap: LocalSnapshot, parent_manifest: str | None) -> str:
+def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str | None) -> str:
     meta = (snap.dir / "forkd-hub.json").read_bytes() if (snap.dir / "forkd-hub.json").is_file() else b""
-    return hashlib.sha256(meta + b"\0" + (parent_manifest or "").encode() + b"\0" + snap.tag.encode()).hexdigest()
+    # the files' own digests (cached by the verified record): forkd-made snapshots have no
+    # forkd-hub.json, and a snapshot re-created under the same tag must not look pushed
+    content = "".join(f"{role}={store.verified.digests(snap.dir / role, ('blake3', 'sha256'))['blake3']};"
+                      for role in ("vmstate", "memory.bin", "rootfs.ext4") if (snap.dir / role).is_file())
+    return hashlib.sha256(meta + b"\0" + content.encode() + b"\0" + (parent_manifest or "").encode()
+                          + b"\0" + snap.tag.encode()).hexdigest()
 
 
 def push(
@@ -86,7 +91,7 @@ def push(
     parent: LocalSnapshot | None = None
     parent_digest: str | None = None
     for snap in chain:
-        key = f"pushed|{client.base_url}|{name}|{_fingerprint(snap, parent_digest)}"
+        key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"
         cached = state.get(key)
         if cached and client.manifest_exists(name, cached):
             progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
