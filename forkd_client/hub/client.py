@@ -24,6 +24,8 @@ from .errors import DigestInvalid, Forbidden, HasDependents, HubError, HubUnreac
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 QUERY_BATCH = 10_000
+#: largest answer read for anything but blob ranges: a chunk map may be 64 MiB
+MAX_RESPONSE_BYTES = 80 << 20
 MAX_RANGES_PER_REQUEST = 256
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
@@ -85,16 +87,20 @@ class HubClient:
     def url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else self.base_url + path
 
-    def _request(self, method: str, path: str, *, ok: Iterable[int] = (200,), follow: bool = True, **kw: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, *, ok: Iterable[int] = (200,), follow: bool = True,
+                 max_bytes: int = MAX_RESPONSE_BYTES, **kw: Any) -> httpx.Response:
+        """Send one request; read at most ``max_bytes`` of the answer (a hostile or broken hub
+        cannot make the client buffer more), raise the typed error of a refusal."""
         headers = dict(kw.pop("headers", None) or {})
         if self.token and "Authorization" not in headers and (path.startswith("/") or _same_origin(path, self.base_url)):
             headers["Authorization"] = f"Bearer {self.token}"
         content = kw.get("content")
         try:
-            response = self.http.request(method, self.url(path), headers=headers, **kw)
+            response = self._send(method, self.url(path), headers, max_bytes, **kw)
             if follow and response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
                 # presigned redirects (S3): follow without our bearer token
-                response = self.http.request(method, response.headers["location"], **{k: v for k, v in kw.items() if k != "json"})
+                target = str(response.url.join(response.headers["location"]))
+                response = self._send(method, target, {}, max_bytes, **{k: v for k, v in kw.items() if k != "json"})
         except httpx.TimeoutException as e:
             raise HubUnreachable(f"hub {self.base_url} timed out on {method} {path}: {e}") from None
         except httpx.TransportError as e:
@@ -106,6 +112,25 @@ class HubClient:
         if response.status_code not in set(ok):
             raise _error_from(response, method, path)
         return response
+
+    def _send(self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any) -> httpx.Response:
+        request = self.http.build_request(method, url, headers=headers, **kw)
+        response = self.http.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise HubError(f"{method} {url}: the hub answered {int(declared):,} bytes, more than the "
+                               f"{max_bytes:,} this request can need")
+            parts, total = [], 0
+            for part in response.iter_bytes():
+                total += len(part)
+                if total > max_bytes:
+                    raise HubError(f"{method} {url}: the hub sent more than the {max_bytes:,} bytes this request can need")
+                parts.append(part)
+        finally:
+            response.close()
+        return httpx.Response(response.status_code, headers=response.headers, content=b"".join(parts),
+                              request=request, extensions=response.extensions)
 
     # -- repositories and catalog -------------------------------------------------------------
 
@@ -189,9 +214,13 @@ class HubClient:
         r = self._request("HEAD", f"/v2/{name}/blobs/{digest}")
         return int(r.headers.get("content-length", "0"))
 
-    def get_blob(self, name: str, digest: str) -> bytes:
-        """A whole blob, verified against its digest."""
-        data = self._request("GET", f"/v2/{name}/blobs/{digest}").content
+    def get_blob(self, name: str, digest: str, size: int | None = None) -> bytes:
+        """A whole blob, verified against its digest; ``size`` (from its descriptor) bounds the read."""
+        limit = size if size is not None else MAX_RESPONSE_BYTES
+        data = self._request("GET", f"/v2/{name}/blobs/{digest}", max_bytes=limit).content
+        if size is not None and len(data) != size:
+            raise DigestInvalid(f"blob {digest}: the hub sent {len(data)} bytes, its descriptor says {size}",
+                                code="DIGEST_INVALID")
         _verify(data, digest, f"blob {digest}")
         return data
 
@@ -205,7 +234,9 @@ class HubClient:
         for start in range(0, len(ranges), MAX_RANGES_PER_REQUEST):
             batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
             spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
-            r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"}, ok=(200, 206))
+            need = sum(n for _, n in batch)
+            r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"}, ok=(200, 206),
+                              max_bytes=need + 256 * len(batch) + 4096)
             out.extend(_split_ranges(r, batch, digest))
         return out
 

@@ -45,7 +45,12 @@ PARALLEL_REQUESTS = 4
 
 
 def _tunable(name: str, default: int, minimum: int) -> int:
-    return max(minimum, int(os.environ.get(name, default)))
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if not raw.strip().isdigit():
+        raise HubError(f"{name}={raw!r} is not a whole number of bytes/requests")
+    return max(minimum, int(raw))
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -150,6 +155,16 @@ def _check_chain(client: HubClient, ref: Reference, parsed: list) -> None:
             raise DigestInvalid(f"{ref}: the hub answered with the chain of {digests[-1]}, which {ref.digest} does not name")
 
 
+def _repository_of(link: ChainLink, ref: Reference) -> str:
+    if link.repository == ref.name:
+        return ref.name
+    try:
+        other = Reference.parse(link.repository)
+    except HubError:
+        raise HubError(f"the hub names an invalid repository {link.repository!r} for layer {link.digest}") from None
+    return other.name
+
+
 def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | None:
     try:
         snap = store.get(tag)
@@ -174,11 +189,13 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
 
 def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink, manifest: LayerManifest,
                config: LayerConfig, tag: str, parent: LocalSnapshot | None, force: bool, progress: Progress) -> LinkPulled:
-    name = ref.name
+    # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
+    # force-deleted here); it must be a well-formed name, and access is the hub's to check.
+    name = _repository_of(link, ref)
     maps: dict[str, ChunkMap] = {}
     for role, desc in manifest.chunk_maps.items():
         try:
-            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest))
+            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size))
         except ManifestError as e:
             raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
         info = config.files.get(role)
@@ -187,7 +204,7 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
     stats = LinkPulled(tag, link.digest, reused=False)
     _fetch_missing(store, client, index, name, link.digest, maps, stats, progress, tag)
 
-    vm_frame = client.get_blob(name, manifest.vmstate.digest)
+    vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size)
     vm_info = config.files[mt.VMSTATE_FILE]
     try:
         vmstate = zstandard.ZstdDecompressor().decompress(vm_frame, max_output_size=vm_info.size)

@@ -23,7 +23,7 @@ from manifest.chunking import DEFAULT_CHUNK_SIZE
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import HubClient
-from .errors import NotFound
+from .errors import DigestInvalid, HubError, NotFound
 from .layers import BuiltLayer, build_layer
 from .progress import NullProgress, Progress
 from .reference import Reference
@@ -35,7 +35,12 @@ UPLOAD_PART = 16 << 20
 def upload_part_bytes() -> int:
     """Bytes per upload request: each is committed by the hub, so a resume repeats at most one.
     ``FORKD_UPLOAD_PART_BYTES`` overrides the 16 MiB default (minimum 64 KiB)."""
-    return max(64 << 10, int(os.environ.get("FORKD_UPLOAD_PART_BYTES", UPLOAD_PART)))
+    raw = os.environ.get("FORKD_UPLOAD_PART_BYTES")
+    if raw is None:
+        return UPLOAD_PART
+    if not raw.strip().isdigit():
+        raise HubError(f"FORKD_UPLOAD_PART_BYTES={raw!r} is not a whole number of bytes")
+    return max(64 << 10, int(raw))
 
 
 @dataclass
@@ -92,7 +97,7 @@ def push(
     parent_digest: str | None = None
     for snap in chain:
         key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"
-        cached = state.get(key)
+        cached = state.get(key) or _pulled_layer(snap, parent, parent_digest, client.base_url)
         if cached and client.manifest_exists(name, cached):
             progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
             result.links.append(LinkPushed(snap.tag, cached, skipped=True))
@@ -106,6 +111,16 @@ def push(
     result.digest = client.put_manifest(name, layer_tag, manifest, public=public)
     result.bytes_sent = client.bytes_sent - sent_before
     return result
+
+
+def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_digest: str | None, hub: str) -> str | None:
+    """The layer digest ``snap`` was pulled as from this hub, when its parent is that layer's parent too."""
+    origin = snap.origin or {}
+    if origin.get("hub") != hub or not origin.get("manifest_digest"):
+        return None
+    if parent is not None and parent_digest != (parent.origin or {}).get("manifest_digest"):
+        return None
+    return origin["manifest_digest"]
 
 
 def _push_link(
@@ -175,7 +190,14 @@ def _upload_one(client: HubClient, state: TransferState, name: str, digest: str,
             offset += len(part)
             sent += len(part)
             progress.advance(len(part))
-    client.finish_upload(location, digest)
+    try:
+        client.finish_upload(location, digest)
+    except DigestInvalid:
+        # the hub holds bytes that are not this blob (a changed file, a torn resume): start over
+        # next time instead of resuming the same bad session forever
+        state.delete(key)
+        client.cancel_upload(location)
+        raise
     state.delete(key)
     return sent
 

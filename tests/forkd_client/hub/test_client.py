@@ -90,3 +90,38 @@ def test_single_range_and_full_body_fallbacks():
     assert client_for(single).read_ranges("a/b", "blake3:" + "0" * 64, [(5, 7)]) == [blob[5:12]]
     full = client_for(lambda request: httpx.Response(200, content=blob))
     assert full.read_ranges("a/b", "blake3:" + "0" * 64, [(1, 2), (50, 3)]) == [blob[1:3], blob[50:53]]
+
+
+def test_a_hub_cannot_make_the_client_buffer_more_than_a_request_needs():
+    from forkd_client.hub.errors import HubError
+
+    huge = b"x" * (2 << 20)
+    c = client_for(lambda request: httpx.Response(200, content=huge))
+    with pytest.raises(HubError, match="more than"):
+        c.get_blob("a/b", str(digest_bytes(b"small")), size=5)
+
+    def streaming(request):  # no Content-Length: the limit still holds while reading
+        return httpx.Response(200, content=iter([b"y" * 65536] * 64))
+
+    with pytest.raises(HubError, match="more than"):
+        client_for(streaming).read_ranges("a/b", "blake3:" + "0" * 64, [(0, 10)])
+
+
+def test_a_blob_shorter_than_its_descriptor_is_refused():
+    data = b"chunk map"
+    c = client_for(lambda request: httpx.Response(200, content=data))
+    with pytest.raises(DigestInvalid, match="descriptor says"):
+        c.get_blob("a/b", str(digest_bytes(data)), size=len(data) + 1)
+
+
+def test_bad_tuning_variables_are_clear_errors(monkeypatch):
+    from forkd_client.hub.errors import HubError
+    from forkd_client.hub.pull import _tunable
+    from forkd_client.hub.push import upload_part_bytes
+
+    monkeypatch.setenv("FORKD_UPLOAD_PART_BYTES", "16MiB")
+    with pytest.raises(HubError, match="FORKD_UPLOAD_PART_BYTES"):
+        upload_part_bytes()
+    monkeypatch.setenv("FORKD_PULL_PARALLEL", "many")
+    with pytest.raises(HubError, match="FORKD_PULL_PARALLEL"):
+        _tunable("FORKD_PULL_PARALLEL", 4, 1)

@@ -155,3 +155,12 @@ def test_a_child_that_changed_3_percent_of_memory_uploads_about_3_percent(tmp_pa
     changed = (chunks * 3 // 100) * 65536
     assert result.links[-1].changed_bytes == changed
     assert 0.9 * changed <= result.bytes_sent <= 1.1 * changed + 64 * 1024, (result.bytes_sent, changed)
+
+
+def test_pushing_a_pulled_chain_back_to_its_hub_costs_head_requests_only(chain3, other_store, inproc_hub):
+    token = inproc_hub.token("ci", "push:acme/*")
+    push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
+    pull(other_store, inproc_hub.client(token), Reference.parse("acme/py:v1"), as_tag="py")
+    again = push(other_store, inproc_hub.client(token), "py", Reference.parse("acme/py:v2"))
+    assert all(link.skipped for link in again.links)
+    assert again.bytes_sent < 10_000
