@@ -60,7 +60,9 @@ class Credentials:
             return {"hubs": {}}
         except (OSError, ValueError) as e:
             raise HubError(f"cannot read credentials file {self.path}: {e}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("hubs", {}), dict):
+        hubs = data.get("hubs", {}) if isinstance(data, dict) else None
+        if not isinstance(hubs, dict) or not all(isinstance(v, dict) for v in hubs.values()) \
+                or not isinstance(data.get("default", ""), (str, type(None))):
             raise HubError(f"credentials file {self.path} is malformed; remove it and log in again")
         data.setdefault("hubs", {})
         return data

@@ -44,3 +44,11 @@ def test_malformed_file_is_a_clear_error(tmp_path):
 def test_bad_urls(bad):
     with pytest.raises(HubError, match="invalid hub URL"):
         normalize_url(bad)
+
+
+@pytest.mark.parametrize("content", ['{"hubs": {"http://h": "token"}}', '{"hubs": [], "default": 1}', '{"default": 5}'])
+def test_malformed_entries_are_a_clear_error(tmp_path, content):
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(HubError, match="malformed"):
+        Credentials(path).resolve()
