@@ -60,6 +60,77 @@ def decompress_chunk(frame: bytes, expected_length: int, digest: str, what: str)
     return data
 
 
+class FileAssembler:
+    """Assemble one file incrementally: start from the parent's file, write chunks as they
+    arrive (any order, from any thread), then check the whole file.
+
+    The constructor clones ``parent`` to ``out`` (which must not exist; reflink where possible),
+    sets the size and punches the layer's zero chunks; :meth:`write` puts one chunk's verified
+    bytes in place; :meth:`finish` fsyncs and checks the content digest. On any error, or
+    :meth:`abort`, ``out`` is removed.
+
+    Errors: AssemblyError (no parent for a link, wrong chunk length), DigestMismatch, OSError.
+    """
+
+    def __init__(self, chunk_map: ChunkMap, out: str | os.PathLike[str], *,
+                 parent: str | os.PathLike[str] | None) -> None:
+        self.chunk_map = chunk_map
+        self.out = Path(out)
+        if chunk_map.parent_digest is not None and parent is None:
+            raise AssemblyError(f"{chunk_map.file}: chunk map applies to parent {chunk_map.parent_digest}, none given")
+        self.clone_method: CloneMethod | None = None
+        self.written = self.holes = 0
+        self._fd = -1
+        try:
+            if parent is not None:
+                self.clone_method = clone_file(parent, self.out)
+                self._fd = os.open(self.out, os.O_WRONLY)
+            else:
+                self._fd = os.open(self.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.ftruncate(self._fd, chunk_map.size)
+            for entry in chunk_map.entries:
+                if entry.is_zero:
+                    punch_hole(self._fd, entry.index * chunk_map.chunk_size, self.length(entry.index))
+                    self.holes += 1
+        except BaseException:
+            self.abort()
+            raise
+
+    def length(self, index: int) -> int:
+        cs = self.chunk_map.chunk_size
+        return min(cs, self.chunk_map.size - index * cs)
+
+    def write(self, index: int, data: bytes) -> None:
+        """Put chunk ``index``'s bytes (already verified against its digest) in place."""
+        if len(data) != self.length(index):
+            raise AssemblyError(f"{self.chunk_map.file} chunk {index}: {len(data)} bytes, expected {self.length(index)}")
+        os.pwrite(self._fd, data, index * self.chunk_map.chunk_size)
+        self.written += 1
+
+    def finish(self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = ()) -> AssembledFile:
+        """Flush, hash the whole file and (with ``verify``) check it against the chunk map."""
+        try:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+            want = Digest.parse(self.chunk_map.digest).algorithm
+            algorithms = tuple(dict.fromkeys((want, *extra_algorithms)))
+            digests = {a: str(d) for a, d in digest_file(self.out, algorithms).items()}
+            if verify and digests[want] != self.chunk_map.digest:
+                raise DigestMismatch(f"assembled {self.chunk_map.file}", self.chunk_map.digest, digests[want])
+            return AssembledFile(self.out, digests, self.clone_method, self.written, self.holes)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Close and remove the partial file. Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.out.unlink(missing_ok=True)
+
+
 def assemble_file(
     chunk_map: ChunkMap,
     out: str | os.PathLike[str],
@@ -78,43 +149,20 @@ def assemble_file(
     ``local_chunk(digest)`` may supply a chunk's raw bytes from elsewhere (another local file);
     they are used only if they hash to the digest, otherwise the frame is read.
     """
-    out = Path(out)
-    if chunk_map.parent_digest is not None and parent is None:
-        raise AssemblyError(f"{chunk_map.file}: chunk map applies to parent {chunk_map.parent_digest}, none given")
+    assembler = FileAssembler(chunk_map, out, parent=parent)
     try:
-        method = None
-        if parent is not None:
-            method = clone_file(parent, out)
-            fd = os.open(out, os.O_WRONLY)
-        else:
-            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        written = holes = 0
-        try:
-            os.ftruncate(fd, chunk_map.size)
-            cs = chunk_map.chunk_size
-            for entry in chunk_map.entries:
-                length = min(cs, chunk_map.size - entry.index * cs)
-                if entry.is_zero:
-                    punch_hole(fd, entry.index * cs, length)
-                    holes += 1
-                    continue
-                data = local_chunk(entry.digest) if local_chunk is not None else None  # type: ignore[arg-type]
-                if data is None or len(data) != length or "blake3:" + blake3.blake3(data).hexdigest() != entry.digest:
-                    data = _read_chunk(chunk_map, entry, length, frames)
-                os.pwrite(fd, data, entry.index * cs)
-                written += 1
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        want = Digest.parse(chunk_map.digest).algorithm
-        algorithms = tuple(dict.fromkeys((want, *extra_algorithms)))
-        digests = {a: str(d) for a, d in digest_file(out, algorithms).items()}
-        if verify and digests[want] != chunk_map.digest:
-            raise DigestMismatch(f"assembled {chunk_map.file}", chunk_map.digest, digests[want])
-        return AssembledFile(out, digests, method, written, holes)
+        for entry in chunk_map.entries:
+            if entry.is_zero:
+                continue
+            length = assembler.length(entry.index)
+            data = local_chunk(entry.digest) if local_chunk is not None else None  # type: ignore[arg-type]
+            if data is None or len(data) != length or "blake3:" + blake3.blake3(data).hexdigest() != entry.digest:
+                data = _read_chunk(chunk_map, entry, length, frames)
+            assembler.write(entry.index, data)
     except BaseException:
-        out.unlink(missing_ok=True)
+        assembler.abort()
         raise
+    return assembler.finish(verify=verify, extra_algorithms=extra_algorithms)
 
 
 def _read_chunk(chunk_map: ChunkMap, entry: ChunkEntry, length: int, frames: FrameSource) -> bytes:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import zstandard
 
 from manifest import mediatypes as mt
-from manifest.assemble import assemble_file, decompress_chunk
+from manifest.assemble import FileAssembler, decompress_chunk
 from manifest.digest import digest_bytes
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
@@ -202,8 +202,6 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
         if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
             raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
     stats = LinkPulled(tag, link.digest, reused=False)
-    _fetch_missing(store, client, index, name, link.digest, maps, stats, progress, tag)
-
     vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size)
     vm_info = config.files[mt.VMSTATE_FILE]
     try:
@@ -214,27 +212,27 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
         raise DigestInvalid(f"layer {link.digest}: vmstate does not match its digest {vm_info.digest}")
 
     with store.staging(f"pull-{tag}") as staged:
-        known: dict[str, dict[str, str]] = {}
-        for role, chunk_map in maps.items():
-            parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
-            if chunk_map.parent_digest is not None and parent_file is None:
-                raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
-            lookup = {(chunk_map.blobs[e.blob], e.offset): e.digest for e in chunk_map.entries if not e.is_zero}
-
-            def frames(blob: str, offset: int, length: int, lookup=lookup) -> bytes:
-                frame = store.chunks.get_frame(lookup[(blob, offset)])
-                if frame is None:
-                    raise HubError(f"chunk {lookup[(blob, offset)]} vanished from the chunk cache")
-                return frame
-
-            try:
-                done = assemble_file(chunk_map, staged / role, parent=parent_file, frames=frames,
-                                     extra_algorithms=("sha256",), local_chunk=index.read)
-            except (DigestMismatch, AssemblyError) as e:
-                raise DigestInvalid(f"layer {link.digest} ({tag}): {e}") from None
-            if done.digests.get("sha256") != config.files[role].sha256 and config.files[role].sha256:
-                raise DigestInvalid(f"layer {link.digest} ({tag}): {role} sha256 differs from the config")
-            known[role] = done.digests
+        assemblers: dict[str, FileAssembler] = {}
+        try:
+            for role, chunk_map in maps.items():
+                parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
+                if chunk_map.parent_digest is not None and parent_file is None:
+                    raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
+                assemblers[role] = FileAssembler(chunk_map, staged / role, parent=parent_file)
+            _fill(store, client, index, name, link.digest, maps, assemblers, stats, progress, tag)
+            known: dict[str, dict[str, str]] = {}
+            for role, assembler in assemblers.items():
+                try:
+                    done = assembler.finish(extra_algorithms=("sha256",))
+                except (DigestMismatch, AssemblyError) as e:
+                    raise DigestInvalid(f"layer {link.digest} ({tag}): {e}") from None
+                if done.digests.get("sha256") != config.files[role].sha256 and config.files[role].sha256:
+                    raise DigestInvalid(f"layer {link.digest} ({tag}): {role} sha256 differs from the config")
+                known[role] = done.digests
+        except BaseException:
+            for assembler in assemblers.values():
+                assembler.abort()
+            raise
         (staged / mt.VMSTATE_FILE).write_bytes(vmstate)
         known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest, **({"sha256": vm_info.sha256} if vm_info.sha256 else {})}
         parent_sha = None
@@ -264,64 +262,44 @@ def _index_and_prune(store: SnapshotStore, index: LocalChunkIndex, tag: str, map
                              if not e.is_zero)
 
 
-def _cached_frame_ok(cache, digest: str, frame_length: int, length: int) -> bool:
-    """Whether the cache still holds a frame assembly will accept (its pack may have been pruned
-    or overwritten by another process); a bad one would otherwise fail every resumed pull."""
-    frame = cache.get_frame(digest)
-    if frame is None or len(frame) != frame_length:
-        return False
-    try:
-        decompress_chunk(frame, length, digest, f"cached chunk {digest}")
-    except (DigestMismatch, AssemblyError, ManifestError):
-        return False
-    return True
-
-
-def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name: str, layer: str,
-                   maps: dict[str, ChunkMap], stats: LinkPulled, progress: Progress, tag: str) -> None:
+def _fill(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name: str, layer: str,
+          maps: dict[str, ChunkMap], assemblers: dict[str, FileAssembler], stats: LinkPulled,
+          progress: Progress, tag: str) -> None:
+    """Write every changed chunk of the link into its file: from the chunk cache (a resumed pull),
+    from local snapshots holding the same content, else fetched from the hub. Each chunk is
+    verified once, on arrival, and written straight into place; fetched frames are also kept in
+    the chunk cache until the link is installed, so a killed pull resumes without them."""
     cache = store.chunks
-    wanted: dict[str, dict[int, tuple[int, str, int, str, int]]] = {}
+    # where each distinct chunk frame goes: (role, index) destinations, its length and digest
+    wanted: dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]] = {}
     for role, chunk_map in maps.items():
-        cs = chunk_map.chunk_size
+        assembler = assemblers[role]
         for e in chunk_map.entries:
             if e.is_zero:
                 continue
-            length = min(cs, chunk_map.size - e.index * cs)
-            if cache.has(e.digest):  # type: ignore[arg-type]
-                if _cached_frame_ok(cache, e.digest, e.length, length):  # type: ignore[arg-type]
-                    stats.chunks_cached += 1
-                    continue
-                cache.remove(e.digest)  # type: ignore[arg-type]  # lost or mangled: fetch it again
-            local = index.read(e.digest)  # type: ignore[arg-type]
-            if local is not None and len(local) == length:  # assembly reads it again from that file
-                stats.chunks_local += 1
+            length = assembler.length(e.index)
+            blob = chunk_map.blobs[e.blob]
+            slot = wanted.get(blob, {}).get(e.offset)
+            if slot is not None:  # the same frame at several places of this layer
+                slot[3].append((role, e.index))
                 continue
-            wanted.setdefault(chunk_map.blobs[e.blob], {})[e.offset] = (e.length, e.digest, length, role, e.index)  # type: ignore[assignment]
+            data = _from_cache(cache, e.digest, e.length, length)  # type: ignore[arg-type]
+            if data is not None:
+                stats.chunks_cached += 1
+            else:
+                data = index.read(e.digest)  # type: ignore[arg-type]
+                if data is not None and len(data) == length:
+                    stats.chunks_local += 1
+                else:
+                    wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[arg-type]
+                    continue
+            assembler.write(e.index, data)
     # FORKD_PULL_RANGE_BYTES bounds one coalesced range (a killed pull loses at most the ranges in
     # flight); FORKD_PULL_PARALLEL is the number of concurrent requests.
     max_range = _tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
     parallel = _tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
-    requests = []
-    for blob, frames in wanted.items():
-        current: list[tuple[int, int]] = []
-        for offset in sorted(frames):
-            n = frames[offset][0]
-            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= max_range:
-                start, size = current[-1]
-                current[-1] = (start, offset + n - start)
-            else:
-                current.append((offset, n))
-        for i in range(0, len(current), 64):  # several ranges per request, ≤ ~max_range bytes each
-            batch: list[tuple[int, int]] = []
-            for r in current[i : i + 64]:
-                if batch and sum(n for _, n in batch) + r[1] > max_range:
-                    requests.append((blob, batch))
-                    batch = []
-                batch.append(r)
-            requests.append((blob, batch))
-    total = sum(f[0] for frames in wanted.values() for f in frames.values())
-    progress.task(f"pull {tag}", total)
-
+    requests = _coalesce(wanted, max_range)
+    progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
     pack = "pull-" + layer.split(":")[-1][:16]
 
     def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
@@ -329,13 +307,16 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkInd
         verified: list[tuple[str, bytes, int]] = []
         for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges)):
             for offset in sorted(o for o in wanted[blob] if start <= o < start + size):
-                flen, digest, length, role, index = wanted[blob][offset]
+                flen, digest, length, places = wanted[blob][offset]
                 frame = data[offset - start : offset - start + flen]
+                role, first = places[0]
                 try:
-                    decompress_chunk(frame, length, digest, f"{role} chunk {index} ({digest})")
+                    chunk = decompress_chunk(frame, length, digest, f"{role} chunk {first} ({digest})")
                 except (DigestMismatch, AssemblyError, ManifestError) as e:
-                    raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {index} ({digest}) from blob {blob} "
+                    raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {first} ({digest}) from blob {blob} "
                                         f"at offset {offset} is corrupt: {e}") from None
+                for where, at in places:
+                    assemblers[where].write(at, chunk)
                 verified.append((digest, frame, length))
         cache.put_frames(verified, pack=pack, verify=False)  # one append + one transaction per response
         nbytes = sum(len(f) for _, f, _ in verified)
@@ -346,6 +327,45 @@ def _fetch_missing(store: SnapshotStore, client: HubClient, index: LocalChunkInd
         for count, nbytes in pool.map(fetch, requests):
             stats.chunks_fetched += count
             stats.bytes_fetched += nbytes
+
+
+def _from_cache(cache, digest: str, frame_length: int, length: int) -> bytes | None:
+    """The chunk's bytes from a frame the cache still holds intact, else None (its pack may have
+    been pruned or overwritten by another process: then it is dropped and fetched again)."""
+    if not cache.has(digest):
+        return None
+    frame = cache.get_frame(digest)
+    if frame is not None and len(frame) == frame_length:
+        try:
+            return decompress_chunk(frame, length, digest, f"cached chunk {digest}")
+        except (DigestMismatch, AssemblyError, ManifestError):
+            pass
+    cache.remove(digest)
+    return None
+
+
+def _coalesce(wanted: dict[str, dict[int, tuple]], max_range: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Merge touching frames of each blob into ranges of at most ``max_range`` bytes, and group
+    up to 64 ranges (and about ``max_range`` bytes) per request."""
+    requests = []
+    for blob, frames in wanted.items():
+        current: list[tuple[int, int]] = []
+        for offset in sorted(frames):
+            n = frames[offset][0]
+            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= max_range:
+                start, _ = current[-1]
+                current[-1] = (start, offset + n - start)
+            else:
+                current.append((offset, n))
+        for i in range(0, len(current), 64):
+            batch: list[tuple[int, int]] = []
+            for r in current[i : i + 64]:
+                if batch and sum(n for _, n in batch) + r[1] > max_range:
+                    requests.append((blob, batch))
+                    batch = []
+                batch.append(r)
+            requests.append((blob, batch))
+    return requests
 
 
 __all__ = ["PullResult", "LinkPulled", "pull", "local_tag_for"]
