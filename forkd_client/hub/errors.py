@@ -8,6 +8,7 @@
         ├── NotFound             404: repository, manifest, blob or upload unknown (or private)
         ├── HasDependents        409: delete refused; ``.dependents`` lists them
         ├── DigestInvalid        bytes did not match their digest (hub side or on arrival here)
+        ├── DiskFull             (also OSError) the pull cannot fit on the local disk
         └── InvalidReference     (also ValueError) a ``[host/]ns/repo[:tag][@digest]`` string is malformed
 
 httpx errors never leave :mod:`forkd_client.hub.client`; they become these.
@@ -58,6 +59,10 @@ class HasDependents(HubError):
 
 class DigestInvalid(HubError):
     """Content does not match its digest."""
+
+
+class DiskFull(HubError, OSError):
+    """Not enough free space for what a pull must write (checked before writing anything)."""
 
 
 class InvalidReference(HubError, ValueError):

@@ -34,7 +34,7 @@ from ..errors import SnapshotNotFound
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
-from .errors import DigestInvalid, HubError
+from .errors import DigestInvalid, DiskFull, HubError
 from .localchunks import LocalChunkIndex
 from .progress import NullProgress, Progress
 from .reference import Reference
@@ -211,6 +211,7 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
     if str(digest_bytes(vmstate)) != vm_info.digest:
         raise DigestInvalid(f"layer {link.digest}: vmstate does not match its digest {vm_info.digest}")
 
+    _check_space(store, maps, parent, link.digest)
     with store.staging(f"pull-{tag}") as staged:
         assemblers: dict[str, FileAssembler] = {}
         try:
@@ -248,6 +249,21 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
     _index_and_prune(store, index, tag, maps)
     progress.log(f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_cached} from cache)")
     return stats
+
+
+def _check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: LocalSnapshot | None, layer: str) -> None:
+    """Refuse up front when the link cannot fit: its changed chunks, plus a full copy of the
+    parent's allocated bytes where the filesystem cannot reflink (counted pessimistically)."""
+    need = sum(min(m.chunk_size, m.size - e.index * m.chunk_size) for m in maps.values() for e in m.entries
+               if not e.is_zero)
+    if parent is not None:
+        need += sum((parent.dir / role).stat().st_blocks * 512 for role in maps if (parent.dir / role).is_file())
+    st = os.statvfs(store.root)
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise DiskFull(f"not enough disk space for layer {layer} under {store.root}: it may need "
+                       f"{need / 2**20:,.0f} MiB (changed chunks, plus a copy of the parent where the filesystem "
+                       f"cannot reflink), {free / 2**20:,.0f} MiB free")
 
 
 def _index_and_prune(store: SnapshotStore, index: LocalChunkIndex, tag: str, maps: dict[str, ChunkMap]) -> None:

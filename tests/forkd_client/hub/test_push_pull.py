@@ -164,3 +164,33 @@ def test_pushing_a_pulled_chain_back_to_its_hub_costs_head_requests_only(chain3,
     again = push(other_store, inproc_hub.client(token), "py", Reference.parse("acme/py:v2"))
     assert all(link.skipped for link in again.links)
     assert again.bytes_sent < 10_000
+
+
+def test_a_pull_that_cannot_fit_is_refused_before_writing(store, inproc_hub, tmp_path):
+    """A real, tiny filesystem (tmpfs, root only): the pull says how much it needs and writes nothing."""
+    import os as _os
+    import subprocess
+
+    from forkd_client.hub.errors import DiskFull
+
+    if _os.geteuid() != 0:
+        pytest.skip("mounting a tiny tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("tmpfs mount not allowed here")
+    try:
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "memory.bin").write_bytes(_os.urandom(4 << 20))  # 4 MiB of data: cannot fit in 1 MiB
+        (src / "vmstate").write_bytes(b"v")
+        store.import_snapshot(src, "base")
+        token = inproc_hub.token("ci", "push:acme/*")
+        push(store, inproc_hub.client(token), "base", Reference.parse("acme/py:v1"))
+        with SnapshotStore(mnt / "home") as small:
+            with pytest.raises(DiskFull, match="not enough disk space") as info:
+                pull(small, inproc_hub.client(token), Reference.parse("acme/py:v1"), as_tag="py")
+            assert isinstance(info.value, OSError)
+            assert small.tags() == []
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
