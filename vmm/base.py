@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,6 +284,25 @@ class Driver(abc.ABC):
     def check_restorable(self, snap: SnapshotFiles) -> None:
         """Raise ``CompatibilityError`` (naming each differing field) if this host cannot restore
         ``snap``; ``VmmUnavailable`` if the driver cannot run at all."""
+
+    def _prepare_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, why: str) -> tuple[Path, Path]:
+        """Shared preconditions of ``restore_writable``: ``memory_path`` must be a clone, not the
+        stored file (``why`` says what would go wrong), and the snapshot restorable here."""
+        memory_path = Path(memory_path)
+        if memory_path.exists() and os.path.samefile(memory_path, snap.memory):
+            raise RestoreFailed(f"{memory_path} is the snapshot's own memory file; restore_writable needs a clone ({why})")
+        self.check_restorable(dataclasses.replace(snap, memory=memory_path))
+        work_dir = Path(work_dir)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return memory_path, work_dir
+
+    def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None) -> None:
+        """Shared preconditions of ``fork``."""
+        if n < 1:
+            raise RestoreFailed(f"fork needs n >= 1, got {n}")
+        if disks is not None and len(disks) != n:
+            raise RestoreFailed(f"fork of {n} children got {len(disks)} disks")
+        self.check_restorable(snap)
 
     @abc.abstractmethod
     def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,

@@ -21,7 +21,6 @@ fake (``tests/vmm/fake_firecracker.py``) and runs for real only on KVM hosts.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import re
@@ -175,13 +174,7 @@ class FirecrackerDriver(Driver):
 
     def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,
                          disk: Path | None = None) -> FirecrackerVM:
-        memory_path = Path(memory_path)
-        if memory_path.exists() and os.path.samefile(memory_path, snap.memory):
-            raise RestoreFailed(f"{memory_path} is the snapshot's own memory file; restore_writable "
-                                "needs a clone (the link's pages are merged into it)")
-        self.check_restorable(dataclasses.replace(snap, memory=memory_path))
-        work_dir = Path(work_dir)
-        work_dir.mkdir(parents=True, exist_ok=True)
+        memory_path, work_dir = self._prepare_writable(snap, memory_path, work_dir, "the link's pages are merged into it")
         disk = disk or self._child_disk(snap, work_dir)
         vm = self._restore(snap, memory_path, work_dir, disk, owns=False, track_dirty=True)
         vm.writable_memory = memory_path
@@ -189,11 +182,7 @@ class FirecrackerDriver(Driver):
 
     def fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None,
              work_dir: Path | None = None) -> list[VM]:
-        if n < 1:
-            raise RestoreFailed(f"fork needs n >= 1, got {n}")
-        if disks is not None and len(disks) != n:
-            raise RestoreFailed(f"fork of {n} children got {len(disks)} disks")
-        self.check_restorable(snap)
+        self._check_fork(snap, n, disks)
         children: list[VM] = []
         try:
             for i in range(n):

@@ -39,7 +39,6 @@ if it fails; no virtio-rng device is attached (it would be one more device that 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import shlex
@@ -188,13 +187,7 @@ class QemuMicrovmDriver(Driver):
 
     def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,
                          disk: Path | None = None) -> QemuVM:
-        memory_path = Path(memory_path)
-        if memory_path.exists() and os.path.samefile(memory_path, snap.memory):
-            raise RestoreFailed(f"{memory_path} is the snapshot's own memory file; restore_writable "
-                                "needs a clone (mapping the stored file shared would modify it)")
-        self.check_restorable(dataclasses.replace(snap, memory=memory_path))
-        work_dir = Path(work_dir)
-        work_dir.mkdir(parents=True, exist_ok=True)
+        memory_path, work_dir = self._prepare_writable(snap, memory_path, work_dir, "mapping the stored file shared would modify it")
         disk = disk or self._child_disk(snap, work_dir)
         vm = self._restore_one(snap, memory_path, work_dir, disk, share=True, owns=False)
         vm.memory_path = memory_path
@@ -202,11 +195,7 @@ class QemuMicrovmDriver(Driver):
 
     def fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None,
              work_dir: Path | None = None) -> list[VM]:
-        if n < 1:
-            raise RestoreFailed(f"fork needs n >= 1, got {n}")
-        if disks is not None and len(disks) != n:
-            raise RestoreFailed(f"fork of {n} children got {len(disks)} disks")
-        self.check_restorable(snap)
+        self._check_fork(snap, n, disks)
         # Start every process first (QEMU start-up dominates and runs in parallel), then drive
         # each child's QMP restore from its own thread. On any failure nothing is left running.
         vms: list[QemuVM] = []
