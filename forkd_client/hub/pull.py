@@ -116,7 +116,9 @@ def pull(
                 result.links.append(LinkPulled(tag, link.digest, reused=True))
                 parent = existing
                 continue
-            result.links.append(_pull_link(store, client, index, ref, link, manifest, config, tag, parent, force, progress))
+            is_head = link is parsed[-1][0]
+            result.links.append(_pull_link(store, client, index, ref, link, manifest, config, tag, parent, force,
+                                           progress, is_head=is_head))
             parent = store.get(tag)
     finally:
         index.close()
@@ -188,7 +190,11 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
 
 
 def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink, manifest: LayerManifest,
-               config: LayerConfig, tag: str, parent: LocalSnapshot | None, force: bool, progress: Progress) -> LinkPulled:
+               config: LayerConfig, tag: str, parent: LocalSnapshot | None, force: bool, progress: Progress,
+               *, is_head: bool = False) -> LinkPulled:
+    """Fetch, assemble, verify and install one link. sha256 (what forkd's ``parent_content_hash``
+    needs) is computed for links that are parents here; the head's is left to the verified-content
+    record, computed the first time something needs it (a child, a pack, a push)."""
     # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
     # force-deleted here); it must be a well-formed name, and access is the hub's to check.
     name = _repository_of(link, ref)
@@ -224,10 +230,10 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
             known: dict[str, dict[str, str]] = {}
             for role, assembler in assemblers.items():
                 try:
-                    done = assembler.finish(extra_algorithms=("sha256",))
+                    done = assembler.finish(extra_algorithms=() if is_head else ("sha256",))
                 except (DigestMismatch, AssemblyError) as e:
                     raise DigestInvalid(f"layer {link.digest} ({tag}): {e}") from None
-                if done.digests.get("sha256") != config.files[role].sha256 and config.files[role].sha256:
+                if "sha256" in done.digests and config.files[role].sha256 and done.digests["sha256"] != config.files[role].sha256:
                     raise DigestInvalid(f"layer {link.digest} ({tag}): {role} sha256 differs from the config")
                 known[role] = done.digests
         except BaseException:
@@ -235,7 +241,8 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
                 assembler.abort()
             raise
         (staged / mt.VMSTATE_FILE).write_bytes(vmstate)
-        known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest, **({"sha256": vm_info.sha256} if vm_info.sha256 else {})}
+        # record only digests computed here over these bytes, never the config's claims
+        known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest, "sha256": str(digest_bytes(vmstate, "sha256"))}
         parent_sha = None
         if parent is not None:
             parent_sha = store.memory_sha256(parent.tag)
@@ -244,6 +251,7 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
             compat=config.compat, annotations=config.annotations, created=config.created,
             origin={"hub": client.base_url, "reference": f"{name}@{link.digest}", "manifest_digest": link.digest},
             known_digests=known, snapshot_json={"volumes": []},
+            algorithms=("blake3",) if is_head else ("blake3", "sha256"),
         )
         store.commit([(staged, tag)], force=force)
     _index_and_prune(store, index, tag, maps)
