@@ -28,6 +28,7 @@ from vmm.errors import CompatibilityError, GuestCommandFailed, RestoreFailed, Vm
 
 MEMORY_FILE = "memory.bin"
 VMSTATE_FILE = "vmstate"
+ROOTFS_FILE = "rootfs.ext4"
 COMPAT_FILE = "vmm.json"
 
 
@@ -224,14 +225,10 @@ class VM(abc.ABC):
     def kill(self) -> None:
         """Kill the VMM process, reap it and close its channels. Idempotent; never raises."""
 
+    @abc.abstractmethod
     def detach(self) -> int:
         """Let the VM outlive this Python process: it leaves the exit-time reaper and keeps its
-        work dir. Returns the pid; stop it later with ``kill <pid>``. Drivers keep their process in
-        ``_proc`` for this."""
-        from . import process
-
-        process.release(self._proc)  # type: ignore[attr-defined]
-        return self.pid
+        work dir. Returns the pid; stop it later with ``kill <pid>``."""
 
     @abc.abstractmethod
     def mem_stats(self) -> MemStats:
@@ -295,6 +292,18 @@ class Driver(abc.ABC):
         work_dir = Path(work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
         return memory_path, work_dir
+
+    def _child_disk(self, snap: SnapshotFiles, child_dir: Path) -> Path | None:
+        """A private copy of the snapshot's disk for one VM (VMMs do not snapshot block contents)."""
+        if "rootfs" not in snap.compat.device_ids:
+            return None
+        if snap.rootfs is None or not snap.rootfs.is_file():
+            raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
+        from vmm.files import clone_file
+
+        target = child_dir / ROOTFS_FILE
+        clone_file(snap.rootfs, target)
+        return target
 
     def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None) -> None:
         """Shared preconditions of ``fork``."""

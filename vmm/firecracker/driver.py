@@ -32,6 +32,7 @@ from pathlib import Path
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
+    ROOTFS_FILE,
     VM,
     VMSTATE_FILE,
     Availability,
@@ -47,7 +48,6 @@ from vmm.firecracker.api import FirecrackerApi
 from vmm.firecracker.vm import API_SOCKET, FIRECRACKER_LOG, FirecrackerVM
 from vmm.kvm import kvm_problem
 
-ROOTFS_FILE = "rootfs.ext4"
 _TIMEOUT = 30.0
 
 
@@ -234,14 +234,6 @@ class FirecrackerDriver(Driver):
             raise RestoreFailed(f"restore of {snap.vmstate} in {work_dir} failed: {exc}\n{detail}") from exc
         return vm
 
-    def _child_disk(self, snap: SnapshotFiles, child_dir: Path) -> Path | None:
-        if "rootfs" not in snap.compat.device_ids:
-            return None
-        if snap.rootfs is None or not snap.rootfs.is_file():
-            raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
-        target = child_dir / ROOTFS_FILE
-        clone_file(snap.rootfs, target)
-        return target
 
 
 def _drive(path: Path) -> dict[str, object]:

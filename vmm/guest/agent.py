@@ -29,8 +29,9 @@ import select
 import time
 from collections.abc import Callable
 
-from vmm.base import VM, ExecResult, require_agent_ok
+from vmm.base import ExecResult, require_agent_ok
 from vmm.errors import GuestCommandFailed, GuestCommandTimeout, VmmError
+from vmm.processvm import ProcessVM
 
 AGENT_VERSION = 1
 # Seconds the host waits beyond a command's own timeout (the guest kills it at the timeout).
@@ -199,7 +200,7 @@ def _decode(lines: list[bytes]) -> str:
         raise GuestCommandFailed(f"guest agent sent a corrupt reply: {exc}") from exc
 
 
-class AgentBackedVM(VM):
+class AgentBackedVM(ProcessVM):
     """``run`` and ``reseed`` for VMs whose guest runs the forkd agent (every driver's)."""
 
     @property

@@ -51,6 +51,7 @@ from pathlib import Path
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
+    ROOTFS_FILE,
     VM,
     VMSTATE_FILE,
     Availability,
@@ -65,7 +66,6 @@ from vmm.files import clone_file, move_file
 from vmm.qemu import host
 from vmm.qemu.vm import CONSOLE_LOG, CONSOLE_SOCKET, QEMU_LOG, QMP_SOCKET, QemuVM
 
-ROOTFS_FILE = "rootfs.ext4"
 _CONNECT_TIMEOUT = 30.0
 _MIGRATION_TIMEOUT = 120.0
 
@@ -253,15 +253,6 @@ class QemuMicrovmDriver(Driver):
             raise error(f"cannot start {self.binary}: {exc}") from exc
         return QemuVM(proc, work_dir, memory, compat, rootfs=disk, owns_work_dir=owns)
 
-    def _child_disk(self, snap: SnapshotFiles, child_dir: Path) -> Path | None:
-        """A private copy of the snapshot's disk (QEMU does not migrate block contents)."""
-        if "rootfs" not in snap.compat.device_ids:
-            return None
-        if snap.rootfs is None or not snap.rootfs.is_file():
-            raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
-        target = child_dir / ROOTFS_FILE
-        clone_file(snap.rootfs, target)
-        return target
 
     def _restore_one(self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None,
                      share: bool, owns: bool) -> QemuVM:

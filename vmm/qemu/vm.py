@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 from vmm import process
-from vmm.base import CompatInfo, MemStats
+from vmm.base import CompatInfo
 from vmm.errors import VmmError, VmmProtocolError
 from vmm.guest.agent import AgentBackedVM, AgentChannel
-from vmm.memstats import read_mem_stats
 from vmm.qmp import QmpClient
 from vmm.unixsock import connect_unix
 
@@ -25,15 +23,7 @@ class QemuVM(AgentBackedVM):
 
     def __init__(self, proc: subprocess.Popen[bytes], work_dir: Path, memory_path: Path,
                  compat: CompatInfo, rootfs: Path | None = None, owns_work_dir: bool = False) -> None:
-        self._proc = proc
-        self.pid = proc.pid
-        self.work_dir = work_dir
-        self.memory_path = memory_path
-        self.compat = compat
-        self.rootfs = rootfs
-        self._owns_work_dir = owns_work_dir
-        if owns_work_dir:
-            process.own_work_dir(proc, work_dir)
+        super().__init__(proc, work_dir, memory_path, compat, rootfs, owns_work_dir)
         self._qmp: QmpClient | None = None
         self._agent: AgentChannel | None = None
 
@@ -72,20 +62,11 @@ class QemuVM(AgentBackedVM):
 
     # -- the VM contract -------------------------------------------------------------------
 
-    @property
-    def alive(self) -> bool:
-        return self._proc.poll() is None
-
     def pause(self) -> None:
         self.qmp.execute("stop")
 
     def resume(self) -> None:
         self.qmp.execute("cont")
-
-    def mem_stats(self) -> MemStats:
-        if not self.alive:
-            raise VmmError(f"VM pid {self.pid} has exited")
-        return read_mem_stats(self.pid, self.memory_path)
 
     def kill(self) -> None:
         for channel in (self._agent, self._qmp):
@@ -95,9 +76,7 @@ class QemuVM(AgentBackedVM):
                 except OSError:
                     pass
         self._agent = self._qmp = None
-        process.stop(self._proc)
-        if self._owns_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+        self._stop_process()
 
     def __repr__(self) -> str:
         state = "running" if self.alive else "exited"
