@@ -49,7 +49,11 @@ def make_link_source(directory: Path, parent_memory: Path, *, seed: int) -> Path
 
 
 def sha256_hex(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def scribble(path: Path, offset: int = 100, data: bytes = b"changed!") -> None:

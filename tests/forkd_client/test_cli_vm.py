@@ -7,7 +7,6 @@ it that wrote /root/m2) and forks it in the tests. Commands run in-process throu
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -16,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,8 @@ from forkd_client.store import SnapshotStore
 from forkd_client.vmops import INSTALL_HINT
 from forkd_client.vmops.build import count_changed_chunks
 from vmm import process
+from .snapshots import sha256_hex
+from .vmfixtures import no_vm_left_running  # noqa: F401  (autouse)
 
 QEMU = "qemu-system-x86_64"
 REPO = Path(__file__).resolve().parents[2]
@@ -50,12 +50,6 @@ def cli(home: Path, *argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tags(home: Path) -> list[str]:
@@ -68,12 +62,6 @@ def staging_entries(home: Path) -> list[str]:
     return os.listdir(staging) if staging.exists() else []
 
 
-@pytest.fixture(autouse=True)
-def no_vm_left_running() -> Iterator[None]:
-    yield
-    leaked = process.live_pids()
-    process.kill_all()
-    assert leaked == [], f"VMM processes left running: {leaked}"
 
 
 @pytest.fixture(scope="module")
@@ -139,11 +127,11 @@ def test_fork_children_see_both_markers_and_answer_independently(chain: dict) ->
 @needs_qemu
 def test_children_writing_memory_leave_the_stored_image_unchanged(chain: dict) -> None:
     memory = chain["home"] / "snapshots" / "link" / "memory.bin"
-    before = sha256(memory)
+    before = sha256_hex(memory)
     code, out, err = cli(chain["home"], "fork", "link", "-n", "2", "--json",
                          "--exec", "head -c 8388608 /dev/urandom > /tmp/dirty && echo wrote")
     assert code == 0, err
-    assert sha256(memory) == before
+    assert sha256_hex(memory) == before
     for child in json.loads(out)["children"]:
         assert child["output"] == "wrote\n"
         assert child["memory"]["guest_ram_private_dirty"] >= 8 * MIB

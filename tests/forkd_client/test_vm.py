@@ -7,7 +7,6 @@ is built on it; every other test restores or forks those.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -33,6 +32,8 @@ from forkd_client.vmops import (
 from forkd_client.vmops.build import count_changed_chunks
 from manifest.diff import diff_files
 from vmm import CompatibilityError, FirecrackerDriver, QemuMicrovmDriver, process
+from .snapshots import sha256_hex
+from .vmfixtures import no_vm_left_running  # noqa: F401  (autouse)
 
 QEMU = "qemu-system-x86_64"
 MEM_MIB = 128
@@ -47,20 +48,8 @@ def needs_qemu(test):
     return test
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
-@pytest.fixture(autouse=True)
-def no_vm_left_running() -> Iterator[None]:
-    yield
-    leaked = process.live_pids()
-    process.kill_all()
-    assert leaked == [], f"VMM processes left running: {leaked}"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +59,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SnapshotSt
         pytest.skip(f"{QEMU} is not installed")
     with SnapshotStore(tmp_path_factory.mktemp("vmstore")) as store:
         base = snapshot_base(store, "base", mem_mib=MEM_MIB, exec_cmd="echo one > /root/m1")
-        base_hash = sha256(base.snapshot.dir / "memory.bin")
+        base_hash = sha256_hex(base.snapshot.dir / "memory.bin")
         link = snapshot_diff(store, "base", "link", "echo two > /root/m2; head -c 1048576 /dev/urandom > /root/r")
         yield store, {"base": base, "link": link, "base_hash": base_hash}
 
@@ -111,7 +100,7 @@ def test_base_is_installed_with_the_manifest_compat_and_the_exec_annotation(buil
 def test_link_records_its_parent_and_only_its_clone_was_written(built) -> None:
     store, made = built
     base, link = store.get("base"), store.get("link")
-    assert sha256(base.dir / "memory.bin") == made["base_hash"], "the parent's stored memory must be untouched"
+    assert sha256_hex(base.dir / "memory.bin") == made["base_hash"], "the parent's stored memory must be untouched"
     assert link.parent_tag == "base" and link.parent_content_hash == made["base_hash"]
     assert link.compat == base.compat
     assert link.annotations[ANNOTATION_EXEC].startswith("echo two")
