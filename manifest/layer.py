@@ -32,11 +32,13 @@ DEFAULT_ZSTD_LEVEL = 3
 
 @dataclass(frozen=True, slots=True)
 class ChunkLocation:
-    """Where a chunk's zstd frame lives: ``length`` bytes at ``offset`` in data blob ``blob``."""
+    """Where a chunk's zstd frame lives: ``length`` bytes at ``offset`` in data blob ``blob``
+    (whose total size, when known, is ``blob_size``: a layer reusing the blob must declare it)."""
 
     blob: str
     offset: int
     length: int
+    blob_size: int | None = None
 
 
 @dataclass(frozen=True)

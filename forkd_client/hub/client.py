@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from manifest.digest import digest_bytes, parse_digest
+from manifest.layer import ChunkLocation
 
 from .errors import DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, Unauthorized
 
@@ -28,14 +29,6 @@ QUERY_BATCH = 10_000
 MAX_RESPONSE_BYTES = 80 << 20
 MAX_RANGES_PER_REQUEST = 256
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-
-
-@dataclass(frozen=True)
-class ChunkLocation:
-    blob: str
-    offset: int
-    length: int
-    blob_size: int | None = None
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,8 @@ from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, Par
 
 from ..snapdir import LocalSnapshot
 
-#: ``digests -> {digest: location}``: what the hub already holds (chunk negotiation); locations
-#: are ``manifest.layer.ChunkLocation``-like and may carry ``blob_size``.
-KnownChunks = Callable[[list[str]], dict]
+#: ``digests -> {digest: location}``: what the hub already holds (chunk negotiation).
+KnownChunks = Callable[[list[str]], dict[str, ChunkLocation]]
 #: ``blob digest -> size``: sizes of reused data blobs, for their descriptors.
 BlobSize = Callable[[str], int]
 #: ``path -> {"blake3": …, "sha256": …}``: trusted file digests (the verified-content record).
@@ -88,9 +87,8 @@ def build_layer(
         parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
         changes[role] = (parent_file, _changed_indexes(parent_file, snap.dir / role, chunk_size))
     wanted = sorted({d for _, items in changes.values() for _, d in items if d is not None})
-    found = known_chunks(wanted) if wanted else {}
-    sizes = {loc.blob: loc.blob_size for loc in found.values() if getattr(loc, "blob_size", None)}
-    known = {d: ChunkLocation(loc.blob, loc.offset, loc.length) for d, loc in found.items()}
+    known = known_chunks(wanted) if wanted else {}
+    sizes = {loc.blob: loc.blob_size for loc in known.values() if loc.blob_size is not None}
 
     builder = LayerBuilder(work_dir, known)
     files: dict[str, FileInfo] = {}
