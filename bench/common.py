@@ -98,13 +98,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _script(name: str) -> str | None:
+    """The console script installed next to this interpreter (what a venv or pipx user runs),
+    not a version manager's shim found first on PATH (pyenv's costs ~0.1 s of bash per call)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
 def forkd_cmd(*args: str) -> list[str]:
-    exe = shutil.which("forkd")
+    exe = _script("forkd")
     return [exe, *args] if exe else [sys.executable, "-m", "forkd_client.cli.main", *args]
 
 
 def forkd_hub_cmd(*args: str) -> list[str]:
-    exe = shutil.which("forkd-hub")
+    exe = _script("forkd-hub")
     return [exe, *args] if exe else [sys.executable, "-m", "hub_server.cli", *args]
 
 

@@ -77,8 +77,9 @@ class ChainBroken(ClientError):
 class ParentContentMismatch(ClientError):
     """A parent's memory.bin no longer hashes to what its child recorded.
 
-    ``expected`` is the child's ``parent_content_hash`` (None when the child recorded none);
-    ``actual`` is the sha256 (lowercase hex) of the parent's memory.bin now.
+    ``expected`` is the child's ``parent_content_hash`` (lowercase hex sha256; None when the
+    child recorded none) or its ``parent_digest`` (``blake3:<hex>``); ``actual`` is the same
+    hash of the parent's memory.bin now.
     """
 
     def __init__(self, child: str, parent: str, expected: str | None, actual: str) -> None:
@@ -86,7 +87,8 @@ class ParentContentMismatch(ClientError):
             message = f"snapshot {child!r} records no parent_content_hash for its parent {parent!r}"
         else:
             message = (
-                f"snapshot {child!r} expects its parent {parent!r} to have memory.bin sha256 {expected}, "
+                f"snapshot {child!r} expects its parent {parent!r} to have memory.bin "
+                f"{expected if expected.startswith('blake3:') else 'sha256 ' + expected}, "
                 f"but it is {actual} (the parent changed since the child was made)"
             )
         super().__init__(message)

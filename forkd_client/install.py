@@ -13,7 +13,9 @@ crash at any point leaves either the old state or the new one, never a half snap
    renames the prepared directories into ``snapshots/`` (all of them or none).
 
 Staging directories are named ``<pid>-<what>-<random>``; ones left by dead processes are
-swept when the next staging directory is made.
+swept when the next staging directory is made. :meth:`StoreBase.resumable_staging` gives
+``resume-<key>`` instead: kept when the operation is interrupted, so a killed pull resumes
+from its partial files, locked while in use, swept after a week unused.
 
 Errors: forkd_client.errors (InvalidTag, SnapshotExists, SnapshotNotFound,
 InvalidSnapshotDir), OSError.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import time
@@ -35,7 +38,6 @@ from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.fileops import clone_file
 from manifest.mediatypes import MEMORY_FILE, ROOTFS_FILE, VMSTATE_FILE
 
-from .chunkcache import ChunkCache
 from .config import forkd_home
 from .errors import InvalidSnapshotDir, InvalidTag, SnapshotExists, SnapshotNotFound
 from .snapdir import (
@@ -59,6 +61,11 @@ BOTH_DIGESTS = ("blake3", "sha256")
 SETTLE_NS = 3_000_000_000  # beyond VerifiedRecord's largest racy window (2 s)
 
 
+RESUME_PREFIX = "resume-"
+RESUME_MAX_AGE_S = 7 * 24 * 3600
+_RESUME_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
 class StoreBase:
     """Layout, locking and the install path of a :class:`~forkd_client.store.SnapshotStore`."""
 
@@ -66,7 +73,6 @@ class StoreBase:
         self.root = Path(root) if root is not None else forkd_home()
         self.snapshots_dir = self.root / "snapshots"
         self.staging_root = self.root / ".staging"
-        self.chunks = ChunkCache(self.root / "chunks")
         self.verified_path = self.root / "verified.db"
         self.durable = durable  # fsync files and directories before they become visible
         self._verified: VerifiedRecord | None = None
@@ -131,12 +137,46 @@ class StoreBase:
                 if self._verified is not None:
                     self._verified.forget(path)
 
+    @contextmanager
+    def resumable_staging(self, key: str) -> Iterator[Path]:
+        """A staging directory an interrupted operation leaves for the next attempt at the same
+        ``key`` (``[A-Za-z0-9_-]``, e.g. derived from a layer digest) to resume from.
+
+        It is locked while in use; when another process holds it, a fresh directory (deleted
+        on exit) is used instead. On exit it is kept, whatever happened, unless it was
+        installed (renamed away): the caller decides on entry whether what it holds is usable.
+        Ones left unused for RESUME_MAX_AGE_S are swept. Raises OSError.
+        """
+        if not _RESUME_KEY.fullmatch(key):
+            raise ValueError(f"invalid resumable staging key {key!r}")
+        self.staging_root.mkdir(parents=True, exist_ok=True)
+        self._sweep_staging()
+        path = self.staging_root / f"{RESUME_PREFIX}{key}"
+        path.mkdir(exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            with self.staging(key) as fresh:
+                yield fresh
+            return
+        try:
+            os.utime(path)  # in use now: not swept for another RESUME_MAX_AGE_S
+            yield path
+        finally:
+            os.close(fd)
+
     def _sweep_staging(self) -> None:
-        """Delete what dead processes left in ``.staging/`` (names start with their pid)."""
+        """Delete what dead processes left in ``.staging/`` (names start with their pid), and
+        resumable directories nobody has used for RESUME_MAX_AGE_S."""
+        now = time.time()
         for entry in os.scandir(self.staging_root):
             pid = entry.name.split("-", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
                 shutil.rmtree(entry.path, ignore_errors=True)
+            elif entry.name.startswith(RESUME_PREFIX) and now - entry.stat().st_mtime > RESUME_MAX_AGE_S:
+                _remove_unless_locked(Path(entry.path))
 
     # ------------------------------------------------------------------ installing
 
@@ -147,6 +187,7 @@ class StoreBase:
         *,
         parent: str | None = None,
         parent_content_hash: str | None = None,
+        parent_digest: str | None = None,
         compat: Mapping[str, Any] | None = None,
         annotations: Mapping[str, str] | None = None,
         origin: Mapping[str, str] | None = None,
@@ -163,7 +204,9 @@ class StoreBase:
         ``algorithms`` for every file role present (through the VerifiedRecord: only what is
         not trusted yet), and writes snapshot.json (from ``snapshot_json`` or the staged one,
         unknown fields kept, paths pointing at the final directory; ``local_dirs`` as in
-        :func:`~forkd_client.snapdir.snapshot_json_for`) and forkd-hub.json.
+        :func:`~forkd_client.snapdir.snapshot_json_for`) and forkd-hub.json. A link records
+        ``parent_digest``, the blake3 of its parent's memory.bin (given, else from the
+        VerifiedRecord), so that chain checks need no sha256.
         Raises InvalidTag, InvalidSnapshotDir, OSError.
         """
         validate_tag(tag)
@@ -188,8 +231,11 @@ class StoreBase:
             has_rootfs=ROOTFS_FILE in files, local_dirs=(staged, *local_dirs),
         )
         write_snapshot_json(staged, doc)
+        if parent is not None and parent_digest is None and (self.snapshots_dir / parent / MEMORY_FILE).is_file():
+            parent_digest = self.verified.digests(self.snapshots_dir / parent / MEMORY_FILE, ("blake3",))["blake3"]
         meta = HubMeta(tag, parent, created or rfc3339(), DEFAULT_CHUNK_SIZE, dict(compat or {}),
-                       dict(annotations or {}), files, dict(origin) if origin else None)
+                       dict(annotations or {}), files, dict(origin) if origin else None,
+                       parent_digest if parent is not None else None)
         write_hub_meta(staged, meta)
         if self.durable:
             _fsync_path(staged)
@@ -241,6 +287,20 @@ class StoreBase:
     def get(self, tag: str) -> LocalSnapshot:
         """The installed snapshot ``tag`` (implemented by SnapshotStore, which reads it back)."""
         raise NotImplementedError
+
+
+def _remove_unless_locked(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shutil.rmtree(path, ignore_errors=True)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:

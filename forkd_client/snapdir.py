@@ -19,7 +19,9 @@ A snapshot directory is forkd-compatible first (see /work/shared/reference/forkd
      "created": "2026-06-14T10:00:00Z", "chunk_size": 65536,
      "compat": {...}, "annotations": {...},
      "files": {"memory.bin": {"size": 536870912, "digest": "blake3:<hex>", "sha256": "sha256:<hex>"}, ...},
-     "origin": {"hub": "...", "reference": "...", "manifest_digest": "blake3:<hex>"}}   (optional)
+     "origin": {"hub": "...", "reference": "...", "manifest_digest": "blake3:<hex>"},   (optional)
+     "parent_digest": "blake3:<hex>"}   (optional: blake3 of the parent's memory.bin this link
+                                         was made from; chain checks use it instead of sha256)
 
 ``snapshot.json`` is the source of truth for the parent (forkd's daemon reads it);
 ``forkd-hub.json`` repeats it for convenience. A file digest may be null (e.g. blake3 of an
@@ -107,6 +109,7 @@ class HubMeta:
     annotations: dict[str, str] = field(default_factory=dict)
     files: dict[str, FileRecord] = field(default_factory=dict)
     origin: dict[str, str] | None = None
+    parent_digest: str | None = None  # blake3 of the parent's memory.bin this link was made from
 
     def to_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
@@ -121,6 +124,8 @@ class HubMeta:
         }
         if self.origin:
             obj["origin"] = dict(self.origin)
+        if self.parent_digest:
+            obj["parent_digest"] = self.parent_digest
         return obj
 
     @classmethod
@@ -156,7 +161,10 @@ class HubMeta:
         origin = obj.get("origin")
         if origin is not None and not isinstance(origin, dict):
             raise bad("origin must be an object")
-        return cls(tag, parent, created, chunk_size, dict(compat), dict(annotations), files, origin)
+        parent_digest = obj.get("parent_digest")
+        if parent_digest is not None and not (isinstance(parent_digest, str) and parent_digest.startswith("blake3:")):
+            raise bad("parent_digest must be a blake3 digest string")
+        return cls(tag, parent, created, chunk_size, dict(compat), dict(annotations), files, origin, parent_digest)
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
@@ -285,6 +293,7 @@ class LocalSnapshot:
     files: dict[str, FileRecord]
     origin: dict[str, str] | None = None
     managed: bool = True  # has forkd-hub.json; False for snapshots made by forkd itself
+    parent_digest: str | None = None  # blake3 of the parent's memory.bin at link time (ours, optional)
 
     @property
     def is_base(self) -> bool:
@@ -304,6 +313,7 @@ class LocalSnapshot:
             "files": {role: rec.to_obj() for role, rec in self.files.items()},
             "origin": self.origin,
             "managed": self.managed,
+            "parent_digest": self.parent_digest,
         }
 
 

@@ -11,10 +11,11 @@ data dir, so an unmodified forkd daemon lists and forks what we install)::
           memory.bin           full guest RAM image (chain links too, like forkd's)
           rootfs.ext4          optional
           forkd-hub.json       our metadata (created, compat, annotations, file digests, origin)
-      chunks/                ChunkCache: chunk zstd frames for push/pull
+      chunk-index.db         LocalChunkIndex: where chunks of installed snapshots are
       verified.db            VerifiedRecord: digests trusted while a file's stat is unchanged
       .staging/              same-filesystem scratch for atomic installs and removals
         <pid>-<what>-<rand>/   never listed; left-overs of dead processes are swept
+        resume-<key>/          an interrupted pull's partial files, for the next attempt
       .lock                  flock(2) held while snapshots/ is changed
 
 Every change to ``snapshots/`` is a ``rename(2)`` of a complete directory prepared in
@@ -107,6 +108,8 @@ class SnapshotStore(StoreBase):
             files=files,
             origin=meta.origin if meta else None,
             managed=meta is not None,
+            # only while forkd's snapshot.json still names the parent the link was made from
+            parent_digest=meta.parent_digest if meta and parent is not None and meta.parent_tag == parent else None,
         )
 
     def list(self) -> list[LocalSnapshot]:
@@ -176,15 +179,27 @@ class SnapshotStore(StoreBase):
             raise InvalidSnapshotDir(f"snapshot {tag!r} has no {MEMORY_FILE} ({path})")
         return self.verified.digests(path, ("sha256",))["sha256"].split(":", 1)[1]
 
-    def verify_chain(self, tag: str) -> list[LocalSnapshot]:
-        """Check every link's ``parent_content_hash`` against its parent's memory.bin; return the chain.
+    def verify_chain(self, tag: str, *, forkd_hashes: bool = False) -> list[LocalSnapshot]:
+        """Check every link against its parent's memory.bin; return the chain.
 
-        Parents verified before and unchanged since are not read again (VerifiedRecord).
-        Raises ParentContentMismatch naming child, parent, expected and actual hash, and
-        whatever :meth:`chain` raises.
+        A link we made records the blake3 of the parent it was made from (``parent_digest``):
+        that is checked, plus forkd's ``parent_content_hash`` (sha256) when the parent's sha256
+        is already known. A link without it (made by forkd) is checked by sha256, as forkd does.
+        ``forkd_hashes`` checks every ``parent_content_hash`` as forkd will at spawn, hashing
+        sha256 where it is not known yet. Parents verified before and unchanged since are not
+        read again (VerifiedRecord). Raises ParentContentMismatch naming child, parent,
+        expected and actual hash, and whatever :meth:`chain` raises.
         """
         chain = self.chain(tag)
         for parent, child in zip(chain, chain[1:]):
+            memory = parent.dir / MEMORY_FILE
+            if child.parent_digest is not None:
+                actual = self.verified.digests(memory, ("blake3",))["blake3"]
+                if actual != child.parent_digest:
+                    raise ParentContentMismatch(child.tag, parent.tag, child.parent_digest, actual)
+                known = self.verified.cached(memory).get("sha256")
+                if not forkd_hashes and (known is None or child.parent_content_hash is None):
+                    continue
             actual = self.memory_sha256(parent.tag)
             if child.parent_content_hash != actual:
                 raise ParentContentMismatch(child.tag, parent.tag, child.parent_content_hash, actual)

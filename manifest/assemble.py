@@ -14,6 +14,7 @@ Errors: :class:`~manifest.errors.DigestMismatch` (naming file and chunk index),
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ import zstandard
 
 from .digest import Digest, digest_file
 from .errors import AssemblyError, DigestMismatch
-from .fileops import CloneMethod, clone_file, punch_hole
+from .fileops import CloneMethod, clone_file, punch_hole, start_writeback
 from .model import ChunkEntry, ChunkMap
 
 #: ``(blob_digest, offset, length) -> frame bytes``: how assembly reads a chunk's zstd frame.
@@ -39,8 +40,21 @@ class AssembledFile:
     holes_punched: int
 
 
+_local = threading.local()
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompressor: one context per thread, not one per chunk."""
+    dctx = getattr(_local, "dctx", None)
+    if dctx is None:
+        dctx = _local.dctx = zstandard.ZstdDecompressor()
+    return dctx
+
+
 def decompress_chunk(frame: bytes, expected_length: int, digest: str, what: str) -> bytes:
     """Decompress one chunk frame, bounded by ``expected_length``, and verify its digest."""
+    if not digest.startswith("blake3:"):
+        raise DigestMismatch(what, digest, "unverifiable (chunk digests are blake3)")
     try:
         params = zstandard.get_frame_parameters(frame)
     except zstandard.ZstdError as e:
@@ -48,15 +62,14 @@ def decompress_chunk(frame: bytes, expected_length: int, digest: str, what: str)
     if params.content_size != expected_length:
         raise AssemblyError(f"{what}: frame declares {params.content_size} bytes, chunk is {expected_length}")
     try:
-        data = zstandard.ZstdDecompressor().decompress(frame, max_output_size=expected_length)
+        data = _decompressor().decompress(frame, max_output_size=expected_length)
     except zstandard.ZstdError as e:
         raise AssemblyError(f"{what}: corrupt zstd frame: {e}") from None
     if len(data) != expected_length:
         raise AssemblyError(f"{what}: frame holds {len(data)} bytes, chunk is {expected_length}")
-    want = Digest.parse(digest)
-    got = "blake3:" + blake3.blake3(data).hexdigest() if want.algorithm == "blake3" else None
-    if got is None or got != digest:
-        raise DigestMismatch(what, digest, got or "unverifiable")
+    got = "blake3:" + blake3.blake3(data).hexdigest()
+    if got != digest:
+        raise DigestMismatch(what, digest, got)
     return data
 
 
@@ -64,8 +77,10 @@ class FileAssembler:
     """Assemble one file incrementally: start from the parent's file, write chunks as they
     arrive (any order, from any thread), then check the whole file.
 
-    The constructor clones ``parent`` to ``out`` (which must not exist; reflink where possible),
-    sets the size and punches the layer's zero chunks; :meth:`write` puts one chunk's verified
+    The constructor clones ``parent`` to ``out`` (reflink where possible; ``out`` must not
+    exist), sets the size and punches the layer's zero chunks. With ``resume``, an ``out`` of
+    the right size left by an interrupted assembly is kept as it is (``resumed`` is True) and
+    :meth:`holds` tells which chunks it already has. :meth:`write` puts one chunk's verified
     bytes in place; :meth:`finish` fsyncs and checks the content digest. On any error, or
     :meth:`abort`, ``out`` is removed.
 
@@ -73,21 +88,30 @@ class FileAssembler:
     """
 
     def __init__(self, chunk_map: ChunkMap, out: str | os.PathLike[str], *,
-                 parent: str | os.PathLike[str] | None) -> None:
+                 parent: str | os.PathLike[str] | None, resume: bool = False) -> None:
         self.chunk_map = chunk_map
         self.out = Path(out)
         if chunk_map.parent_digest is not None and parent is None:
             raise AssemblyError(f"{chunk_map.file}: chunk map applies to parent {chunk_map.parent_digest}, none given")
         self.clone_method: CloneMethod | None = None
         self.written = self.holes = 0
+        self.resumed = False
         self._fd = -1
         try:
-            if parent is not None:
-                self.clone_method = clone_file(parent, self.out)
-                self._fd = os.open(self.out, os.O_WRONLY)
+            if resume and self.out.is_file() and self.out.stat().st_size == chunk_map.size:
+                self._fd = os.open(self.out, os.O_RDWR)
+                self.resumed = True
             else:
-                self._fd = os.open(self.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(self._fd, chunk_map.size)
+                if resume:
+                    self.out.unlink(missing_ok=True)
+                if parent is not None:
+                    self.clone_method = clone_file(parent, self.out)
+                    self._fd = os.open(self.out, os.O_RDWR)
+                else:
+                    self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                os.ftruncate(self._fd, chunk_map.size)
+                if self.clone_method is not None and self.clone_method is not CloneMethod.REFLINK:
+                    start_writeback(self._fd)  # the copied parent goes to disk while chunks arrive
             for entry in chunk_map.entries:
                 if entry.is_zero:
                     punch_hole(self._fd, entry.index * chunk_map.chunk_size, self.length(entry.index))
@@ -95,6 +119,11 @@ class FileAssembler:
         except BaseException:
             self.abort()
             raise
+
+    def holds(self, index: int, digest: str) -> bool:
+        """Whether chunk ``index`` already holds the bytes of ``digest`` (read and hashed now)."""
+        data = os.pread(self._fd, self.length(index), index * self.chunk_map.chunk_size)
+        return "blake3:" + blake3.blake3(data).hexdigest() == digest
 
     def length(self, index: int) -> int:
         cs = self.chunk_map.chunk_size
@@ -108,20 +137,28 @@ class FileAssembler:
         self.written += 1
 
     def finish(self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = ()) -> AssembledFile:
-        """Flush, hash the whole file and (with ``verify``) check it against the chunk map."""
+        """Hash the whole file, (with ``verify``) check it against the chunk map, and fsync it
+        (its writeback starts first, and runs while it is hashed)."""
         try:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+            start_writeback(self._fd)
             want = Digest.parse(self.chunk_map.digest).algorithm
             algorithms = tuple(dict.fromkeys((want, *extra_algorithms)))
             digests = {a: str(d) for a, d in digest_file(self.out, algorithms).items()}
             if verify and digests[want] != self.chunk_map.digest:
                 raise DigestMismatch(f"assembled {self.chunk_map.file}", self.chunk_map.digest, digests[want])
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
             return AssembledFile(self.out, digests, self.clone_method, self.written, self.holes)
         except BaseException:
             self.abort()
             raise
+
+    def close(self) -> None:
+        """Close the file, keeping what was written (an interrupted assembly to resume). Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def abort(self) -> None:
         """Close and remove the partial file. Idempotent."""

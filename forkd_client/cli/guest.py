@@ -11,9 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vmm.errors import GuestBuildError
-from vmm.guest.build import build_guest, default_cache_dir
-
 from .output import Context
 
 
@@ -29,6 +26,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run_build(args: argparse.Namespace, ctx: Context) -> int:
+    from vmm.errors import GuestBuildError  # the VMM stack loads only for commands that use it
+    from vmm.guest.build import build_guest, default_cache_dir
+
     out = args.out or default_cache_dir() / "image"
     try:
         image = build_guest(out, args.kernel_root, args.force)

@@ -85,7 +85,7 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
         try:
             chain = [s.tag for s in store.chain(args.tag)]
             if args.verify:
-                store.verify_chain(args.tag)
+                store.verify_chain(args.tag, forkd_hashes=True)
         except ClientError as e:
             problem = str(e)
         info = snap.to_obj()

@@ -2,25 +2,29 @@
 
 1. One request returns the chain base → head (manifests + configs, digests verified).
 2. Links already installed from the same manifest are reused as they are.
-3. For the others, chunk maps are fetched and verified; the chunks that are in neither the
-   local chunk cache nor an already-assembled parent are fetched as coalesced byte ranges of
-   data blobs (several ranges per request, requests in parallel), each frame verified against
-   its chunk digest on arrival and kept in the chunk cache, which is what makes a killed pull
-   resume without re-downloading.
-4. Each file is assembled on a reflink/copy of the parent's file, its content digest checked,
-   and the link installed atomically as a forkd-compatible snapshot whose ``parent_tag`` names
-   its parent's local tag.
+3. For the others, chunk maps are fetched and verified. Each link's files are staged in a
+   resumable directory on a reflink/copy of the parent's file; the changed chunks that the
+   staged file does not already hold (from an interrupted attempt) and no local snapshot holds
+   (``chunk-index.db``) are fetched as coalesced byte ranges of data blobs (several ranges per
+   request, requests in parallel), each frame verified against its chunk digest on arrival and
+   written straight into place. A killed pull thus leaves only verified chunks, and the next
+   attempt fetches only the others.
+4. Each assembled file's whole-file blake3 is checked on a verifier thread while the next link is fetched, and the link installed
+   atomically (base first) as a forkd-compatible snapshot whose ``parent_tag`` names its
+   parent's local tag.
 
 Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk), ClientError, OSError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import zstandard
 
@@ -51,6 +55,7 @@ def _tunable(name: str, default: int, minimum: int) -> int:
     if not raw.strip().isdigit():
         raise HubError(f"{name}={raw!r} is not a whole number of bytes/requests")
     return max(minimum, int(raw))
+RESUME_MARKER = ".resume.json"
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -60,8 +65,8 @@ class LinkPulled:
     digest: str
     reused: bool
     chunks_fetched: int = 0
-    chunks_cached: int = 0
-    chunks_local: int = 0
+    chunks_local: int = 0  # read from local snapshots holding the same content
+    chunks_resumed: int = 0  # kept from the staged files of an interrupted pull
     bytes_fetched: int = 0
 
 
@@ -106,24 +111,69 @@ def pull(
                           else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
     tags = _local_tags(store, parsed, head_tag)
     result = PullResult(str(ref), chain[-1].digest, head_tag)
-    parent: LocalSnapshot | None = None
-    index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
-    try:
-        for (link, manifest, config), tag in zip(parsed, tags):
-            existing = _installed(store, tag, link.digest)
-            if existing is not None:
-                progress.log(f"{tag}: already present ({link.digest[:19]}…)")
-                result.links.append(LinkPulled(tag, link.digest, reused=True))
-                parent = existing
-                continue
-            is_head = link is parsed[-1][0]
-            result.links.append(_pull_link(store, client, index, ref, link, manifest, config, tag, parent, force,
-                                           progress, is_head=is_head))
-            parent = store.get(tag)
-    finally:
-        index.close()
+    # Links are pipelined: while one link's files are fsynced and hashed on the verifier thread,
+    # the next link is cloned from them and filled. Links are installed strictly base first,
+    # each once its check passed; on any error what is not installed yet is removed.
+    with contextlib.ExitStack() as staging:
+        index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
+        staging.callback(index.close)
+        verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
+        waiting: list[_Fetched] = []
+        parent: _Parent | None = None
+        try:
+            for (link, manifest, config), tag in zip(parsed, tags):
+                existing = _installed(store, tag, link.digest)
+                if existing is not None:
+                    progress.log(f"{tag}: already present ({link.digest[:19]}…)")
+                    result.links.append(LinkPulled(tag, link.digest, reused=True))
+                    parent = _Parent(store, tag, config)
+                    continue
+                fetched = _fetch_link(store, client, index, ref, link, manifest, config, tag, parent, staging,
+                                      verifier, progress)
+                result.links.append(fetched.stats)
+                waiting.append(fetched)
+                while waiting and waiting[0].verification.done():
+                    _install(store, client, index, waiting.pop(0), force, progress)
+                parent = _Parent(store, tag, config, fetched)
+            while waiting:
+                _install(store, client, index, waiting.pop(0), force, progress)
+        finally:
+            verifier.shutdown(wait=True)  # checks in flight finish (and close their files) first
     result.bytes_received = client.bytes_received - received_before
     return result
+
+
+@dataclass
+class _Fetched:
+    """A link whose changed chunks are written into its staged files, waiting for the
+    verifier thread's whole-file check (``verification``: {role: digests}) and its install."""
+
+    tag: str
+    name: str
+    link: ChainLink
+    config: LayerConfig
+    maps: dict[str, ChunkMap]
+    stats: LinkPulled
+    staged: Path
+    parent: "_Parent | None"
+    verification: Future
+    installed: bool = False
+
+
+@dataclass
+class _Parent:
+    """The link below the one being pulled: installed, or still staged and being checked."""
+
+    store: SnapshotStore
+    tag: str
+    config: LayerConfig
+    fetched: _Fetched | None = None
+
+    @property
+    def dir(self) -> Path:
+        if self.fetched is not None and not self.fetched.installed:
+            return self.fetched.staged
+        return self.store.path(self.tag)
 
 
 def _parse_link(link: ChainLink) -> tuple[ChainLink, LayerManifest, LayerConfig]:
@@ -189,12 +239,12 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
     return list(reversed(tags))
 
 
-def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink, manifest: LayerManifest,
-               config: LayerConfig, tag: str, parent: LocalSnapshot | None, force: bool, progress: Progress,
-               *, is_head: bool = False) -> LinkPulled:
-    """Fetch, assemble, verify and install one link. sha256 (what forkd's ``parent_content_hash``
-    needs) is computed for links that are parents here; the head's is left to the verified-content
-    record, computed the first time something needs it (a child, a pack, a push)."""
+def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink,
+                manifest: LayerManifest, config: LayerConfig, tag: str, parent: _Parent | None,
+                staging: contextlib.ExitStack, verifier: ThreadPoolExecutor, progress: Progress) -> _Fetched:
+    """Fetch one link's chunk maps and vmstate, stage its files on a clone of the parent's, write
+    every changed chunk (verified on arrival), and hand the files to ``verifier`` for the
+    whole-file check. Raises DigestInvalid, DiskFull, HubError, OSError."""
     # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
     # force-deleted here); it must be a well-formed name, and access is the hub's to check.
     name = _repository_of(link, ref)
@@ -207,7 +257,6 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
         info = config.files.get(role)
         if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
             raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
-    stats = LinkPulled(tag, link.digest, reused=False)
     vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size)
     vm_info = config.files[mt.VMSTATE_FILE]
     try:
@@ -217,55 +266,112 @@ def _pull_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, 
     if str(digest_bytes(vmstate)) != vm_info.digest:
         raise DigestInvalid(f"layer {link.digest}: vmstate does not match its digest {vm_info.digest}")
 
-    _check_space(store, maps, parent, link.digest)
-    with store.staging(f"pull-{tag}") as staged:
-        assemblers: dict[str, FileAssembler] = {}
-        try:
-            for role, chunk_map in maps.items():
-                parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
-                if chunk_map.parent_digest is not None and parent_file is None:
-                    raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
-                assemblers[role] = FileAssembler(chunk_map, staged / role, parent=parent_file)
-            _fill(store, client, index, name, link.digest, maps, assemblers, stats, progress, tag)
-            known: dict[str, dict[str, str]] = {}
-            for role, assembler in assemblers.items():
-                try:
-                    done = assembler.finish(extra_algorithms=() if is_head else ("sha256",))
-                except (DigestMismatch, AssemblyError) as e:
-                    raise DigestInvalid(f"layer {link.digest} ({tag}): {e}") from None
-                if "sha256" in done.digests and config.files[role].sha256 and done.digests["sha256"] != config.files[role].sha256:
-                    raise DigestInvalid(f"layer {link.digest} ({tag}): {role} sha256 differs from the config")
-                known[role] = done.digests
-        except BaseException:
-            for assembler in assemblers.values():
-                assembler.abort()
-            raise
-        (staged / mt.VMSTATE_FILE).write_bytes(vmstate)
-        # record only digests computed here over these bytes, never the config's claims
-        known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest, "sha256": str(digest_bytes(vmstate, "sha256"))}
-        parent_sha = None
-        if parent is not None:
-            parent_sha = store.memory_sha256(parent.tag)
-        store.prepare(
-            staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
-            compat=config.compat, annotations=config.annotations, created=config.created,
-            origin={"hub": client.base_url, "reference": f"{name}@{link.digest}", "manifest_digest": link.digest},
-            known_digests=known, snapshot_json={"volumes": []},
-            algorithms=("blake3",) if is_head else ("blake3", "sha256"),
-        )
-        store.commit([(staged, tag)], force=force)
-    _index_and_prune(store, index, tag, maps)
-    progress.log(f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_cached} from cache)")
-    return stats
+    parent_dir = parent.dir if parent is not None else None
+    _check_space(store, maps, parent_dir, link.digest)
+    # The staged files are the pull's resume state: a killed pull leaves them (with the marker
+    # naming the layer, written once they were set up), and the next attempt keeps every chunk
+    # they hold that still hashes right.
+    staged = staging.enter_context(store.resumable_staging("pull-" + link.digest.split(":")[-1][:32]))
+    marker = staged / RESUME_MARKER
+    resume = _marker_layer(marker) == link.digest
+    if not resume:
+        for leftover in staged.iterdir():
+            leftover.unlink()
+    (staged / mt.VMSTATE_FILE).write_bytes(vmstate)
+    stats = LinkPulled(tag, link.digest, reused=False)
+    assemblers: dict[str, FileAssembler] = {}
+    try:
+        for role, chunk_map in maps.items():
+            parent_file = parent_dir / role if parent_dir is not None and (parent_dir / role).is_file() else None
+            if chunk_map.parent_digest is not None and parent_file is None:
+                raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
+            assemblers[role] = FileAssembler(chunk_map, staged / role, parent=parent_file, resume=resume)
+        if not resume:
+            marker.write_text(json.dumps({"layer": link.digest}))
+        _fill(client, index, name, link.digest, maps, assemblers, stats, progress, tag)
+    except BaseException:
+        for assembler in assemblers.values():
+            assembler.close()
+        raise
+    verification = verifier.submit(_verify_files, assemblers, link.digest, tag)
+    return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification)
 
 
-def _check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: LocalSnapshot | None, layer: str) -> None:
+def _verify_files(assemblers: dict[str, FileAssembler], layer: str, tag: str) -> dict[str, dict[str, str]]:
+    """On the verifier thread: fsync each assembled file and check its whole-file blake3.
+    Returns {role: {algorithm: digest}}; raises DigestInvalid (the files are removed)."""
+    known: dict[str, dict[str, str]] = {}
+    pending = dict(assemblers)
+    try:
+        for role, assembler in assemblers.items():
+            del pending[role]
+            known[role] = assembler.finish().digests
+    except (DigestMismatch, AssemblyError) as e:
+        raise DigestInvalid(f"layer {layer} ({tag}): {e}") from None
+    finally:
+        for assembler in pending.values():
+            assembler.abort()
+    return known
+
+
+def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fetched: _Fetched, force: bool,
+             progress: Progress) -> None:
+    """Wait for a fetched link's check, then install it as a forkd-compatible snapshot.
+
+    Its files' blake3 digests are recorded (computed here, over these bytes). forkd's
+    ``parent_content_hash`` (sha256 of the parent's memory.bin) is taken from what is known:
+    the VerifiedRecord, else the sha256 the parent layer's config states (computed by its
+    pusher over the bytes whose blake3 was just checked; forkd itself re-checks it at every
+    spawn, and ``forkd inspect --verify`` here), else hashed. Our own chain checks use the
+    blake3 ``parent_digest``, so forking a pulled chain hashes nothing.
+    """
+    known = fetched.verification.result()
+    link, config, tag, parent = fetched.link, fetched.config, fetched.tag, fetched.parent
+    (fetched.staged / RESUME_MARKER).unlink(missing_ok=True)
+    vm_info = config.files[mt.VMSTATE_FILE]
+    known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest,
+                              "sha256": str(digest_bytes((fetched.staged / mt.VMSTATE_FILE).read_bytes(), "sha256"))}
+    parent_sha = parent_digest = None
+    if parent is not None:
+        parent_memory = parent.dir / mt.MEMORY_FILE
+        parent_digest = store.verified.digests(parent_memory, ("blake3",))["blake3"]
+        applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else parent_digest
+        if applies_to != parent_digest:
+            raise DigestInvalid(f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
+                                f"{applies_to}, but {parent.tag!r} holds {parent_digest}")
+        parent_sha = _parent_sha256(store, parent, parent_memory)
+    store.prepare(
+        fetched.staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
+        parent_digest=parent_digest, compat=config.compat, annotations=config.annotations, created=config.created,
+        origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest},
+        known_digests=known, snapshot_json={"volumes": []}, algorithms=("blake3",),
+    )
+    store.commit([(fetched.staged, tag)], force=force)
+    fetched.installed = True
+    _index_installed(store, index, tag, fetched.maps)
+    stats = fetched.stats
+    resumed = f", {stats.chunks_resumed} kept from an interrupted pull" if stats.chunks_resumed else ""
+    progress.log(f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})")
+
+
+def _parent_sha256(store: SnapshotStore, parent: _Parent, memory: Path) -> str:
+    """Lowercase hex sha256 of the parent's memory.bin for forkd's ``parent_content_hash``."""
+    known = store.verified.cached(memory).get("sha256")
+    if known is not None:
+        return known.split(":", 1)[1]
+    stated = parent.config.files.get(mt.MEMORY_FILE)
+    if stated is not None and stated.sha256:
+        return stated.sha256.split(":", 1)[1]
+    return store.memory_sha256(parent.tag)
+
+
+def _check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: Path | None, layer: str) -> None:
     """Refuse up front when the link cannot fit: its changed chunks, plus a full copy of the
     parent's allocated bytes where the filesystem cannot reflink (counted pessimistically)."""
     need = sum(min(m.chunk_size, m.size - e.index * m.chunk_size) for m in maps.values() for e in m.entries
                if not e.is_zero)
     if parent is not None:
-        need += sum((parent.dir / role).stat().st_blocks * 512 for role in maps if (parent.dir / role).is_file())
+        need += sum((parent / role).stat().st_blocks * 512 for role in maps if (parent / role).is_file())
     st = os.statvfs(store.root)
     free = st.f_bavail * st.f_frsize
     if need > free:
@@ -274,26 +380,30 @@ def _check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: LocalS
                        f"cannot reflink), {free / 2**20:,.0f} MiB free")
 
 
-def _index_and_prune(store: SnapshotStore, index: LocalChunkIndex, tag: str, maps: dict[str, ChunkMap]) -> None:
-    """The link's chunks now live in its installed files: index them there and drop their cached
-    frames, so the chunk cache only holds what an unfinished pull has fetched."""
+def _index_installed(store: SnapshotStore, index: LocalChunkIndex, tag: str, maps: dict[str, ChunkMap]) -> None:
+    """The link's chunks now live in its installed files: index them there, so later pulls
+    (of other chains sharing them) read them locally."""
     for role, chunk_map in maps.items():
         cs = chunk_map.chunk_size
         entries = [e for e in chunk_map.entries if not e.is_zero]
         index.add(store.path(tag) / role,
                   ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs)) for e in entries))  # type: ignore[misc]
-    store.chunks.remove_many(e.digest for chunk_map in maps.values() for e in chunk_map.entries  # type: ignore[misc]
-                             if not e.is_zero)
 
 
-def _fill(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name: str, layer: str,
-          maps: dict[str, ChunkMap], assemblers: dict[str, FileAssembler], stats: LinkPulled,
-          progress: Progress, tag: str) -> None:
-    """Write every changed chunk of the link into its file: from the chunk cache (a resumed pull),
-    from local snapshots holding the same content, else fetched from the hub. Each chunk is
-    verified once, on arrival, and written straight into place; fetched frames are also kept in
-    the chunk cache until the link is installed, so a killed pull resumes without them."""
-    cache = store.chunks
+def _marker_layer(marker: Path) -> str | None:
+    """The layer an interrupted pull's staged files were set up for, if the marker is sound."""
+    try:
+        return json.loads(marker.read_bytes()).get("layer")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _fill(client: HubClient, index: LocalChunkIndex, name: str, layer: str, maps: dict[str, ChunkMap],
+          assemblers: dict[str, FileAssembler], stats: LinkPulled, progress: Progress, tag: str) -> None:
+    """Write every changed chunk of the link into its file: kept from an interrupted attempt
+    (its staged file still holds it), read from local snapshots holding the same content, else
+    fetched from the hub. Each chunk is verified (hashed) before it is written, straight into
+    place, so a killed pull leaves only verified chunks behind."""
     # where each distinct chunk frame goes: (role, index) destinations, its length and digest
     wanted: dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]] = {}
     for role, chunk_map in maps.items():
@@ -301,34 +411,31 @@ def _fill(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name:
         for e in chunk_map.entries:
             if e.is_zero:
                 continue
+            if assembler.resumed and assembler.holds(e.index, e.digest):  # type: ignore[arg-type]
+                stats.chunks_resumed += 1
+                continue
             length = assembler.length(e.index)
             blob = chunk_map.blobs[e.blob]
             slot = wanted.get(blob, {}).get(e.offset)
             if slot is not None:  # the same frame at several places of this layer
                 slot[3].append((role, e.index))
                 continue
-            data = _from_cache(cache, e.digest, e.length, length)  # type: ignore[arg-type]
-            if data is not None:
-                stats.chunks_cached += 1
+            data = index.read(e.digest)  # type: ignore[arg-type]
+            if data is not None and len(data) == length:
+                stats.chunks_local += 1
+                assembler.write(e.index, data)
             else:
-                data = index.read(e.digest)  # type: ignore[arg-type]
-                if data is not None and len(data) == length:
-                    stats.chunks_local += 1
-                else:
-                    wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[arg-type]
-                    continue
-            assembler.write(e.index, data)
-    # FORKD_PULL_RANGE_BYTES bounds one coalesced range (a killed pull loses at most the ranges in
-    # flight); FORKD_PULL_PARALLEL is the number of concurrent requests.
+                wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[arg-type]
+    # FORKD_PULL_RANGE_BYTES bounds one coalesced range; FORKD_PULL_PARALLEL is the number of
+    # concurrent requests.
     max_range = _tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
     parallel = _tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
     requests = _coalesce(wanted, max_range)
     progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
-    pack = "pull-" + layer.split(":")[-1][:16]
 
     def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
         blob, ranges = request
-        verified: list[tuple[str, bytes, int]] = []
+        count = nbytes = 0
         for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges)):
             for offset in sorted(o for o in wanted[blob] if start <= o < start + size):
                 flen, digest, length, places = wanted[blob][offset]
@@ -341,31 +448,15 @@ def _fill(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, name:
                                         f"at offset {offset} is corrupt: {e}") from None
                 for where, at in places:
                     assemblers[where].write(at, chunk)
-                verified.append((digest, frame, length))
-        cache.put_frames(verified, pack=pack, verify=False)  # one append + one transaction per response
-        nbytes = sum(len(f) for _, f, _ in verified)
+                count += 1
+                nbytes += flen
         progress.advance(nbytes)
-        return len(verified), nbytes
+        return count, nbytes
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for count, nbytes in pool.map(fetch, requests):
             stats.chunks_fetched += count
             stats.bytes_fetched += nbytes
-
-
-def _from_cache(cache, digest: str, frame_length: int, length: int) -> bytes | None:
-    """The chunk's bytes from a frame the cache still holds intact, else None (its pack may have
-    been pruned or overwritten by another process: then it is dropped and fetched again)."""
-    if not cache.has(digest):
-        return None
-    frame = cache.get_frame(digest)
-    if frame is not None and len(frame) == frame_length:
-        try:
-            return decompress_chunk(frame, length, digest, f"cached chunk {digest}")
-        except (DigestMismatch, AssemblyError, ManifestError):
-            pass
-    cache.remove(digest)
-    return None
 
 
 def _coalesce(wanted: dict[str, dict[int, tuple]], max_range: int) -> list[tuple[str, list[tuple[int, int]]]]:

@@ -93,7 +93,7 @@ def test_inspect_verify_reports_a_changed_parent(chain: Path, capsys) -> None:
     assert run(capsys, "inspect", "head")[0] == 0  # without --verify nothing is hashed
     code, out, err = run(capsys, "inspect", "head", "--verify", "--json")
     assert code == 1 and json.loads(out)["verified"] is False
-    assert "snapshot 'head' expects its parent 'mid' to have memory.bin sha256" in err
+    assert "snapshot 'head' expects its parent 'mid' to have memory.bin blake3:" in err
 
 
 def test_tag_compact_pack_unpack(chain: Path, capsys, tmp_path: Path) -> None:

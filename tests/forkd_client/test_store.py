@@ -20,6 +20,7 @@ from forkd_client.errors import (
     SnapshotNotFound,
 )
 from forkd_client.store import SnapshotStore
+from manifest.digest import digest_file
 
 from .snapshots import MEM_SIZE, age, make_base_source, make_link_source, scribble, sha256_hex
 
@@ -197,13 +198,29 @@ def test_verify_chain_trusts_the_record(chain3: SnapshotStore, monkeypatch) -> N
 
 
 def test_changed_parent_is_parent_content_mismatch(chain3: SnapshotStore) -> None:
-    expected = chain3.get("mid").parent_content_hash
+    expected = chain3.get("mid").parent_digest
+    assert expected == chain3.get("base").files["memory.bin"].digest
     scribble(chain3.path("base") / "memory.bin")
     with pytest.raises(ParentContentMismatch) as info:
         chain3.verify_chain("head")
     err = info.value
     assert (err.child, err.parent, err.expected) == ("mid", "base", expected)
-    assert err.actual == sha256_hex(chain3.path("base") / "memory.bin") != expected
+    assert err.actual == str(digest_file(chain3.path("base") / "memory.bin")["blake3"]) != expected
+    assert "memory.bin blake3:" in str(err)
+
+
+def test_wrong_parent_content_hash_is_caught_when_the_sha256_is_known(chain3: SnapshotStore) -> None:
+    """A link whose blake3 parent_digest holds but whose forkd parent_content_hash is wrong:
+    forkd would refuse it at spawn, so verify_chain does too (the parent's sha256 is recorded)."""
+    doc_path = chain3.path("mid") / "snapshot.json"
+    doc = json.loads(doc_path.read_text())
+    doc["parent_content_hash"] = "0" * 64
+    doc_path.write_text(json.dumps(doc, indent=2))
+    for forkd_hashes in (False, True):
+        with pytest.raises(ParentContentMismatch) as info:
+            chain3.verify_chain("head", forkd_hashes=forkd_hashes)
+        assert info.value.expected == "0" * 64
+        assert info.value.actual == sha256_hex(chain3.path("base") / "memory.bin")
 
 
 def test_snapshots_made_by_forkd_itself(store: SnapshotStore, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from forkd_client import verified as verified_mod
 from forkd_client.hub.errors import DigestInvalid, Forbidden, NotFound, Unauthorized
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
@@ -39,11 +40,28 @@ def test_push_then_pull_a_three_link_chain(chain3, other_store, inproc_hub):
     assert len(chain) == 3
     for src, dst in zip(["base", "mid", "head"], [s.tag for s in chain]):
         same_files(chain3, src, other_store, dst)
-    other_store.verify_chain("py")  # parent_content_hash written as forkd expects
-    assert chain[1].parent_content_hash == sha256_hex(other_store.path(chain[0].tag) / "memory.bin")
+    # each link records the blake3 of the parent it was assembled on, and forkd's sha256
+    for parent, child in zip(chain, chain[1:]):
+        assert child.parent_digest == parent.files["memory.bin"].digest is not None
+        assert child.parent_content_hash == sha256_hex(other_store.path(parent.tag) / "memory.bin")
+    other_store.verify_chain("py", forkd_hashes=True)  # forkd's own check at spawn holds
 
     again = pull(other_store, inproc_hub.client(token), ref, as_tag="py")
     assert again.up_to_date and again.bytes_received < 100_000
+
+
+def test_forking_a_pulled_chain_hashes_nothing(chain3, other_store, inproc_hub, monkeypatch):
+    """The pull verified every file (blake3, recorded): the chain check before a fork reads none."""
+    client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, client, "head", ref)
+    pull(other_store, client, ref, as_tag="py")
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("a verified file was hashed again")
+
+    monkeypatch.setattr(verified_mod, "digest_file", no_hashing)
+    assert len(other_store.verify_chain("py")) == 3
 
 
 def test_second_push_of_the_same_chain_uploads_nothing(chain3, inproc_hub):

@@ -121,15 +121,26 @@ def _interrupted_pull(chain3, other_store, inproc_hub, monkeypatch, *, fail_afte
     return token, ranges
 
 
-def test_pull_resumes_when_the_chunk_cache_lost_or_mangled_its_frames(chain3, other_store, inproc_hub, monkeypatch):
-    token, _ = _interrupted_pull(chain3, other_store, inproc_hub, monkeypatch, fail_after=2)
-    packs = sorted((other_store.chunks.root / "packs").glob("*.frames"))
-    assert packs and len(other_store.chunks) > 0
-    packs[0].write_bytes(b"\0" * packs[0].stat().st_size)  # e.g. another process appended at our offset
+def test_a_resumed_pull_refetches_what_its_staged_file_lost(chain3, other_store, inproc_hub, monkeypatch):
+    """The staged file of an interrupted pull is checked chunk by chunk, never trusted: chunks
+    mangled since (here: the first 4 chunks zeroed) are fetched again, the others kept."""
+    token, _ = _interrupted_pull(chain3, other_store, inproc_hub, monkeypatch, fail_after=8)
+    partials = list(other_store.staging_root.glob("resume-pull-*/memory.bin"))
+    assert len(partials) == 1
+    with open(partials[0], "r+b") as f:
+        f.write(b"\0" * (256 << 10))
     monkeypatch.delenv("FORKD_PULL_PARALLEL")
     result = pull(other_store, inproc_hub.client(token), Reference.parse("acme/py:base"), as_tag="b")
     assert (other_store.path("b") / "memory.bin").read_bytes() == (chain3.path("rnd") / "memory.bin").read_bytes()
-    assert result.links[0].chunks_fetched > 0
+    link = result.links[0]
+    assert link.chunks_resumed >= 4 and link.chunks_fetched >= 4  # 8 were fetched before, 4 of them zeroed
+    assert link.chunks_resumed + link.chunks_fetched + link.chunks_local == len(_data_chunks(other_store, "b"))
+    assert not list(other_store.staging_root.iterdir())  # installed: nothing left to resume
+
+
+def _data_chunks(store, tag: str) -> list[int]:
+    data = (store.path(tag) / "memory.bin").read_bytes()
+    return [i for i in range(0, len(data), 64 << 10) if any(data[i : i + (64 << 10)])]
 
 
 def test_login_with_a_bare_host_checks_it_over_https(monkeypatch, tmp_path, capsys):
