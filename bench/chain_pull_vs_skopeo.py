@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from netshape import shaped_loopback  # noqa: E402
 from common import (  # noqa: E402
     GiB, MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, RegistryServer, allocated, fs_used, sha256_file,
     human, log_summary, make_child_image, make_memory_image, make_vmstate, median, print_table, skopeo_clear_cache, skopeo_copy,
@@ -89,12 +90,16 @@ def import_chain(user: ForkdUser, chain: Chain) -> None:
 
 
 def timed(fn) -> float:
+    """Wall time of ``fn``, started on a quiet disk: what the previous run wrote is flushed
+    first (``sync``), so neither tool waits behind the other's writeback."""
+    os.sync()
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
 
 
-def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, stack: contextlib.ExitStack) -> dict:
+def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int) -> tuple[list, list, list]:
+    """Alternating cold pulls into empty directories: (forkd times, skopeo times, forkd reports)."""
     forkd_t, skopeo_t, reports = [], [], []
     for i in range(repeat):
         user = ForkdUser(root / f"puller{i}", hub.url)
@@ -104,6 +109,11 @@ def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
         skopeo_clear_cache()
         skopeo_t.append(timed(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{out}:v1")))
         shutil.rmtree(out)
+    return forkd_t, skopeo_t, reports
+
+
+def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, stack: contextlib.ExitStack) -> dict:
+    forkd_t, skopeo_t, reports = pull_times(root, hub, registry, repeat)
     # bytes on the wire, untimed, through counting proxies
     hub_proxy = stack.enter_context(CountingProxy(hub.port))
     reg_proxy = stack.enter_context(CountingProxy(registry.port))
@@ -117,6 +127,15 @@ def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
     return {"forkd_t": forkd_t, "skopeo_t": skopeo_t, "report": reports[-1], "forkd_wire": (forkd_up, forkd_down),
             "skopeo_wire": (skopeo_up, skopeo_down), "head_sha": sha256_file(head),
             "skopeo_dir": root / "oci-counted", "counted_home": user.root}
+
+
+def bench_shaped_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, mbit: int) -> dict:
+    """(a) again with every loopback byte through one ``mbit`` Mbit/s link (tc tbf on lo)."""
+    with shaped_loopback(mbit) as why:
+        if why is not None:
+            return {"skipped": why}
+        forkd_t, skopeo_t, _ = pull_times(root, hub, registry, repeat)
+    return {"forkd_t": forkd_t, "skopeo_t": skopeo_t}
 
 
 def bench_push(root: Path, hub: HubServer, registry: RegistryServer, pusher: ForkdUser, chain: Chain, layout: Path,
@@ -187,12 +206,13 @@ def bench_disk(mnt: Path, hub: HubServer, registry: RegistryServer, chain: Chain
     user = ForkdUser(mnt / "forkd", hub.url)
     out["forkd_pull_s"] = timed(lambda: user.json("pull", "acme/chain:v1", "--as", "head"))
     out["forkd_total"] = settled_used(mnt) - before
-    out["forkd_cache_blocks"] = allocated(user.home / "chunks") if (user.home / "chunks").exists() else 0
+    staging = user.home / ".staging"
+    out["forkd_staging_left"] = sum(1 for _ in staging.iterdir()) if staging.exists() else 0
     out["forkd_snapshot_blocks"] = allocated(user.home / "snapshots")  # st_blocks: shared extents counted per file
 
     before = settled_used(mnt)
     skopeo_clear_cache()
-    skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{mnt / 'oci'}:v1")
+    out["skopeo_pull_s"] = timed(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{mnt / 'oci'}:v1"))
     out["skopeo"] = settled_used(mnt) - before
 
     before = settled_used(mnt)
@@ -225,6 +245,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--xfs-gib", type=int, default=4, help="size of the loop-mounted XFS for (c)")
     ap.add_argument("--no-xfs", action="store_true", help="skip (c)")
+    ap.add_argument("--link-mbit", type=int, default=1000,
+                    help="also time (a) with loopback shaped to this many Mbit/s (root, tc); 0 skips it")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
     if not shutil.which("skopeo") or not shutil.which("docker-registry"):
@@ -250,6 +272,8 @@ def main() -> None:
         skopeo_ok = all((oci_blobs / chain.digests[f]).is_file() for f in chain.layer_files())
         shutil.rmtree(pull["skopeo_dir"])
         shutil.rmtree(pull["counted_home"])
+        shaped = bench_shaped_pull(root, hub, registry, args.repeat, args.link_mbit) if args.link_mbit else \
+            {"skipped": "--link-mbit 0"}
         push = bench_push(root, hub, registry, pusher, chain, layout, args.repeat, stack)
         if args.no_xfs:
             disk, why = None, "--no-xfs"
@@ -282,6 +306,22 @@ def main() -> None:
     print(f"forkd pull --json: bytes_received {pull['report']['bytes_received']:,}; per link "
           f"{[(l['tag'], l['chunks_fetched'], l.get('chunks_local', 0)) for l in pull['report']['links']]} "
           f"(tag, chunks fetched, chunks found locally); logical size of the chain {logical:,}\n")
+
+    if "skipped" in shaped:
+        print(f"(a') shaped link skipped: {shaped['skipped']}\n")
+    else:
+        f_t, s_t = median(shaped["forkd_t"]), median(shaped["skopeo_t"])
+        print_table(
+            [f"(a') cold pull over a {args.link_mbit} Mbit/s link", "runs (s)", "median s", "wire floor s"],
+            [
+                ["forkd pull (hub)", "/".join(f"{t:.2f}" for t in shaped["forkd_t"]), f"{f_t:.2f}",
+                 f"{f_moved * 8 / (args.link_mbit * 1e6):.2f}"],
+                ["skopeo copy (docker-registry)", "/".join(f"{t:.2f}" for t in shaped["skopeo_t"]), f"{s_t:.2f}",
+                 f"{s_moved * 8 / (args.link_mbit * 1e6):.2f}"],
+                ["skopeo / forkd (goal >= 3x)", "", f"{s_t / f_t:.2f}x", f"{s_moved / f_moved:.2f}x"],
+            ],
+        )
+        print("wire floor: bytes moved in (a) at the link's rate, the least any client could take\n")
 
     f_t, s_t = median(push["forkd_t"]), median(push["skopeo_t"])
     changed = push["counted_changed"]
@@ -317,7 +357,9 @@ def main() -> None:
         ],
     )
     print(f"st_blocks of the forkd snapshots (shared extents counted per file): {human(disk['forkd_snapshot_blocks'])}; "
-          f"chunk cache left: {human(disk['forkd_cache_blocks'])}; forkd pull on XFS took {disk['forkd_pull_s']:.2f} s")
+          f"staging entries left: {disk['forkd_staging_left']}")
+    print(f"cold pull on this XFS (one run each): forkd {disk['forkd_pull_s']:.2f} s, skopeo {disk['skopeo_pull_s']:.2f} s, "
+          f"skopeo / forkd {disk['skopeo_pull_s'] / disk['forkd_pull_s']:.2f}x")
     print(logs)
 
 

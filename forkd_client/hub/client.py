@@ -22,6 +22,7 @@ from manifest.digest import digest_bytes, parse_digest
 from manifest.layer import ChunkLocation
 
 from .errors import DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, Unauthorized
+from .transport import make_http_client
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 QUERY_BATCH = 10_000
@@ -55,11 +56,7 @@ class HubClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._owns_http = http is None
-        self.http = http or httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=16, max_keepalive_connections=8),
-            follow_redirects=False,
-        )
+        self.http = http or make_http_client(timeout)
         self.token = token
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -217,13 +214,14 @@ class HubClient:
         _verify(data, digest, f"blob {digest}")
         return data
 
-    def read_ranges(self, name: str, digest: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Bytes of several ``(offset, length)`` ranges of one blob, in the order given.
+    def read_ranges(self, name: str, digest: str, ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+        """Bytes of several ``(offset, length)`` ranges of one blob, in the order given, as views
+        into the response bodies (no copies).
 
         Sends at most MAX_RANGES_PER_REQUEST ranges per request; the caller verifies content
         (each range holds whole chunk frames whose digests it knows).
         """
-        out: list[bytes] = []
+        out: list[memoryview] = []
         for start in range(0, len(ranges), MAX_RANGES_PER_REQUEST):
             batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
             spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
@@ -298,16 +296,20 @@ def _range_end(header: str | None) -> int:
     return int(m.group(1)) + 1 if header.strip() not in ("0-0",) else 0
 
 
-def _split_ranges(r: httpx.Response, batch: Sequence[tuple[int, int]], digest: str) -> list[bytes]:
+def _split_ranges(r: httpx.Response, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
     if r.status_code == 200:  # the hub ignored Range: slice the full body
-        body = r.content
+        body = memoryview(r.content)
+        if any(o + n > len(body) for o, n in batch):
+            raise HubError(f"blob {digest}: the hub's answer is shorter than the ranges asked for")
         return [body[o : o + n] for o, n in batch]
     ctype = r.headers.get("content-type", "")
     if not ctype.startswith("multipart/byteranges"):
         m = _CONTENT_RANGE.fullmatch(r.headers.get("content-range", ""))
         if not m:
             raise HubError(f"blob {digest}: 206 without a valid Content-Range")
-        first, body = int(m.group(1)), r.content
+        first, body = int(m.group(1)), memoryview(r.content)
+        if any(o < first or o - first + n > len(body) for o, n in batch):
+            raise HubError(f"blob {digest}: the hub's 206 does not cover the ranges asked for")
         return [body[o - first : o - first + n] for o, n in batch]
     boundary = ctype.split("boundary=", 1)[-1].strip().strip('"').encode()
     parts = _parse_multipart(r.content, boundary)
@@ -320,9 +322,11 @@ def _split_ranges(r: httpx.Response, batch: Sequence[tuple[int, int]], digest: s
     return out
 
 
-def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, bytes]:
-    """Parse multipart/byteranges by Content-Range lengths (never by searching binary data)."""
-    parts: dict[int, bytes] = {}
+def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, memoryview]:
+    """Parse multipart/byteranges by Content-Range lengths (never by searching binary data);
+    the parts are views into ``body``."""
+    view = memoryview(body)
+    parts: dict[int, memoryview] = {}
     delimiter = b"--" + boundary
     pos = body.find(delimiter)
     while pos >= 0:
@@ -338,7 +342,7 @@ def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, bytes]:
             raise HubError("malformed multipart/byteranges response (part without Content-Range)")
         start, end = int(m.group(1)), int(m.group(2))
         data_start = head_end + 4
-        parts[start] = body[data_start : data_start + end - start + 1]
+        parts[start] = view[data_start : data_start + end - start + 1]
         pos = body.find(delimiter, data_start + end - start + 1)
     return parts
 
