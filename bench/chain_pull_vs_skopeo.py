@@ -2,7 +2,8 @@
 """A 3-link snapshot chain through forkd-hub vs docker-registry + skopeo holding it the forkd way.
 
 Usage: python bench/chain_pull_vs_skopeo.py [--mem-mib 512] [--data-fraction 0.5] [--dirty 0.03]
-                                            [--repeat 3] [--xfs-gib 4] [--no-xfs] [--dir DIR]
+                                            [--repeat 3] [--xfs-gib 4] [--no-xfs] [--link-mbit 1000]
+                                            [--dir DIR]
 
 The chain: a base memory.bin of --mem-mib, half of it data (random 4 MiB blocks, alternately
 random and text-like) and half holes; two links on it, each rewriting --dirty of the image in
@@ -13,6 +14,8 @@ are (uncompressed, ``--preserve-digests``), in Debian's docker-registry 2.8, mov
 
 (a) cold pull of the chain: ``forkd pull`` into an empty store (anonymous, public repository) vs
     ``skopeo copy docker://… oci:DIR`` into an empty directory (blob-info cache deleted first).
+(a') the same cold pulls with loopback shaped to --link-mbit (tc tbf on lo, root only): hub and
+    registry then sit behind one real-sized network link instead of free loopback bytes.
 (b) push of a new child link while the chain is already there: ``forkd push`` of the child (the
     same client pushed the chain) vs ``skopeo copy oci:… docker://…`` of the image with the new
     full memory image appended (the six existing blobs are found by HEAD and skipped). Every run
@@ -21,7 +24,8 @@ are (uncompressed, ``--preserve-digests``), in Debian's docker-registry 2.8, mov
     statvfs deltas: forkd's store (FORKD_HOME on the mount) vs skopeo's OCI directory vs plain
     sparse copies of the three memory images (forkd's own layout without reflinks).
 
-Runs of forkd and skopeo alternate. Times include process start-up (forkd is Python, skopeo Go).
+Runs of forkd and skopeo alternate, each started after ``sync`` (neither waits behind the other's
+writeback). Times include process start-up (forkd is Python, skopeo Go).
 Bytes moved come from one more, untimed run of each through a byte-counting TCP proxy (HTTP
 headers included). Ratios are skopeo / forkd, measured in this run.
 """

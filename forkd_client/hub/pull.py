@@ -113,7 +113,8 @@ def pull(
     result = PullResult(str(ref), chain[-1].digest, head_tag)
     # Links are pipelined: while one link's files are fsynced and hashed on the verifier thread,
     # the next link is cloned from them and filled. Links are installed strictly base first,
-    # each once its check passed; on any error what is not installed yet is removed.
+    # each once its check passed; on any error what is not installed yet stays staged, and
+    # the next attempt resumes from it (a file that failed its check is removed).
     with contextlib.ExitStack() as staging:
         index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
         staging.callback(index.close)
