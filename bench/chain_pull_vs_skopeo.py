@@ -2,7 +2,8 @@
 """A 3-link snapshot chain through forkd-hub vs docker-registry + skopeo holding it the forkd way.
 
 Usage: python bench/chain_pull_vs_skopeo.py [--mem-mib 512] [--data-fraction 0.5] [--dirty 0.03]
-                                            [--repeat 3] [--xfs-gib 4] [--no-xfs] [--link-mbit 1000]
+                                            [--repeat 3] [--warmup 1] [--xfs-gib 4] [--no-xfs]
+                                            [--link-mbit 1000]
                                             [--dir DIR]
 
 The chain: a base memory.bin of --mem-mib, half of it data (random 4 MiB blocks, alternately
@@ -102,10 +103,12 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int) -> tuple[list, list, list]:
-    """Alternating cold pulls into empty directories: (forkd times, skopeo times, forkd reports)."""
+def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int,
+               warmup: int = 0) -> tuple[list, list, list]:
+    """Alternating cold pulls into empty directories: (forkd times, skopeo times, forkd reports).
+    The first ``warmup`` rounds are run the same way and not counted."""
     forkd_t, skopeo_t, reports = [], [], []
-    for i in range(repeat):
+    for i in range(warmup + repeat):
         user = ForkdUser(root / f"puller{i}", hub.url)
         forkd_t.append(timed(lambda: reports.append(user.json("pull", "acme/chain:v1", "--as", "head"))))
         shutil.rmtree(user.root)
@@ -113,11 +116,12 @@ def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
         skopeo_clear_cache()
         skopeo_t.append(timed(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{out}:v1")))
         shutil.rmtree(out)
-    return forkd_t, skopeo_t, reports
+    return forkd_t[warmup:], skopeo_t[warmup:], reports[warmup:]
 
 
-def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, stack: contextlib.ExitStack) -> dict:
-    forkd_t, skopeo_t, reports = pull_times(root, hub, registry, repeat)
+def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, warmup: int,
+               stack: contextlib.ExitStack) -> dict:
+    forkd_t, skopeo_t, reports = pull_times(root, hub, registry, repeat, warmup)
     # bytes on the wire, untimed, through counting proxies
     hub_proxy = stack.enter_context(CountingProxy(hub.port))
     reg_proxy = stack.enter_context(CountingProxy(registry.port))
@@ -247,6 +251,7 @@ def main() -> None:
     ap.add_argument("--data-fraction", type=float, default=0.5, help="share of the base that holds data")
     ap.add_argument("--dirty", type=float, default=0.03, help="share of the image each link rewrites")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds of (a) before the timed ones (both tools)")
     ap.add_argument("--xfs-gib", type=int, default=4, help="size of the loop-mounted XFS for (c)")
     ap.add_argument("--no-xfs", action="store_true", help="skip (c)")
     ap.add_argument("--link-mbit", type=int, default=1000,
@@ -270,7 +275,7 @@ def main() -> None:
         skopeo_clear_cache()
         skopeo_copy(f"oci:{layout}:v1", f"docker://{registry.host}/bench/chain:v1")
 
-        pull = bench_pull(root, hub, registry, args.repeat, stack)
+        pull = bench_pull(root, hub, registry, args.repeat, args.warmup, stack)
         pull_ok = pull["head_sha"] == chain.digests[chain.srcs[-1] / "memory.bin"]
         oci_blobs = pull["skopeo_dir"] / "blobs" / "sha256"
         skopeo_ok = all((oci_blobs / chain.digests[f]).is_file() for f in chain.layer_files())
@@ -291,7 +296,7 @@ def main() -> None:
     logical = len(chain.srcs) * mem
     print(f"chain_pull_vs_skopeo: 3-link chain, memory.bin {human(mem)} each, base {args.data_fraction:.0%} data, "
           f"links rewrite {args.dirty:.0%} each (changed: {', '.join(human(c) for c in chain.changed[1:])} "
-          f"in 4 KiB pages); median of {args.repeat}; {MACHINE_NOTE}")
+          f"in 4 KiB pages); median of {args.repeat} after {args.warmup} untimed round(s) of (a); {MACHINE_NOTE}")
     print(f"setup: forkd push of the whole chain sent {human(chain_push['bytes_sent'])}; "
           f"pulled head identical: {pull_ok}; skopeo pulled every layer: {skopeo_ok}\n")
 
