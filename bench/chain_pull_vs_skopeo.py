@@ -2,7 +2,7 @@
 """A 3-link snapshot chain through forkd-hub vs docker-registry + skopeo holding it the forkd way.
 
 Usage: python bench/chain_pull_vs_skopeo.py [--mem-mib 512] [--data-fraction 0.5] [--dirty 0.03]
-                                            [--repeat 3] [--warmup 1] [--xfs-gib 4] [--no-xfs]
+                                            [--repeat 3] [--warmup 1] [--xfs-gib 8] [--no-xfs]
                                             [--link-mbit 1000]
                                             [--dir DIR]
 
@@ -254,7 +254,7 @@ def main() -> None:
     ap.add_argument("--dirty", type=float, default=0.03, help="share of the image each link rewrites")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds of (a) before the timed ones (both tools)")
-    ap.add_argument("--xfs-gib", type=int, default=4, help="size of the loop-mounted XFS for (c)")
+    ap.add_argument("--xfs-gib", type=int, default=8, help="size of the loop-mounted XFS for (c) (a sparse file)")
     ap.add_argument("--no-xfs", action="store_true", help="skip (c)")
     ap.add_argument("--link-mbit", type=int, default=1000,
                     help="also time (a) with loopback shaped to this many Mbit/s (root, tc); 0 skips it")
@@ -292,6 +292,8 @@ def main() -> None:
             with xfs_mount(root, args.xfs_gib) as (mnt, why):
                 disk = bench_disk(mnt, hub, registry, chain) if mnt else None
                 if disk is not None:  # then timed cold pulls with both clients writing to this XFS
+                    for measured in ("forkd", "oci", "copies"):
+                        shutil.rmtree(mnt / measured)
                     (mnt / "timed").mkdir()
                     disk["forkd_t"], disk["skopeo_t"], _ = pull_times(mnt / "timed", hub, registry, args.repeat)
         stack.close()  # stop the servers so their logs are complete
