@@ -28,7 +28,9 @@ are (uncompressed, ``--preserve-digests``), in Debian's docker-registry 2.8, mov
     reflinks of their parents instead of copies).
 
 Runs of forkd and skopeo alternate, each started after ``sync`` (neither waits behind the other's
-writeback). Times include process start-up (forkd is Python, skopeo Go).
+writeback). Times include process start-up (forkd is Python, skopeo Go). Client CPU is the
+user + system time of the client process (not the servers'): on loopback, where bytes cost only
+CPU and the servers share the same 2 cores, the time ratio follows it.
 Bytes moved come from one more, untimed run of each through a byte-counting TCP proxy (HTTP
 headers included). Ratios are skopeo / forkd, measured in this run.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -99,31 +102,44 @@ def import_chain(user: ForkdUser, chain: Chain) -> None:
 def timed(fn) -> float:
     """Wall time of ``fn``, started on a quiet disk: what the previous run wrote is flushed
     first (``sync``), so neither tool waits behind the other's writeback."""
+    return timed_cpu(fn)[0]
+
+
+def timed_cpu(fn) -> tuple[float, float]:
+    """``(wall, cpu)`` of ``fn`` after a ``sync``; cpu is the user + system time of the child
+    processes it ran and waited for (the client, not the servers)."""
     os.sync()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     fn()
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
-def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int,
-               warmup: int = 0) -> tuple[list, list, list]:
-    """Alternating cold pulls into empty directories: (forkd times, skopeo times, forkd reports).
+def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, warmup: int = 0) -> dict:
+    """Alternating cold pulls into empty directories: wall and client CPU seconds of each tool
+    (``forkd_t``, ``forkd_cpu``, ``skopeo_t``, ``skopeo_cpu``) and forkd's ``--json`` reports.
     The first ``warmup`` rounds are run the same way and not counted."""
-    forkd_t, skopeo_t, reports = [], [], []
+    runs: dict[str, list] = {"forkd": [], "skopeo": [], "reports": []}
     for i in range(warmup + repeat):
         user = ForkdUser(root / f"puller{i}", hub.url)
-        forkd_t.append(timed(lambda: reports.append(user.json("pull", "acme/chain:v1", "--as", "head"))))
+        runs["forkd"].append(timed_cpu(lambda: runs["reports"].append(user.json("pull", "acme/chain:v1", "--as", "head"))))
         shutil.rmtree(user.root)
         out = root / f"oci-pull{i}"
         skopeo_clear_cache()
-        skopeo_t.append(timed(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{out}:v1")))
+        runs["skopeo"].append(timed_cpu(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{out}:v1")))
         shutil.rmtree(out)
-    return forkd_t[warmup:], skopeo_t[warmup:], reports[warmup:]
+    result: dict = {"reports": runs["reports"][warmup:]}
+    for tool in ("forkd", "skopeo"):
+        result[f"{tool}_t"] = [wall for wall, _ in runs[tool][warmup:]]
+        result[f"{tool}_cpu"] = [cpu for _, cpu in runs[tool][warmup:]]
+    return result
 
 
 def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, warmup: int,
                stack: contextlib.ExitStack) -> dict:
-    forkd_t, skopeo_t, reports = pull_times(root, hub, registry, repeat, warmup)
+    timing = pull_times(root, hub, registry, repeat, warmup)
     # bytes on the wire, untimed, through counting proxies
     hub_proxy = stack.enter_context(CountingProxy(hub.port))
     reg_proxy = stack.enter_context(CountingProxy(registry.port))
@@ -134,7 +150,7 @@ def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
     skopeo_clear_cache()
     skopeo_copy(f"docker://{reg_proxy.host}/bench/chain:v1", f"oci:{root / 'oci-counted'}:v1")
     skopeo_up, skopeo_down = reg_proxy.reset()
-    return {"forkd_t": forkd_t, "skopeo_t": skopeo_t, "report": reports[-1], "forkd_wire": (forkd_up, forkd_down),
+    return {**timing, "report": timing["reports"][-1], "forkd_wire": (forkd_up, forkd_down),
             "skopeo_wire": (skopeo_up, skopeo_down), "head_sha": sha256_file(head),
             "skopeo_dir": root / "oci-counted", "counted_home": user.root}
 
@@ -144,8 +160,7 @@ def bench_shaped_pull(root: Path, hub: HubServer, registry: RegistryServer, repe
     with shaped_loopback(mbit) as why:
         if why is not None:
             return {"skipped": why}
-        forkd_t, skopeo_t, _ = pull_times(root, hub, registry, repeat)
-    return {"forkd_t": forkd_t, "skopeo_t": skopeo_t}
+        return pull_times(root, hub, registry, repeat)
 
 
 def bench_push(root: Path, hub: HubServer, registry: RegistryServer, pusher: ForkdUser, chain: Chain, layout: Path,
@@ -295,7 +310,7 @@ def main() -> None:
                     for measured in ("forkd", "oci", "copies"):
                         shutil.rmtree(mnt / measured)
                     (mnt / "timed").mkdir()
-                    disk["forkd_t"], disk["skopeo_t"], _ = pull_times(mnt / "timed", hub, registry, args.repeat)
+                    disk.update(pull_times(mnt / "timed", hub, registry, args.repeat))
         stack.close()  # stop the servers so their logs are complete
         logs = log_summary(hub=root / "hub.log", registry=root / "registry.log")
 
@@ -308,15 +323,17 @@ def main() -> None:
           f"pulled head identical: {pull_ok}; skopeo pulled every layer: {skopeo_ok}\n")
 
     f_t, s_t = median(pull["forkd_t"]), median(pull["skopeo_t"])
+    f_cpu, s_cpu = median(pull["forkd_cpu"]), median(pull["skopeo_cpu"])
     f_moved, s_moved = sum(pull["forkd_wire"]), sum(pull["skopeo_wire"])
     print_table(
-        ["(a) cold pull of the chain", "runs (s)", "median s", "bytes moved", "vs logical"],
+        ["(a) cold pull of the chain", "runs (s)", "median s", "client CPU s", "bytes moved", "vs logical"],
         [
-            ["forkd pull (hub)", "/".join(f"{t:.2f}" for t in pull["forkd_t"]), f"{f_t:.2f}", f"{f_moved:,}",
-             f"{f_moved / logical:.3f}"],
+            ["forkd pull (hub)", "/".join(f"{t:.2f}" for t in pull["forkd_t"]), f"{f_t:.2f}", f"{f_cpu:.2f}",
+             f"{f_moved:,}", f"{f_moved / logical:.3f}"],
             ["skopeo copy (docker-registry)", "/".join(f"{t:.2f}" for t in pull["skopeo_t"]), f"{s_t:.2f}",
-             f"{s_moved:,}", f"{s_moved / logical:.3f}"],
-            ["skopeo / forkd (goal >= 3x both)", "", f"{s_t / f_t:.2f}x", f"{s_moved / f_moved:.2f}x", ""],
+             f"{s_cpu:.2f}", f"{s_moved:,}", f"{s_moved / logical:.3f}"],
+            ["skopeo / forkd (goal >= 3x both)", "", f"{s_t / f_t:.2f}x", f"{s_cpu / f_cpu:.2f}x",
+             f"{s_moved / f_moved:.2f}x", ""],
         ],
     )
     print(f"forkd pull --json: bytes_received {pull['report']['bytes_received']:,}; per link "
