@@ -11,7 +11,7 @@ name the snapshot tag, file or path involved; the CLI prints them as
     ├── SnapshotExists           (also FileExistsError) the tag is taken (use force to replace)
     ├── DependentsExist          other snapshots chain on it; ``.dependents`` names them
     ├── ChainBroken              a link names a parent that is missing (or the chain loops / is too deep)
-    ├── ParentContentMismatch    a parent's memory.bin sha256 is not the child's parent_content_hash
+    ├── ParentContentMismatch    a parent's memory.bin no longer hashes to what its child recorded
     ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
     └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
 

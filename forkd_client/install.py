@@ -175,7 +175,7 @@ class StoreBase:
             pid = entry.name.split("-", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
                 shutil.rmtree(entry.path, ignore_errors=True)
-            elif entry.name.startswith(RESUME_PREFIX) and now - entry.stat().st_mtime > RESUME_MAX_AGE_S:
+            elif entry.name.startswith(RESUME_PREFIX) and now - _mtime(entry) > RESUME_MAX_AGE_S:
                 _remove_unless_locked(Path(entry.path))
 
     # ------------------------------------------------------------------ installing
@@ -287,6 +287,13 @@ class StoreBase:
     def get(self, tag: str) -> LocalSnapshot:
         """The installed snapshot ``tag`` (implemented by SnapshotStore, which reads it back)."""
         raise NotImplementedError
+
+
+def _mtime(entry: os.DirEntry) -> float:
+    try:
+        return entry.stat().st_mtime
+    except OSError:  # swept by another process meanwhile
+        return time.time()
 
 
 def _remove_unless_locked(path: Path) -> None:

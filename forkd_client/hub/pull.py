@@ -34,7 +34,7 @@ from manifest.digest import digest_bytes
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
-from ..errors import SnapshotNotFound
+from ..errors import InvalidSnapshotDir, SnapshotNotFound
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
@@ -124,6 +124,12 @@ def pull(
         try:
             for (link, manifest, config), tag in zip(parsed, tags):
                 existing = _installed(store, tag, link.digest)
+                if existing is not None and not _still_intact(store, existing, config):
+                    if not force:
+                        raise InvalidSnapshotDir(
+                            f"local snapshot {tag!r} was pulled from layer {link.digest}, but its files have changed "
+                            f"since; remove it (forkd rmi {tag}) or pull with --force to replace it")
+                    existing = None  # pulled again, and replaced on install
                 if existing is not None:
                     progress.log(f"{tag}: already present ({link.digest[:19]}…)")
                     result.links.append(LinkPulled(tag, link.digest, reused=True))
@@ -133,15 +139,27 @@ def pull(
                                       verifier, progress)
                 result.links.append(fetched.stats)
                 waiting.append(fetched)
-                while waiting and waiting[0].verification.done():
-                    _install(store, client, index, waiting.pop(0), force, progress)
+                _install_checked(store, client, index, waiting, force, progress, block=False)
                 parent = _Parent(store, tag, config, fetched)
-            while waiting:
-                _install(store, client, index, waiting.pop(0), force, progress)
+            _install_checked(store, client, index, waiting, force, progress, block=True)
         finally:
             verifier.shutdown(wait=True)  # checks in flight finish (and close their files) first
     result.bytes_received = client.bytes_received - received_before
     return result
+
+
+def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, waiting: list["_Fetched"],
+                     force: bool, progress: Progress, *, block: bool) -> None:
+    """Install the waiting links, base first, whose check is done (with ``block``, all of them).
+    When one fails its check, the staged files of the links built on it are not resumed."""
+    try:
+        while waiting and (block or waiting[0].verification.done()):
+            _install(store, client, index, waiting[0], force, progress)
+            waiting.pop(0)
+    except DigestInvalid:
+        for fetched in waiting:
+            (fetched.staged / RESUME_MARKER).unlink(missing_ok=True)
+        raise
 
 
 @dataclass
@@ -224,6 +242,16 @@ def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | N
     except SnapshotNotFound:
         return None
     return snap if (snap.origin or {}).get("manifest_digest") == digest else None
+
+
+def _still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig) -> bool:
+    """Whether an installed link still holds the files its layer describes (VerifiedRecord:
+    no hashing unless a file changed since it was recorded)."""
+    for role, info in config.files.items():
+        path = snap.dir / role
+        if not path.is_file() or store.verified.digests(path, ("blake3",))["blake3"] != info.digest:
+            return False
+    return True
 
 
 def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
