@@ -29,7 +29,7 @@ from pathlib import Path
 import zstandard
 
 from manifest import mediatypes as mt
-from manifest.assemble import FileAssembler, decompress_chunk
+from manifest.assemble import FileAssembler
 from manifest.digest import digest_bytes
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
@@ -39,22 +39,11 @@ from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, DiskFull, HubError
+from .fill import fill_link
 from .localchunks import LocalChunkIndex
 from .progress import NullProgress, Progress
 from .reference import Reference
 
-RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
-MAX_RANGE_BYTES = 8 << 20
-PARALLEL_REQUESTS = 4
-
-
-def _tunable(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if not raw.strip().isdigit():
-        raise HubError(f"{name}={raw!r} is not a whole number of bytes/requests")
-    return max(minimum, int(raw))
 RESUME_MARKER = ".resume.json"
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -317,7 +306,9 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
             assemblers[role] = FileAssembler(chunk_map, staged / role, parent=parent_file, resume=resume)
         if not resume:
             marker.write_text(json.dumps({"layer": link.digest}))
-        _fill(client, index, name, link.digest, maps, assemblers, stats, progress, tag)
+        counts = fill_link(client, index, name, link.digest, tag, maps, assemblers, progress)
+        stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
+        stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
     except BaseException:
         for assembler in assemblers.values():
             assembler.close()
@@ -425,91 +416,6 @@ def _marker_layer(marker: Path) -> str | None:
         return json.loads(marker.read_bytes()).get("layer")
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _fill(client: HubClient, index: LocalChunkIndex, name: str, layer: str, maps: dict[str, ChunkMap],
-          assemblers: dict[str, FileAssembler], stats: LinkPulled, progress: Progress, tag: str) -> None:
-    """Write every changed chunk of the link into its file: kept from an interrupted attempt
-    (its staged file still holds it), read from local snapshots holding the same content, else
-    fetched from the hub. Each chunk is verified (hashed) before it is written, straight into
-    place, so a killed pull leaves only verified chunks behind."""
-    # where each distinct chunk frame goes: (role, index) destinations, its length and digest
-    wanted: dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]] = {}
-    for role, chunk_map in maps.items():
-        assembler = assemblers[role]
-        for e in chunk_map.entries:
-            if e.is_zero:
-                continue
-            if assembler.resumed and assembler.holds(e.index, e.digest):  # type: ignore[arg-type]
-                stats.chunks_resumed += 1
-                continue
-            length = assembler.length(e.index)
-            blob = chunk_map.blobs[e.blob]
-            slot = wanted.get(blob, {}).get(e.offset)
-            if slot is not None:  # the same frame at several places of this layer
-                slot[3].append((role, e.index))
-                continue
-            data = index.read(e.digest)  # type: ignore[arg-type]
-            if data is not None and len(data) == length:
-                stats.chunks_local += 1
-                assembler.write(e.index, data)
-            else:
-                wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[arg-type]
-    # FORKD_PULL_RANGE_BYTES bounds one coalesced range; FORKD_PULL_PARALLEL is the number of
-    # concurrent requests.
-    max_range = _tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
-    parallel = _tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
-    requests = _coalesce(wanted, max_range)
-    progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
-
-    def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
-        blob, ranges = request
-        count = nbytes = 0
-        for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges)):
-            for offset in sorted(o for o in wanted[blob] if start <= o < start + size):
-                flen, digest, length, places = wanted[blob][offset]
-                frame = data[offset - start : offset - start + flen]
-                role, first = places[0]
-                try:
-                    chunk = decompress_chunk(frame, length, digest, f"{role} chunk {first} ({digest})")
-                except (DigestMismatch, AssemblyError, ManifestError) as e:
-                    raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {first} ({digest}) from blob {blob} "
-                                        f"at offset {offset} is corrupt: {e}") from None
-                for where, at in places:
-                    assemblers[where].write(at, chunk)
-                count += 1
-                nbytes += flen
-        progress.advance(nbytes)
-        return count, nbytes
-
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        for count, nbytes in pool.map(fetch, requests):
-            stats.chunks_fetched += count
-            stats.bytes_fetched += nbytes
-
-
-def _coalesce(wanted: dict[str, dict[int, tuple]], max_range: int) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Merge touching frames of each blob into ranges of at most ``max_range`` bytes, and group
-    up to 64 ranges (and about ``max_range`` bytes) per request."""
-    requests = []
-    for blob, frames in wanted.items():
-        current: list[tuple[int, int]] = []
-        for offset in sorted(frames):
-            n = frames[offset][0]
-            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= max_range:
-                start, _ = current[-1]
-                current[-1] = (start, offset + n - start)
-            else:
-                current.append((offset, n))
-        for i in range(0, len(current), 64):
-            batch: list[tuple[int, int]] = []
-            for r in current[i : i + 64]:
-                if batch and sum(n for _, n in batch) + r[1] > max_range:
-                    requests.append((blob, batch))
-                    batch = []
-                batch.append(r)
-            requests.append((blob, batch))
-    return requests
 
 
 __all__ = ["PullResult", "LinkPulled", "pull", "local_tag_for"]

@@ -116,7 +116,7 @@ def test_a_blob_shorter_than_its_descriptor_is_refused():
 
 def test_bad_tuning_variables_are_clear_errors(monkeypatch):
     from forkd_client.hub.errors import HubError
-    from forkd_client.hub.pull import _tunable
+    from forkd_client.hub.fill import tunable as _tunable
     from forkd_client.hub.push import upload_part_bytes
 
     monkeypatch.setenv("FORKD_UPLOAD_PART_BYTES", "16MiB")
