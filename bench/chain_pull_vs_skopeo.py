@@ -52,11 +52,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from netshape import shaped_loopback  # noqa: E402
-from common import (  # noqa: E402
-    GiB, MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, RegistryServer, allocated, fs_used, sha256_file,
-    human, log_summary, make_child_image, make_memory_image, make_vmstate, median, print_table, skopeo_clear_cache, skopeo_copy,
-    sparse_copy, write_oci_layout,
-)
+from common import GiB, human, MACHINE_NOTE, median, MiB, print_table  # noqa: E402
+from images import allocated, fs_used, make_child_image, make_memory_image, make_vmstate, sparse_copy  # noqa: E402
+from oci import sha256_file, skopeo_clear_cache, skopeo_copy, write_oci_layout  # noqa: E402
+from procs import ForkdUser, HubServer, log_summary, RegistryServer  # noqa: E402
+from proxy import CountingProxy  # noqa: E402
 
 TAGS = ["base", "link1", "link2"]
 

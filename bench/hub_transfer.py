@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
-    MACHINE_NOTE, MiB, CountingProxy, ForkdUser, HubServer, allocated, drop_file_cache, fmt_runs, free_port, human,
-    log_summary, make_memory_image, make_vmstate, median, mib_s, print_table, sha256_file, stop_process, timed_runs,
-    wait_http,
-)
+from common import fmt_runs, human, MACHINE_NOTE, median, MiB, mib_s, print_table, timed_runs  # noqa: E402
+from images import allocated, drop_file_cache, make_memory_image, make_vmstate  # noqa: E402
+from oci import sha256_file  # noqa: E402
+from procs import ForkdUser, free_port, HubServer, log_summary, stop_process, wait_http  # noqa: E402
+from proxy import CountingProxy  # noqa: E402
 
 TRIVIAL_SERVER = textwrap.dedent("""
     import os, shutil, sys

@@ -37,9 +37,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
-    MACHINE_NOTE, MiB, ForkdUser, HubServer, RegistryServer, log_summary, make_memory_image, make_vmstate, median, print_table,
-)
+from common import MACHINE_NOTE, median, MiB, print_table  # noqa: E402
+from images import make_memory_image, make_vmstate  # noqa: E402
+from procs import ForkdUser, HubServer, log_summary, RegistryServer  # noqa: E402
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
