@@ -10,7 +10,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from common import MiB, SKOPEO_BLOB_CACHE
+from common import SKOPEO_BLOB_CACHE
+from manifest.digest import digest_file
 
 
 def skopeo_clear_cache() -> None:
@@ -29,11 +30,8 @@ def skopeo_copy(src: str, dst: str) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(8 * MiB):
-            h.update(block)
-    return h.hexdigest()
+    """Lowercase hex sha256 of a file (OCI names blobs by it)."""
+    return digest_file(path, ("sha256",))["sha256"].hex
 
 
 def write_oci_layout(layout: Path, tag: str, layer_files: Sequence[Path], annotations: dict[str, str] | None = None,
