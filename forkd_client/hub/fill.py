@@ -63,6 +63,7 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
     """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``."""
     counts = FillCounts()
     wanted: Wanted = {}
+    local = index.known(e.digest for m in maps.values() for e in m.entries if not e.is_zero)  # type: ignore[misc]
     for role, chunk_map in maps.items():
         assembler = assemblers[role]
         for e in chunk_map.entries:
@@ -77,7 +78,7 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
             if slot is not None:  # the same frame at several places of this layer
                 slot[3].append((role, e.index))
                 continue
-            data = index.read(e.digest)  # type: ignore[arg-type]
+            data = index.read(e.digest) if e.digest in local else None  # type: ignore[arg-type]
             if data is not None and len(data) == length:
                 counts.local += 1
                 assembler.write(e.index, data)

@@ -44,6 +44,16 @@ class LocalChunkIndex:
             self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)",
                                  ((d, key, o, n) for d, o, n in chunks))
 
+    def known(self, digests: Iterable[str]) -> set[str]:
+        """Which of ``digests`` have a recorded location (one query per 500; nothing is read)."""
+        wanted = list(dict.fromkeys(digests))
+        found: set[str] = set()
+        for i in range(0, len(wanted), 500):
+            batch = wanted[i : i + 500]
+            found.update(row[0] for row in self._db.execute(
+                f"SELECT DISTINCT digest FROM chunks WHERE digest IN ({','.join('?' * len(batch))})", batch))
+        return found
+
     def read(self, digest: str) -> bytes | None:
         """The chunk's bytes from a trusted local file, verified, or None."""
         rows = self._db.execute("SELECT path, offset, length FROM chunks WHERE digest = ? LIMIT 8", (digest,)).fetchall()
