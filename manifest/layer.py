@@ -8,6 +8,10 @@ or seen earlier in this layer) is referenced, not repeated. ``finish()`` closes
 the blobs, names them by digest and returns one :class:`~manifest.model.ChunkMap`
 per file. The data blob digest is blake3 of the exact blob bytes.
 
+New chunks are compressed on a few threads (zstd releases the GIL) while the caller's iterator
+reads and hashes the next ones; frames are appended strictly in the order the chunks came, so
+the blobs are byte-identical to a one-thread build (a resumed push relies on that).
+
 Errors: OSError from writing ``out_dir``; :class:`~manifest.errors.AssemblyError`
 when used after ``finish()``.
 """
@@ -15,7 +19,10 @@ when used after ``finish()``.
 from __future__ import annotations
 
 import os
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +35,8 @@ from .model import ChunkEntry, ChunkMap
 
 DEFAULT_MAX_BLOB_BYTES = 1 << 30
 DEFAULT_ZSTD_LEVEL = 3
+#: frames being compressed at once, at most (64 KiB chunks: a few MiB of memory)
+COMPRESS_WINDOW = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +87,7 @@ class _PendingFile:
     chunk_size: int
     digest: str
     parent_digest: str | None
-    entries: list[tuple[int, str | None, object, int, int]]  # blob is a digest str or an _OpenBlob
+    entries: list[tuple[int, str | None, list]]  # (index, digest, slot): slot[0] is (blob, offset, length)
 
 
 class LayerBuilder:
@@ -91,6 +100,7 @@ class LayerBuilder:
         *,
         max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
         level: int = DEFAULT_ZSTD_LEVEL,
+        threads: int | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -101,8 +111,12 @@ class LayerBuilder:
         else:
             self._lookup = known.get
         self._max_blob = max_blob_bytes
-        self._compressor = zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=False)
-        self._seen: dict[str, tuple[object, int, int]] = {}
+        self._level = level
+        self._local = threading.local()
+        threads = threads if threads is not None else min(4, os.cpu_count() or 1)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zstd") if threads > 1 else None
+        self._inflight: deque[tuple[Future[bytes], list]] = deque()
+        self._seen: dict[str, list] = {}
         self._blobs: list[_OpenBlob] = []
         self._current: _OpenBlob | None = None
         self._files: list[_PendingFile] = []
@@ -124,33 +138,71 @@ class LayerBuilder:
             raise AssemblyError("LayerBuilder.add_file called after finish()")
         pending = _PendingFile(file, size, chunk_size, digest, parent_digest, [])
         count = 0
-        for change in changes:
-            count += 1
-            self.stats.changed_chunks += 1
-            if change.data is None:
-                self.stats.zero_chunks += 1
-                pending.entries.append((change.index, None, None, 0, 0))
-                continue
-            assert change.digest is not None
-            where = self._seen.get(change.digest)
-            if where is None:
-                known = self._lookup(change.digest)
-                if known is not None:
-                    where = (known.blob, known.offset, known.length)
-                    self.stats.reused_chunks += 1
+        try:
+            for change in changes:
+                count += 1
+                self.stats.changed_chunks += 1
+                if change.data is None:
+                    self.stats.zero_chunks += 1
+                    pending.entries.append((change.index, None, [None]))
+                    continue
+                assert change.digest is not None
+                slot = self._seen.get(change.digest)
+                if slot is None:
+                    known = self._lookup(change.digest)
+                    if known is not None:
+                        slot = [(known.blob, known.offset, known.length)]
+                        self.stats.reused_chunks += 1
+                    else:
+                        slot = self._compress_later(change.data)
+                        self.stats.new_chunks += 1
+                        self.stats.new_raw_bytes += len(change.data)
+                    self._seen[change.digest] = slot
                 else:
-                    where = self._append_frame(change.data)
-                    self.stats.new_chunks += 1
-                    self.stats.new_raw_bytes += len(change.data)
-                self._seen[change.digest] = where
-            else:
-                self.stats.reused_chunks += 1
-            pending.entries.append((change.index, change.digest, *where))
+                    self.stats.reused_chunks += 1
+                pending.entries.append((change.index, change.digest, slot))
+            self._drain(0)
+        except BaseException:
+            self._abandon()
+            raise
         self.stats.per_file[file] = count
         self._files.append(pending)
 
-    def _append_frame(self, data: bytes) -> tuple[object, int, int]:
-        frame = self._compressor.compress(data)
+    def _compress(self, data: bytes) -> bytes:
+        compressor = getattr(self._local, "compressor", None)
+        if compressor is None:  # one per thread: a ZstdCompressor is not thread-safe
+            compressor = self._local.compressor = zstandard.ZstdCompressor(
+                level=self._level, write_content_size=True, write_checksum=False)
+        return compressor.compress(data)
+
+    def _compress_later(self, data: bytes) -> list:
+        """Queue ``data`` for compression; its slot is filled when the frame is appended."""
+        slot: list = [None]
+        if self._pool is None:
+            slot[0] = self._append_frame(self._compress(data))
+            return slot
+        self._inflight.append((self._pool.submit(self._compress, data), slot))
+        self._drain(COMPRESS_WINDOW)
+        return slot
+
+    def _drain(self, keep: int) -> None:
+        """Append finished frames, oldest first, until at most ``keep`` are in flight."""
+        while len(self._inflight) > keep:
+            future, slot = self._inflight.popleft()
+            slot[0] = self._append_frame(future.result())
+
+    def _abandon(self) -> None:
+        for future, _ in self._inflight:
+            future.cancel()
+        self._inflight.clear()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _append_frame(self, frame: bytes) -> tuple[object, int, int]:
         blob = self._current
         if blob is None or (blob.size and blob.size + len(frame) > self._max_blob):
             blob = self._open_blob()
@@ -173,6 +225,7 @@ class LayerBuilder:
         if self._finished:
             raise AssemblyError("LayerBuilder.finish called twice")
         self._finished = True
+        self._shutdown()
         names: dict[int, str] = {}
         blobs: list[DataBlob] = []
         for blob in self._blobs:
@@ -186,10 +239,11 @@ class LayerBuilder:
         for pending in self._files:
             order: dict[str, int] = {}
             entries: list[ChunkEntry] = []
-            for index, chunk_digest, blob_ref, offset, length in pending.entries:
+            for index, chunk_digest, slot in pending.entries:
                 if chunk_digest is None:
                     entries.append(ChunkEntry(index, None))
                     continue
+                blob_ref, offset, length = slot[0]
                 blob_digest = blob_ref if isinstance(blob_ref, str) else names[id(blob_ref)]
                 slot = order.setdefault(blob_digest, len(order))
                 entries.append(ChunkEntry(index, chunk_digest, slot, offset, length))
