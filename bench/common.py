@@ -7,6 +7,7 @@ logs), ``proxy`` (a byte-counting TCP relay), ``images`` (sparse memory images, 
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -29,11 +30,13 @@ def median(values: Sequence[float]) -> float:
 
 
 def timed_runs(fn: Callable[[int], object], repeat: int, before: Callable[[int], object] | None = None) -> list[float]:
-    """Run ``before(i)`` untimed, then time ``fn(i)``, ``repeat`` times; the list of seconds."""
+    """Run ``before(i)`` untimed, then time ``fn(i)``, ``repeat`` times; the list of seconds.
+    Each timed run starts after a ``sync``: it never waits behind what was written before it."""
     times = []
     for i in range(repeat):
         if before is not None:
             before(i)
+        os.sync()
         t = time.perf_counter()
         fn(i)
         times.append(time.perf_counter() - t)
