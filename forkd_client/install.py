@@ -220,7 +220,7 @@ class StoreBase:
                 continue
             settle_mtime(path)
             if self.durable:
-                _fsync_path(path)
+                fsync_path(path)
             if known_digests and role in known_digests:
                 self.verified.record(path, known_digests[role])
             digests = {**self.verified.cached(path), **self.verified.digests(path, algorithms)}
@@ -238,7 +238,7 @@ class StoreBase:
                        parent_digest if parent is not None else None)
         write_hub_meta(staged, meta)
         if self.durable:
-            _fsync_path(staged)
+            fsync_path(staged)
         return staged
 
     def commit(self, items: Sequence[tuple[Path, str]], *, force: bool = False) -> list[LocalSnapshot]:
@@ -278,7 +278,7 @@ class StoreBase:
                     self.verified.rename(trash, final)
                 raise
             if self.durable:
-                _fsync_path(self.snapshots_dir)
+                fsync_path(self.snapshots_dir)
         for _, trash in displaced:
             shutil.rmtree(trash, ignore_errors=True)
             self.verified.forget(trash)
@@ -320,7 +320,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory by path."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

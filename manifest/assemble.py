@@ -110,8 +110,6 @@ class FileAssembler:
                 else:
                     self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                 os.ftruncate(self._fd, chunk_map.size)
-                if self.clone_method is not None and self.clone_method is not CloneMethod.REFLINK:
-                    start_writeback(self._fd)  # the copied parent goes to disk while chunks arrive
             for entry in chunk_map.entries:
                 if entry.is_zero:
                     punch_hole(self._fd, entry.index * chunk_map.chunk_size, self.length(entry.index))
@@ -143,7 +141,8 @@ class FileAssembler:
             start_writeback(self._fd)
             want = Digest.parse(self.chunk_map.digest).algorithm
             algorithms = tuple(dict.fromkeys((want, *extra_algorithms)))
-            digests = {a: str(d) for a, d in digest_file(self.out, algorithms).items()}
+            # mapped: this file is ours alone until it is renamed into place
+            digests = {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
             if verify and digests[want] != self.chunk_map.digest:
                 raise DigestMismatch(f"assembled {self.chunk_map.file}", self.chunk_map.digest, digests[want])
             os.fsync(self._fd)

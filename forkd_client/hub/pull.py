@@ -35,6 +35,7 @@ from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
 from ..errors import InvalidSnapshotDir, SnapshotNotFound
+from ..install import fsync_path, settle_mtime
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
@@ -313,24 +314,28 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
         for assembler in assemblers.values():
             assembler.close()
         raise
-    verification = verifier.submit(_verify_files, assemblers, link.digest, tag)
+    verification = verifier.submit(_verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag)
     return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification)
 
 
-def _verify_files(assemblers: dict[str, FileAssembler], layer: str, tag: str) -> dict[str, dict[str, str]]:
-    """On the verifier thread: fsync each assembled file and check its whole-file blake3.
+def _verify_files(assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str) -> dict[str, dict[str, str]]:
+    """On the verifier thread: check each assembled file's whole-file blake3 and make the link's
+    files durable, their mtimes settled first (so installing them later writes nothing more).
     Returns {role: {algorithm: digest}}; raises DigestInvalid (the files are removed)."""
     known: dict[str, dict[str, str]] = {}
     pending = dict(assemblers)
     try:
         for role, assembler in assemblers.items():
             del pending[role]
+            settle_mtime(assembler.out)
             known[role] = assembler.finish().digests
     except (DigestMismatch, AssemblyError) as e:
         raise DigestInvalid(f"layer {layer} ({tag}): {e}") from None
     finally:
         for assembler in pending.values():
             assembler.abort()
+    settle_mtime(vmstate)
+    fsync_path(vmstate)
     return known
 
 

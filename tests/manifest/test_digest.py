@@ -76,3 +76,20 @@ def test_verify_names_what_mismatched(tmp_path):
     verify_file(path, digest_bytes(b"hello", "sha256"))
     with pytest.raises(DigestMismatch, match=str(path)):
         verify_file(path, digest_bytes(b"other"))
+
+
+def test_mapped_digest_equals_the_read_one(tmp_path):
+    """digest_file(mapped=True) hashes the same bytes: empty, sparse and partly written files."""
+    import os
+
+    from manifest.digest import digest_file
+
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(3 << 20)
+        f.seek(1 << 20)
+        f.write(os.urandom(100_000))
+    for path in (empty, sparse):
+        assert digest_file(path, mapped=True) == digest_file(path)
