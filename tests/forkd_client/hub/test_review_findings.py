@@ -18,22 +18,7 @@ from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 
 from ..snapshots import make_base_source
-
-
-def proxy(inproc_hub, tamper) -> httpx.Client:
-    """An httpx.Client that forwards to the in-process hub; ``tamper(request)`` may answer instead."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        answer = tamper(request)
-        if answer is not None:
-            return answer
-        r = inproc_hub.http.request(request.method, request.url.raw_path.decode(), headers=dict(request.headers),
-                                    content=request.content)
-        return httpx.Response(r.status_code, headers={k: v for k, v in r.headers.items()
-                                                      if k.lower() not in ("content-encoding", "content-length")},
-                              content=r.content)
-
-    return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://hub.test")
+from .hubproxy import proxy
 
 
 def test_pull_by_digest_rejects_a_chain_ending_in_another_snapshot(chain3, other_store, inproc_hub):
