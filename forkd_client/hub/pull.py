@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from manifest.digest import digest_bytes
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
-from ..errors import InvalidSnapshotDir, SnapshotNotFound
+from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
 from ..install import fsync_path, settle_mtime
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
@@ -371,7 +372,13 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
         origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest},
         known_digests=known, snapshot_json={"volumes": []}, algorithms=("blake3",),
     )
-    store.commit([(fetched.staged, tag)], force=force)
+    try:
+        store.commit([(fetched.staged, tag)], force=force)
+    except SnapshotExists:
+        if _installed(store, tag, link.digest) is None:
+            raise
+        # another pull installed this very layer meanwhile: keep theirs, drop ours
+        shutil.rmtree(fetched.staged, ignore_errors=True)
     fetched.installed = True
     _index_installed(store, index, tag, fetched.maps)
     stats = fetched.stats

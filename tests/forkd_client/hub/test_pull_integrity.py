@@ -111,3 +111,28 @@ def test_a_chain_pull_cut_off_midway_resumes_where_it_stopped(store, other_store
     assert (head.chunks_resumed, head.chunks_fetched) == (0, 8)
     for link, src in zip(again.links, ["rb", "rm", "rh"]):
         assert (other_store.path(link.tag) / "memory.bin").read_bytes() == (store.path(src) / "memory.bin").read_bytes()
+
+
+def test_two_pulls_racing_for_the_same_chain_both_succeed(chain3, other_store, inproc_hub, monkeypatch):
+    """Another process installs the same layers while this pull is about to: it keeps theirs."""
+    from forkd_client.store import SnapshotStore
+
+    token = inproc_hub.token("ci", "push:acme/*")
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, inproc_hub.client(token), "head", ref)
+    commit = other_store.commit
+    raced: list[bool] = []
+
+    def commit_after_a_rival(items, force=False):
+        if not raced:  # just before our first install, a second process pulls the whole chain
+            raced.append(True)
+            with SnapshotStore(other_store.root) as rival:
+                pull(rival, inproc_hub.client(token), ref, as_tag="py")
+        return commit(items, force=force)
+
+    monkeypatch.setattr(other_store, "commit", commit_after_a_rival)
+    result = pull(other_store, inproc_hub.client(token), ref, as_tag="py")
+    assert raced and result.tag == "py"
+    assert [s.tag for s in other_store.verify_chain("py")] == [link.tag for link in result.links]
+    assert (other_store.path("py") / "memory.bin").read_bytes() == (chain3.path("head") / "memory.bin").read_bytes()
+    assert not list(other_store.staging_root.iterdir())  # our copies were dropped
