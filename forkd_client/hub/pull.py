@@ -1,19 +1,20 @@
 """``forkd pull``: fetch a chain from a hub, download only missing chunks, verify, install.
 
 1. One request returns the chain base → head (manifests + configs, digests verified).
-2. Links already installed from the same manifest are reused as they are.
+2. Links already installed from the same manifest are reused, while their files still hold
+   what the layer describes (else InvalidSnapshotDir, or with ``force`` they are pulled again).
 3. For the others, chunk maps are fetched and verified. Each link's files are staged in a
-   resumable directory on a reflink/copy of the parent's file; the changed chunks that the
-   staged file does not already hold (from an interrupted attempt) and no local snapshot holds
-   (``chunk-index.db``) are fetched as coalesced byte ranges of data blobs (several ranges per
-   request, requests in parallel), each frame verified against its chunk digest on arrival and
-   written straight into place. A killed pull thus leaves only verified chunks, and the next
-   attempt fetches only the others.
-4. Each assembled file's whole-file blake3 is checked on a verifier thread while the next link is fetched, and the link installed
-   atomically (base first) as a forkd-compatible snapshot whose ``parent_tag`` names its
-   parent's local tag.
+   resumable directory on a reflink/copy of the parent's file and filled by
+   :func:`~forkd_client.hub.fill.fill_link`: chunks the staged file already holds (an
+   interrupted attempt), chunks local snapshots hold, and the rest fetched and verified on
+   arrival, written straight into place.
+4. Each assembled file's whole-file blake3 is checked on a verifier thread while the next link
+   is fetched, and the links are installed atomically, base first, as forkd-compatible
+   snapshots whose ``parent_tag`` names the parent's local tag (a link another pull installed
+   meanwhile is kept as it is).
 
-Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk), ClientError, OSError.
+Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk; DiskFull),
+InvalidSnapshotDir, ClientError, OSError.
 """
 
 from __future__ import annotations
