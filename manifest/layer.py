@@ -254,8 +254,9 @@ class LayerBuilder:
         return maps, blobs
 
     def abort(self) -> None:
-        """Close and delete any partial blobs (call on error)."""
+        """Stop compressing, close and delete any partial blobs (call on error)."""
         self._finished = True
+        self._abandon()
         for blob in self._blobs:
             try:
                 blob.handle.close()  # type: ignore[attr-defined]

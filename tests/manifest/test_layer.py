@@ -68,3 +68,5 @@ def test_a_failing_source_leaves_no_half_built_layer_behind(tmp_path):
                          digest="blake3:" + "1" * 64, parent_digest=None)
     assert not builder._inflight  # nothing left compressing
     assert all(name.endswith(".partial") for name in os.listdir(tmp_path / "b"))  # no blob was finished
+    builder.abort()
+    assert os.listdir(tmp_path / "b") == []
