@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
     p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag|@digest]")
     p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="local tag for the head (default: from REF)")
-    p.add_argument("--force", action="store_true", help="replace local snapshots of the same tags")
+    p.add_argument("--force", action="store_true",
+                   help="replace local snapshots of the same tags, and pull again links whose files changed")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_pull)
