@@ -202,15 +202,16 @@ def plan_frames(maps: Iterable[ChunkMap]) -> list[FrameCheck]:
 
 def _runs(checks: list[FrameCheck]) -> list[list[FrameCheck]]:
     runs: list[list[FrameCheck]] = []
+    end = 0  # where the last run's frames end
     for c in checks:
         if runs:
             run = runs[-1]
-            start = run[0].offset
-            end = max(x.offset + x.length for x in run)
-            if c.blob == run[0].blob and c.offset <= end + COALESCE_GAP and c.offset + c.length - start <= MAX_RUN:
+            if c.blob == run[0].blob and c.offset <= end + COALESCE_GAP and c.offset + c.length - run[0].offset <= MAX_RUN:
                 run.append(c)
+                end = max(end, c.offset + c.length)
                 continue
         runs.append([c])
+        end = c.offset + c.length
     return runs
 
 
