@@ -26,21 +26,11 @@ from forkd_client.vmops import INSTALL_HINT
 from forkd_client.vmops.build import count_changed_chunks
 from vmm import process
 from .snapshots import sha256_hex
-from .vmfixtures import no_vm_left_running  # noqa: F401  (autouse)
+from .vmfixtures import QEMU, needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
 
-QEMU = "qemu-system-x86_64"
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "cli.md"
 MIB = 1 << 20
-
-
-def needs_qemu(test):
-    """Real-VM test: marked qemu + slow, skipped only where QEMU is not installed."""
-    for mark in (pytest.mark.qemu, pytest.mark.slow,
-                 pytest.mark.skipif(shutil.which(QEMU) is None,
-                                    reason=f"{QEMU} is not installed (run scripts/install-vmm-deps.sh)")):
-        test = mark(test)
-    return test
 
 
 def cli(home: Path, *argv: str) -> tuple[int, str, str]:
@@ -48,8 +38,6 @@ def cli(home: Path, *argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["--home", str(home), *argv])
     return code, out.getvalue(), err.getvalue()
-
-
 
 
 def tags(home: Path) -> list[str]:
@@ -60,8 +48,6 @@ def tags(home: Path) -> list[str]:
 def staging_entries(home: Path) -> list[str]:
     staging = home / ".staging"
     return os.listdir(staging) if staging.exists() else []
-
-
 
 
 @pytest.fixture(scope="module")

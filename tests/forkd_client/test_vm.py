@@ -33,23 +33,9 @@ from forkd_client.vmops.build import count_changed_chunks
 from manifest.diff import diff_files
 from vmm import CompatibilityError, FirecrackerDriver, QemuMicrovmDriver, process
 from .snapshots import sha256_hex
-from .vmfixtures import no_vm_left_running  # noqa: F401  (autouse)
+from .vmfixtures import QEMU, needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
 
-QEMU = "qemu-system-x86_64"
 MEM_MIB = 128
-
-
-def needs_qemu(test):
-    """Real-VM test: marked qemu + slow, skipped only where QEMU is not installed."""
-    for mark in (pytest.mark.qemu, pytest.mark.slow,
-                 pytest.mark.skipif(shutil.which(QEMU) is None,
-                                    reason=f"{QEMU} is not installed (run scripts/install-vmm-deps.sh)")):
-        test = mark(test)
-    return test
-
-
-
-
 
 
 @pytest.fixture(scope="module")
