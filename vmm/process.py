@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import subprocess
 import threading
 from pathlib import Path
+
+from vmm.errors import VmmUnavailable
 
 _live: set[subprocess.Popen[bytes]] = set()
 _work_dirs: dict[subprocess.Popen[bytes], Path] = {}
@@ -91,6 +94,25 @@ def log_tail(path: Path, limit: int = 2000) -> str:
             return f.read().decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def binary_version(binary: str, pattern: str, install_hint: str = "") -> re.Match[str]:
+    """Run ``binary --version`` and match ``pattern`` in what it prints.
+
+    Raises ``VmmUnavailable`` when the binary is not on PATH (with ``install_hint``), cannot be
+    run, or prints no version ``pattern`` recognises.
+    """
+    path = shutil.which(binary)
+    if not path:
+        raise VmmUnavailable(f"{binary} not found on PATH{install_hint}")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise VmmUnavailable(f"{binary} --version failed: {exc}") from exc
+    match = re.search(pattern, out)
+    if not match:
+        raise VmmUnavailable(f"cannot parse the version of {binary}: {out.strip()[:200]!r}")
+    return match
 
 
 @atexit.register

@@ -78,3 +78,34 @@ def test_released_processes_survive_the_reaper_and_owned_dirs_go_with_stop(tmp_p
         kept.kill()
         kept.wait()
         assert isinstance(kept, subprocess.Popen)
+
+
+def _fake_binary(bin_dir, name: str, output: str):
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\necho '{output}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_binary_version_reads_what_the_binary_prints(tmp_path, monkeypatch):
+    from vmm.firecracker import FirecrackerDriver
+    from vmm.qemu.host import qemu_version
+
+    _fake_binary(tmp_path / "bin", "qemu-fake", "QEMU emulator version 8.1.3 (Debian 1:8.1.3+ds-1)")
+    _fake_binary(tmp_path / "bin", "fc-fake", "Firecracker v1.7.0\n\nSupported snapshot data format versions: v1.0.0")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert qemu_version("qemu-fake") == (8, 1, 3)
+    assert FirecrackerDriver("fc-fake").version() == "1.7.0"
+
+
+def test_binary_version_errors_name_the_binary(tmp_path, monkeypatch):
+    from vmm.errors import VmmUnavailable
+    binary_version = process.binary_version
+
+    _fake_binary(tmp_path / "bin", "mute-vmm", "no numbers here")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    with pytest.raises(VmmUnavailable, match=r"absent-vmm not found on PATH \(install it\)"):
+        binary_version("absent-vmm", r"(\d+)", " (install it)")
+    with pytest.raises(VmmUnavailable, match="cannot parse the version of mute-vmm: 'no numbers here'"):
+        binary_version("mute-vmm", r"(\d+)\.(\d+)")

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -65,17 +62,7 @@ class FirecrackerDriver(Driver):
 
     def version(self) -> str:
         """``firecracker --version`` as ``"1.7.0"``. Raises ``VmmUnavailable``."""
-        path = shutil.which(self.binary)
-        if not path:
-            raise VmmUnavailable(f"{self.binary} not found on PATH")
-        try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise VmmUnavailable(f"{self.binary} --version failed: {exc}") from exc
-        match = re.search(r"v?(\d+\.\d+\.\d+)", out)
-        if not match:
-            raise VmmUnavailable(f"cannot parse the version of {self.binary}: {out.strip()[:200]!r}")
-        return match.group(1)
+        return process.binary_version(self.binary, r"v?(\d+\.\d+\.\d+)").group(1)
 
     def available(self) -> Availability:
         try:

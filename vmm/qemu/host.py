@@ -9,10 +9,9 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
+from vmm import process
 from vmm.errors import VmmUnavailable
 from vmm.kvm import kvm_problem
 
@@ -40,16 +39,7 @@ def pick_accel(override: str | None = None) -> tuple[str, str]:
 @functools.lru_cache(maxsize=8)
 def qemu_version(binary: str) -> tuple[int, int, int]:
     """``(major, minor, micro)`` of a QEMU binary. Raises ``VmmUnavailable``."""
-    path = shutil.which(binary)
-    if not path:
-        raise VmmUnavailable(f"{binary} not found on PATH (install qemu-system-x86)")
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise VmmUnavailable(f"{binary} --version failed: {exc}") from exc
-    match = re.search(r"version (\d+)\.(\d+)\.(\d+)", out)
-    if not match:
-        raise VmmUnavailable(f"cannot parse the version of {binary}: {out.strip()[:200]!r}")
+    match = process.binary_version(binary, r"version (\d+)\.(\d+)\.(\d+)", " (install qemu-system-x86)")
     return int(match[1]), int(match[2]), int(match[3])
 
 
