@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -52,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from netshape import shaped_loopback  # noqa: E402
-from common import GiB, human, MACHINE_NOTE, median, MiB, print_table  # noqa: E402
+from common import GiB, human, MACHINE_NOTE, median, MiB, print_table, timed, timed_cpu  # noqa: E402
 from images import allocated, fs_used, make_child_image, make_memory_image, make_vmstate, sparse_copy  # noqa: E402
 from oci import sha256_file, skopeo_clear_cache, skopeo_copy, write_oci_layout  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary, RegistryServer  # noqa: E402
@@ -97,24 +96,6 @@ def make_chain(root: Path, mem: int, data_fraction: float, dirty: float, childre
 def import_chain(user: ForkdUser, chain: Chain) -> None:
     for i, (src, tag) in enumerate(zip(chain.srcs, TAGS)):
         user.run("import", str(src), tag, *(["--parent", TAGS[i - 1]] if i else []))
-
-
-def timed(fn) -> float:
-    """Wall time of ``fn``, started on a quiet disk: what the previous run wrote is flushed
-    first (``sync``), so neither tool waits behind the other's writeback."""
-    return timed_cpu(fn)[0]
-
-
-def timed_cpu(fn) -> tuple[float, float]:
-    """``(wall, cpu)`` of ``fn`` after a ``sync``; cpu is the user + system time of the child
-    processes it ran and waited for (the client, not the servers)."""
-    os.sync()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    fn()
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, warmup: int = 0) -> dict:

@@ -8,6 +8,7 @@ logs), ``proxy`` (a byte-counting TCP relay), ``images`` (sparse memory images, 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -29,17 +30,31 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
+def timed_cpu(fn: Callable[[], object]) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of ``fn()``, started after a ``sync`` (it never waits behind what
+    was written before it); cpu is the user + system time of the child processes it ran and
+    waited for (a client, not the servers)."""
+    os.sync()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Wall seconds of ``fn()``, started after a ``sync``."""
+    return timed_cpu(fn)[0]
+
+
 def timed_runs(fn: Callable[[int], object], repeat: int, before: Callable[[int], object] | None = None) -> list[float]:
-    """Run ``before(i)`` untimed, then time ``fn(i)``, ``repeat`` times; the list of seconds.
-    Each timed run starts after a ``sync``: it never waits behind what was written before it."""
+    """Run ``before(i)`` untimed, then time ``fn(i)`` (see :func:`timed`), ``repeat`` times."""
     times = []
     for i in range(repeat):
         if before is not None:
             before(i)
-        os.sync()
-        t = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t)
+        times.append(timed(lambda: fn(i)))
     return times
 
 
