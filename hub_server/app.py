@@ -1,15 +1,13 @@
-"""``create_app(settings)``: the one composition root of the hub.
+"""``create_app(settings)``: the hub's Litestar app around the services of ``compose.open_hub``.
 
-It picks the implementations (the blob store from ``settings.storage`` through
-``storage.factory.create_store``, the database from ``settings.database_url``), and wires them
-into a Litestar app. The lifespan owns the resources and leaves them on ``app.state``:
+The lifespan enters ``open_hub(settings)`` (the one composition root: engine, schema check,
+store, services) and leaves what it built on ``app.state``:
 
-    engine, sessions (async_sessionmaker), store, tokens (TokenService), audit (AuditLog),
-    metrics (HubMetrics), registry (Registry), settings
+    hub (HubServices), engine, sessions (async_sessionmaker), store, tokens (TokenService),
+    audit (AuditLog), metrics (HubMetrics), registry (Registry), settings
 
-On startup it creates the data directory and upgrades the schema (``db.migrations``); on
-shutdown (SIGTERM under uvicorn) it stops the periodic GC, closes the store and disposes the
-engine. The access log and the HTTP metrics wrap the whole ASGI handler, so requests that
+On shutdown (SIGTERM under uvicorn) it stops the periodic GC, then ``open_hub`` closes the
+store and disposes the engine. The access log and the HTTP metrics wrap the whole ASGI handler, so requests that
 match no route are logged and counted too.
 """
 
@@ -29,16 +27,11 @@ from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES
 from hub_server.api.errors import EXCEPTION_HANDLERS
 from hub_server.api.forkd_compat import ForkdCompatController
-from hub_server.audit import AuditLog
-from hub_server.auth.tokens import TokenService
-from hub_server.db.engine import make_engine, make_session_factory
-from hub_server.db.migrations import upgrade
+from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
-from hub_server.registry.context import RegistryContext
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings
-from hub_server.storage.factory import create_store
 
 __all__ = ["create_app", "route_handlers"]
 
@@ -62,26 +55,11 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        engine = make_engine(settings.database_url)
-        try:
-            await upgrade(engine)
-            store = create_store(settings.storage)
-            try:
-                sessions = make_session_factory(engine)
-                audit = AuditLog(sessions, settings.audit_log)
-                registry = Registry(RegistryContext(
-                    sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
-                    blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
-                ))
-                app.state.update(engine=engine, sessions=sessions, store=store, tokens=TokenService(sessions),
-                                 audit=audit, metrics=metrics, registry=registry, settings=settings)
-                async with _periodic_gc(registry, settings.gc_interval):
-                    yield
-            finally:
-                await store.close()
-        finally:
-            await engine.dispose()
+        async with open_hub(settings, metrics=metrics) as hub:
+            app.state.update(hub=hub, engine=hub.engine, sessions=hub.sessions, store=hub.store, tokens=hub.tokens,
+                             audit=hub.audit, metrics=hub.metrics, registry=hub.registry, settings=settings)
+            async with _periodic_gc(hub.registry, settings.gc_interval):
+                yield
 
     app = Litestar(
         route_handlers=[*route_handlers(), *extra_route_handlers],

@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from hub_server import cli_tokens
-from hub_server.settings import DEFAULT_DATA_DIR, Settings, SettingsError, env_name, load_settings, parse_duration
+from hub_server.compose import HubStartError, open_hub
+from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
 
 __all__ = ["build_parser", "main"]
 
@@ -35,10 +34,7 @@ def _add(parser: argparse.ArgumentParser, name: str, help_text: str, **kwargs: A
     parser.add_argument(flag, dest=name, default=None, help=f"{help_text} [env {env_name(name)}]", **kwargs)
 
 
-def _store_args(parser: argparse.ArgumentParser) -> None:
-    _add(parser, "data_dir", f"data directory (default {DEFAULT_DATA_DIR})", metavar="DIR")
-    _add(parser, "storage", "blob store spec, e.g. 'filesystem root=/srv/blobs' (default: DIR/blobs)", metavar="SPEC")
-    _add(parser, "database_url", "SQLAlchemy URL (default: sqlite+aiosqlite:///DIR/hub.db)", metavar="URL")
+_store_args = cli_tokens.add_store_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except SettingsError as e:
+    except (SettingsError, HubStartError) as e:
         print(f"forkd-hub: error: {e}", file=sys.stderr)
         return 1
 
@@ -93,14 +89,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     from hub_server.app import create_app
     from hub_server.logs import configure_logging
-    from hub_server.storage.factory import create_store
 
     settings = _settings(args, (*_SERVER_FLAGS, *_STORE_FLAGS))
     configure_logging(settings.log_level.upper())
-    try:
-        asyncio.run(create_store(settings.storage).close())  # fail fast, with a clear message, on a bad spec
-    except (ValueError, OSError) as e:
-        raise SettingsError(f"storage {settings.storage!r}: {e}") from None
+    asyncio.run(_open_and_close(settings))  # fail fast with one line (bad store, database, schema), not a traceback
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -132,27 +124,23 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _open_and_close(settings: Settings) -> None:
+    async with open_hub(settings):
+        pass
+
+
 def _migrate(args: argparse.Namespace) -> int:
-    from hub_server.db.engine import make_engine
-    from hub_server.db.migrations import LATEST, upgrade
+    from hub_server.db.schema import head_revision
 
     settings = _settings(args, _STORE_FLAGS)
 
-    async def go() -> list[int]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        engine = make_engine(settings.database_url)
-        try:
-            return await upgrade(engine)
-        finally:
-            await engine.dispose()
+    async def go() -> list[str]:
+        async with open_hub(settings, migrate=True) as hub:
+            return hub.migrations_applied
 
-    try:
-        applied = asyncio.run(go())
-    except SQLAlchemyError as e:
-        print(f"forkd-hub: database error: {e}", file=sys.stderr)
-        return 1
-    done = f"applied migration(s) {', '.join(map(str, applied))}" if applied else "already up to date"
-    print(f"schema version {LATEST}: {done}")
+    applied = asyncio.run(go())
+    done = f"applied revision(s) {', '.join(applied)}" if applied else "already up to date"
+    print(f"schema revision {head_revision()}: {done}")
     return 0
 
 
@@ -175,26 +163,8 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool):  # noqa: ANN202
-    from hub_server.audit import AuditLog
-    from hub_server.db.engine import make_engine, make_session_factory
-    from hub_server.db.migrations import upgrade
-    from hub_server.metrics import HubMetrics
-    from hub_server.registry.context import RegistryContext
-    from hub_server.registry.service import Registry
-    from hub_server.storage.factory import create_store
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.database_url)
-    try:
-        await upgrade(engine)
-        sessions = make_session_factory(engine)
-        async with create_store(settings.storage) as store:
-            ctx = RegistryContext(sessions=sessions, store=store, audit=AuditLog(sessions, settings.audit_log),
-                                  metrics=HubMetrics(), limits=settings.limits)
-            registry = Registry(ctx)
-            return await registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
-    finally:
-        await engine.dispose()
+    async with open_hub(settings) as hub:
+        return await hub.registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
 
 
 if __name__ == "__main__":  # pragma: no cover

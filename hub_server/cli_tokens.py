@@ -1,9 +1,10 @@
 """``forkd-hub token …`` and ``forkd-hub audit``: token management and the audit trail.
 
 ``hub_server/cli.py`` calls :func:`register` on its sub-parser set; every command sets
-``args.func(args) -> int`` (the exit status). Each command opens the metadata database
-(``FORKD_HUB_DATABASE_URL`` if set, else SQLite in ``--data-dir`` / ``FORKD_HUB_DATA_DIR`` /
-``./forkd-hub-data``), creates missing tables, and runs once under ``asyncio.run``.
+``args.func(args) -> int`` (the exit status). Each command builds its settings like ``serve``
+(``--data-dir``, ``--database-url``, ``--storage`` or their ``FORKD_HUB_*`` variables), enters
+``compose.open_hub`` (which checks, and for SQLite upgrades, the schema) and runs once under
+``asyncio.run``.
 
 ``token create`` prints only the token on stdout (``TOKEN=$(forkd-hub token create …)``);
 everything else goes to stderr. Creating and revoking tokens are audited with the actor
@@ -20,20 +21,21 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from hub_server.audit import AuditChainBroken, AuditLog, default_jsonl_path, verify_jsonl
+from hub_server.audit import AuditChainBroken, AuditLog, verify_jsonl
 from hub_server.auth.errors import AuthError
 from hub_server.auth.models import utcnow
 from hub_server.auth.tokens import TokenInfo, TokenService, parse_duration
-from hub_server.db.engine import create_schema, make_engine, make_session_factory, sqlite_url
+from hub_server.compose import HubStartError, open_hub, redacted_url
+from hub_server.settings import DEFAULT_DATA_DIR, SettingsError, env_name, load_settings
 
-__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_EXPIRY", "cli_actor", "main_for_tests", "register"]
+__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_EXPIRY", "add_store_args", "cli_actor", "main_for_tests", "register"]
 
-DEFAULT_DATA_DIR = "./forkd-hub-data"
+#: The settings every command that opens the hub's database and store accepts.
+STORE_FLAGS = ("data_dir", "storage", "database_url")
 #: Tokens expire unless asked not to (``--expires never``).
 DEFAULT_EXPIRY = "90d"
 
@@ -105,41 +107,39 @@ def cli_actor() -> str:
     return f"cli:{user}"
 
 
-def _add_storage_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-dir",
-        default=None,
-        help=f"the hub's data directory (default: $FORKD_HUB_DATA_DIR or {DEFAULT_DATA_DIR})",
-    )
+def add_store_args(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir``, ``--storage`` and ``--database-url`` (each also a ``FORKD_HUB_*`` variable)."""
+    helps = {
+        "data_dir": (f"data directory (default {DEFAULT_DATA_DIR})", "DIR"),
+        "storage": ("blob store spec, e.g. 'filesystem root=/srv/blobs' (default: DIR/blobs)", "SPEC"),
+        "database_url": ("SQLAlchemy URL (default: sqlite+aiosqlite:///DIR/hub.db)", "URL"),
+    }
+    for name, (help_text, metavar) in helps.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=metavar,
+                            help=f"{help_text} [env {env_name(name)}]")
 
 
-def _data_dir(args: argparse.Namespace) -> Path:
-    return Path(args.data_dir or os.environ.get("FORKD_HUB_DATA_DIR") or DEFAULT_DATA_DIR)
+_add_storage_args = add_store_args
 
 
 def _run(args: argparse.Namespace, command: Command) -> int:
-    data_dir = _data_dir(args)
-    url = os.environ.get("FORKD_HUB_DATABASE_URL") or sqlite_url(data_dir)
+    try:
+        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS})
+    except SettingsError as e:
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
 
     async def go() -> int:
-        data_dir.mkdir(parents=True, exist_ok=True)  # SQLite and the JSONL export live here
-        engine = make_engine(url)
-        try:
-            await create_schema(engine)
-            sessions = make_session_factory(engine)
-            return await command(
-                TokenService(sessions), AuditLog(sessions, default_jsonl_path(data_dir)), args
-            )
-        finally:
-            await engine.dispose()
+        async with open_hub(settings) as hub:
+            return await command(hub.tokens, hub.audit, args)
 
     try:
         return asyncio.run(go())
-    except (AuthError, ValueError, LookupError, OSError) as e:
+    except (AuthError, ValueError, LookupError, OSError, HubStartError) as e:
         print(f"forkd-hub: error: {e}", file=sys.stderr)
         return 1
     except SQLAlchemyError as e:
-        print(f"forkd-hub: database error ({url.split('://', 1)[0]}): {e}", file=sys.stderr)
+        print(f"forkd-hub: database error ({redacted_url(settings.database_url)}): {e}", file=sys.stderr)
         return 1
 
 

@@ -72,7 +72,16 @@ class Settings:
     blob_redirects: bool = True
     """Answer blob GETs with 307 to a presigned URL when the store can make one."""
     redirect_expiry: int = 300
+    migrate_on_start: bool | None = None
+    """Upgrade an older schema when starting; ``None``: only for SQLite (one host, no replicas)."""
     limits: Limits = field(default_factory=Limits)
+
+    @property
+    def migrates_on_start(self) -> bool:
+        """Whether starting may upgrade the schema (else an older schema is refused)."""
+        if self.migrate_on_start is not None:
+            return self.migrate_on_start
+        return self.database_url.startswith("sqlite")
 
     @classmethod
     def for_data_dir(cls, data_dir: str | os.PathLike[str], **overrides: Any) -> Settings:
@@ -169,6 +178,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "audit_log": (lambda t: Path(t).expanduser(), False),
     "blob_redirects": (_bool, False),
     "redirect_expiry": (_positive(int), False),
+    "migrate_on_start": (_bool, False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),

@@ -2,8 +2,9 @@
 
 SQLite (``sqlite+aiosqlite:///DIR/hub.db``) is the embedded default; PostgreSQL
 (``postgresql+asyncpg://…``) uses the same models. Every table is a SQLModel class
-registered on ``SQLModel.metadata``; :func:`create_schema` imports every module that
-defines tables (:data:`MODEL_MODULES`) so no table is forgotten.
+registered on ``SQLModel.metadata``; :func:`import_models` imports every module that
+defines tables (:data:`MODEL_MODULES`) so no table is forgotten. The schema itself is made
+and upgraded by Alembic revisions (``hub_server/db/schema.py``), never by ``create_all``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-from sqlmodel import SQLModel
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 #: Modules that define SQLModel tables. Add yours here.
@@ -60,7 +60,7 @@ def import_models() -> None:
 
 
 async def create_schema(engine: AsyncEngine) -> None:
-    """Create every table that does not exist yet (idempotent)."""
-    import_models()
-    async with engine.begin() as conn:
-        await conn.run_sync(SQLModel.metadata.create_all)
+    """Bring the schema to this code's revision (idempotent); tests and tools that hold an engine."""
+    from hub_server.db.schema import upgrade
+
+    await upgrade(engine)

@@ -12,7 +12,7 @@
     tags              (repository_id, name, manifest_digest, updated_at)
     chunks            (id, digest, blob_digest, offset, length)      verified chunk frame locations
     uploads           (id, repository_id, size, created_at, updated_at)
-    schema_versions   (version, applied_at)
+    alembic_version   (version_num)                                  the schema revision (db/schema.py)
 
 Blob rows exist only for objects that were verified and moved to their content address.
 Digests are ``algorithm:hex`` strings. Timestamps are timezone-aware UTC on every backend.
@@ -38,7 +38,6 @@ __all__ = [
     "Repository",
     "RepositoryBlob",
     "RepositoryManifest",
-    "SchemaVersion",
     "Tag",
     "UTCDateTime",
     "Upload",
@@ -177,12 +176,3 @@ class Upload(SQLModel, table=True):
     size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     created_at: datetime = _time()
     updated_at: datetime = _time(index=True)
-
-
-class SchemaVersion(SQLModel, table=True):
-    """One row per applied migration (``forkd-hub migrate``)."""
-
-    __tablename__ = "schema_versions"
-
-    version: int = Field(primary_key=True)
-    applied_at: datetime = _time()

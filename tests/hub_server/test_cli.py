@@ -15,7 +15,7 @@ from tests.hub_server.pushing import PushClient
 
 def test_migrate_is_idempotent(tmp_path, capsys):
     assert main(["migrate", "--data-dir", str(tmp_path)]) == 0
-    assert "applied migration(s) 1" in capsys.readouterr().out
+    assert "applied revision(s) 0001, 0002" in capsys.readouterr().out
     assert main(["migrate", "--data-dir", str(tmp_path)]) == 0
     assert "already up to date" in capsys.readouterr().out
     assert (tmp_path / "hub.db").exists()

@@ -1,0 +1,132 @@
+"""``open_hub(settings)``: the one composition root. Everything the hub runs on is built here, once.
+
+The app's lifespan and every ``forkd-hub`` subcommand (``migrate``, ``gc``, ``token``, ``audit``)
+enter it and use the :class:`HubServices` it yields::
+
+    async with open_hub(settings) as hub:
+        await hub.tokens.create(...)
+        await hub.registry.gc.run(...)
+
+It creates the data directory, opens the database engine, checks the schema (upgrading it
+when ``settings.migrates_on_start``, or when asked to, as ``forkd-hub migrate`` does), builds
+the blob store from ``settings.storage`` and the services on top. Leaving the block closes the
+store and disposes of the engine. No other module picks a backend or wires a service.
+
+Errors (raised on entry, each with a one-line message for operators):
+    SettingsError: the storage spec is unusable (names the spec).
+    HubStartError: the database or the store cannot be opened, a driver is missing, or the
+        schema does not match this code (``SchemaMismatch``, a subclass).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.audit import AuditLog
+from hub_server.auth.tokens import TokenService
+from hub_server.db.engine import make_engine, make_session_factory
+from hub_server.db.schema import SchemaMismatch, ensure_current
+from hub_server.metrics import HubMetrics
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.service import Registry
+from hub_server.settings import Settings, SettingsError
+from hub_server.storage import BlobStore, StorageError
+from hub_server.storage.factory import create_store
+
+__all__ = ["HubServices", "HubStartError", "open_hub", "redacted_url"]
+
+
+class HubStartError(RuntimeError):
+    """The hub cannot start: the message is one line saying what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class HubServices:
+    """Everything built from one ``Settings``; handed to the app (``app.state``) and the CLI."""
+
+    settings: Settings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    store: BlobStore
+    tokens: TokenService
+    audit: AuditLog
+    metrics: HubMetrics
+    registry: Registry
+    migrations_applied: list[str] = field(default_factory=list)
+    """Schema revisions applied while opening (empty when the schema was current)."""
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+
+
+@contextlib.asynccontextmanager
+async def open_hub(
+    settings: Settings, *, metrics: HubMetrics | None = None, migrate: bool | None = None
+) -> AsyncIterator[HubServices]:
+    """Open the database and the store for ``settings`` and build every service once.
+
+    ``migrate``: upgrade an older schema (default ``settings.migrates_on_start``); a schema
+    newer than this code is always refused.
+
+    Raises: SettingsError, HubStartError (see the module docstring).
+    """
+    settings.data_dir.mkdir(parents=True, exist_ok=True)  # SQLite, the audit export and pack builds live here
+    engine = _engine(settings.database_url)
+    try:
+        applied = await _check_schema(engine, settings, settings.migrates_on_start if migrate is None else migrate)
+        store = _store(settings.storage)
+        try:
+            sessions = make_session_factory(engine)
+            metrics = metrics or HubMetrics()
+            audit = AuditLog(sessions, settings.audit_log)
+            registry = Registry(RegistryContext(
+                sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
+                blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
+            ))
+            yield HubServices(settings=settings, engine=engine, sessions=sessions, store=store,
+                              tokens=TokenService(sessions), audit=audit, metrics=metrics, registry=registry,
+                              migrations_applied=applied)
+        finally:
+            await store.close()
+    finally:
+        await engine.dispose()
+
+
+def _engine(url: str) -> AsyncEngine:
+    try:
+        return make_engine(url)
+    except ImportError as e:
+        raise HubStartError(f"database {redacted_url(url)}: its driver is not installed ({e})") from None
+    except (SQLAlchemyError, ValueError) as e:
+        raise HubStartError(f"database URL {redacted_url(url)!r} is unusable: {e}") from None
+
+
+async def _check_schema(engine: AsyncEngine, settings: Settings, migrate: bool) -> list[str]:
+    try:
+        return await ensure_current(engine, migrate=migrate)
+    except SchemaMismatch as e:
+        raise HubStartError(f"database {redacted_url(settings.database_url)}: {e}") from None
+    except (SQLAlchemyError, OSError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise HubStartError(f"database {redacted_url(settings.database_url)} is unusable: {detail}") from None
+
+
+def _store(spec: str) -> BlobStore:
+    try:
+        return create_store(spec)
+    except StorageError as e:  # configured correctly but cannot start
+        raise HubStartError(f"storage {spec!r}: {e}") from None
+    except ValueError as e:
+        raise SettingsError(f"storage {spec!r}: {e}") from None

@@ -1,0 +1,171 @@
+"""The database schema's version: Alembic revisions in ``hub_server/db/revisions/versions``.
+
+``forkd-hub migrate`` calls :func:`upgrade`; every start (``serve``, ``gc``, ``token``, ``audit``,
+through ``hub_server.compose.open_hub``) calls :func:`ensure_current`, which refuses a schema
+newer or older than this code, or upgrades an older one when migrating on start is allowed (the
+embedded SQLite default, ``Settings.migrate_on_start``).
+
+A database made before Alembic (by the hand-written migration 1, recorded in a
+``schema_versions`` table) holds exactly revision ``0001``'s tables: it is stamped ``0001``
+and upgraded from there. On PostgreSQL an advisory lock serialises replicas migrating at once.
+How to add a revision: docs/decisions/0005-schema-migrations.md.
+
+Errors: :class:`SchemaMismatch` (a ``RuntimeError`` with a one-line message for operators);
+SQLAlchemy and driver errors pass through (``open_hub`` reports them).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import SQLModel
+
+from hub_server.db.engine import import_models
+
+__all__ = [
+    "BASELINE", "UNMODELLED_TABLES", "SchemaMismatch", "SchemaState", "ensure_current", "head_revision",
+    "include_object", "state", "upgrade",
+]
+
+REVISIONS = Path(__file__).with_name("revisions")
+#: The revision equal to what the pre-Alembic ``schema_versions`` migration 1 created.
+BASELINE = "0001"
+LEGACY_TABLE = "schema_versions"
+#: pg_advisory_xact_lock key: "forkd-hub schema" (any constant shared by every replica).
+_PG_LOCK = 0x666B6468_736368
+
+
+#: Tables that revisions create without a SQLModel class (e.g. a SQLite FTS5 index and its
+#: shadow tables ``<name>_data``, ``<name>_idx`` …): autogenerate and the model check skip them.
+UNMODELLED_TABLES: frozenset[str] = frozenset()
+
+
+def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001 - alembic's hook signature
+    """Alembic ``include_object`` hook: leave :data:`UNMODELLED_TABLES` (and their shadows) alone."""
+    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
+    return not any(table == t or (table or "").startswith(t + "_") for t in UNMODELLED_TABLES)
+
+
+class SchemaMismatch(RuntimeError):
+    """The database's schema is not the one this code was written for; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where a database stands: ``current`` revision (None if empty or legacy) and this code's ``head``."""
+
+    current: str | None
+    head: str
+    legacy: bool = False
+    """Made by the pre-Alembic migrations (has ``schema_versions``, no ``alembic_version``)."""
+    known: bool = True
+    """``current`` is a revision this code has (False: a newer forkd-hub migrated it)."""
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    config = Config()
+    config.set_main_option("script_location", str(REVISIONS))
+    return ScriptDirectory.from_config(config)
+
+
+def head_revision() -> str:
+    """The newest revision this code knows. Raises CommandError if revisions branched (two heads)."""
+    head = _scripts().get_current_head()
+    assert head is not None, f"no revisions under {REVISIONS}"
+    return head
+
+
+def _state(conn: Connection) -> SchemaState:
+    head = head_revision()
+    current = MigrationContext.configure(conn).get_current_revision()
+    if current is None:
+        legacy = inspect(conn).has_table(LEGACY_TABLE)
+        return SchemaState(BASELINE if legacy else None, head, legacy=legacy)
+    try:
+        _scripts().get_revision(current)
+    except CommandError:
+        return SchemaState(current, head, known=False)
+    return SchemaState(current, head)
+
+
+async def state(engine: AsyncEngine) -> SchemaState:
+    """Read the database's schema revision (no changes)."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(_state)
+
+
+def _pending(current: str | None, head: str) -> list[str]:
+    revisions = _scripts().iterate_revisions(head, current)  # newest first
+    return [r.revision for r in reversed(list(revisions))]
+
+
+def _upgrade(conn: Connection) -> list[str]:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
+    now = _state(conn)
+    if not now.known:
+        raise SchemaMismatch(_newer_message(now))
+    if now.up_to_date:
+        return []
+    import_models()
+    scripts = _scripts()
+    applied = _pending(now.current, now.head)
+
+    def steps(heads, context):  # noqa: ANN001, ANN202 - alembic's callback signature
+        return scripts._upgrade_revs(now.head, heads)  # noqa: SLF001 - what alembic's upgrade command calls
+
+    with EnvironmentContext(Config(), scripts, fn=steps, destination_rev=now.head) as env:
+        env.configure(connection=conn, target_metadata=SQLModel.metadata,
+                      render_as_batch=conn.dialect.name == "sqlite")
+        if now.legacy:
+            env.get_context().stamp(scripts, BASELINE)
+        with env.begin_transaction():
+            env.run_migrations()
+    return applied
+
+
+async def upgrade(engine: AsyncEngine) -> list[str]:
+    """Apply every revision newer than the database, in one transaction; return those applied.
+
+    Raises: SchemaMismatch (the database is newer than this code), SQLAlchemy errors.
+    """
+    async with engine.begin() as conn:
+        return await conn.run_sync(_upgrade)
+
+
+async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> list[str]:
+    """Make sure the schema is this code's: upgrade it if ``migrate``, else refuse an older one.
+
+    Returns the revisions applied. Raises: SchemaMismatch (newer than this code, or older and
+    ``migrate`` is false), SQLAlchemy errors.
+    """
+    now = await state(engine)
+    if not now.known:
+        raise SchemaMismatch(_newer_message(now))
+    if now.up_to_date:
+        return []
+    if not migrate:
+        at = "empty" if now.current is None else f"at revision {now.current}"
+        raise SchemaMismatch(f"the database schema is {at}, this forkd-hub needs revision {now.head}: "
+                             "run `forkd-hub migrate` first")
+    return await upgrade(engine)
+
+
+def _newer_message(now: SchemaState) -> str:
+    return (f"the database schema is at revision {now.current}, newer than this forkd-hub knows "
+            f"(its newest is {now.head}): run the forkd-hub version that migrated it, or a later one")
