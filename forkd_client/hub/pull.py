@@ -127,8 +127,14 @@ def pull(
                     result.links.append(LinkPulled(tag, link.digest, reused=True))
                     parent = _Parent(store, tag, config)
                     continue
-                fetched = _fetch_link(store, client, index, ref, link, manifest, config, tag, parent, staging,
-                                      verifier, progress)
+                try:
+                    fetched = _fetch_link(store, client, index, ref, link, manifest, config, tag, parent, staging,
+                                          verifier, progress)
+                except Exception:
+                    # A failed check of an earlier link (its files removed under this one) is the
+                    # cause to report, not this link's missing parent: settle those checks first.
+                    _install_checked(store, client, index, waiting, force, progress, block=True)
+                    raise
                 result.links.append(fetched.stats)
                 waiting.append(fetched)
                 _install_checked(store, client, index, waiting, force, progress, block=False)
