@@ -2,4 +2,5 @@
 # Debian packages the tests and the demo use. Idempotent; run as root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/apt-lib.sh"
-apt_install_missing install-system-deps qemu-system-x86 busybox-static cpio xfsprogs btrfs-progs zstd openssl
+apt_install_missing install-system-deps qemu-system-x86 busybox-static cpio xfsprogs btrfs-progs zstd openssl \
+    postgresql  # a throwaway cluster per test run (tests/services/postgres.py)

@@ -40,12 +40,24 @@ class Hub:
 
 
 @pytest.fixture
-def make_hub(tmp_path: Path) -> Iterator[Callable[..., Hub]]:
+def new_database() -> Callable[[], str | None]:
+    """A fresh database URL for each hub, or ``None`` for the embedded SQLite default.
+
+    tests/hub_server/registry/conftest.py overrides it to run the registry suite on PostgreSQL too.
+    """
+    return lambda: None
+
+
+@pytest.fixture
+def make_hub(tmp_path: Path, new_database: Callable[[], str | None]) -> Iterator[Callable[..., Hub]]:
     clients: list[TestClient[Any]] = []
 
     def make(storage: str | None = None, **overrides: Any) -> Hub:
         data_dir = tmp_path / f"hub{len(clients)}"
         settings = Settings.for_data_dir(data_dir)
+        url = new_database()
+        if url is not None:
+            settings = replace(settings, database_url=url)
         settings = replace(settings, storage=storage or "memory", **overrides)
         client = TestClient(create_app(settings), raise_server_exceptions=False)
         client.__enter__()

@@ -59,8 +59,16 @@ def test_revisions_form_one_line():
     assert head_revision() == _scripts().get_current_head()
 
 
-def test_fresh_database_upgrades_to_head_once(tmp_path):
-    url = f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}"
+    return request.getfixturevalue("postgres").create_database(empty=True)
+
+
+def test_fresh_database_upgrades_to_head_once(empty_database):
+    url = empty_database
 
     async def go() -> tuple[list[str], list[str], str | None]:
         engine = make_engine(url)
@@ -78,9 +86,9 @@ def test_fresh_database_upgrades_to_head_once(tmp_path):
     assert "schema_versions" not in _tables(url)
 
 
-def test_revisions_build_exactly_the_models(tmp_path):
+def test_revisions_build_exactly_the_models(empty_database):
     """A model changed without a revision (or a revision that differs from its model) fails here."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}"
+    url = empty_database
 
     async def go() -> list:
         engine = make_engine(url)

@@ -1,0 +1,1 @@
+"""Real service processes for tests (PostgreSQL, SeaweedFS), started by session fixtures in tests/conftest.py."""
