@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import MEMORY_FILE, VMSTATE_FILE
 
 from .errors import InvalidSnapshotDir, InvalidTag, SnapshotExists, SnapshotNotFound
@@ -125,6 +126,8 @@ def import_snapshot(
                             raise
                     copied.append(src / role)
                 clone_into(src / role, staged / role)
+            if parent is not None:  # a hole in a link would read as the parent's bytes in forkd
+                fill_unsafe_holes(staged / MEMORY_FILE, store.path(parent) / MEMORY_FILE)
             store.prepare(staged, tag, parent=parent, parent_content_hash=parent_hash, compat=merged_compat,
                           annotations=annotations, snapshot_json=base_json, local_dirs=(src,))
             installed = store.commit([(staged, tag)], force=force)[0]

@@ -70,7 +70,8 @@ class StoreBase:
     """Layout, locking and the install path of a :class:`~forkd_client.store.SnapshotStore`."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None, *, durable: bool = True) -> None:
-        self.root = Path(root) if root is not None else forkd_home()
+        # absolute: snapshot.json's paths are derived from it, and forkd's daemon (cwd /) reads them
+        self.root = Path(os.path.abspath(root if root is not None else forkd_home()))
         self.snapshots_dir = self.root / "snapshots"
         self.staging_root = self.root / ".staging"
         self.verified_path = self.root / "verified.db"

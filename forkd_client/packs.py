@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from manifest.forkd_pack import PackLink, UnpackedLink, write_pack
 from manifest.forkd_unpack import read_pack, read_pack_manifest
+from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import ANNOTATION_BASE_IMAGE, ANNOTATION_DESCRIPTION, MEMORY_FILE
 
 from .errors import ChainBroken, InvalidTag, ParentContentMismatch, SnapshotExists
@@ -80,6 +81,9 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
                     annotations[ANNOTATION_BASE_IMAGE] = unpacked.base_image
             known = {f.path: {"sha256": f"sha256:{f.sha256}"} for f in link.files if f.path in FILE_ROLES}
             parent, parent_hash = parents[i]
+            if parent is not None:  # zeros extracted as holes must not read as the parent's bytes
+                parent_memory = (unpacked.links[i - 1].directory if i else store.path(parent)) / MEMORY_FILE
+                fill_unsafe_holes(link.directory / MEMORY_FILE, parent_memory)
             store.prepare(link.directory, target, parent=parent, parent_content_hash=parent_hash,
                           annotations=annotations, created=created, known_digests=known, algorithms=("sha256",))
         return store.commit([(link.directory, target) for link, target in zip(unpacked.links, targets)],

@@ -3,7 +3,9 @@
 The parent is cloned with the filesystem's best tool (reflink, else
 ``copy_file_range``, holes kept), resized to the child's size, then only the
 layer's chunks are written: data chunks are decompressed from their zstd frames
-and checked against their digest, zero chunks become holes. Finally the whole
+and checked against their digest. Zero chunks become holes in a base, but real zeros in a
+link: forkd's daemon reads a hole in a link as "keep the parent's bytes" (see
+:mod:`manifest.holes`). Finally the whole
 file's content digest is checked against the chunk map. The output path should
 be a ``*.partial`` name the caller renames into place; on any error it is removed.
 
@@ -25,6 +27,7 @@ import zstandard
 from .digest import Digest, digest_file
 from .errors import AssemblyError, DigestMismatch
 from .fileops import CloneMethod, clone_file, punch_hole, start_writeback
+from .holes import write_zeros
 from .model import ChunkEntry, ChunkMap
 
 #: ``(blob_digest, offset, length) -> frame bytes``: how assembly reads a chunk's zstd frame.
@@ -78,7 +81,8 @@ class FileAssembler:
     arrive (any order, from any thread), then check the whole file.
 
     The constructor clones ``parent`` to ``out`` (reflink where possible; ``out`` must not
-    exist), sets the size and punches the layer's zero chunks. With ``resume``, an ``out`` of
+    exist), sets the size and zeroes the layer's zero chunks (holes in a base, real zeros in
+    a link). With ``resume``, an ``out`` of
     the right size left by an interrupted assembly is kept as it is (``resumed`` is True) and
     :meth:`holds` tells which chunks it already has. :meth:`write` puts one chunk's verified
     bytes in place; :meth:`finish` fsyncs and checks the content digest. On any error, or
@@ -112,8 +116,12 @@ class FileAssembler:
                 os.ftruncate(self._fd, chunk_map.size)
             for entry in chunk_map.entries:
                 if entry.is_zero:
-                    punch_hole(self._fd, entry.index * chunk_map.chunk_size, self.length(entry.index))
-                    self.holes += 1
+                    offset, length = entry.index * chunk_map.chunk_size, self.length(entry.index)
+                    if parent is None:
+                        punch_hole(self._fd, offset, length)
+                        self.holes += 1
+                    else:  # a link's hole would mean "the parent's bytes" to forkd
+                        write_zeros(self._fd, offset, length)
         except BaseException:
             self.abort()
             raise

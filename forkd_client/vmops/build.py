@@ -28,6 +28,7 @@ from typing import Any
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.diff import diff_files
 from manifest.fileops import clone_file
+from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import MEMORY_FILE
 from vmm import VM, Driver, ExecResult, SnapshotFiles
 from vmm.base import COMPAT_FILE
@@ -154,6 +155,7 @@ def snapshot_diff(store: SnapshotStore, parent: str, tag: str, exec_cmd: str, *,
         snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings,
                                           what=f"snapshot {tag!r}")
         started = time.monotonic()
+        fill_unsafe_holes(snap.memory, source.memory)  # forkd reads a link's holes as the parent's bytes
         diff = count_changed_chunks(source.memory, snap.memory)
         timings["diff_ms"] = _ms_since(started)
         installed = _install(store, staged, tag, snap, exec_cmd, timings,

@@ -48,6 +48,31 @@ def make_link_source(directory: Path, parent_memory: Path, *, seed: int) -> Path
     return directory
 
 
+def make_zeroing_link(directory: Path, parent_memory: Path, *, seed: int, size: int | None = None) -> Path:
+    """A link that zeroes memory the parent held (left as holes, as a VMM punching freed pages
+    or a sparse copy would), dirties other pages, and optionally grows or shrinks."""
+    src = make_link_source(directory, parent_memory, seed=seed)
+    memory = src / "memory.bin"
+    data = bytearray(memory.read_bytes())
+    parent = parent_memory.read_bytes()
+    cut = [off for off in range(0, len(parent), PAGE) if any(parent[off:off + PAGE])][:3]
+    assert cut, "the parent must hold data to zero"
+    new = bytearray(len(data) if size is None else size)
+    new[:min(len(data), len(new))] = data[:len(new)]
+    for off in cut:
+        if off < len(new):
+            new[off:off + PAGE] = bytes(PAGE)
+    if size is not None and size > len(data):
+        new[-PAGE:] = b"\x5a" * PAGE  # data in the grown part
+    with open(memory, "wb") as f:  # zero pages become holes
+        f.truncate(len(new))
+        for off in range(0, len(new), PAGE):
+            if any(new[off:off + PAGE]):
+                f.seek(off)
+                f.write(new[off:off + PAGE])
+    return src
+
+
 def sha256_hex(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

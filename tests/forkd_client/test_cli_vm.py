@@ -24,8 +24,10 @@ from forkd_client.snapdir import HUB_JSON
 from forkd_client.store import SnapshotStore
 from forkd_client.vmops import INSTALL_HINT
 from forkd_client.vmops.build import count_changed_chunks
+from manifest.holes import unsafe_holes
 from vmm import process
 from .snapshots import sha256_hex
+from ..forkd_daemon import assert_forkd_sees_every_link
 from .vmfixtures import QEMU, needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +87,19 @@ def test_snapshot_diff_prints_the_exec_output_and_the_changed_chunks(chain: dict
     diff = count_changed_chunks(snaps / "base" / "memory.bin", snaps / "link" / "memory.bin")
     assert (int(match[1]), int(match[2])) == (diff.changed_chunks, 128 * MIB // 65536)
     assert 32 <= diff.changed_chunks < 2048  # at least the 2 MiB written, far from everything
+
+
+@needs_qemu
+def test_snapshot_diff_links_assemble_right_in_forkd(chain: dict, tmp_path: Path) -> None:
+    """forkd's daemon (tests/forkd_daemon.py) maps each link's own memory.bin, byte for byte,
+    also for a link that zeroes guest memory its parent held (the page cache of /root/r)."""
+    home = chain["home"]
+    code, _, err = cli(home, "snapshot-diff", "--from", "link", "--tag", "zeroed",
+                       "--exec", "dd if=/dev/zero of=/root/r bs=65536 count=32 conv=notrunc 2>/dev/null; sync")
+    assert code == 0, err
+    snaps = home / "snapshots"
+    assert_forkd_sees_every_link(snaps, ["base", "link", "zeroed"], tmp_path)
+    assert unsafe_holes(snaps / "zeroed" / "memory.bin", snaps / "link" / "memory.bin") == []
 
 
 @needs_qemu
