@@ -8,7 +8,10 @@ it reads ``packages["owner/name"].versions[version or "latest"]``, downloads ``u
 - :meth:`ForkdCompatService.registry_json` lists every **public** repository with at least one
   tag, each tag a version whose ``url`` is ``<base>/packs/<ns>/<repo>/<tag>.forkd-snapshot.tar.zst``.
   forkd needs a ``latest`` version: a repository without a ``latest`` tag gets one copied from
-  its most recently updated tag. ``sha256``/``size_bytes`` appear once the pack was built.
+  its most recently updated tag. A version is never listed without ``sha256``/``size_bytes``
+  (forkd's ``pull`` skips its integrity check when ``sha256`` is missing): a tag whose pack is
+  not built yet is built first (once per manifest, cached), and one whose pack cannot be built
+  (too large, damaged content) is left out, logged.
 - :meth:`ForkdCompatService.pack` builds the pack of a tag (or ``@digest``) once per
   repository and head manifest (v1 for a lone base, v2 for a chain root → head, see
   :mod:`packbuild`), stores it under ``forkd-packs/…`` (``registry/paths.py``) with its sha256,
@@ -184,22 +187,24 @@ class ForkdCompatService:
         for repo in repos:
             versions: dict[str, Any] = {}
             newest: tuple[datetime, str] | None = None
-            for tag, manifest in tags.get(repo.id, []):  # type: ignore[arg-type]
+            repo_tags = tags.get(repo.id, [])  # type: ignore[arg-type]
+            for tag, manifest in repo_tags:
                 head = heads.get(manifest.digest, manifest)
-                entry = await self._version(repo.full_name, tag.name, head, configs, base_url)
+                entry = await self._version(repo, tag.name, head, configs, base_url)
                 if entry is None:
                     continue
                 versions[tag.name] = entry
                 newest = max(newest or (tag.updated_at, tag.name), (tag.updated_at, tag.name))
             if newest is None:
                 continue  # forkd requires at least a "latest" version
-            if LATEST not in versions:
+            if LATEST not in versions and all(tag.name != LATEST for tag, _ in repo_tags):
                 versions[LATEST] = dict(versions[newest[1]])
             packages[repo.full_name] = {"description": repo.description, "versions": versions}
         return {"schema_version": 1, "packages": packages}
 
-    async def _version(self, repository: str, tag: str, head: Manifest, configs: dict[str, LayerConfig | None],
+    async def _version(self, repo: Repository, tag: str, head: Manifest, configs: dict[str, LayerConfig | None],
                        base_url: str) -> dict[str, Any] | None:
+        repository = repo.full_name
         if head.config_digest is None:
             return None
         if head.config_digest not in configs:
@@ -213,8 +218,15 @@ class ForkdCompatService:
             return None
         entry: dict[str, Any] = {"url": f"{base_url}/packs/{repository}/{tag}{PACK_SUFFIX}"}
         info = await self._read_info(repository, head.digest)
-        if info is not None:
-            entry["sha256"], entry["size_bytes"] = info
+        if info is None:
+            try:  # public: anyone may read it; built once, then served from the cache
+                built = await self.pack(Principal.anonymous(), repo.namespace, repo.name, f"@{head.digest}")
+            except HubError as e:
+                log.warning("registry.json: leaving out %s:%s, its forkd pack cannot be built: %s",
+                            repository, tag, e)
+                return None
+            info = built.sha256, built.size
+        entry["sha256"], entry["size_bytes"] = info
         mem = config.compat.get("memMiB")
         entry["memory_mib"] = mem if isinstance(mem, int) else -(-config.files[mt.MEMORY_FILE].size // _MiB)
         base_image = config.annotations.get(mt.ANNOTATION_BASE_IMAGE)

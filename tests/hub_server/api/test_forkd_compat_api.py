@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from hub_server.registry.forkd_compat import PACKS_PREFIX
+from hub_server.registry.forkd_compat import PACKS_PREFIX, pack_info_key, pack_key
 from hub_server.registry.paths import blob_key
 from manifest import mediatypes as mt
 from manifest.forkd_unpack import read_pack
@@ -48,9 +48,9 @@ def check_forkd_registry(doc: dict) -> dict:
             url = urlsplit(entry["url"])
             assert url.scheme in ("http", "https") and url.netloc, entry["url"]
             assert url.path.endswith(".forkd-snapshot.tar.zst")
-            if "sha256" in entry:
-                assert SHA256_HEX.fullmatch(entry["sha256"]), entry["sha256"]
-                assert isinstance(entry["size_bytes"], int) and entry["size_bytes"] > 0
+            # never without sha256: forkd's pull would skip its integrity check
+            assert SHA256_HEX.fullmatch(entry["sha256"]), entry["sha256"]
+            assert isinstance(entry["size_bytes"], int) and entry["size_bytes"] > 0
             assert isinstance(entry["memory_mib"], int) and entry["memory_mib"] > 0
             assert RFC3339.fullmatch(entry["created_at"])
     return packages
@@ -88,7 +88,8 @@ def test_registry_json_lists_public_tags_and_a_latest(hub: Hub, published, image
     assert versions["v2"]["url"] == "http://testserver.local/packs/acme/vm/v2.forkd-snapshot.tar.zst"
     assert versions["latest"] == versions["v1"]  # no latest tag: the most recently updated tag
     assert versions["v1"]["memory_mib"] == 4 and versions["v1"]["created_at"] == CREATED
-    assert "sha256" not in versions["v2"]  # not built yet
+    pack = hub.client.get(versions["v2"]["url"]).content  # built for the listing, served as listed
+    assert versions["v2"]["sha256"] == hashlib.sha256(pack).hexdigest() and versions["v2"]["size_bytes"] == len(pack)
 
     hub.pusher(admin).put_manifest("acme/vm", "v3", layers[1].manifest)
     assert registry(hub)["acme/vm"]["versions"]["latest"]["url"].endswith("/v3.forkd-snapshot.tar.zst")
@@ -184,12 +185,13 @@ def test_a_damaged_chunk_is_a_clear_error_and_nothing_is_cached(hub: Hub, publis
     assert detail == {"digest": layers[1].digest}
     message = hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst").json()["errors"][0]["message"]
     assert f"memory.bin chunk {victim.index}" in message and "damaged" in message
-    assert "sha256" not in registry(hub)["acme/vm"]["versions"]["v2"]
+    assert "v2" not in registry(hub)["acme/vm"]["versions"]  # never listed without its sha256
 
     async def keys() -> list[str]:
         return [k async for k in hub.registry.ctx.store.list(PACKS_PREFIX)]
 
-    assert hub.call(keys) == []
+    damaged = {pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)}
+    assert damaged.isdisjoint(hub.call(keys))  # nothing of the damaged pack is cached (v1's was built)
     assert hub.client.get("/packs/acme/vm/v1.forkd-snapshot.tar.zst").status_code == 200  # the base is intact
 
 
@@ -228,7 +230,8 @@ def test_forkd_pull_flow_against_a_real_server(tmp_path: Path):
         with httpx.Client(base_url=url, timeout=30) as http:
             PushClient(http, token).push_chain("acme/vm", images, tmp_path / "push", "v1", public=True)
         first, pack = forkd_pull(f"{url}/registry.json", "acme/vm", tmp_path)
-        assert first["url"] == f"{url}/packs/acme/vm/v1.forkd-snapshot.tar.zst" and "sha256" not in first
+        assert first["url"] == f"{url}/packs/acme/vm/v1.forkd-snapshot.tar.zst" 
+        assert first["sha256"] == hashlib.sha256(pack).hexdigest()  # listed only with it: forkd checks it
         again, same = forkd_pull(f"{url}/registry.json", "acme/vm@v1", tmp_path)
         assert same == pack and again["sha256"] == hashlib.sha256(pack).hexdigest()
         unpacked = unpack(pack, tmp_path / "staging")
