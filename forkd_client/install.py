@@ -197,6 +197,7 @@ class StoreBase:
         algorithms: Sequence[str] = BOTH_DIGESTS,
         snapshot_json: Mapping[str, Any] | None = None,
         local_dirs: tuple[Path, ...] = (),
+        forkd_cli_tag: bool = False,
     ) -> Path:
         """Make the staged directory ``staged`` a complete snapshot ``tag``, ready for :meth:`commit`.
 
@@ -207,10 +208,11 @@ class StoreBase:
         unknown fields kept, paths pointing at the final directory; ``local_dirs`` as in
         :func:`~forkd_client.snapdir.snapshot_json_for`) and forkd-hub.json. A link records
         ``parent_digest``, the blake3 of its parent's memory.bin (given, else from the
-        VerifiedRecord), so that chain checks need no sha256.
+        VerifiedRecord), so that chain checks need no sha256. ``forkd_cli_tag`` admits tags
+        forkd's CLI accepts (dots allowed: what ``forkd unpack`` installs) besides new-tag ones.
         Raises InvalidTag, InvalidSnapshotDir, OSError.
         """
-        validate_tag(tag)
+        (validate_existing_tag if forkd_cli_tag else validate_tag)(tag)
         for role in (VMSTATE_FILE, MEMORY_FILE):
             if not (staged / role).is_file():
                 raise InvalidSnapshotDir(f"snapshot {tag!r} lacks {role}")
@@ -242,14 +244,16 @@ class StoreBase:
             fsync_path(staged)
         return staged
 
-    def commit(self, items: Sequence[tuple[Path, str]], *, force: bool = False) -> list[LocalSnapshot]:
+    def commit(self, items: Sequence[tuple[Path, str]], *, force: bool = False,
+               forkd_cli_tag: bool = False) -> list[LocalSnapshot]:
         """Rename prepared directories into ``snapshots/`` as the given tags, all or nothing.
 
         Every destination is checked before anything moves. With ``force`` an existing
         snapshot of the same tag is replaced (moved out, then deleted). If a rename fails,
-        what was already moved is moved back. Raises SnapshotExists, InvalidTag, OSError.
+        what was already moved is moved back. ``forkd_cli_tag`` as for :meth:`prepare`.
+        Raises SnapshotExists, InvalidTag, OSError.
         """
-        tags = [validate_tag(tag) for _, tag in items]
+        tags = [(validate_existing_tag if forkd_cli_tag else validate_tag)(tag) for _, tag in items]
         if len(set(tags)) != len(tags):
             raise InvalidTag(f"the same tag is installed twice in one commit: {tags}")
         self.snapshots_dir.mkdir(parents=True, exist_ok=True)

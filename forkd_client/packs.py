@@ -30,7 +30,7 @@ from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import ANNOTATION_BASE_IMAGE, ANNOTATION_DESCRIPTION, MEMORY_FILE
 
 from .errors import ChainBroken, InvalidTag, ParentContentMismatch, SnapshotExists
-from .snapdir import FILE_ROLES, SNAPSHOT_JSON, LocalSnapshot, read_json_object, rfc3339, validate_tag
+from .snapdir import FILE_ROLES, SNAPSHOT_JSON, LocalSnapshot, read_json_object, rfc3339, validate_existing_tag
 
 if TYPE_CHECKING:
     from .store import SnapshotStore
@@ -52,7 +52,8 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
     """Install the snapshots of the forkd pack ``file``; returns them root → head.
 
     ``tag`` renames a single-snapshot pack; a chain keeps the publisher's link tags
-    (as in forkd). ``force`` replaces existing snapshots of the same tags.
+    (as in forkd). Tags follow forkd's CLI rule, dots allowed (``py-3.12``), as forkd's
+    unpack installs them. ``force`` replaces existing snapshots of the same tags.
 
     Raises InvalidTag (bad tag, or ``tag`` with a multi-link chain), SnapshotExists,
     ChainBroken (the pack's root names a parent that is not installed),
@@ -62,8 +63,7 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
     if tag is not None and len(declared.links) > 1:
         raise InvalidTag(f"--tag cannot rename a chain pack of {len(declared.links)} links; "
                          "its links install under their own tags")
-    single = len(declared.links) == 1
-    targets = [_target_tag(tag or link.tag, hint=single) for link in declared.links]
+    targets = [_target_tag(tag or link.tag) for link in declared.links]
     if not force:
         for target in targets:
             if store.exists(target):
@@ -85,18 +85,18 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
                 parent_memory = (unpacked.links[i - 1].directory if i else store.path(parent)) / MEMORY_FILE
                 fill_unsafe_holes(link.directory / MEMORY_FILE, parent_memory)
             store.prepare(link.directory, target, parent=parent, parent_content_hash=parent_hash,
-                          annotations=annotations, created=created, known_digests=known, algorithms=("sha256",))
+                          annotations=annotations, created=created, known_digests=known, algorithms=("sha256",),
+                          forkd_cli_tag=True)
         return store.commit([(link.directory, target) for link, target in zip(unpacked.links, targets)],
-                            force=force)
+                            force=force, forkd_cli_tag=True)
 
 
-def _target_tag(tag: str, *, hint: bool) -> str:
+def _target_tag(tag: str) -> str:
+    """``tag`` if forkd's CLI (``validate_tag``: ``[A-Za-z0-9_][A-Za-z0-9._-]{0,63}``) accepts it."""
     try:
-        return validate_tag(tag)
+        return validate_existing_tag(tag)
     except InvalidTag:
-        advice = "; unpack it with --tag" if hint else ""
-        raise InvalidTag(f"pack tag {tag!r} is not a valid local tag "
-                         f"([A-Za-z0-9_][A-Za-z0-9_-]{{0,63}}){advice}") from None
+        raise InvalidTag(f"pack tag {tag!r} is not a valid tag ([A-Za-z0-9_][A-Za-z0-9._-]{{0,63}})") from None
 
 
 def _checked_parents(

@@ -119,12 +119,15 @@ def forkd_v1_pack(path: Path, tag: str, src: Path) -> Path:
     return path
 
 
-def test_unpack_of_a_dotted_forkd_v1_tag_needs_tag(store: SnapshotStore, tmp_path: Path) -> None:
+def test_unpack_of_a_dotted_forkd_v1_tag_installs_it_as_forkd_does(store: SnapshotStore, tmp_path: Path) -> None:
     src = make_base_source(tmp_path / "src")
     pack = forkd_v1_pack(tmp_path / "p.tar.zst", "py-3.12", src)
-    with pytest.raises(InvalidTag, match="--tag"):
-        store.unpack(pack)
-    assert store.tags() == []
+    [dotted] = store.unpack(pack)  # forkd's unpack validates with its CLI rule: dots allowed
+    assert dotted.tag == "py-3.12" and store.tags() == ["py-3.12"] and same_files(dotted.dir, src)
+    assert json.loads((dotted.dir / "snapshot.json").read_text())["memory"] == str(dotted.dir / "memory.bin")
+    assert store.unpack(pack, tag="py-3.13")[0].tag == "py-3.13"
+    with pytest.raises(InvalidTag, match="not a valid tag"):
+        store.unpack(pack, tag=".hidden")
     [snap] = store.unpack(pack, tag="py-3-12")
     assert snap.tag == "py-3-12" and same_files(snap.dir, src)
     assert snap.created == "2026-06-14T10:00:00Z"
