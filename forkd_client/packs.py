@@ -10,8 +10,11 @@ entries only, sha256 verified while streaming), checks that each link's
 ``parent_content_hash`` is the sha256 of its parent's memory.bin (the previous link, or
 for a partial chain a snapshot already in the store), then installs all links in one
 commit. The sha256 digests verified while streaming are recorded in the VerifiedRecord;
-blake3 is computed later, when something first needs it. forkd's rootfs sidecar
-(``<sha16>.rootfs.zst`` written to a path the pack chooses) is not installed.
+blake3 is computed later, when something first needs it.
+
+The head's rootfs travels as forkd's sidecar ``<sha16>.rootfs.zst`` beside the pack, and is
+installed from beside the pack file where :mod:`forkd_client.rootfs` allows (inside the allowed
+roots only, never replacing a file; else in the store's own ``rootfs/``).
 
 Errors: forkd_client.errors (InvalidTag, SnapshotExists, SnapshotNotFound, ChainBroken,
 ParentContentMismatch, InvalidSnapshotDir), ``manifest.forkd_pack.PackError`` and its
@@ -27,10 +30,20 @@ from typing import TYPE_CHECKING
 from manifest.forkd_pack import PackLink, UnpackedLink, write_pack
 from manifest.forkd_unpack import read_pack, read_pack_manifest
 from manifest.holes import fill_unsafe_holes
-from manifest.mediatypes import ANNOTATION_BASE_IMAGE, ANNOTATION_DESCRIPTION, MEMORY_FILE
+from manifest.mediatypes import ANNOTATION_BASE_IMAGE, ANNOTATION_DESCRIPTION, MEMORY_FILE, ROOTFS_FILE
+from manifest.rootfs_sidecar import RootfsInfo, write_sidecar
 
 from .errors import ChainBroken, InvalidTag, ParentContentMismatch, SnapshotExists
-from .snapdir import FILE_ROLES, SNAPSHOT_JSON, LocalSnapshot, read_json_object, rfc3339, validate_existing_tag
+from .rootfs import packed_rootfs, place_rootfs
+from .snapdir import (
+    FILE_ROLES,
+    SNAPSHOT_JSON,
+    LocalSnapshot,
+    dump_snapshot_json,
+    read_json_object,
+    rfc3339,
+    validate_existing_tag,
+)
 
 if TYPE_CHECKING:
     from .store import SnapshotStore
@@ -44,11 +57,26 @@ def pack(store: SnapshotStore, tag: str, out: Path, *, description: str | None =
     PackError (e.g. a tag with a dot, which forkd's pack reader refuses), OSError.
     """
     chain = store.verify_chain(tag)
-    links = [PackLink(s.tag, s.dir, s.parent_tag, s.parent_content_hash) for s in chain]
-    return write_pack(links, out, description=description, base_image=base_image)
+    links: list[PackLink] = []
+    rootfs: dict | None = None
+    for snap in chain:
+        doc = read_json_object(snap.dir / SNAPSHOT_JSON)
+        skip: tuple[str, ...] = ()
+        if doc is not None:
+            packed = packed_rootfs(snap.dir, doc) if snap is chain[-1] else None
+            if packed is not None:  # forkd's way: the image beside the pack, snapshot.json naming its target
+                info, _ = write_sidecar(packed[0], Path(out).parent, packed[1])
+                rootfs, doc["rootfs"] = info.to_table(), info.target_path
+                skip = (ROOTFS_FILE,) if packed[0] == snap.dir / ROOTFS_FILE else ()
+            elif isinstance(doc.get("rootfs"), str) and Path(doc["rootfs"]).parent == snap.dir:
+                del doc["rootfs"]  # a path into this directory would dangle wherever forkd unpacks it
+        links.append(PackLink(snap.tag, snap.dir, snap.parent_tag, snap.parent_content_hash,
+                              snapshot_json=None if doc is None else dump_snapshot_json(doc), skip=skip))
+    return write_pack(links, Path(out), description=description, base_image=base_image, rootfs=rootfs)
 
 
-def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: bool = False) -> list[LocalSnapshot]:
+def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: bool = False,
+           warnings: list[str] | None = None) -> list[LocalSnapshot]:
     """Install the snapshots of the forkd pack ``file``; returns them root → head.
 
     ``tag`` renames a single-snapshot pack; a chain keeps the publisher's link tags
@@ -60,6 +88,7 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
     ParentContentMismatch, PackError, OSError.
     """
     declared = read_pack_manifest(file)
+    rootfs = RootfsInfo.from_table(declared.rootfs) if declared.rootfs is not None else None
     if tag is not None and len(declared.links) > 1:
         raise InvalidTag(f"--tag cannot rename a chain pack of {len(declared.links)} links; "
                          "its links install under their own tags")
@@ -71,6 +100,7 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
     with store.staging("unpack") as staged:
         unpacked = read_pack(file, staged)
         parents = _checked_parents(store, unpacked.links, targets)
+        placed = place_rootfs(store.root, rootfs, Path(file).parent, warnings) if rootfs is not None else None
         created = _created(unpacked.created_at)
         for i, (link, target) in enumerate(zip(unpacked.links, targets)):
             annotations = {}
@@ -84,9 +114,12 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
             if parent is not None:  # zeros extracted as holes must not read as the parent's bytes
                 parent_memory = (unpacked.links[i - 1].directory if i else store.path(parent)) / MEMORY_FILE
                 fill_unsafe_holes(link.directory / MEMORY_FILE, parent_memory)
+            doc = read_json_object(link.directory / SNAPSHOT_JSON) or {}
+            if placed is not None and i == len(targets) - 1:
+                doc["rootfs"] = str(placed)  # where the image is on this host (forkd: target_path)
             store.prepare(link.directory, target, parent=parent, parent_content_hash=parent_hash,
                           annotations=annotations, created=created, known_digests=known, algorithms=("sha256",),
-                          forkd_cli_tag=True)
+                          snapshot_json=doc, forkd_cli_tag=True)
         return store.commit([(link.directory, target) for link, target in zip(unpacked.links, targets)],
                             force=force, forkd_cli_tag=True)
 

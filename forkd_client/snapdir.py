@@ -250,6 +250,19 @@ def snapshot_json_for(
     return doc
 
 
+def carried_fields(directory: Path) -> dict[str, Any] | None:
+    """The fields of ``directory``'s snapshot.json an install cannot derive (the layer config's
+    ``forkd`` object): all but ``vmstate``, ``memory``, the parent fields, and a ``rootfs``
+    naming the snapshot's own file; None when that leaves only ``volumes: []`` or nothing.
+    Raises InvalidSnapshotDir, OSError."""
+    doc = read_json_object(directory / SNAPSHOT_JSON) or {}
+    fields = {k: v for k, v in doc.items() if k not in ("vmstate", "memory", "parent_tag", "parent_content_hash")}
+    rootfs = fields.get("rootfs")
+    if isinstance(rootfs, str) and Path(rootfs).parent == directory:
+        del fields["rootfs"]
+    return None if fields in ({}, {"volumes": []}) else fields
+
+
 def dump_snapshot_json(doc: dict[str, Any]) -> bytes:
     """Serialise like serde_json's ``to_string_pretty`` (two-space indent, no trailing newline)."""
     return json.dumps(doc, indent=2, ensure_ascii=False).encode()

@@ -252,12 +252,12 @@ class SnapshotStore(StoreBase):
 
         return pack(self, tag, Path(out), description=description, base_image=base_image)
 
-    def unpack(self, file: str | os.PathLike[str], *, tag: str | None = None,
-               force: bool = False) -> list[LocalSnapshot]:
+    def unpack(self, file: str | os.PathLike[str], *, tag: str | None = None, force: bool = False,
+               warnings: list[str] | None = None) -> list[LocalSnapshot]:
         """Install a forkd pack; returns the installed snapshots root → head. See :func:`forkd_client.packs.unpack`."""
         from .packs import unpack
 
-        return unpack(self, Path(file), tag=tag, force=force)
+        return unpack(self, Path(file), tag=tag, force=force, warnings=warnings)
 
     def remove(self, tag: str, *, cascade: bool = False, force: bool = False) -> list[str]:
         """Remove ``tag``; returns the removed tags in removal order.

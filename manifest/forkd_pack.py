@@ -111,6 +111,8 @@ class PackLink:
     directory: Path  # holds snapshot.json (optional), vmstate, memory.bin, rootfs.ext4 (optional)
     parent_tag: str | None = None
     parent_content_hash: str | None = None  # lowercase hex sha256 of the parent's memory.bin
+    snapshot_json: bytes | None = None  # packed instead of <directory>/snapshot.json when given
+    skip: tuple[str, ...] = ()  # files of <directory> left out (e.g. a rootfs sent as the sidecar)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,7 @@ class _SourceFile:
     size: int
     sha256: str
     mtime_ns: int
+    data: bytes | None = None  # the content itself, when it is not read from ``path``
 
 
 def write_pack(
@@ -175,13 +178,15 @@ def write_pack(
     forkd_version: str = "0.5.3-forkd-hub",
     created_at: str | None = None,
     level: int = 3,
+    rootfs: dict | None = None,
 ) -> Path:
     """Write ``links`` (root -> head) as a forkd pack at ``out`` and return ``out``.
 
     A single link without a parent becomes a v1 pack; anything else (several links, or a
     lone link that names a parent) becomes v2, because only v2 can carry parent metadata.
     Every file is read twice: once to hash it (manifest.toml, which holds the hashes,
-    must come first) and once to stream it into the tar. The pack is written to
+    must come first) and once to stream it into the tar. ``rootfs`` is manifest.toml's
+    ``{target_path, sha256, size}`` table of the head's rootfs sidecar, if any. The pack is written to
     ``<out>.partial``, fsynced and renamed; on any error the partial file is removed.
 
     Raises:
@@ -204,7 +209,10 @@ def write_pack(
         parent_hashes = _parent_hashes(links, sources)
         manifest = _manifest_toml(
             links, sources, parent_hashes, description, base_image, created_at, forkd_version
-        ).encode()
+        )
+        if rootfs is not None:
+            manifest += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
+        manifest = manifest.encode()
         v2 = _is_v2(links)
         with open(partial, "wb") as raw:
             compressor = zstandard.ZstdCompressor(level=level)
@@ -261,6 +269,12 @@ def _hash_link(link: PackLink) -> list[_SourceFile]:
     files = []
     for name in SNAPSHOT_FILES:
         path = link.directory / name
+        if name in link.skip:
+            continue
+        if name == "snapshot.json" and link.snapshot_json is not None:
+            data = link.snapshot_json
+            files.append(_SourceFile(name, path, len(data), hashlib.sha256(data).hexdigest(), 0, data))
+            continue
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -348,6 +362,9 @@ def _append(zst: BinaryIO, name: str, data: BinaryIO, size: int, mtime: int) -> 
 
 def _append_source(zst: BinaryIO, name: str, src: _SourceFile, mtime: int) -> None:
     """Second pass: stream the file into the tar and check it is what we hashed."""
+    if src.data is not None:
+        _append(zst, name, io.BytesIO(src.data), src.size, mtime)
+        return
     with open(src.path, "rb") as f:
         _append(zst, name, f, src.size, mtime)
         after = os.fstat(f.fileno())

@@ -242,6 +242,11 @@ class ParentRef:
     tag: str | None = None
 
 
+#: snapshot.json fields every install writes itself (paths into the snapshot directory, the chain):
+#: never carried in a config's ``forkd`` object
+FORKD_DERIVED = frozenset({"vmstate", "memory", "parent_tag", "parent_content_hash"})
+
+
 @dataclass(frozen=True)
 class LayerConfig:
     """The config blob of a layer: parent, compatibility, file content hashes, annotations."""
@@ -251,9 +256,12 @@ class LayerConfig:
     parent: ParentRef | None = None
     compat: dict[str, Any] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    #: forkd's snapshot.json fields a pull cannot derive (``volumes``, a ``rootfs`` outside the
+    #: snapshot directory, unknown fields), kept verbatim; absent when there are none
+    forkd: dict[str, Any] | None = None
 
     def to_obj(self) -> dict[str, Any]:
-        return {
+        obj = {
             "mediaType": mt.CONFIG,
             "created": self.created,
             "parent": None if self.parent is None else {"digest": self.parent.digest, "tag": self.parent.tag},
@@ -261,6 +269,9 @@ class LayerConfig:
             "files": {name: self.files[name].to_obj() for name in mt.FILE_ROLES if name in self.files},
             "annotations": dict(sorted(self.annotations.items())),
         }
+        if self.forkd:
+            obj["forkd"] = dict(self.forkd)
+        return obj
 
     def to_json(self) -> bytes:
         return canonical_json(self.to_obj())
@@ -300,7 +311,10 @@ class LayerConfig:
         for required in (mt.VMSTATE_FILE, mt.MEMORY_FILE):
             if required not in files:
                 raise InvalidManifest(f"{p}.files must describe {required!r}")
-        return cls(_get(obj, "created", str, p), files, parent, dict(compat), _annotations(obj, p))
+        forkd = _get(obj, "forkd", dict, p, optional=True)
+        if forkd is not None and (set(forkd) & FORKD_DERIVED):
+            raise InvalidManifest(f"{p}.forkd must not hold {sorted(set(forkd) & FORKD_DERIVED)} (derived on install)")
+        return cls(_get(obj, "created", str, p), files, parent, dict(compat), _annotations(obj, p), forkd or None)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import sys
 from ..hub.client import HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError
+from ..hub.forkd_registry import pull_from_registry
 from ..hub.progress import make_progress
 from ..hub.pull import pull
 from ..hub.push import push
@@ -41,8 +42,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
-    p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag|@digest]")
-    p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="local tag for the head (default: from REF)")
+    p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag|@digest]; with --hub, "
+                   "forkd's owner/name[@version]; or a forkd pack URL")
+    p.add_argument("--as", "--tag", dest="as_tag", metavar="LOCAL_TAG",
+                   help="local tag for the head (default: from REF); --tag is forkd's spelling")
+    p.add_argument("--hub", metavar="REGISTRY_URL",
+                   help="forkd's form: pull REF (owner/name[@version]) from this registry.json URL, as forkd does")
     p.add_argument("--force", action="store_true",
                    help="replace local snapshots of the same tags, and pull again links whose files changed")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
@@ -110,6 +115,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    if args.hub or args.ref.startswith(("http://", "https://")):
+        return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref) as client:
@@ -130,6 +137,22 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     fetched = sum(link.bytes_fetched for link in result.links)
     ctx.print(f"{ref}: pulled as {result.tag} ({result.digest})")
     ctx.print(f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received")
+    return 0
+
+
+def _run_forkd_pull(args: argparse.Namespace, ctx: Context) -> int:
+    """forkd's ``pull --hub REGISTRY_URL owner/name[@version]`` (or a pack URL): registry, pack, unpack."""
+    warnings: list[str] = []
+    with ctx.store() as store:
+        installed = pull_from_registry(store, args.hub, args.ref, tag=args.as_tag, force=args.force,
+                                       warnings=warnings)
+    for warning in warnings:
+        ctx.warn(warning)
+    if args.json:
+        ctx.json([snap.to_obj() for snap in installed])
+        return 0
+    for snap in installed:
+        ctx.print(f"Pulled: {snap.tag}")
     return 0
 
 

@@ -33,8 +33,11 @@ def run_pack(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_unpack(args: argparse.Namespace, ctx: Context) -> int:
+    warnings: list[str] = []
     with ctx.store() as store:
-        installed = store.unpack(args.file, tag=args.tag, force=args.force)
+        installed = store.unpack(args.file, tag=args.tag, force=args.force, warnings=warnings)
+    for warning in warnings:
+        ctx.warn(warning)
     for snap in installed:
         ctx.print(f"Unpacked: {snap.tag}")
     return 0

@@ -24,7 +24,7 @@ from manifest.digest import digest_bytes
 from manifest.layer import ChunkLocation, LayerBuilder, LayerStats
 from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
 
-from ..snapdir import LocalSnapshot
+from ..snapdir import LocalSnapshot, carried_fields
 
 #: ``digests -> {digest: location}``: what the hub already holds (chunk negotiation).
 KnownChunks = Callable[[list[str]], dict[str, ChunkLocation]]
@@ -136,6 +136,7 @@ def build_layer(
         parent=ParentRef(parent_manifest, parent.tag) if parent is not None and parent_manifest else None,
         compat=_compat(snap.compat),
         annotations=dict(snap.annotations),
+        forkd=carried_fields(snap.dir),
     )
     layer.config = config.to_json()
     config_desc = Descriptor.for_bytes(mt.CONFIG, layer.config)

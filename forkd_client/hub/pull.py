@@ -377,7 +377,7 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
         fetched.staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
         parent_digest=parent_digest, compat=config.compat, annotations=config.annotations, created=config.created,
         origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest},
-        known_digests=known, snapshot_json={"volumes": []}, algorithms=("blake3",),
+        known_digests=known, snapshot_json=dict(config.forkd or {"volumes": []}), algorithms=("blake3",),
     )
     try:
         store.commit([(fetched.staged, tag)], force=force)

@@ -13,6 +13,7 @@ Errors: forkd_client.hub.errors (HubError family), ClientError from the store, O
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 
-from ..snapdir import LocalSnapshot
+from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
 from .client import HubClient
 from .errors import DigestInvalid, HubError, NotFound
@@ -68,6 +69,7 @@ class PushResult:
 
 def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str | None) -> str:
     meta = (snap.dir / "forkd-hub.json").read_bytes() if (snap.dir / "forkd-hub.json").is_file() else b""
+    meta += json.dumps(carried_fields(snap.dir), sort_keys=True).encode()  # volumes, rootfs … travel too
     # the files' own digests (cached by the verified record): forkd-made snapshots have no
     # forkd-hub.json, and a snapshot re-created under the same tag must not look pushed
     content = "".join(f"{role}={store.verified.digests(snap.dir / role, ('blake3', 'sha256'))['blake3']};"

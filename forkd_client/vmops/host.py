@@ -7,6 +7,7 @@ only driver that runs on TCG-only hosts like CI), Firecracker on KVM hosts when 
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from vmm.errors import GuestBuildError
 from vmm.guest import GuestImage, build_guest, cached_guest
 from vmm.guest.build import GUEST_FILE
 
-from ..snapdir import LocalSnapshot
+from ..snapdir import SNAPSHOT_JSON, LocalSnapshot, read_json_object
 from ..vmmcompat import check_host_compat, from_manifest_compat
 from .errors import INSTALL_HINT, VmSetupError
 
@@ -97,6 +98,9 @@ def restorable(snap: LocalSnapshot, driver: Driver) -> SnapshotFiles:
                                  "memMiB …; made outside forkd-hub?), so it cannot be restored safely")
     check_host_compat(snap.compat, driver, memory=memory, what=f"snapshot {snap.tag!r}")  # type: ignore[arg-type]
     rootfs = snap.dir / ROOTFS_FILE
+    if not rootfs.is_file():  # forkd's layout: the image lives outside, snapshot.json names it
+        recorded = (read_json_object(snap.dir / SNAPSHOT_JSON) or {}).get("rootfs")
+        rootfs = Path(recorded) if isinstance(recorded, str) and os.path.isabs(recorded) else rootfs
     return SnapshotFiles(memory=memory, vmstate=snap.dir / VMSTATE_FILE,
                          compat=from_manifest_compat(snap.compat),
                          rootfs=rootfs if rootfs.is_file() else None)

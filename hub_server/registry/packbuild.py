@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio.from_thread
 import zstandard
@@ -36,7 +37,7 @@ from manifest.assemble import FrameSource, assemble_file
 from manifest.digest import Hasher
 from manifest.errors import AssemblyError, DigestMismatch
 from manifest.forkd_pack import PackLink, write_pack
-from manifest.model import ChunkMap, LayerConfig
+from manifest.model import FORKD_DERIVED, ChunkMap, LayerConfig
 
 __all__ = ["BuiltPack", "LinkSource", "StoreFrames", "build_pack", "snapshot_json"]
 
@@ -108,18 +109,23 @@ class StoreFrames:
         return data[:length]
 
 
-def snapshot_json(name: str, parent_name: str | None, parent_hash: str | None) -> bytes:
+def snapshot_json(name: str, parent_name: str | None, parent_hash: str | None,
+                  carried: dict[str, Any] | None = None) -> bytes:
     """forkd's ``snapshot.json`` for link ``name``: serde's field order and pretty layout.
 
-    ``rootfs`` is left out: a pack cannot name a host path that will exist where it is
-    unpacked (forkd's own chain links record none either).
+    ``carried`` is the layer config's ``forkd`` object (``volumes``, a ``rootfs`` outside the
+    snapshot directory, unknown fields), kept verbatim. A layer's own ``rootfs.ext4`` is in
+    the pack, but no ``rootfs`` names it: a path into the snapshot directory would dangle
+    wherever forkd unpacks it (forkd's unpack does not rewrite ``rootfs``).
     """
     directory = f"{PLACEHOLDER_ROOT}/{name}"
+    extra = {k: v for k, v in (carried or {}).items() if k not in FORKD_DERIVED}
     doc: dict[str, object] = {"vmstate": f"{directory}/{mt.VMSTATE_FILE}",
-                              "memory": f"{directory}/{mt.MEMORY_FILE}", "volumes": []}
+                              "memory": f"{directory}/{mt.MEMORY_FILE}", "volumes": extra.pop("volumes", [])}
     if parent_name is not None:
         doc["parent_tag"] = parent_name
         doc["parent_content_hash"] = parent_hash
+    doc.update(extra)
     return json.dumps(doc, indent=2, ensure_ascii=False).encode()
 
 
@@ -163,7 +169,7 @@ def build_pack(
         # The root of a pack is always a base (chains resolve down to one), so only later
         # links name a parent: the previous link, by the sha256 of its memory.bin.
         parent_hash = memory_sha if i > 0 else None
-        (directory / "snapshot.json").write_bytes(snapshot_json(link.name, link.parent_name, parent_hash))
+        (directory / "snapshot.json").write_bytes(snapshot_json(link.name, link.parent_name, parent_hash, link.config.forkd))
         pack_links.append(PackLink(link.name, directory, link.parent_name, parent_hash))
         previous = assembled
         memory_sha = assembled[mt.MEMORY_FILE][1]

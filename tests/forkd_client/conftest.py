@@ -9,6 +9,15 @@ from forkd_client.store import SnapshotStore
 from .snapshots import make_base_source, make_link_source
 
 
+@pytest.fixture(autouse=True)
+def rootfs_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where unpacked rootfs images may go besides the store's own rootfs/ (never the real
+    /var/cache/forkd in tests)."""
+    cache = tmp_path / "var-cache-forkd"
+    monkeypatch.setenv("FORKD_ROOTFS_DIRS", str(cache))
+    return cache
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh store root, also exported as FORKD_HOME for the CLI."""

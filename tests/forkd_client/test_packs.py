@@ -35,11 +35,19 @@ def test_v1_round_trip_is_byte_identical(store: SnapshotStore, other: SnapshotSt
     pack = store.pack("py-base", tmp_path / "py-base.forkd-snapshot.tar.zst", description="d", base_image="python:3.12")
     declared = read_pack_manifest(pack)
     assert declared.version == 1 and declared.tag == "py-base"
+    # the rootfs travels as forkd's sidecar beside the pack, its target where forkd keeps images
+    sha = sha256_hex(src / "rootfs.ext4")
+    assert declared.rootfs == {"target_path": f"/var/cache/forkd/{sha[:16]}.ext4", "sha256": sha,
+                               "size": os.path.getsize(src / "rootfs.ext4")}
+    assert (tmp_path / f"{sha[:16]}.rootfs.zst").is_file()
     [snap] = other.unpack(pack)
     assert snap.tag == "py-base" and snap.is_base
-    assert same_files(snap.dir, store.path("py-base"), ("memory.bin", "vmstate", "rootfs.ext4"))
+    assert same_files(snap.dir, store.path("py-base"), ("memory.bin", "vmstate"))
     doc = json.loads((snap.dir / "snapshot.json").read_text())
-    assert doc["memory"] == str(snap.dir / "memory.bin") and doc["rootfs"] == str(snap.dir / "rootfs.ext4")
+    assert doc["memory"] == str(snap.dir / "memory.bin")
+    # /var/cache/forkd is not an allowed root here (FORKD_ROOTFS_DIRS): the store's own place
+    assert doc["rootfs"] == str(other.root / "rootfs" / f"{sha[:16]}.ext4")
+    assert Path(doc["rootfs"]).read_bytes() == (src / "rootfs.ext4").read_bytes()
     assert snap.annotations == {"org.opencontainers.image.description": "d", "dev.forkd.base-image": "python:3.12"}
     assert snap.files["memory.bin"].sha256 == "sha256:" + sha256_hex(src / "memory.bin")
     [renamed] = other.unpack(pack, tag="renamed")

@@ -34,6 +34,7 @@ def test_example_is_valid(kind, body):
     elif kind == "config":
         cfg = LayerConfig.from_json(data)
         assert cfg.parent and cfg.parent.tag == "py-base"
+        assert cfg.forkd and cfg.forkd["volumes"][0]["guest_path"] == "/opt/cache"
         assert json.loads(cfg.to_json()) == json.loads(data)
     elif kind == "manifest":
         m = LayerManifest.from_json(data)
