@@ -405,10 +405,10 @@ def _parent_sha256(store: SnapshotStore, parent: _Parent, memory: Path) -> str:
 
 
 def _check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: Path | None, layer: str) -> None:
-    """Refuse up front when the link cannot fit: its changed chunks, plus a full copy of the
+    """Refuse up front when the link cannot fit: its changed chunks (zeroed ones included), plus a full copy of the
     parent's allocated bytes where the filesystem cannot reflink (counted pessimistically)."""
-    need = sum(min(m.chunk_size, m.size - e.index * m.chunk_size) for m in maps.values() for e in m.entries
-               if not e.is_zero)
+    # zero chunks count too: in a link they are written as real zeros (forkd reads holes as the parent's bytes)
+    need = sum(min(m.chunk_size, m.size - e.index * m.chunk_size) for m in maps.values() for e in m.entries)
     if parent is not None:
         need += sum((parent / role).stat().st_blocks * 512 for role in maps if (parent / role).is_file())
     st = os.statvfs(store.root)

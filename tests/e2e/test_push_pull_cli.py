@@ -189,3 +189,26 @@ def test_search_and_delete_with_dependents(hub, tmp_path):
     bob.run("login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n")
     gone = bob.run("pull", "acme/py:numpy", check=False)
     assert gone.returncode == 1 and "acme/py:numpy is unknown" in gone.stderr
+
+
+def test_forkd_syntax_pull_hub_registry_name_at_version(hub, tmp_path):
+    """``forkd pull --hub <registry.json URL> owner/name[@version] [--tag T]``, as forkd's docs write it,
+    installs the chain our hub published, which forkd's daemon then assembles byte for byte."""
+    from tests.forkd_daemon import assert_forkd_sees_every_link
+
+    sources = make_sources(tmp_path, data_mib=2)
+    alice = User(tmp_path / "alice", hub)
+    alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
+    alice.run("import", str(sources[0]), "base")
+    alice.run("import", str(sources[1]), "numpy", "--parent", "base")
+    alice.run("push", "numpy", "acme/numpy:v1", "--public", "--quiet")
+
+    carol = User(tmp_path / "carol", hub, FORKD_HUB_URL="")  # no login: forkd's registry is public
+    out = carol.run("pull", "--hub", f"{hub.url}/registry.json", "acme/numpy@v1").stdout
+    assert out.splitlines()[-1] == "Pulled: numpy"
+    assert_forkd_sees_every_link(carol.home / "snapshots", ["numpy"], tmp_path / "work")
+    for i, tag in enumerate(["base", "numpy"]):  # the hub names the parent by its pushed tag
+        assert (carol.home / "snapshots" / tag / "memory.bin").read_bytes() == (sources[i] / "memory.bin").read_bytes()
+    assert carol.run("pull", "--hub", f"{hub.url}/registry.json", "acme/numpy", "--force").returncode == 0  # latest
+    missing = carol.run("pull", "--hub", f"{hub.url}/registry.json", "acme/numpy@v9", check=False)
+    assert missing.returncode == 1 and "no version 'v9'" in missing.stderr and "Traceback" not in missing.stderr

@@ -146,3 +146,17 @@ def test_chain_index_lists_base_to_head():
     obj = json.loads(chain_index(descs))
     assert [m["digest"] for m in obj["manifests"]] == [D, E]
     assert obj["annotations"][mt.ANNOTATION_CHAIN_DEPTH] == "2"
+
+
+def test_config_forkd_object_round_trips_and_refuses_derived_fields():
+    """``forkd``: snapshot.json fields a pull cannot derive, verbatim (docs/manifest-format.md §5)."""
+    base = {"mediaType": mt.CONFIG, "created": "2026-11-29T12:00:00Z", "parent": None, "compat": {},
+            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64},
+                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64}}, "annotations": {}}
+    carried = {"volumes": [{"host_path": "/v.img", "guest_path": "/opt", "read_only": False}], "x": {"y": [1]}}
+    config = LayerConfig.from_json(json.dumps({**base, "forkd": carried}).encode())
+    assert config.forkd == carried and json.loads(config.to_json())["forkd"] == carried
+    assert "forkd" not in json.loads(LayerConfig.from_json(json.dumps(base).encode()).to_json())
+    for derived in ("vmstate", "memory", "parent_tag", "parent_content_hash"):
+        with pytest.raises(InvalidManifest, match="config.forkd"):
+            LayerConfig.from_json(json.dumps({**base, "forkd": {derived: "x"}}).encode())
