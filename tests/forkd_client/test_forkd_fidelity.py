@@ -11,11 +11,13 @@ and tests/forkd_client/test_cli_vm.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from forkd_client.store import SnapshotStore
 from manifest.holes import unsafe_holes
@@ -100,3 +102,27 @@ def test_relative_forkd_home_still_writes_absolute_paths(tmp_path, monkeypatch):
     assert doc["memory"] == str(tmp_path / "relhome" / "snapshots" / "base" / "memory.bin")
     monkeypatch.chdir("/")  # forkd's daemon runs with cwd /
     assert ForkdDaemon(tmp_path / "relhome" / "snapshots").spawn_memory("base", tmp_path / "w").is_file()
+
+
+def test_forkd_layout_pack_with_a_rootfs_sidecar_installs_at_forkds_target(store, tmp_path, rootfs_dirs):
+    """A v1 pack and sidecar exactly as forkd writes them (#242): the image lands at target_path
+    (inside an allowed root), snapshot.json names it, and forkd's daemon finds it."""
+    image = os.urandom(3000) + bytes(9000)
+    sha = hashlib.sha256(image).hexdigest()
+    target = rootfs_dirs / "python-3-12-slim.ext4"
+    doc = {"vmstate": "/root/.local/share/forkd/snapshots/py/vmstate",
+           "memory": "/root/.local/share/forkd/snapshots/py/memory.bin",
+           "volumes": [{"host_path": "/v.img", "guest_path": "/opt/v", "read_only": False}],
+           "rootfs": str(target)}
+    files = {"snapshot.json": json.dumps(doc, indent=2).encode(), "vmstate": b"vm", "memory.bin": b"\x01" * PAGE}
+    extra = f'\n[rootfs]\ntarget_path = "{target}"\nsha256 = "{sha}"\nsize = {len(image)}\n'
+    (tmp_path / "dl").mkdir()
+    pack = tmp_path / "dl" / "py.forkd-snapshot.tar.zst"
+    pack.write_bytes(hp.pack(hp.member("manifest.toml", hp.manifest_v1(files, tag="py", extra=extra)),
+                             *(hp.member(p, d) for p, d in files.items())))
+    (tmp_path / "dl" / f"{sha[:16]}.rootfs.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(image))
+    [snap] = store.unpack(pack)
+    installed = json.loads((snap.dir / "snapshot.json").read_text())
+    assert installed["rootfs"] == str(target) and target.read_bytes() == image
+    assert installed["volumes"] == doc["volumes"]
+    assert ForkdDaemon(store.snapshots_dir).spawn_memory("py", tmp_path / "w").read_bytes() == b"\x01" * PAGE

@@ -25,6 +25,14 @@ def other(tmp_path: Path):
         yield s
 
 
+def read_pack_snapshot_json(pack: Path, name: str = "snapshot.json") -> bytes:
+    with zstandard.ZstdDecompressor().stream_reader(open(pack, "rb")) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+        for member in tar:
+            if member.name == name:
+                return tar.extractfile(member).read()
+    raise AssertionError(f"{name} not in {pack}")
+
+
 def same_files(a: Path, b: Path, names=("memory.bin", "vmstate")) -> bool:
     return all((a / n).read_bytes() == (b / n).read_bytes() for n in names)
 
@@ -39,7 +47,9 @@ def test_v1_round_trip_is_byte_identical(store: SnapshotStore, other: SnapshotSt
     sha = sha256_hex(src / "rootfs.ext4")
     assert declared.rootfs == {"target_path": f"/var/cache/forkd/{sha[:16]}.ext4", "sha256": sha,
                                "size": os.path.getsize(src / "rootfs.ext4")}
-    assert (tmp_path / f"{sha[:16]}.rootfs.zst").is_file()
+    sidecar = (tmp_path / f"{sha[:16]}.rootfs.zst").read_bytes()  # plain zstd, as forkd reads it
+    assert zstandard.ZstdDecompressor().decompressobj().decompress(sidecar) == (src / "rootfs.ext4").read_bytes()
+    assert json.loads(read_pack_snapshot_json(pack))["rootfs"] == declared.rootfs["target_path"]
     [snap] = other.unpack(pack)
     assert snap.tag == "py-base" and snap.is_base
     assert same_files(snap.dir, store.path("py-base"), ("memory.bin", "vmstate"))
