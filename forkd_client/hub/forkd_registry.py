@@ -89,10 +89,8 @@ def pull_from_registry(store: SnapshotStore, registry_url: str | None, target: s
                 sidecar_url = url.rsplit("/", 1)[0] + "/" + name
                 try:
                     _download(http, sidecar_url, staged / name)
-                except HubError as e:
-                    if warnings is not None:
-                        warnings.append(f"rootfs sidecar {sidecar_url} not fetched ({e}); "
-                                        "the snapshot's rootfs must already be on this host")
+                except HubError:
+                    pass  # unpack then warns that the sidecar is missing, as forkd's pull does
             return unpack(store, pack, tag=tag, force=force, warnings=warnings)
     finally:
         if own:
