@@ -12,6 +12,7 @@ name the snapshot tag, file or path involved; the CLI prints them as
     ├── DependentsExist          other snapshots chain on it; ``.dependents`` names them
     ├── ChainBroken              a link names a parent that is missing (or the chain loops / is too deep)
     ├── ParentContentMismatch    a parent's memory.bin no longer hashes to what its child recorded
+    ├── UnsafeLinkHoles          a link's memory.bin has holes where its parent holds data (forkd maps the parent's bytes)
     ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
     └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
 
@@ -100,3 +101,25 @@ class ParentContentMismatch(ClientError):
 
 class InvalidSnapshotDir(ClientError, ValueError):
     """A directory cannot be used as a snapshot (missing vmstate/memory.bin, bad metadata)."""
+
+
+class UnsafeLinkHoles(ClientError):
+    """A link's memory.bin has holes where its parent's holds non-zero bytes.
+
+    forkd's daemon assembles a chain by applying only each link's data ranges, so it would
+    map the parent's bytes there instead of zeros (links installed before forkd-hub applied
+    the hole rule). ``ranges`` are ``(offset, length)``.
+    """
+
+    def __init__(self, child: str, parent: str, ranges: Sequence[tuple[int, int]]) -> None:
+        total = sum(length for _, length in ranges)
+        first = ", ".join(f"{off:#x}+{length}" for off, length in ranges[:3])
+        super().__init__(
+            f"snapshot {child!r} has holes in memory.bin where its parent {parent!r} holds data "
+            f"({total} bytes in {len(ranges)} range(s): {first}{', …' if len(ranges) > 3 else ''}); "
+            f"forkd's daemon would map {parent!r}'s bytes there: install {child!r} again "
+            "(pull/unpack/import --force) to write them as real zeros"
+        )
+        self.child = child
+        self.parent = parent
+        self.ranges = list(ranges)

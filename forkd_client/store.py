@@ -38,9 +38,10 @@ from typing import Any
 
 from manifest.chain import resolve_chain
 from manifest.errors import ChainCycle, ChainTooDeep, MissingParent
+from manifest.holes import unsafe_holes
 from manifest.mediatypes import MEMORY_FILE
 
-from .errors import ChainBroken, DependentsExist, InvalidSnapshotDir, ParentContentMismatch
+from .errors import ChainBroken, DependentsExist, InvalidSnapshotDir, ParentContentMismatch, UnsafeLinkHoles
 from .install import StoreBase
 from .snapdir import (
     FILE_ROLES,
@@ -186,9 +187,10 @@ class SnapshotStore(StoreBase):
         that is checked, plus forkd's ``parent_content_hash`` (sha256) when the parent's sha256
         is already known. A link without it (made by forkd) is checked by sha256, as forkd does.
         ``forkd_hashes`` checks every ``parent_content_hash`` as forkd will at spawn, hashing
-        sha256 where it is not known yet. Parents verified before and unchanged since are not
-        read again (VerifiedRecord). Raises ParentContentMismatch naming child, parent,
-        expected and actual hash, and whatever :meth:`chain` raises.
+        sha256 where it is not known yet, and that no link has a hole where its parent holds
+        data (forkd would assemble the parent's bytes there). Parents verified before and
+        unchanged since are not read again (VerifiedRecord). Raises ParentContentMismatch naming
+        child, parent, expected and actual hash, UnsafeLinkHoles, and whatever :meth:`chain` raises.
         """
         chain = self.chain(tag)
         for parent, child in zip(chain, chain[1:]):
@@ -203,6 +205,11 @@ class SnapshotStore(StoreBase):
             actual = self.memory_sha256(parent.tag)
             if child.parent_content_hash != actual:
                 raise ParentContentMismatch(child.tag, parent.tag, child.parent_content_hash, actual)
+        if forkd_hashes:
+            for parent, child in zip(chain, chain[1:]):
+                unsafe = unsafe_holes(child.dir / MEMORY_FILE, parent.dir / MEMORY_FILE)
+                if unsafe:
+                    raise UnsafeLinkHoles(child.tag, parent.tag, unsafe)
         return chain
 
     # ------------------------------------------------------------------ operations

@@ -20,6 +20,8 @@ import pytest
 import zstandard
 
 from forkd_client.store import SnapshotStore
+from forkd_client.errors import UnsafeLinkHoles
+from manifest.fileops import clone_file
 from manifest.holes import unsafe_holes
 
 from ..forkd_daemon import ForkdDaemon, ForkdError, assert_forkd_sees_every_link
@@ -126,3 +128,19 @@ def test_forkd_layout_pack_with_a_rootfs_sidecar_installs_at_forkds_target(store
     assert installed["rootfs"] == str(target) and target.read_bytes() == image
     assert installed["volumes"] == doc["volumes"]
     assert ForkdDaemon(store.snapshots_dir).spawn_memory("py", tmp_path / "w").read_bytes() == b"\x01" * PAGE
+
+
+def test_inspect_verify_names_links_forkd_would_assemble_wrong(store, tmp_path):
+    """A link installed with holes over its parent's data (before the hole rule) is reported."""
+    base = make_base_source(tmp_path / "src-base", seed=1)
+    link = make_zeroing_link(tmp_path / "src-link", base / "memory.bin", seed=2)
+    store.import_snapshot(base, "base")
+    store.import_snapshot(link, "link", parent="base")
+    store.verify_chain("link", forkd_hashes=True)  # installed now: nothing to report
+    stale = store.path("link") / "memory.bin"  # what an older install left: the source's holes, same bytes
+    stale.unlink()
+    clone_file(link / "memory.bin", stale)
+    with pytest.raises(AssertionError, match="forkd would map different memory for 'link'"):
+        assert_forkd_sees_every_link(store.snapshots_dir, ["link"], tmp_path / "work")
+    with pytest.raises(UnsafeLinkHoles, match="'link' has holes in memory.bin where its parent 'base' holds data"):
+        store.verify_chain("link", forkd_hashes=True)
