@@ -144,3 +144,46 @@ def test_inspect_verify_names_links_forkd_would_assemble_wrong(store, tmp_path):
         assert_forkd_sees_every_link(store.snapshots_dir, ["link"], tmp_path / "work")
     with pytest.raises(UnsafeLinkHoles, match="'link' has holes in memory.bin where its parent 'base' holds data"):
         store.verify_chain("link", forkd_hashes=True)
+
+
+def test_the_forkd_daemon_model_behaves_as_forkd_documents(tmp_path):
+    """The model itself: holes keep the parent's bytes, hashes are checked, cycles and unsafe tags refused."""
+    root = tmp_path / "snapshots"
+
+    def snap(tag: str, memory: bytes, parent: str | None = None, hole_pages: tuple[int, ...] = (), **extra) -> Path:
+        d = root / tag
+        d.mkdir(parents=True)
+        (d / "vmstate").write_bytes(b"vm")
+        with open(d / "memory.bin", "wb") as f:
+            f.truncate(len(memory))
+            for off in range(0, len(memory), PAGE):
+                if off // PAGE not in hole_pages:
+                    f.seek(off)
+                    f.write(memory[off:off + PAGE])
+        doc = {"vmstate": str(d / "vmstate"), "memory": str(d / "memory.bin"), **extra}
+        if parent:
+            doc["parent_tag"] = parent
+            doc.setdefault("parent_content_hash", hashlib.sha256((root / parent / "memory.bin").read_bytes()).hexdigest())
+        (d / "snapshot.json").write_text(json.dumps(doc))
+        return d
+
+    daemon = ForkdDaemon(root)
+    snap("b", b"\x01" * 2 * PAGE)
+    snap("c", b"\x02" * PAGE + bytes(PAGE), parent="b", hole_pages=(1,))  # page 1 zero as a hole
+    assert daemon.spawn_memory("c", tmp_path / "w").read_bytes() == b"\x02" * PAGE + b"\x01" * PAGE  # parent's bytes
+    snap("d", b"\x03" * 2 * PAGE, parent="b", parent_content_hash="0" * 64)
+    with pytest.raises(ForkdError, match="expects parent 'b'"):
+        daemon.spawn_memory("d", tmp_path / "w")
+    snap("e", b"\x03" * 2 * PAGE, parent="b", parent_content_hash=None)
+    with pytest.raises(ForkdError, match="no parent_content_hash"):
+        daemon.spawn_memory("e", tmp_path / "w")
+    snap("x", b"\x04" * PAGE, parent="b")
+    (root / "x" / "snapshot.json").write_text(json.dumps({**json.loads((root / "x" / "snapshot.json").read_text()),
+                                                          "parent_tag": "x"}))
+    with pytest.raises(ForkdError, match="cycle"):
+        daemon.spawn_memory("x", tmp_path / "w")
+    with pytest.raises(ForkdError, match="unsafe tag"):
+        daemon.spawn_memory("py-3.12", tmp_path / "w")
+    snap("r", b"\x05" * PAGE, rootfs=str(tmp_path / "missing.ext4"))
+    with pytest.raises(ForkdError, match="missing its rootfs"):
+        daemon.spawn_memory("r", tmp_path / "w")

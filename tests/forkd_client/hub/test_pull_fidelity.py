@@ -84,6 +84,7 @@ def test_every_snapshot_json_field_round_trips_push_pull_pack_unpack(store, othe
     want = {"base": {"volumes": [volume], "rootfs": str(image), "x_future": {"n": 1}},
             "head": {"volumes": [], "x_note": "head", "rootfs": str(store.path("head") / "rootfs.ext4")}}
     assert {t: fields(store.path(t)) for t in want} == want
+    assert_forkd_sees_every_link(store.snapshots_dir, ["base", "head"], tmp_path / "w0")  # as imported
 
     client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
     push(store, client, "head", Reference.parse("acme/f:v1"), public=True)
