@@ -7,7 +7,6 @@ only driver that runs on TCG-only hosts like CI), Firecracker on KVM hosts when 
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from vmm.errors import GuestBuildError
 from vmm.guest import GuestImage, build_guest, cached_guest
 from vmm.guest.build import GUEST_FILE
 
+from ..rootfs import is_allowed
 from ..snapdir import SNAPSHOT_JSON, LocalSnapshot, read_json_object
 from ..vmmcompat import check_host_compat, from_manifest_compat
 from .errors import INSTALL_HINT, VmSetupError
@@ -97,10 +97,19 @@ def restorable(snap: LocalSnapshot, driver: Driver) -> SnapshotFiles:
         raise CompatibilityError(f"snapshot {snap.tag!r} records no VMM compat facts (vmm, accel, "
                                  "memMiB …; made outside forkd-hub?), so it cannot be restored safely")
     check_host_compat(snap.compat, driver, memory=memory, what=f"snapshot {snap.tag!r}")  # type: ignore[arg-type]
-    rootfs = snap.dir / ROOTFS_FILE
-    if not rootfs.is_file():  # forkd's layout: the image lives outside, snapshot.json names it
-        recorded = (read_json_object(snap.dir / SNAPSHOT_JSON) or {}).get("rootfs")
-        rootfs = Path(recorded) if isinstance(recorded, str) and os.path.isabs(recorded) else rootfs
     return SnapshotFiles(memory=memory, vmstate=snap.dir / VMSTATE_FILE,
-                         compat=from_manifest_compat(snap.compat),
-                         rootfs=rootfs if rootfs.is_file() else None)
+                         compat=from_manifest_compat(snap.compat), rootfs=snapshot_rootfs(snap))
+
+
+def snapshot_rootfs(snap: LocalSnapshot) -> Path | None:
+    """The disk image of ``snap``: its own ``rootfs.ext4``, else (forkd's layout) the image its
+    snapshot.json names, but only inside the allowed roots (:mod:`forkd_client.rootfs`): a pulled
+    or unpacked snapshot.json is someone else's content and must not make a VM disk of an
+    arbitrary host file. None when there is none. Raises InvalidSnapshotDir."""
+    own = snap.dir / ROOTFS_FILE
+    if own.is_file():
+        return own
+    recorded = (read_json_object(snap.dir / SNAPSHOT_JSON) or {}).get("rootfs")
+    if isinstance(recorded, str) and is_allowed(recorded, snap.dir.parent.parent) and Path(recorded).is_file():
+        return Path(recorded)
+    return None

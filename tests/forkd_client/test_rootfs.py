@@ -84,3 +84,23 @@ def test_a_sidecar_that_does_not_match_is_refused_and_nothing_is_left(sidecar, t
 def test_malformed_rootfs_tables_are_typed_errors(table):
     with pytest.raises(PackManifestInvalid, match="rootfs"):
         RootfsInfo.from_table(table)
+
+
+def test_a_vm_disk_comes_only_from_allowed_places(store, tmp_path, rootfs_dirs):
+    """A snapshot.json naming an arbitrary host file (pulled or unpacked content) never becomes a VM disk."""
+    import json
+
+    from forkd_client.vmops.host import snapshot_rootfs
+
+    from .snapshots import make_base_source
+
+    store.import_snapshot(make_base_source(tmp_path / "src"), "py")
+    secret = tmp_path / "host-secret"
+    secret.write_bytes(b"do not attach")
+    rootfs_dirs.mkdir(parents=True)
+    cached = rootfs_dirs / "py.ext4"
+    cached.write_bytes(b"image")
+    doc_path = store.path("py") / "snapshot.json"
+    for recorded, expected in [(str(secret), None), (str(cached), cached), (str(rootfs_dirs / "missing.ext4"), None)]:
+        doc_path.write_text(json.dumps({**json.loads(doc_path.read_text()), "rootfs": recorded}))
+        assert snapshot_rootfs(store.get("py")) == expected, recorded
