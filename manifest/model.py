@@ -18,6 +18,7 @@ from . import mediatypes as mt
 from .chunking import ChunkGeometry, validate_chunk_size
 from .digest import Digest, digest_bytes, is_digest
 from .errors import InvalidChunkSize, InvalidManifest
+from .forkd_fields import check_forkd_fields
 
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 1 << 20
@@ -242,11 +243,6 @@ class ParentRef:
     tag: str | None = None
 
 
-#: snapshot.json fields every install writes itself (paths into the snapshot directory, the chain):
-#: never carried in a config's ``forkd`` object
-FORKD_DERIVED = frozenset({"vmstate", "memory", "parent_tag", "parent_content_hash"})
-
-
 @dataclass(frozen=True)
 class LayerConfig:
     """The config blob of a layer: parent, compatibility, file content hashes, annotations."""
@@ -312,8 +308,8 @@ class LayerConfig:
             if required not in files:
                 raise InvalidManifest(f"{p}.files must describe {required!r}")
         forkd = _get(obj, "forkd", dict, p, optional=True)
-        if forkd is not None and (set(forkd) & FORKD_DERIVED):
-            raise InvalidManifest(f"{p}.forkd must not hold {sorted(set(forkd) & FORKD_DERIVED)} (derived on install)")
+        if forkd is not None:
+            check_forkd_fields(forkd, f"{p}.forkd")
         return cls(_get(obj, "created", str, p), files, parent, dict(compat), _annotations(obj, p), forkd or None)
 
 

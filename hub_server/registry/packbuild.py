@@ -37,7 +37,8 @@ from manifest.assemble import FrameSource, assemble_file
 from manifest.digest import Hasher
 from manifest.errors import AssemblyError, DigestMismatch
 from manifest.forkd_pack import PackLink, write_pack
-from manifest.model import FORKD_DERIVED, ChunkMap, LayerConfig
+from manifest.forkd_fields import FORKD_DERIVED
+from manifest.model import ChunkMap, LayerConfig
 
 __all__ = ["BuiltPack", "LinkSource", "StoreFrames", "build_pack", "snapshot_json"]
 

@@ -157,6 +157,9 @@ def test_config_forkd_object_round_trips_and_refuses_derived_fields():
     config = LayerConfig.from_json(json.dumps({**base, "forkd": carried}).encode())
     assert config.forkd == carried and json.loads(config.to_json())["forkd"] == carried
     assert "forkd" not in json.loads(LayerConfig.from_json(json.dumps(base).encode()).to_json())
-    for derived in ("vmstate", "memory", "parent_tag", "parent_content_hash"):
+    for bad in ({"vmstate": "x"}, {"memory": "x"}, {"parent_tag": "x"}, {"parent_content_hash": "x"},
+                {"volumes": {}}, {"volumes": [{"host_path": "/a"}]}, {"volumes": [{"host_path": "/a", "guest_path": "/b",
+                                                                                 "read_only": "no"}]},
+                {"rootfs": 3}):  # what forkd's serde Snapshot could not parse, or what an install derives
         with pytest.raises(InvalidManifest, match="config.forkd"):
-            LayerConfig.from_json(json.dumps({**base, "forkd": {derived: "x"}}).encode())
+            LayerConfig.from_json(json.dumps({**base, "forkd": bad}).encode())
