@@ -117,8 +117,8 @@ class UnsafeLinkHoles(ClientError):
         super().__init__(
             f"snapshot {child!r} has holes in memory.bin where its parent {parent!r} holds data "
             f"({total} bytes in {len(ranges)} range(s): {first}{', …' if len(ranges) > 3 else ''}); "
-            f"forkd's daemon would map {parent!r}'s bytes there: remove {child!r} and pull, unpack "
-            "or import it again to write them as real zeros"
+            f"forkd's daemon would map {parent!r}'s bytes there: 'forkd tag {child} NEW' makes a copy "
+            "with real zeros (or remove it and pull, unpack or import it again)"
         )
         self.child = child
         self.parent = parent

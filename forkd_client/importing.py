@@ -212,6 +212,8 @@ def _install_clone(
             if (source.dir / role).is_file():
                 clone_into(source.dir / role, staged / role)
                 known[role] = store.verified.cached(source.dir / role)
+        if parent is not None:  # a link's holes over parent data (an older install's) become real zeros
+            fill_unsafe_holes(staged / MEMORY_FILE, store.path(parent) / MEMORY_FILE)
         store.prepare(staged, dst, parent=parent, parent_content_hash=parent_hash, compat=compat,
                       annotations=annotations, origin=origin, created=created, known_digests=known,
                       algorithms=BOTH_DIGESTS, snapshot_json=base_json, local_dirs=(source.dir,))

@@ -144,6 +144,9 @@ def test_inspect_verify_names_links_forkd_would_assemble_wrong(store, tmp_path):
         assert_forkd_sees_every_link(store.snapshots_dir, ["link"], tmp_path / "work")
     with pytest.raises(UnsafeLinkHoles, match="'link' has holes in memory.bin where its parent 'base' holds data"):
         store.verify_chain("link", forkd_hashes=True)
+    store.tag("link", "link2")  # every writer of a link applies the rule: a clone is a repair
+    store.verify_chain("link2", forkd_hashes=True)
+    assert_forkd_sees_every_link(store.snapshots_dir, ["link2"], tmp_path / "work2")
 
 
 def test_the_forkd_daemon_model_behaves_as_forkd_documents(tmp_path):
