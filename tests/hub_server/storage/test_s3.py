@@ -1,0 +1,130 @@
+"""S3Store passes the shared suite against a real SeaweedFS, plus S3-specific checks."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from hub_server.storage.base import BlobStore
+from hub_server.storage.errors import BlobNotFound, StorageUnavailable, WriterClosed
+from hub_server.storage.factory import create_store
+from hub_server.storage.s3 import S3Store
+from hub_server.storage.testing import BlobStoreConformance, collect
+
+SMALL_PARTS = "part_size=5MiB"
+
+
+def _open_multipart(store: S3Store) -> int:
+    listing = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix=store.object_name(""))
+    return len(listing.get("Uploads", []))
+
+
+class TestS3Store(BlobStoreConformance):
+    @pytest.fixture
+    async def store(self, seaweedfs) -> AsyncIterator[BlobStore]:
+        store = create_store(f"{seaweedfs.storage_spec()} {SMALL_PARTS}")
+        yield store
+        await store.close()
+
+    async def staged_count(self, store: BlobStore) -> int:
+        assert isinstance(store, S3Store)
+        return len(store._writers) + _open_multipart(store)  # noqa: SLF001
+
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store(seaweedfs) -> AsyncIterator[S3Store]:
+    store = create_store(f"{seaweedfs.storage_spec(prefix=f'hub/{uuid.uuid4().hex}')} {SMALL_PARTS}")
+    assert isinstance(store, S3Store)
+    yield store
+    await store.close()
+
+
+async def test_large_writes_are_multipart_and_appends_copy_server_side(store: S3Store):
+    data = os.urandom(12 << 20)
+    async with store.writer("big") as writer:
+        await writer.write(data[: 6 << 20])
+        assert writer.upload_id is not None and _open_multipart(store) == 1  # staged, invisible
+        assert not await store.exists("big")
+        await writer.write(data[6 << 20 :])
+        await writer.commit()
+    assert _open_multipart(store) == 0
+    assert await store.read("big") == data
+    async with store.writer("big", append=True) as writer:
+        assert writer.upload_id is not None  # the existing 12 MiB became part 1 by UploadPartCopy
+        await writer.write(b"tail")
+        assert await store.read("big", len(data) - 4) == data[-4:]  # isolated until commit
+        await writer.commit()
+    assert await store.read("big", len(data) - 4) == data[-4:] + b"tail"
+
+
+async def test_keys_live_under_the_prefix(store: S3Store):
+    await store.put("a/b", b"x")
+    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.object_name(""))
+    assert [o["Key"] for o in listing["Contents"]] == [store.object_name("a/b")]
+    assert store.object_name("a/b").startswith("hub/") and store.object_name("a/b").endswith("/a/b")
+    assert await collect(store.list()) == ["a/b"]
+
+
+async def test_purge_staging_aborts_stale_multipart_uploads_of_any_process(store: S3Store):
+    crashed = store.object_name("crashed")
+    orphan = store.client.create_multipart_upload(Bucket=store.bucket, Key=crashed)["UploadId"]
+    store.client.upload_part(Bucket=store.bucket, Key=crashed, UploadId=orphan, PartNumber=1, Body=b"x")
+    writer = await store.writer("live")
+    await writer.write(os.urandom(6 << 20))
+    assert await store.purge_staging(timedelta(hours=1)) == 0
+    assert await store.purge_staging(timedelta(0)) == 2
+    assert _open_multipart(store) == 0
+    with pytest.raises(WriterClosed):
+        await writer.commit()
+
+
+async def test_presigned_urls_serve_the_object_and_ranges_without_credentials(store: S3Store):
+    await store.put("r/blob", bytes(range(256)))
+    url = await store.redirect_url("r/blob", expires_in=60)
+    assert url is not None and "X-Amz-Signature=" in url
+    with httpx.Client() as http:
+        assert http.get(url).content == bytes(range(256))
+        ranged = http.get(url, headers={"Range": "bytes=10-19"})
+        assert ranged.status_code == 206 and ranged.content == bytes(range(10, 20))
+        tampered = url.replace("r%2Fblob", "r%2Fother").replace("r/blob", "r/other")
+        assert http.get(tampered).status_code == 403
+
+
+async def test_missing_bucket_or_server_is_unavailable(seaweedfs):
+    missing = create_store(f"s3 bucket=does-not-exist-{os.getpid()} endpoint={seaweedfs.endpoint} region=us-east-1")
+    with pytest.raises(StorageUnavailable):
+        await missing.put("k", b"x")
+    await missing.close()
+    down = create_store("s3 bucket=b endpoint=http://127.0.0.1:9 region=us-east-1 pool=2")
+    with pytest.raises(StorageUnavailable):
+        await down.stat("k")
+    await down.close()
+
+
+async def test_missing_key_in_a_prefixed_store(store: S3Store):
+    with pytest.raises(BlobNotFound):
+        await store.read("nope")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("s3", r"needs parameter\(s\) bucket"),
+    ("s3 bucket=b part_size=1MiB", "part_size must be between 5MiB and 5GiB"),
+    ("s3 bucket=b endpoint=localhost:8333", "endpoint must be an http:// or https:// URL"),
+    ("s3 bucket=b pool=0", "pool must be between 1 and 1024"),
+])
+def test_bad_specs_name_the_parameter(spec, message):
+    with pytest.raises(ValueError, match=message):
+        create_store(spec)
