@@ -29,6 +29,7 @@ QUERY_BATCH = 10_000
 #: largest answer read for anything but blob ranges: a chunk map may be 64 MiB
 MAX_RESPONSE_BYTES = 80 << 20
 MAX_RANGES_PER_REQUEST = 256
+REDIRECTS = (301, 302, 303, 307, 308)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
@@ -87,10 +88,11 @@ class HubClient:
         content = kw.get("content")
         try:
             response = self._send(method, self.url(path), headers, max_bytes, **kw)
-            if follow and response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
-                # presigned redirects (S3): follow without our bearer token
-                target = str(response.url.join(response.headers["location"]))
-                response = self._send(method, target, {}, max_bytes, **{k: v for k, v in kw.items() if k != "json"})
+            if follow and method in ("GET", "HEAD") and _redirect_target(response) is not None:
+                # A presigned object-store URL: follow it with the same Range but never our token.
+                forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+                response = self._send(method, _redirect_target(response), forwarded, max_bytes,  # type: ignore[arg-type]
+                                      **{k: v for k, v in kw.items() if k != "json"})
         except httpx.TimeoutException as e:
             raise HubUnreachable(f"hub {self.base_url} timed out on {method} {path}: {e}") from None
         except httpx.TransportError as e:
@@ -226,9 +228,18 @@ class HubClient:
             batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
             spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
             need = sum(n for _, n in batch)
-            r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"}, ok=(200, 206),
+            r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"},
+                              ok=(200, 206, *REDIRECTS), follow=len(batch) == 1,
                               max_bytes=need + 256 * len(batch) + 4096)
-            out.extend(_split_ranges(r, batch, digest))
+            target = _redirect_target(r)
+            if target is None:
+                out.extend(_split_ranges(r, batch, digest))
+                continue
+            # Object stores answer one range per GET: fetch each from the presigned URL, without our token.
+            for offset, size in batch:
+                piece = self._request("GET", target, headers={"Range": f"bytes={offset}-{offset + size - 1}"},
+                                      ok=(200, 206), follow=False, max_bytes=size + 4096)
+                out.extend(_split_ranges(piece, [(offset, size)], digest))
         return out
 
     def start_upload(self, name: str) -> str:
@@ -272,6 +283,13 @@ class HubClient:
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise HubError(f"hub sent a malformed chunks/query answer for {name}: {type(e).__name__}: {e}") from None
         return found
+
+
+def _redirect_target(response: httpx.Response) -> str | None:
+    """The absolute URL a redirect points at, or None if ``response`` is not a redirect."""
+    if response.status_code not in REDIRECTS or "location" not in response.headers:
+        return None
+    return str(response.url.join(response.headers["location"]))
 
 
 def _same_origin(url: str, base_url: str) -> bool:

@@ -47,9 +47,9 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
 class HubProcess:
     """A running hub: ``url``, ``data_dir``, ``token(name, *scopes)``, ``stop()``."""
 
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
-        self.env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data_dir)}
+        self.env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data_dir), **(env or {})}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log_path.open("w")
