@@ -37,6 +37,7 @@ class ErrorCode(StrEnum):
     UNAUTHORIZED = "UNAUTHORIZED"
     DENIED = "DENIED"
     HAS_DEPENDENTS = "HAS_DEPENDENTS"
+    TAG_CONFLICT = "TAG_CONFLICT"
     UNSUPPORTED = "UNSUPPORTED"
     INVALID_REQUEST = "INVALID_REQUEST"
     NOT_FOUND = "NOT_FOUND"
@@ -70,6 +71,7 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.UNAUTHORIZED: ErrorSpec(401, "authentication required"),
     ErrorCode.DENIED: ErrorSpec(403, "requested access to the resource is denied"),
     ErrorCode.HAS_DEPENDENTS: ErrorSpec(409, "other manifests chain on this one"),
+    ErrorCode.TAG_CONFLICT: ErrorSpec(409, "the tag no longer points where the push expected"),
     ErrorCode.UNSUPPORTED: ErrorSpec(400, "the operation is unsupported"),
     ErrorCode.INVALID_REQUEST: ErrorSpec(400, "malformed request"),
     ErrorCode.NOT_FOUND: ErrorSpec(404, "no such route"),

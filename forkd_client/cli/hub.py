@@ -11,7 +11,7 @@ import sys
 
 from ..hub.client import HubClient
 from ..hub.credentials import Credentials, normalize_url
-from ..hub.errors import HasDependents, HubError
+from ..hub.errors import HasDependents, HubError, TagConflict
 from ..hub.forkd_registry import pull_from_registry
 from ..hub.progress import make_progress
 from ..hub.pull import pull
@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("local_tag", metavar="LOCAL_TAG")
     p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag] (default tag: latest)")
     p.add_argument("--public", action="store_true", help="make the repository public when this push creates it")
+    p.add_argument("--force", action="store_true",
+                   help="move the tag even if another push moved it since this one started")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_push)
@@ -102,7 +104,12 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref) as client:
         try:
-            result = push(store, client, args.local_tag, ref, public=args.public, progress=progress)
+            result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
+                          force=args.force)
+        except TagConflict as e:
+            ctx.error(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to retry, "
+                      "or use --force to move the tag anyway")
+            return 1
         finally:
             progress.close()
     if args.json:

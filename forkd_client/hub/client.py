@@ -21,7 +21,8 @@ import httpx
 from manifest.digest import digest_bytes, parse_digest
 from manifest.layer import ChunkLocation
 
-from .errors import DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, Unauthorized
+from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
+                     Unauthorized)
 from .transport import make_http_client
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -30,6 +31,8 @@ QUERY_BATCH = 10_000
 MAX_RESPONSE_BYTES = 80 << 20
 MAX_RANGES_PER_REQUEST = 256
 REDIRECTS = (301, 302, 303, 307, 308)
+ANYWHERE = object()
+"""``put_manifest(expect=ANYWHERE)``: move the tag whatever it points at (``forkd push --force``)."""
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
@@ -170,11 +173,26 @@ class HubClient:
         _verify(data, digest, f"manifest {name}:{ref}")
         return data, digest
 
-    def put_manifest(self, name: str, ref: str, data: bytes, *, media_type: str = MANIFEST_TYPE, public: bool = False) -> str:
+    def put_manifest(self, name: str, ref: str, data: bytes, *, media_type: str = MANIFEST_TYPE, public: bool = False,
+                     expect: str | None | object = ANYWHERE) -> str:
+        """PUT a manifest; for a tag ``ref``, ``expect`` is where the tag must still point (a digest,
+        ``None`` for "no such tag yet", or ANYWHERE). Raises TagConflict when it moved meanwhile."""
         params = {"public": "true"} if public else {}
-        r = self._request("PUT", f"/v2/{name}/manifests/{ref}", content=data, params=params,
-                          headers={"Content-Type": media_type}, ok=(201,))
+        headers = {"Content-Type": media_type}
+        if expect is None:
+            headers["If-None-Match"] = "*"
+        elif isinstance(expect, str):
+            headers["If-Match"] = f'"{expect}"'
+        r = self._request("PUT", f"/v2/{name}/manifests/{ref}", content=data, params=params, headers=headers, ok=(201,))
         return r.headers.get("docker-content-digest", str(digest_bytes(data)))
+
+    def tag_digest(self, name: str, tag: str) -> str | None:
+        """The digest ``tag`` points at, or None if there is no such tag (or repository)."""
+        try:
+            r = self._request("HEAD", f"/v2/{name}/manifests/{tag}")
+        except NotFound:
+            return None
+        return r.headers.get("docker-content-digest")
 
     def get_chain(self, name: str, ref: str) -> list[ChainLink]:
         """The chain base → head, each manifest's bytes verified against its digest."""
@@ -386,6 +404,8 @@ def _error_from(response: httpx.Response, method: str, path: str) -> HubError:
         cls = NotFound
     elif status == 409 and code == "HAS_DEPENDENTS":
         cls = HasDependents
+    elif status == 409 and code == "TAG_CONFLICT":
+        cls = TagConflict
     elif code == "DIGEST_INVALID":
         cls = DigestInvalid
     return cls(message, code=code, status=status, detail=detail)

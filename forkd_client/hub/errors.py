@@ -57,6 +57,10 @@ class HasDependents(HubError):
         return []
 
 
+class TagConflict(HubError):
+    """409: another push moved the tag since this push read it (push again, or ``--force``)."""
+
+
 class DigestInvalid(HubError):
     """Content does not match its digest."""
 

@@ -23,7 +23,7 @@ from manifest.chunking import DEFAULT_CHUNK_SIZE
 
 from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
-from .client import HubClient
+from .client import ANYWHERE, HubClient
 from .errors import DigestInvalid, HubError, NotFound
 from .layers import BuiltLayer, build_layer
 from .progress import NullProgress, Progress
@@ -87,14 +87,21 @@ def push(
     public: bool = False,
     progress: Progress | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    force: bool = False,
 ) -> PushResult:
-    """Push the chain of ``local_tag`` to ``ref`` (``ns/repo[:tag]``); returns the head's digest."""
+    """Push the chain of ``local_tag`` to ``ref`` (``ns/repo[:tag]``); returns the head's digest.
+
+    The tag moves only if no other push moved it since this one started (the final PUT carries
+    the digest it pointed at then); otherwise TagConflict, unless ``force``.
+    """
     progress = progress or NullProgress()
     state = TransferState(store.root / "transfers.json")
     chain = store.chain(local_tag)
     name = ref.name
     sent_before = client.bytes_sent
     result = PushResult(str(ref), "")
+    layer_tag = ref.tag or "latest"
+    expect = ANYWHERE if force else client.tag_digest(name, layer_tag)
     parent: LocalSnapshot | None = None
     parent_digest: str | None = None
     for snap in chain:
@@ -108,9 +115,8 @@ def push(
                                            progress, chunk_size))
             state.set(key, result.links[-1].digest)
         parent, parent_digest = snap, result.links[-1].digest
-    layer_tag = ref.tag or "latest"
     manifest, _ = client.get_manifest(name, parent_digest)  # type: ignore[arg-type]
-    result.digest = client.put_manifest(name, layer_tag, manifest, public=public)
+    result.digest = client.put_manifest(name, layer_tag, manifest, public=public, expect=expect)
     result.bytes_sent = client.bytes_sent - sent_before
     return result
 

@@ -11,7 +11,28 @@ from litestar.params import FromPath, HeaderParameter, QueryParameter
 from hub_server.api.deps import read_limited, remote_of
 from hub_server.api.schemas import DeleteOut
 from hub_server.auth.scopes import Principal
+from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.service import Registry
+from hub_server.registry.tags import ABSENT, ANY
+
+
+def tag_expectation(if_match: str | None, if_none_match: str | None) -> str:
+    """Where a tag PUT expects the tag to point: ``If-Match: "<digest>"``, ``If-None-Match: *`` (absent), or anywhere.
+
+    Raises: HubError(INVALID_REQUEST) for both headers at once or a list of entity tags.
+    """
+    if if_match is not None and if_none_match is not None:
+        raise HubError(ErrorCode.INVALID_REQUEST, "send If-Match or If-None-Match, not both", {})
+    if if_none_match is not None:
+        if if_none_match.strip() != "*":
+            raise HubError(ErrorCode.INVALID_REQUEST, "If-None-Match on a manifest PUT must be *", {})
+        return ABSENT
+    if if_match is None or if_match.strip() == "*":
+        return ANY
+    value = if_match.strip().removeprefix("W/").strip('"')
+    if "," in value or not value:
+        raise HubError(ErrorCode.INVALID_REQUEST, "If-Match on a manifest PUT takes one digest", {})
+    return value
 
 
 class ManifestController(Controller):
@@ -30,10 +51,13 @@ class ManifestController(Controller):
         registry: NamedDependency[Registry],
         public: Annotated[bool, QueryParameter()] = False,
         content_type: Annotated[str | None, HeaderParameter(name="content-type")] = None,
+        if_match: Annotated[str | None, HeaderParameter(name="if-match")] = None,
+        if_none_match: Annotated[str | None, HeaderParameter(name="if-none-match")] = None,
     ) -> Response[None]:
         body = await read_limited(request, registry.ctx.limits.manifest_bytes, "manifest")
         result = await registry.manifests.put(principal, ns, repo, ref, body, content_type, public=public,
-                                              remote=remote_of(request))
+                                              remote=remote_of(request), expect_tag=tag_expectation(if_match,
+                                                                                                    if_none_match))
         return Response(b"", status_code=201, headers={
             "Location": f"/v2/{ns}/{repo}/manifests/{result.digest}",
             "Docker-Content-Digest": result.digest

@@ -11,7 +11,9 @@
     repository_manifests (repository_id, manifest_digest)
     tags              (repository_id, name, manifest_digest, updated_at)
     chunks            (id, digest, blob_digest, offset, length)      verified chunk frame locations
-    uploads           (id, repository_id, size, created_at, updated_at)
+    uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until)
+    gc_leases         (name, holder, expires_at)                     one GC sweeps at a time (replicas)
+    gc_marks          (kind, digest, unreferenced_since)             when GC first saw an object unreferenced
     alembic_version   (version_num)                                  the schema revision (db/schema.py)
 
 Blob rows exist only for objects that were verified and moved to their content address.
@@ -33,6 +35,8 @@ __all__ = [
     "Blob",
     "BlobRole",
     "Chunk",
+    "GcLease",
+    "GcMark",
     "Manifest",
     "ManifestBlob",
     "Repository",
@@ -176,3 +180,26 @@ class Upload(SQLModel, table=True):
     size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     created_at: datetime = _time()
     updated_at: datetime = _time(index=True)
+    lease_owner: str | None = Field(default=None, sa_column=Column(String(36), nullable=True))
+    """The request (any replica) working on this session now; see ``registry/uploads.py``."""
+    lease_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+
+
+class GcLease(SQLModel, table=True):
+    """Held by the replica sweeping now (``registry/gclease.py``); expires if that replica dies."""
+
+    __tablename__ = "gc_leases"
+
+    name: str = Field(sa_column=Column(String(32), primary_key=True))
+    holder: str = Field(sa_column=Column(String(128), nullable=False))
+    expires_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class GcMark(SQLModel, table=True):
+    """A manifest or blob GC found unreferenced, and since when; it is swept a grace period later."""
+
+    __tablename__ = "gc_marks"
+
+    kind: str = Field(sa_column=Column(String(16), primary_key=True))
+    digest: str = Field(sa_column=Column(String(DIGEST), primary_key=True))
+    unreferenced_since: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

@@ -10,7 +10,7 @@ of the digest reference, or blake3 for a tag.
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
-``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``), ``Unauthorized``/``Forbidden``.
+``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, ``TAG_CONFLICT``), ``Unauthorized``/``Forbidden``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from hub_server.db.models import (
     Repository,
     RepositoryBlob,
     RepositoryManifest,
-    Tag,
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import ensure_repository, find_repository, readable_repository, require
@@ -40,7 +39,7 @@ from hub_server.registry.names import Reference, check_repository, parse_referen
 from hub_server.registry.paths import blob_key
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
 from hub_server.registry.sql import batched, insert_ignore
-from hub_server.registry.tags import resolve_reference
+from hub_server.registry.tags import ANY, move_tag, resolve_reference
 from hub_server.registry.verify import ChainIndex, parse_document, verify_frames
 from manifest.digest import Digest, digest_bytes
 
@@ -83,10 +82,13 @@ class ManifestService:
         *,
         public: bool = False,
         remote: str | None = None,
+        expect_tag: str = ANY,
     ) -> PushResult:
         """Verify and store a pushed manifest; tag it when ``ref`` is a tag.
 
-        ``public`` makes the repository public when this is its first manifest.
+        ``public`` makes the repository public when this is its first manifest. ``expect_tag``
+        (a digest, ``tags.ABSENT`` or ``tags.ANY``) is where the tag must still point for the
+        push to move it; otherwise nothing is stored and HubError(TAG_CONFLICT) is raised.
         """
         full = check_repository(namespace, name)
         reference = parse_reference(ref)
@@ -112,7 +114,7 @@ class ManifestService:
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):
             await self.ctx.store.put(key, body)
-        created = await self._commit(namespace, name, digest, len(body), plan, reference, public)
+        created = await self._commit(namespace, name, digest, len(body), plan, reference, public, expect_tag)
 
         if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
             await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
@@ -140,11 +142,13 @@ class ManifestService:
         return StoredManifest(digest, row.media_type, row.size, data)
 
     async def _commit(
-        self, namespace: str, name: str, digest: str, size: int, plan: PushPlan, reference: Reference, public: bool
+        self, namespace: str, name: str, digest: str, size: int, plan: PushPlan, reference: Reference, public: bool,
+        expect_tag: str,
     ) -> bool:
         async with self.ctx.sessions() as session:
             try:
-                created = await self._write_rows(session, namespace, name, digest, size, plan, reference, public)
+                created = await self._write_rows(session, namespace, name, digest, size, plan, reference, public,
+                                                 expect_tag)
                 await session.commit()
             except IntegrityError:
                 # A garbage collection removed a blob between our checks and this commit.
@@ -154,7 +158,7 @@ class ManifestService:
 
     async def _write_rows(
         self, session: AsyncSession, namespace: str, name: str, digest: str, size: int, plan: PushPlan,
-        reference: Reference, public: bool,
+        reference: Reference, public: bool, expect_tag: str,
     ) -> bool:
         now = self.ctx.clock()
         repo = await ensure_repository(session, namespace, name, public=public)
@@ -183,12 +187,7 @@ class ManifestService:
         ])
         await _link(session, repo, [*plan.ancestors, digest], now)
         if reference.tag is not None:
-            tag = await session.get(Tag, (repo.id, reference.tag))
-            if tag is None:
-                session.add(Tag(repository_id=repo.id, name=reference.tag, manifest_digest=digest, updated_at=now))
-            elif tag.manifest_digest != digest:
-                tag.manifest_digest, tag.updated_at = digest, now
-                session.add(tag)
+            await move_tag(session, repo.id, reference.tag, digest, now, expect_tag)  # type: ignore[arg-type]
         repo.updated_at = now
         session.add(repo)
         return created

@@ -1,12 +1,22 @@
-"""Tags: resolving a ``{ref}`` in a repository, and listing tag names (paginated).
+"""Tags: resolving a ``{ref}`` in a repository, moving a tag (compare-and-swap), listing names.
 
-Errors: ``HubError(MANIFEST_UNKNOWN)``, ``HubError(NAME_UNKNOWN / NAME_INVALID)``.
+Moving a tag is one conditional statement, so replicas on one database agree on a winner:
+with an expectation (``expected`` a digest, or :data:`ABSENT`) the tag moves only if it still
+points there (``UPDATE … WHERE manifest_digest = expected`` / ``INSERT … ON CONFLICT DO
+NOTHING``); without one (:data:`ANY`) it is an upsert, last writer wins.
+
+Errors: ``HubError(MANIFEST_UNKNOWN)``, ``HubError(NAME_UNKNOWN / NAME_INVALID)``,
+``HubError(TAG_CONFLICT)``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
 
+from sqlalchemy import update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -17,7 +27,12 @@ from hub_server.registry.access import readable_repository
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import Reference
 
-__all__ = ["Page", "TagService", "resolve_reference", "tags_by_digest"]
+__all__ = ["ABSENT", "ANY", "Page", "TagService", "move_tag", "resolve_reference", "tags_by_digest"]
+
+ANY: Final = "*any*"
+"""No expectation: the tag moves whatever it pointed at."""
+ABSENT: Final = "*absent*"
+"""The tag must not exist yet (``If-None-Match: *``)."""
 
 MAX_PAGE = 1000
 
@@ -45,6 +60,39 @@ async def resolve_reference(session: AsyncSession, repo: Repository, reference: 
         return reference.digest  # type: ignore[return-value]
     raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"{repo.full_name}:{reference} is unknown",
                    {"name": repo.full_name, "reference": str(reference)})
+
+
+async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, now: datetime,
+                   expected: str = ANY) -> None:
+    """Point tag ``name`` at ``digest`` if it still points at ``expected`` (a digest, ABSENT or ANY).
+
+    A tag already at ``digest`` satisfies any expectation (the same push, retried).
+    Raises: HubError(TAG_CONFLICT) naming what the tag points at now.
+    """
+    table = Tag.__table__  # type: ignore[attr-defined]
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table).values(
+        repository_id=repo_id, name=name, manifest_digest=digest, updated_at=now)
+    if expected == ANY:
+        await session.exec(insert.on_conflict_do_update(  # type: ignore[call-overload]
+            index_elements=["repository_id", "name"], set_={"manifest_digest": digest, "updated_at": now}))
+        return
+    if expected == ABSENT:
+        moved = (await session.exec(insert.on_conflict_do_nothing())).rowcount  # type: ignore[call-overload]
+    else:
+        moved = (await session.exec(update(Tag).where(  # type: ignore[call-overload]
+            col(Tag.repository_id) == repo_id, col(Tag.name) == name, col(Tag.manifest_digest) == expected,
+        ).values(manifest_digest=digest, updated_at=now))).rowcount
+    if moved == 1:
+        return
+    actual = (await session.exec(select(Tag.manifest_digest).where(
+        Tag.repository_id == repo_id, Tag.name == name))).first()
+    if actual == digest:
+        return
+    raise HubError(ErrorCode.TAG_CONFLICT,
+                   f"tag {name!r} points at {actual or 'nothing'}, not {'nothing' if expected == ABSENT else expected} "
+                   "as this push expected: another push moved it",
+                   {"tag": name, "expected": None if expected == ABSENT else expected, "actual": actual})
 
 
 async def tags_by_digest(session: AsyncSession, repo_id: int, digests: list[str]) -> dict[str, list[str]]:

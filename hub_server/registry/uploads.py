@@ -4,7 +4,10 @@ A session stages bytes at ``uploads/<id>`` (``paths.upload_key``) and grows by a
 requests; the store's object size is the committed size a client resumes from. ``finish``
 re-hashes the whole staged object (in worker threads), moves it to its content address only
 if it matches, and links it to the repository; on a mismatch the staged bytes and the session
-are deleted. At most one request works on a session at a time (an in-process lock).
+are deleted. At most one request works on a session at a time, whichever replica it reaches: it
+takes a lease on the session's row (``uploads.lease_owner``/``lease_until``, one conditional
+``UPDATE``), renews it while a long body streams in, and gives it back at the end; a lease left
+by a crashed replica expires after :data:`UPLOAD_LEASE`.
 
 Errors: ``HubError`` (``BLOB_UPLOAD_UNKNOWN``, ``BLOB_UPLOAD_INVALID``, ``RANGE_INVALID``,
 ``DIGEST_INVALID``, ``NAME_INVALID``, ``NAME_UNKNOWN``), ``Unauthorized``/``Forbidden``,
@@ -17,8 +20,11 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import anyio
+from sqlalchemy import or_, update
+from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.scopes import Principal
@@ -33,7 +39,10 @@ from hub_server.registry.sql import insert_ignore
 from hub_server.storage import BlobNotFound
 from manifest.digest import Digest
 
-__all__ = ["BlobCommitted", "UploadService", "UploadStatus"]
+__all__ = ["UPLOAD_LEASE", "BlobCommitted", "UploadService", "UploadStatus"]
+
+#: How long a request holds an upload session without renewing; renewed every third of it.
+UPLOAD_LEASE = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,6 @@ class BlobCommitted:
 class UploadService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
-        self._busy: set[str] = set()
 
     # -- public operations ---------------------------------------------------------------
 
@@ -122,8 +130,8 @@ class UploadService:
         """
         async with self.ctx.sessions() as session:
             repo, upload = await self._session(session, principal, namespace, name, upload_id)
-        async with self._exclusive(upload_id):
-            size = await self._append(upload, body, content_range)
+        async with self._exclusive(upload_id) as lease:
+            size = await self._append(upload, body, content_range, lease)
         return UploadStatus(upload_id, repo.full_name, size)
 
     async def finish(
@@ -143,9 +151,9 @@ class UploadService:
         async with self.ctx.sessions() as session:
             repo, upload = await self._session(session, principal, namespace, name, upload_id)
         key = upload_key(upload_id)
-        async with self._exclusive(upload_id):
+        async with self._exclusive(upload_id) as lease:
             if body is not None:
-                await self._append(upload, body, None)
+                await self._append(upload, body, None, lease)
             got, size = await digest_object(self.ctx.store, key, want.algorithm)
             if got != want:
                 await self._drop(upload_id)
@@ -212,7 +220,8 @@ class UploadService:
             raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data",
                            {"uuid": upload_id}) from None
 
-    async def _append(self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None) -> int:
+    async def _append(self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None,
+                      lease: str) -> int:
         limit = self.ctx.limits.blob_bytes
         try:
             writer = await self.ctx.store.writer(upload_key(upload.id), append=True)
@@ -225,7 +234,10 @@ class UploadService:
                 raise HubError(ErrorCode.RANGE_INVALID,
                                f"Content-Range starts at {content_range[0]}, the upload holds {start} bytes",
                                {"uuid": upload.id, "size": start})
+            renewed = self.ctx.clock()
             async for piece in body:
+                if self.ctx.clock() - renewed > UPLOAD_LEASE / 3:
+                    renewed = await self._renew(upload.id, lease)
                 if writer.size + len(piece) > limit:
                     raise HubError(ErrorCode.BLOB_UPLOAD_INVALID,
                                    f"upload exceeds the blob size limit of {limit} bytes",
@@ -260,17 +272,41 @@ class UploadService:
                 await session.commit()
 
     @asynccontextmanager
-    async def _exclusive(self, upload_id: str) -> AsyncIterator[None]:
-        # One request per session at a time; a second one is told so instead of waiting,
-        # because its offset would be stale by the time it ran anyway.
-        if upload_id in self._busy:
+    async def _exclusive(self, upload_id: str) -> AsyncIterator[str]:
+        """Hold the session's lease (any replica); yields the lease token.
+
+        A second request is told the session is busy instead of waiting, because its offset
+        would be stale by the time it ran anyway. Raises: HubError(BLOB_UPLOAD_INVALID).
+        """
+        token = uuid.uuid4().hex
+        now = self.ctx.clock()
+        async with self.ctx.sessions() as session:
+            taken = await session.exec(update(Upload).where(  # type: ignore[call-overload]
+                col(Upload.id) == upload_id,
+                or_(col(Upload.lease_until).is_(None), col(Upload.lease_until) < now),
+            ).values(lease_owner=token, lease_until=now + UPLOAD_LEASE))
+            await session.commit()
+        if taken.rowcount != 1:
             raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"upload {upload_id} is busy with another request",
                            {"uuid": upload_id})
-        self._busy.add(upload_id)
         try:
-            yield
+            yield token
         finally:
-            self._busy.discard(upload_id)
+            with anyio.CancelScope(shield=True):
+                async with self.ctx.sessions() as session:
+                    await session.exec(update(Upload).where(  # type: ignore[call-overload]
+                        col(Upload.id) == upload_id, col(Upload.lease_owner) == token,
+                    ).values(lease_owner=None, lease_until=None))
+                    await session.commit()
+
+    async def _renew(self, upload_id: str, token: str):  # noqa: ANN202 - returns the renewal time
+        now = self.ctx.clock()
+        async with self.ctx.sessions() as session:
+            await session.exec(update(Upload).where(  # type: ignore[call-overload]
+                col(Upload.id) == upload_id, col(Upload.lease_owner) == token,
+            ).values(lease_until=now + UPLOAD_LEASE))
+            await session.commit()
+        return now
 
 
 def _valid_id(upload_id: str) -> bool:

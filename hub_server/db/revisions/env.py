@@ -26,6 +26,19 @@ import_models()
 TARGET = SQLModel.metadata
 
 
+def _render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
+    """Render our column types as plain SQLAlchemy ones: a revision never imports the models."""
+    from sqlmodel.sql.sqltypes import AutoString
+
+    from hub_server.auth.models import UTCDateTime
+
+    if type_ == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime(timezone=True)"
+    if type_ == "type" and isinstance(obj, AutoString):
+        return f"sa.String(length={obj.length})" if obj.length else "sa.String()"
+    return False
+
+
 def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -33,6 +46,7 @@ def _configure(connection: Connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         include_object=include_object,
+        render_item=_render_item,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -170,3 +170,27 @@ def test_cross_repository_mount_needs_read_access_to_the_source(hub: Hub, admin_
                               headers=auth(admin_token))
     assert mounted.status_code == 201 and mounted.headers["Docker-Content-Digest"] == digest
     assert hub.client.get(f"/v2/acme/mine/blobs/{digest}", headers=auth(admin_token)).content == data
+
+
+def test_a_session_leased_by_another_replica_is_busy_until_its_lease_ends(hub: Hub, admin_token: str):
+    location = hub.client.post("/v2/acme/blobs/blobs/uploads/", headers=auth(admin_token)).headers["Location"]
+    upload_id = location.rsplit("/", 1)[1]
+
+    def lease(until_delta: timedelta) -> None:
+        async def go():
+            async with hub.registry.ctx.sessions() as session:
+                row = await session.get(Upload, upload_id)
+                row.lease_owner, row.lease_until = "other-replica", hub.registry.ctx.clock() + until_delta
+                session.add(row)
+                await session.commit()
+
+        hub.call(go)
+
+    lease(timedelta(minutes=5))  # another replica is streaming into this session right now
+    busy = hub.client.patch(location, content=b"x" * 10, headers={**auth(admin_token), "Content-Range": "0-9"})
+    assert expect_error(busy, 400, "BLOB_UPLOAD_INVALID") == {"uuid": upload_id}
+    lease(timedelta(minutes=-1))  # that replica died: its lease ran out
+    resumed = hub.client.patch(location, content=b"x" * 10, headers={**auth(admin_token), "Content-Range": "0-9"})
+    assert resumed.status_code == 202 and resumed.headers["Range"] == "0-9"
+    [row] = [r for r in rows(hub, Upload) if r.id == upload_id]
+    assert (row.lease_owner, row.lease_until, row.size) == (None, None, 10)  # given back after the request
