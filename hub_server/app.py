@@ -30,6 +30,7 @@ from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
+from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings
 
@@ -91,6 +92,8 @@ async def _periodic_gc(registry: Registry, interval: float | None) -> AsyncItera
             await asyncio.sleep(interval)
             try:
                 await registry.gc.run()
+            except GcBusy as e:
+                log.info("periodic garbage collection skipped: %s", e)
             except Exception:  # noqa: BLE001 - a failed run is logged and retried next interval
                 log.exception("periodic garbage collection failed")
 

@@ -146,8 +146,14 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _gc(args: argparse.Namespace) -> int:
     settings = _settings(args, _STORE_FLAGS)
+    from hub_server.registry.gcstate import GcBusy
+
     grace = parse_duration(args.grace) if args.grace is not None else None
-    report = asyncio.run(_run_gc(settings, grace, args.dry_run))
+    try:
+        report = asyncio.run(_run_gc(settings, grace, args.dry_run))
+    except GcBusy as e:
+        print(f"forkd-hub: error: {e}; try again later", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0

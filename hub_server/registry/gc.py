@@ -1,9 +1,15 @@
 """Garbage collection: mark from tags (following parents), sweep what nothing reaches.
 
-Mark: every tagged manifest is a root, and so is every manifest younger than the grace period
-(a push may be about to tag it). From each marked manifest follow its parent digest and, for a
+Mark: every tagged manifest is a root. From each marked manifest follow its parent digest and, for a
 chain index, the manifests it lists. A marked manifest marks its own bytes and every blob it
 references (config, vmstate, chunk maps, data blobs).
+
+One replica sweeps at a time, and the grace period runs from when an object became
+unreferenced (``registry/gcstate.py``): a run records when it first finds a manifest or blob
+unmarked and sweeps it only on a later run at least the grace period after that (with a zero
+grace, at once). An unmarked manifest not yet due still counts as a root, so its parents and
+blobs stay too; a manifest or blob a push just stored is first seen unmarked no earlier than it
+was written, so a push in flight (which tags last) keeps everything for the grace period. A run that finds the lease held raises ``GcBusy`` (the periodic GC skips).
 
 Sweep, only what is older than the grace period — so a push in flight never loses a blob it
 just uploaded but has not referenced yet:
@@ -43,6 +49,7 @@ from hub_server.db.models import (
     Upload,
 )
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.gcstate import acquire_lease, holder_name, release_lease, settle_marks
 from hub_server.registry.paths import BLOBS_PREFIX, UPLOADS_PREFIX, blob_key, digest_from_blob_key, upload_key
 from hub_server.registry.sql import batched
 from hub_server.storage import BlobNotFound
@@ -87,11 +94,19 @@ class GarbageCollector:
         now = now or self.ctx.clock()
         grace = self.ctx.limits.gc_grace if grace is None else grace
         report = GcReport(dry_run, now, grace.total_seconds())
+        holder = holder_name()
+        if not dry_run:
+            async with self.ctx.sessions() as session:
+                await acquire_lease(session, holder, self.ctx.clock())  # GcBusy: another replica sweeps
         try:
-            await self._collect(report, now - grace, now - self.ctx.limits.upload_lifetime)
+            await self._collect(report, now - grace, now - self.ctx.limits.upload_lifetime, grace)
         except BaseException:
             self.ctx.metrics.record_gc("error")
             raise
+        finally:
+            if not dry_run:
+                async with self.ctx.sessions() as session:
+                    await release_lease(session, holder)
         self.ctx.metrics.record_gc("dry_run" if dry_run else "ok", 0 if dry_run else report.bytes_freed)
         if not dry_run:
             self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
@@ -105,7 +120,7 @@ class GarbageCollector:
                  len(report.orphan_objects), report.bytes_freed)
         return report
 
-    async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime) -> None:
+    async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime, grace: timedelta) -> None:
         async with self.ctx.sessions() as session:
             manifests = {d: (p, c) for d, p, c in (await session.exec(
                 select(Manifest.digest, Manifest.parent_digest, Manifest.created_at))).all()}
@@ -120,21 +135,23 @@ class GarbageCollector:
         for m, b, role in references:
             if role == BlobRole.MANIFEST:
                 children.setdefault(m, []).append(b)
-        marked: set[str] = set()
-        stack = [d for d, (_, created) in manifests.items() if d in tagged or created > cutoff]
-        while stack:
-            digest = stack.pop()
-            if digest in marked or digest not in manifests:
-                continue
-            marked.add(digest)
-            parent = manifests[digest][0]
-            stack.extend([parent] if parent else [])
-            stack.extend(children.get(digest, []))
+        roots = set(tagged) & set(manifests)  # the young are protected by their marks' grace period instead
+        marked = _reach(roots, manifests, children)
+        tagged_blobs = set(marked) | {b for m, b, _ in references if m in marked}
+        async with self.ctx.sessions() as session:
+            due = await settle_marks(session, "manifest", set(manifests) - marked, report.started, grace,
+                                     dry_run=report.dry_run)
+            # The clock of a blob starts with its manifest's, but the blob stays while that manifest does.
+            due_blobs = await settle_marks(session, "blob", set(blobs) - tagged_blobs, report.started, grace,
+                                           dry_run=report.dry_run)
+            await session.commit()
+        marked = _reach(roots | (set(manifests) - marked - due), manifests, children)  # not due: still roots
         marked_blobs = set(marked) | {b for m, b, _ in references if m in marked}
+        due_blobs -= marked_blobs
 
         report.manifests = sorted(set(manifests) - marked)
         report.kept_manifests = len(marked)
-        report.blobs = sorted(d for d, (_, created) in blobs.items() if d not in marked_blobs and created <= cutoff)
+        report.blobs = sorted(due_blobs)
         report.kept_blobs = len(blobs) - len(report.blobs)
         report.uploads = sorted(u.id for u in uploads.values() if u.updated_at <= upload_cutoff)
         report.orphan_objects = await self._orphans(set(blobs), set(uploads), cutoff)
@@ -211,3 +228,19 @@ class GarbageCollector:
             return 0
         return size
 
+
+
+def _reach(roots: set[str], manifests: dict[str, tuple[str | None, datetime]],
+           children: dict[str, list[str]]) -> set[str]:
+    """Every manifest reachable from ``roots`` through parents and chain-index entries."""
+    marked: set[str] = set()
+    stack = list(roots)
+    while stack:
+        digest = stack.pop()
+        if digest in marked or digest not in manifests:
+            continue
+        marked.add(digest)
+        parent = manifests[digest][0]
+        stack.extend([parent] if parent else [])
+        stack.extend(children.get(digest, []))
+    return marked

@@ -35,7 +35,9 @@ def stored_keys(hub: Hub) -> set[str]:
 
 
 def gc(hub: Hub, **kwargs):
+    """One GC run; ``later=True``: a run past the grace period, after a run now found the garbage."""
     if kwargs.pop("later", False):
+        hub.call(hub.registry.gc.run)  # records what is unreferenced now; deletes nothing within the grace
         kwargs["now"] = hub.registry.ctx.clock() + LATER
     return hub.call(hub.registry.gc.run, **kwargs)
 
@@ -120,13 +122,15 @@ def test_a_push_in_flight_keeps_its_fresh_blobs(hub: Hub, images, tmp_path):
 
 
 def test_gc_counts_runs_in_metrics_and_audits(hub: Hub, garbage):
-    gc(hub, later=True, dry_run=True)
-    gc(hub, later=True)
+    gc(hub)
+    later = hub.registry.ctx.clock() + LATER
+    gc(hub, now=later, dry_run=True)
+    gc(hub, now=later)
     metrics = hub.client.get("/metrics").text
     assert 'forkd_hub_gc_runs_total{result="dry_run"} 1.0' in metrics
-    assert 'forkd_hub_gc_runs_total{result="ok"} 1.0' in metrics
+    assert 'forkd_hub_gc_runs_total{result="ok"} 2.0' in metrics
     events = hub.call(hub.registry.ctx.audit.query, action="gc")
-    assert [e["detail"]["dryRun"] for e in events] == [False, True]
+    assert [e["detail"]["dryRun"] for e in events] == [False, True, False]
 
 
 def test_periodic_gc_runs_in_the_server(make_hub):
@@ -135,3 +139,35 @@ def test_periodic_gc_runs_in_the_server(make_hub):
     while 'forkd_hub_gc_runs_total{result="ok"}' not in hub.client.get("/metrics").text:
         assert time.monotonic() < deadline, "the periodic GC never ran"
         time.sleep(0.05)
+
+
+def test_the_grace_period_starts_when_a_layer_became_unreferenced(hub: Hub, images, tmp_path):
+    pusher = hub.pusher(hub.token("admin", "admin"))
+    old = pusher.push_chain("acme/vm", images[:1], tmp_path / "old", "v1")[0]
+    day = hub.registry.ctx.clock() + LATER  # the old layer is a day old by now
+    other = tmp_path / "other.bin"
+    other.write_bytes(os.urandom(3 * 65536))
+    new = pusher.build_layer("acme/vm", other, b"new", tmp_path / "new")
+    pusher.push_layer("acme/vm", new, "v1")  # the tag moves: the old layer is unreferenced from here on
+
+    first = gc(hub, now=day)  # a pull that resolved v1 a moment ago may still be fetching the old layer
+    assert first.manifests == [] and first.blobs == []
+    assert gc(hub, now=day + timedelta(minutes=59)).manifests == []
+    after_grace = gc(hub, now=day + timedelta(hours=1))
+    assert after_grace.manifests == [old.digest]
+    assert old.digest in after_grace.blobs
+
+
+def test_one_replica_sweeps_at_a_time(hub: Hub, garbage):
+    from hub_server.registry.gcstate import GcBusy, acquire_lease
+
+    async def hold(holder: str, at):
+        async with hub.registry.ctx.sessions() as session:
+            await acquire_lease(session, holder, at)
+
+    hub.call(hold, "replica-b:123:abcd", hub.registry.ctx.clock())
+    with pytest.raises(GcBusy, match="another garbage collection is running \\(replica-b:123:abcd"):
+        gc(hub)
+    assert gc(hub, dry_run=True).dry_run  # a dry run deletes nothing and needs no lease
+    hub.call(hold, "replica-b:123:abcd", hub.registry.ctx.clock() - timedelta(hours=2))  # it died: lease expired
+    assert not gc(hub).dry_run
