@@ -49,6 +49,8 @@ class Limits:
     upload_lifetime: timedelta = timedelta(hours=24)
     blob_bytes: int = 64 << 30
     gc_grace: timedelta = timedelta(hours=1)
+    min_free_bytes: int = 256 << 20
+    """``/healthz`` answers 503 when a store that can tell has less room than this."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "upload_lifetime": (_positive(parse_duration), True),
     "blob_bytes": (_positive(parse_size), True),
     "gc_grace": (parse_duration, True),
+    "min_free_bytes": (parse_size, True),
 }
 
 

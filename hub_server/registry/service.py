@@ -45,7 +45,8 @@ class Registry:
         self._gauges_at: float | None = None
 
     async def health(self) -> tuple[bool, HealthReport]:
-        """Whether the database and the blob store answer; per component ``"ok"`` or the error."""
+        """Whether the database and the blob store answer (and the store has room: ``min_free_bytes``);
+        per component ``"ok"`` or the error. Replicas behind a load balancer use it as readiness."""
         report: HealthReport = {}
         try:
             async with self.ctx.sessions() as session:
@@ -55,7 +56,10 @@ class Registry:
             report["database"] = f"error: {type(e).__name__}: {e}"[:300]
         try:
             await self.ctx.store.exists("blobs/healthz")
-            report["storage"] = "ok"
+            free = await self.ctx.store.free_bytes()
+            minimum = self.ctx.limits.min_free_bytes
+            report["storage"] = "ok" if free is None or free >= minimum else (
+                f"error: full: {free} bytes free, under the {minimum}-byte minimum")
         except Exception as e:  # noqa: BLE001
             report["storage"] = f"error: {type(e).__name__}: {e}"[:300]
         return all(v == "ok" for v in report.values()), report

@@ -319,6 +319,14 @@ class BlobStore(ABC):
         self._check_open()
         return await self._usage()
 
+    async def free_bytes(self) -> int | None:
+        """Bytes the store can still take, or ``None`` when it cannot tell (object stores).
+
+        ``/healthz`` reports a store under its threshold as full. Raises: StorageUnavailable.
+        """
+        self._check_open()
+        return await self._free_bytes()
+
     async def purge_staging(self, older_than: timedelta) -> int:
         """Abort staged writes not written to for ``older_than``; return how many.
 
@@ -387,6 +395,9 @@ class BlobStore(ABC):
 
     async def _purge_staging(self, older_than: timedelta) -> int:
         return 0
+
+    async def _free_bytes(self) -> int | None:
+        return None
 
     async def _close(self) -> None:
         return None

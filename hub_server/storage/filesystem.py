@@ -131,6 +131,10 @@ class FilesystemStore(BlobStore):
     async def _purge_staging(self, older_than: timedelta) -> int:
         return await _in_thread(STAGING_DIR, self._purge_sync, older_than.total_seconds())
 
+    async def _free_bytes(self) -> int | None:
+        st = await _in_thread("", os.statvfs, self.root)
+        return st.f_bavail * st.f_frsize
+
     # -- blocking helpers (run in worker threads) -----------------------------------------
 
     def _path(self, key: str) -> str:

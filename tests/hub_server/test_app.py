@@ -24,6 +24,21 @@ def test_healthz_checks_database_and_store(hub: Hub):
     assert body["status"] == "unavailable" and body["database"] == "ok" and body["storage"].startswith("error")
 
 
+def test_healthz_reports_a_full_store(make_hub, tmp_path):
+    from dataclasses import replace as with_limits
+
+    from hub_server.settings import Limits
+
+    ok = make_hub(f"filesystem root={tmp_path / 'roomy'}")
+    assert ok.client.get("/healthz").status_code == 200
+    full = make_hub(f"filesystem root={tmp_path / 'full'}", limits=with_limits(Limits(), min_free_bytes=1 << 62))
+    r = full.client.get("/healthz")  # no filesystem here has 4 EiB free
+    assert r.status_code == 503
+    assert r.json()["database"] == "ok"
+    assert r.json()["storage"].startswith("error: full: ") and r.json()["storage"].endswith(
+        f"bytes free, under the {1 << 62}-byte minimum")
+
+
 def test_metrics_exposes_http_storage_and_chunk_counters(hub: Hub, images, tmp_path):
     token = hub.token("admin", "admin")
     hub.pusher(token).push_chain("acme/vm", images[:1], tmp_path / "p", "v1")
