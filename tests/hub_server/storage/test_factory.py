@@ -59,7 +59,7 @@ def test_a_root_that_cannot_be_created_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_every_registered_backend_builds_a_store_with_its_name(tmp_path: Path) -> None:
-    examples = {"root": str(tmp_path / "r")}
+    examples = {"root": str(tmp_path / "r"), "bucket": "snapshots"}
     for name, backend in BACKENDS.items():
         spec = " ".join([name, *(f"{p}={examples[p]}" for p in sorted(backend.required))])
         store = create_store(spec)
