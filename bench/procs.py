@@ -75,13 +75,14 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
 class HubServer:
     """``forkd-hub serve`` on a free loopback port with its own data dir; ``stop()`` ends it."""
 
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.env = {**os.environ, **(env or {})}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(forkd_hub_cmd("serve", "--port", str(self.port), "--data-dir", str(data_dir)),
-                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
         try:
             wait_http(self.url + "/healthz", self.proc, "forkd-hub serve")
         except BaseException:
@@ -92,7 +93,7 @@ class HubServer:
         args = ["token", "create", name, "--data-dir", str(self.data_dir)]
         for scope in scopes:
             args += ["--scope", scope]
-        return subprocess.run(forkd_hub_cmd(*args), check=True, capture_output=True, text=True,
+        return subprocess.run(forkd_hub_cmd(*args), check=True, capture_output=True, text=True, env=self.env,
                               timeout=60).stdout.strip()
 
     def stop(self) -> None:

@@ -106,7 +106,7 @@ class S3Writer(BlobWriter):
                 await store.call(self.key, store.client.put_object, Bucket=store.bucket, Key=self._name,
                                  Body=bytes(self._buffer))
             else:
-                if self._buffer or not self._parts:
+                if self._buffer or not (self._parts or self._in_flight):
                     await self._send(bytes(self._buffer))
                 await self._drain()
                 parts = sorted(self._parts, key=lambda p: p["PartNumber"])

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import anyio
 import httpx
 import pytest
 
@@ -128,3 +129,15 @@ async def test_missing_key_in_a_prefixed_store(store: S3Store):
 def test_bad_specs_name_the_parameter(spec, message):
     with pytest.raises(ValueError, match=message):
         create_store(spec)
+
+
+@pytest.mark.parametrize("size", [5 << 20, 10 << 20])
+async def test_a_write_of_whole_parts_commits_without_an_empty_part(store: S3Store, size: int):
+    data = os.urandom(size)  # the last full part is still in flight when commit starts
+    await store.put("uploads/u", b"")
+    with anyio.fail_after(60):  # an empty trailing part made SeaweedFS hang instead of failing
+        async with store.writer("uploads/u", append=True) as writer:
+            await writer.write(data)
+            await writer.commit()
+    assert await store.read("uploads/u") == data
+    assert _open_multipart(store) == 0
