@@ -64,7 +64,9 @@ class PostgresCluster:
         return f"postgresql+asyncpg://{USER}@127.0.0.1:{self.port}/{database}"
 
     def _run(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self._runas, *argv], capture_output=True, text=True, timeout=120, check=False)
+        # cwd: the postgres user must be able to enter it (a test may have chdir'd somewhere private).
+        return subprocess.run([*self._runas, *argv], capture_output=True, text=True, timeout=120, check=False,
+                              cwd=self.root)
 
     def start(self) -> None:
         data = self.root / "data"
