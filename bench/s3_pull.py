@@ -17,6 +17,8 @@ pull   ``forkd pull`` of the chain into an empty store through each hub, vs boto
        in flight); each object is one GET, big ones boto3's managed download (8 MiB ranged GETs).
 push   ``forkd push`` of the chain through the hub into an empty prefix, vs boto3's managed
        multipart upload (16 MiB parts, 4 threads) of the same objects from local files.
+local  the same push and pull against a third hub on its default filesystem store: the client's
+       own work (diffing, compressing, verifying, assembling) without S3.
 
 Ratios: raw time / forkd time (1.0 = as fast as raw boto3). The forkd side includes process
 start-up, decompression, blake3 verification of every chunk and writing the three memory images.
@@ -113,9 +115,16 @@ def main() -> None:
             shutil.rmtree(user.root)
         raw_get_t = timed(lambda: raw_get(client, weed.bucket, [k for k, _ in stored], root / "raw-get"))
 
+        # the same client work without S3: a hub on its default filesystem store
+        local = stack.enter_context(HubServer(root / "hub-fs", root / "hub-fs.log"))
+        fs_pusher = ForkdUser(root / "pusher-fs", local.url, local.token("bench", "push:acme/*"), home=pusher.home)
+        fs_push_t = timed(lambda: fs_pusher.run("push", "link2", "acme/chain:v1", "--public"))
+        fs_user = ForkdUser(root / "puller-fs", local.url)
+        fs_pull_t = timed(lambda: fs_user.run("pull", "acme/chain:v1", "--as", "head"))
+
         files = [(root / "raw-get" / f"o{i}", f"raw-put/{key}") for i, (key, _) in enumerate(stored)]
         raw_put_t = timed(lambda: raw_put(client, weed.bucket, files))
-        problems = log_summary(redirecting=root / "hub-r.log", proxied=root / "hub-p.log")
+        problems = log_summary(redirecting=root / "hub-r.log", proxied=root / "hub-p.log", filesystem=root / "hub-fs.log")
 
     print(f"s3_pull: 3-link chain, memory.bin {human(args.mem_mib * MiB)} each, {len(stored)} objects, "
           f"{human(stored_bytes)} stored on SeaweedFS; {MACHINE_NOTE}")
@@ -126,14 +135,19 @@ def main() -> None:
          f"{mib_s(stored_bytes, pulls['proxied']):.0f}", f"{raw_get_t / pulls['proxied']:.2f}"],
         ["pull: raw boto3 GETs of the same objects", f"{raw_get_t:.2f}", f"{mib_s(stored_bytes, raw_get_t):.0f}",
          "1.00"],
+        ["pull: forkd from a filesystem hub (no S3)", f"{fs_pull_t:.2f}", f"{mib_s(stored_bytes, fs_pull_t):.0f}",
+         f"{raw_get_t / fs_pull_t:.2f}"],
         ["push: forkd push through the hub", f"{push_t:.2f}", f"{mib_s(stored_bytes, push_t):.0f}",
          f"{raw_put_t / push_t:.2f}"],
         ["push: raw boto3 multipart of the same objects", f"{raw_put_t:.2f}", f"{mib_s(stored_bytes, raw_put_t):.0f}",
          "1.00"],
+        ["push: forkd push to a filesystem hub (no S3)", f"{fs_push_t:.2f}", f"{mib_s(stored_bytes, fs_push_t):.0f}",
+         f"{raw_put_t / fs_push_t:.2f}"],
     ]
     print_table(["one run", "seconds", "MiB/s stored", "raw / this"], rows)
     print(f"redirected pull vs raw boto3: {raw_get_t / pulls['redirected']:.0%} of raw speed (goal >= 80%); "
-          f"redirected vs proxied: {pulls['proxied'] / pulls['redirected']:.2f}x")
+          f"redirected vs proxied: {pulls['proxied'] / pulls['redirected']:.2f}x; "
+          f"redirected vs the filesystem hub: {fs_pull_t / pulls['redirected']:.2f}x")
     print(problems)
 
 
