@@ -32,6 +32,14 @@ SECRET_KEY = "forkdtest-secret-key"
 GRPC_OFFSET = 10000
 
 
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the test process dies without its fixture teardown (Linux)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class SeaweedUnavailable(RuntimeError):
     """``weed`` is not installed, or the server did not come up (the message has its log's tail)."""
 
@@ -93,7 +101,7 @@ class SeaweedFS:
         ]
         self._log = (self.root / "weed.log").open("wb")
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.root,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
