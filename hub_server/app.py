@@ -6,7 +6,8 @@ store, services) and leaves what it built on ``app.state``:
     hub (HubServices), engine, sessions (async_sessionmaker), store, tokens (TokenService),
     audit (AuditLog), metrics (HubMetrics), registry (Registry), settings
 
-On shutdown (SIGTERM under uvicorn) it stops the periodic GC, then ``open_hub`` closes the
+It runs the webhook delivery loop (``hub_server.webhooks.delivery``) while serving.
+On shutdown (SIGTERM under uvicorn) it stops the periodic GC and that loop, then ``open_hub`` closes the
 store and disposes the engine. The access log and the HTTP metrics wrap the whole ASGI handler, so requests that
 match no route are logged and counted too.
 """
@@ -59,7 +60,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
         async with open_hub(settings, metrics=metrics) as hub:
             app.state.update(hub=hub, engine=hub.engine, sessions=hub.sessions, store=hub.store, tokens=hub.tokens,
                              audit=hub.audit, metrics=hub.metrics, registry=hub.registry, settings=settings)
-            async with _periodic_gc(hub.registry, settings.gc_interval):
+            async with _periodic_gc(hub.registry, settings.gc_interval), hub.deliverer.running():
                 yield
 
     app = Litestar(

@@ -10,6 +10,9 @@ with ``O_APPEND``, so the server and the CLI can write to the same file.
 
 Actors are a token name, ``"anonymous"``, or ``"cli:<login user>"``.
 
+Other services follow the recorded events through :meth:`AuditLog.subscribe` (webhooks do):
+a listener runs after the row is committed; its failure is logged and never fails the action.
+
 Errors: :meth:`AuditLog.record` raises ``OSError`` if the JSONL append fails (the row is
 already committed); :func:`verify_jsonl` raises :class:`AuditChainBroken` (a ``ValueError``).
 """
@@ -19,8 +22,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ JSONL_NAME = "audit.jsonl"
 GENESIS = "0" * 64
 MAX_QUERY_LIMIT = 10_000
 _TAIL_BLOCK = 4096
+log = logging.getLogger(__name__)
 
 
 def default_jsonl_path(data_dir: str | Path) -> Path:
@@ -98,6 +103,11 @@ class AuditLog:
         self._sessions = session_factory
         self.jsonl_path = jsonl_path
         self._clock = clock
+        self._listeners: list[Callable[[AuditEvent], Awaitable[None]]] = []
+
+    def subscribe(self, listener: Callable[[AuditEvent], Awaitable[None]]) -> None:
+        """Call ``listener(event)`` after each recorded event (errors are logged, never raised)."""
+        self._listeners.append(listener)
 
     async def record(
         self,
@@ -129,8 +139,15 @@ class AuditLog:
         async with self._sessions() as session:
             session.add(event)
             await session.commit()
-        if self.jsonl_path is not None:
-            await anyio.to_thread.run_sync(_append_chained, self.jsonl_path, event.to_dict())
+        try:
+            if self.jsonl_path is not None:
+                await anyio.to_thread.run_sync(_append_chained, self.jsonl_path, event.to_dict())
+        finally:
+            for listener in self._listeners:
+                try:
+                    await listener(event)
+                except Exception:  # noqa: BLE001 - a listener never fails the recorded action
+                    log.exception("audit listener %r failed on %s", listener, event.action)
 
     async def query(
         self,

@@ -1,4 +1,4 @@
-"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token`` and ``audit``).
+"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token``, ``audit``, ``webhook``).
 
 Every setting comes from a flag or its ``FORKD_HUB_*`` variable (``hub_server.settings``; table
 in docs/deployment.md). ``serve`` runs the app under uvicorn: one JSON log line per request,
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hub_server import cli_tokens
+from hub_server import cli_tokens, cli_webhooks
 from hub_server.compose import HubStartError, open_hub
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
 
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc.set_defaults(func=_gc)
 
     cli_tokens.register(commands)
+    cli_webhooks.register(commands)
     return parser
 
 

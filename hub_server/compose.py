@@ -38,6 +38,9 @@ from hub_server.registry.service import Registry
 from hub_server.settings import Settings, SettingsError
 from hub_server.storage import BlobStore, StorageError
 from hub_server.storage.factory import create_store
+from hub_server.webhooks.delivery import Deliverer, DeliveryPolicy
+from hub_server.webhooks.guard import ALLOW_ENV, AllowList
+from hub_server.webhooks.service import WebhookService
 
 __all__ = ["HubServices", "HubStartError", "open_hub", "redacted_url"]
 
@@ -58,6 +61,10 @@ class HubServices:
     audit: AuditLog
     metrics: HubMetrics
     registry: Registry
+    webhooks: WebhookService
+    """Webhook management; queues a delivery for every audited push, tag move and delete."""
+    deliverer: Deliverer
+    """Sends queued webhook deliveries; the app runs its loop (``Deliverer.running``)."""
     migrations_applied: list[str] = field(default_factory=list)
     """Schema revisions applied while opening (empty when the schema was current)."""
 
@@ -95,13 +102,29 @@ async def open_hub(
                 sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
                 blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
             ))
+            webhooks, deliverer = _webhooks(settings, sessions)
+            audit.subscribe(webhooks.enqueue)
             yield HubServices(settings=settings, engine=engine, sessions=sessions, store=store,
                               tokens=TokenService(sessions), audit=audit, metrics=metrics, registry=registry,
-                              migrations_applied=applied)
+                              webhooks=webhooks, deliverer=deliverer, migrations_applied=applied)
         finally:
             await store.close()
     finally:
         await engine.dispose()
+
+
+def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> tuple[WebhookService, Deliverer]:
+    try:
+        allow = AllowList.parse(settings.webhook_allow)
+    except ValueError as e:
+        raise SettingsError(f"{ALLOW_ENV}: {e}") from None
+    policy = DeliveryPolicy(allow, attempts=settings.webhook_attempts,
+                            backoff=settings.webhook_backoff, timeout=settings.webhook_timeout,
+                            poll=settings.webhook_poll)
+    deliverer = Deliverer(sessions, policy)
+    webhooks = WebhookService(sessions)
+    webhooks.on_queued(deliverer.wake)
+    return webhooks, deliverer
 
 
 def _engine(url: str) -> AsyncEngine:

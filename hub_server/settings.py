@@ -76,6 +76,16 @@ class Settings:
     redirect_expiry: int = 300
     migrate_on_start: bool | None = None
     """Upgrade an older schema when starting; ``None``: only for SQLite (one host, no replicas)."""
+    webhook_allow: str = ""
+    """Destinations webhooks may be delivered to (networks, host names); empty: none (docs/webhooks.md)."""
+    webhook_attempts: int = 6
+    """Attempts per webhook delivery before it is given up as failed."""
+    webhook_backoff: float = 5.0
+    """Seconds before the first retry; doubled after each failed attempt."""
+    webhook_timeout: float = 5.0
+    """Seconds one delivery attempt may take (connect and response)."""
+    webhook_poll: float = 2.0
+    """Seconds between checks for due deliveries in ``serve``."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -161,6 +171,20 @@ def _log_level(text: str) -> str:
     return level
 
 
+def _allow_list(text: str) -> str:
+    from hub_server.webhooks.guard import AllowList, AllowListError
+
+    try:
+        AllowList.parse(text)
+    except AllowListError as e:
+        raise SettingsError(str(e)) from None
+    return str(text).strip()
+
+
+def _seconds(text: str) -> float:
+    return parse_duration(text).total_seconds()
+
+
 def _gc_interval(text: str) -> float | None:
     seconds = parse_duration(text).total_seconds()
     return seconds if seconds > 0 else None
@@ -181,6 +205,11 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "blob_redirects": (_bool, False),
     "redirect_expiry": (_positive(int), False),
     "migrate_on_start": (_bool, False),
+    "webhook_allow": (_allow_list, False),
+    "webhook_attempts": (_positive(int), False),
+    "webhook_backoff": (_positive(_seconds), False),
+    "webhook_timeout": (_positive(_seconds), False),
+    "webhook_poll": (_positive(_seconds), False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),

@@ -21,6 +21,7 @@ MODEL_MODULES = (
     "hub_server.db.models",
     "hub_server.auth.models",
     "hub_server.audit",
+    "hub_server.webhooks.models",
 )
 
 

@@ -96,7 +96,9 @@ class DeleteService:
         for r in removed:
             await self.ctx.audit.record(principal.actor, "delete", repository=r.repository, digest=r.digest,
                                         reference=",".join(r.tags) or None, remote=remote,
-                                        detail={"cascade": cascade, "force": force})
+                                        detail={"cascade": cascade, "force": force,
+                                                # only a tag went: the manifest it named stays
+                                                **({"tagDigest": digest} if r.digest is None else {})})
         return DeleteResult(removed)
 
 

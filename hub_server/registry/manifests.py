@@ -31,6 +31,7 @@ from hub_server.db.models import (
     Repository,
     RepositoryBlob,
     RepositoryManifest,
+    Tag,
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import ensure_repository, find_repository, readable_repository, require
@@ -114,7 +115,8 @@ class ManifestService:
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):
             await self.ctx.store.put(key, body)
-        created = await self._commit(namespace, name, digest, len(body), plan, reference, public, expect_tag)
+        created, previous = await self._commit(namespace, name, digest, len(body), plan, reference, public,
+                                               expect_tag)
 
         if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
             await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
@@ -124,7 +126,7 @@ class ManifestService:
             self.ctx.metrics.record_chunks(stored=len(plan.frames), deduplicated=plan.reused_frames)
         if reference.tag is not None:
             await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
-                                        digest=digest, remote=remote)
+                                        digest=digest, remote=remote, detail={"previous": previous})
         return PushResult(digest, full, reference.tag, created)
 
     async def get(
@@ -144,23 +146,25 @@ class ManifestService:
     async def _commit(
         self, namespace: str, name: str, digest: str, size: int, plan: PushPlan, reference: Reference, public: bool,
         expect_tag: str,
-    ) -> bool:
+    ) -> tuple[bool, str | None]:
+        """Write the rows; return whether the manifest is new here and the digest the tag had before."""
         async with self.ctx.sessions() as session:
             try:
-                created = await self._write_rows(session, namespace, name, digest, size, plan, reference, public,
-                                                 expect_tag)
+                created, previous = await self._write_rows(session, namespace, name, digest, size, plan, reference,
+                                                           public, expect_tag)
                 await session.commit()
             except IntegrityError:
                 # A garbage collection removed a blob between our checks and this commit.
                 raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, "a referenced blob was deleted during the push; "
                                "upload it again", {"blobs": sorted(plan.blob_roles)}) from None
-        return created
+        return created, previous
 
     async def _write_rows(
         self, session: AsyncSession, namespace: str, name: str, digest: str, size: int, plan: PushPlan,
         reference: Reference, public: bool, expect_tag: str,
-    ) -> bool:
+    ) -> tuple[bool, str | None]:
         now = self.ctx.clock()
+        previous: str | None = None
         repo = await ensure_repository(session, namespace, name, public=public)
         if public and not repo.public and await _is_empty(session, repo):
             repo.public = True
@@ -187,10 +191,12 @@ class ManifestService:
         ])
         await _link(session, repo, [*plan.ancestors, digest], now)
         if reference.tag is not None:
+            previous = (await session.exec(select(Tag.manifest_digest).where(
+                Tag.repository_id == repo.id, Tag.name == reference.tag))).first()
             await move_tag(session, repo.id, reference.tag, digest, now, expect_tag)  # type: ignore[arg-type]
         repo.updated_at = now
         session.add(repo)
-        return created
+        return created, previous
 
 
 async def _is_empty(session: AsyncSession, repo: Repository) -> bool:

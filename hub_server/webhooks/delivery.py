@@ -1,0 +1,218 @@
+"""Delivering queued webhook events: claim due deliveries, POST them, record every attempt.
+
+The state lives in the database (``webhook_deliveries``), so a restarted hub or another
+replica resumes what is pending. ``serve`` runs :meth:`Deliverer.running`: a loop that every
+``FORKD_HUB_WEBHOOK_POLL`` seconds (and right after a push queued something) claims due
+deliveries — a conditional update moves ``lease_until`` forward, so two replicas never send
+the same attempt — and sends them concurrently. Each attempt:
+
+1. checks the URL against the SSRF guard (:mod:`hub_server.webhooks.guard`): a refused
+   destination is never contacted, the delivery ends ``refused`` with the reason logged;
+2. POSTs the stored body to the checked address (``Host`` and TLS SNI keep the URL's name),
+   with the signature, event and delivery headers, ``FORKD_HUB_WEBHOOK_TIMEOUT`` for the whole
+   attempt, no redirects followed and no proxy from the environment;
+3. records the attempt (status code, error, duration). A 2xx ends it ``delivered``; anything
+   else is retried after ``backoff × 2^(attempt-1)`` until ``FORKD_HUB_WEBHOOK_ATTEMPTS``
+   attempts were made, then it ends ``failed``.
+
+Nothing here raises into a request: a failing loop iteration is logged and retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import httpx
+from sqlalchemy import or_, update
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.auth.models import utcnow
+from hub_server.webhooks.guard import AllowList, Destination, DestinationRefused, check_url
+from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
+from hub_server.webhooks.payload import SIGNATURE_HEADER, signature
+
+__all__ = ["DeliveryPolicy", "Deliverer"]
+
+log = logging.getLogger(__name__)
+USER_AGENT = "forkd-hub-webhook/1"
+MAX_ERROR = 500
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """Where and how hard to deliver (from the ``FORKD_HUB_WEBHOOK_*`` settings)."""
+
+    allow: AllowList
+    attempts: int = 6
+    backoff: float = 5.0
+    timeout: float = 5.0
+    poll: float = 2.0
+    batch: int = 20
+
+    @property
+    def lease(self) -> timedelta:
+        """How long a claim holds: past it, another replica may take the delivery over."""
+        return timedelta(seconds=self.timeout * 2 + 10)
+
+    def retry_delay(self, attempt: int) -> timedelta:
+        return timedelta(seconds=self.backoff * 2 ** (attempt - 1))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status_code: int | None
+    error: str | None
+    refused: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+class Deliverer:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], policy: DeliveryPolicy, *,
+                 clock: Callable[[], datetime] = utcnow) -> None:
+        self._sessions = sessions
+        self.policy = policy
+        self._clock = clock
+        self._wake: asyncio.Event | None = None
+
+    def wake(self) -> None:
+        """Look for due deliveries now rather than at the next poll (no-op when not running)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run_due(self) -> int:
+        """Claim the due deliveries (at most ``policy.batch``), attempt each once; return how many."""
+        claimed = await self._claim()
+        if claimed:
+            async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:
+                await asyncio.gather(*(self._attempt(client, d, h) for d, h in claimed))
+        return len(claimed)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the delivery loop while the block runs (the app's lifespan)."""
+        self._wake = asyncio.Event()
+        task = asyncio.create_task(self._loop(self._wake), name="forkd-hub-webhooks")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._wake = None
+
+    async def _loop(self, wake: asyncio.Event) -> None:
+        while True:
+            wake.clear()
+            try:
+                while await self.run_due() == self.policy.batch:
+                    pass  # a full batch: more may be due
+            except Exception:  # noqa: BLE001 - logged; the next poll tries again
+                log.exception("webhook delivery loop failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.policy.poll)
+
+    async def _claim(self) -> list[tuple[WebhookDelivery, Webhook]]:
+        now = self._clock()
+        free = or_(col(WebhookDelivery.lease_until).is_(None), col(WebhookDelivery.lease_until) < now)
+        async with self._sessions() as session:
+            due = (await session.exec(
+                select(WebhookDelivery, Webhook).join(Webhook, Webhook.id == WebhookDelivery.webhook_id)  # type: ignore[arg-type]
+                .where(WebhookDelivery.state == DeliveryState.PENDING, col(WebhookDelivery.next_attempt_at) <= now,
+                       free)
+                .order_by(col(WebhookDelivery.next_attempt_at)).limit(self.policy.batch)
+            )).all()
+            claimed = []
+            for delivery, hook in due:
+                result = await session.exec(  # type: ignore[call-overload]
+                    update(WebhookDelivery)
+                    .where(col(WebhookDelivery.id) == delivery.id, WebhookDelivery.state == DeliveryState.PENDING,
+                           free)
+                    .values(lease_until=now + self.policy.lease))
+                if result.rowcount == 1:
+                    claimed.append((delivery, hook))
+            await session.commit()
+        return claimed
+
+    async def _attempt(self, client: httpx.AsyncClient, delivery: WebhookDelivery, hook: Webhook) -> None:
+        started = time.monotonic()
+        try:
+            outcome = await self._send(client, delivery, hook)
+        except Exception as e:  # noqa: BLE001 - recorded as this attempt's error, never raised
+            outcome = _Outcome(None, f"{type(e).__name__}: {e}")
+        duration_ms = round((time.monotonic() - started) * 1000)
+        try:
+            await self._record(delivery, outcome, duration_ms)
+        except Exception:  # noqa: BLE001 - e.g. the webhook was removed meanwhile; its lease expires
+            log.exception("recording webhook delivery %s failed", delivery.id)
+
+    async def _send(self, client: httpx.AsyncClient, delivery: WebhookDelivery, hook: Webhook) -> _Outcome:
+        try:
+            destination = await check_url(hook.url, self.policy.allow)
+        except DestinationRefused as e:
+            return _Outcome(None, str(e), refused=True)
+        except OSError as e:
+            return _Outcome(None, f"cannot resolve the webhook host: {e}")
+        body = delivery.payload.encode()
+        headers = {
+            "Content-Type": "application/json", "User-Agent": USER_AGENT, "Host": _host_header(destination),
+            "X-Forkd-Event": delivery.event, "X-Forkd-Delivery": delivery.id,
+            SIGNATURE_HEADER: signature(hook.secret, body),
+        }
+        url = httpx.URL(hook.url).copy_with(host=destination.address)
+        extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                response = await client.post(url, content=body, headers=headers, extensions=extensions,
+                                             timeout=self.policy.timeout)
+        except TimeoutError:
+            return _Outcome(None, f"no response within {self.policy.timeout:g}s")
+        except httpx.HTTPError as e:
+            return _Outcome(None, f"{type(e).__name__}: {e}"[:MAX_ERROR])
+        if response.is_redirect:
+            return _Outcome(response.status_code, f"HTTP {response.status_code}: redirects are not followed")
+        if not response.is_success:
+            return _Outcome(response.status_code, f"HTTP {response.status_code}")
+        return _Outcome(response.status_code, None)
+
+    async def _record(self, delivery: WebhookDelivery, outcome: _Outcome, duration_ms: int) -> None:
+        now = self._clock()
+        attempt = delivery.attempts + 1
+        if outcome.ok:
+            state = DeliveryState.DELIVERED
+        elif outcome.refused:
+            state = DeliveryState.REFUSED
+        elif attempt >= self.policy.attempts:
+            state = DeliveryState.FAILED
+        else:
+            state = DeliveryState.PENDING
+        async with self._sessions() as session:
+            session.add(WebhookAttempt(delivery_id=delivery.id, attempt=attempt, at=now,
+                                       status_code=outcome.status_code,
+                                       error=None if outcome.error is None else outcome.error[:MAX_ERROR],
+                                       duration_ms=duration_ms))
+            await session.exec(update(WebhookDelivery).where(col(WebhookDelivery.id) == delivery.id).values(  # type: ignore[call-overload]
+                attempts=attempt, state=state, lease_until=None,
+                next_attempt_at=now + self.policy.retry_delay(attempt) if state == DeliveryState.PENDING
+                else delivery.next_attempt_at,
+                finished_at=None if state == DeliveryState.PENDING else now))
+            await session.commit()
+        if not outcome.ok:
+            log.warning("webhook delivery %s (%s %s) attempt %d: %s; now %s", delivery.id, delivery.event,
+                        delivery.repository, attempt, outcome.error, state)
+
+
+def _host_header(destination: Destination) -> str:
+    host = f"[{destination.host}]" if ":" in destination.host else destination.host
+    default = 443 if destination.scheme == "https" else 80
+    return host if destination.port == default else f"{host}:{destination.port}"
