@@ -100,22 +100,32 @@ class Deliverer:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Run the delivery loop while the block runs (the app's lifespan)."""
-        self._wake = asyncio.Event()
-        task = asyncio.create_task(self._loop(self._wake), name="forkd-hub-webhooks")
+        """Run the delivery loop while the block runs (the app's lifespan).
+
+        Leaving the block lets attempts in flight finish (each is bounded by the timeout) and
+        records them; only then is the loop cancelled.
+        """
+        wake, stop = asyncio.Event(), asyncio.Event()
+        self._wake = wake
+        task = asyncio.create_task(self._loop(wake, stop), name="forkd-hub-webhooks")
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             self._wake = None
+            stop.set()
+            wake.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), self.policy.timeout + 2)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
-    async def _loop(self, wake: asyncio.Event) -> None:
-        while True:
+    async def _loop(self, wake: asyncio.Event, stop: asyncio.Event) -> None:
+        while not stop.is_set():
             wake.clear()
             try:
-                while await self.run_due() == self.policy.batch:
+                while await self.run_due() == self.policy.batch and not stop.is_set():
                     pass  # a full batch: more may be due
             except Exception:  # noqa: BLE001 - logged; the next poll tries again
                 log.exception("webhook delivery loop failed")
