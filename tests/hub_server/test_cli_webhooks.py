@@ -16,6 +16,7 @@ from hub_server.compose import open_hub
 from hub_server.settings import Settings
 from tests.hub_server.webhooks.conftest import FAST
 from tests.hub_server.webhooks.receiver import Receiver
+from tests.hub_server.webhooks.test_webhooks_doc import examples
 
 SECRET = "a-secret-nobody-may-see"
 
@@ -109,6 +110,8 @@ def test_a_delivery_queued_before_a_restart_is_sent_by_the_next_process(tmp_path
                 break
             time.sleep(0.05)
         assert row["state"] == "delivered" and [a["statusCode"] for a in row["attempts"]] == [200]
+        (documented,) = examples()["deliveries"]  # docs/webhooks.md shows exactly these keys
+        assert set(row) == set(documented) and set(row["attempts"][0]) == set(documented["attempts"][0])
         code, out, _ = run(capsys, "webhook", "deliveries", "--data-dir", str(tmp_path))
         assert pending["id"] in out and "delivered" in out
     finally:
