@@ -11,6 +11,7 @@ from hub_server.api.manifests import ManifestController
 from hub_server.api.system import SystemController
 from hub_server.api.tags import TagController
 from hub_server.api.uploads import UploadController
+from hub_server.api.webhooks import WebhookController
 
 ROUTE_HANDLERS = [
     SystemController,
@@ -21,6 +22,7 @@ ROUTE_HANDLERS = [
     ChunkController,
     ChainController,
     CatalogController,
+    WebhookController,
 ]
 
 __all__ = ["ROUTE_HANDLERS"]
