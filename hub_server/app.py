@@ -4,7 +4,8 @@ The lifespan enters ``open_hub(settings)`` (the one composition root: engine, sc
 store, services) and leaves what it built on ``app.state``:
 
     hub (HubServices), engine, sessions (async_sessionmaker), store, tokens (TokenService),
-    audit (AuditLog), metrics (HubMetrics), registry (Registry), settings
+    authenticator (auth.credentials.Authenticator: API and registry tokens), audit (AuditLog),
+    metrics (HubMetrics), registry (Registry), settings
 
 It runs the webhook delivery loop (``hub_server.webhooks.delivery``) while serving.
 On shutdown (SIGTERM under uvicorn) it stops the periodic GC and that loop, then ``open_hub`` closes the
@@ -59,7 +60,8 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with open_hub(settings, metrics=metrics) as hub:
             app.state.update(hub=hub, engine=hub.engine, sessions=hub.sessions, store=hub.store, tokens=hub.tokens,
-                             audit=hub.audit, metrics=hub.metrics, registry=hub.registry, settings=settings)
+                             authenticator=hub.authenticator, audit=hub.audit, metrics=hub.metrics,
+                             registry=hub.registry, settings=settings)
             async with _periodic_gc(hub.registry, settings.gc_interval), hub.deliverer.running():
                 yield
 

@@ -29,6 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.audit import AuditLog
+from hub_server.auth.credentials import Authenticator
+from hub_server.auth.registry_tokens import RegistryTokenService
 from hub_server.auth.tokens import TokenService
 from hub_server.db.engine import make_engine, make_session_factory
 from hub_server.db.schema import SchemaMismatch, ensure_current
@@ -58,6 +60,8 @@ class HubServices:
     sessions: async_sessionmaker[AsyncSession]
     store: BlobStore
     tokens: TokenService
+    authenticator: Authenticator
+    """Every accepted ``Authorization`` form: API tokens and the registry tokens of ``/v2/token``."""
     audit: AuditLog
     metrics: HubMetrics
     registry: Registry
@@ -104,9 +108,11 @@ async def open_hub(
             ))
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
-            yield HubServices(settings=settings, engine=engine, sessions=sessions, store=store,
-                              tokens=TokenService(sessions), audit=audit, metrics=metrics, registry=registry,
-                              webhooks=webhooks, deliverer=deliverer, migrations_applied=applied)
+            tokens = TokenService(sessions)
+            yield HubServices(settings=settings, engine=engine, sessions=sessions, store=store, tokens=tokens,
+                              authenticator=Authenticator(tokens, RegistryTokenService(sessions)), audit=audit,
+                              metrics=metrics, registry=registry, webhooks=webhooks, deliverer=deliverer,
+                              migrations_applied=applied)
         finally:
             await store.close()
     finally:

@@ -40,7 +40,7 @@ class SettingsError(ValueError):
 class Limits:
     """Resource limits (docs/http-api.md, "Limits")."""
 
-    manifest_bytes: int = 1 << 20
+    manifest_bytes: int = 4 << 20
     config_bytes: int = 1 << 20
     chunk_map_bytes: int = 64 << 20
     chain_depth: int = 32

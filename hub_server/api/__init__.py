@@ -10,11 +10,13 @@ from hub_server.api.chunks import ChunkController
 from hub_server.api.manifests import ManifestController
 from hub_server.api.system import SystemController
 from hub_server.api.tags import TagController
+from hub_server.api.token import TokenController
 from hub_server.api.uploads import UploadController
 from hub_server.api.webhooks import WebhookController
 
 ROUTE_HANDLERS = [
     SystemController,
+    TokenController,
     UploadController,
     BlobController,
     ManifestController,

@@ -1,7 +1,7 @@
 """Dependencies every controller may declare (explicitly, as ``NamedDependency[...]``).
 
-``principal``: the caller, from the ``Authorization`` header (401 for a bad token on every
-route that declares it), also left in ``scope["state"]["principal"]`` for the access log.
+``principal``: the caller, from the ``Authorization`` header (``auth.credentials``: Bearer API
+or registry token, or Basic; 401 for a bad one on every route that declares it), also left in ``scope["state"]["principal"]`` for the access log.
 ``registry``: the :class:`~hub_server.registry.service.Registry` built by the app's lifespan.
 """
 
@@ -14,8 +14,8 @@ from litestar import Request
 from litestar.datastructures import State
 from litestar.di import Provide
 
+from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
-from hub_server.auth.tokens import TokenService
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.manifests import too_large
 from hub_server.registry.service import Registry
@@ -24,8 +24,8 @@ __all__ = ["DEPENDENCIES", "body_stream", "read_limited", "remote_of"]
 
 
 async def provide_principal(request: Request[Any, Any, Any], state: State) -> Principal:
-    tokens: TokenService = state.tokens
-    principal = await tokens.principal_from_header(request.headers.get("authorization"))
+    authenticator: Authenticator = state.authenticator
+    principal = await authenticator.principal(request.headers.get("authorization"))
     request.scope["state"]["principal"] = principal
     return principal
 

@@ -14,6 +14,8 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
+from hub_server.api.token import TOKEN_PATH, token_realm
+from hub_server.auth.credentials import bearer_challenge
 from hub_server.auth.errors import Forbidden, Unauthorized
 from hub_server.errors import ErrorCode, HubError
 from hub_server.storage import StorageFull, StorageUnavailable
@@ -40,7 +42,7 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
         return exc
     if isinstance(exc, Unauthorized):
         return HubError(ErrorCode.UNAUTHORIZED, str(exc), {"reason": exc.reason},
-                        headers={"WWW-Authenticate": 'Bearer realm="forkd-hub"'})
+                        headers={"WWW-Authenticate": _challenge(exc, request)})
     if isinstance(exc, Forbidden):
         return HubError(ErrorCode.DENIED, str(exc), {"action": exc.action, "repository": exc.repository})
     if isinstance(exc, StorageUnavailable | StorageFull):
@@ -59,6 +61,13 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
     where = f"{request.method} {request.url.path}" if request is not None else "?"
     log.error("unhandled error in %s", where, exc_info=exc)
     return HubError(ErrorCode.INTERNAL)
+
+
+def _challenge(exc: Unauthorized, request: Request[Any, Any, Any] | None) -> str:
+    """The Docker token-auth challenge: where to get a token, and for which scope."""
+    realm, service = token_realm(request) if request is not None else (TOKEN_PATH, "forkd-hub")
+    error = "invalid_token" if exc.reason in ("unknown", "revoked", "expired") else None
+    return bearer_challenge(realm, service, exc.scope, error)
 
 
 def handle_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

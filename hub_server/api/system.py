@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Response, get
+from litestar import Controller, Request, Response, get
 from litestar.di import NamedDependency
 
 from hub_server.api.schemas import HealthOut
+from hub_server.auth.errors import Unauthorized
 from hub_server.auth.scopes import Principal
 from hub_server.registry.service import Registry
 
@@ -15,9 +16,14 @@ from hub_server.registry.service import Registry
 class SystemController(Controller):
     tags = ["system"]
 
-    @get("/v2", summary="OCI API version check")
-    async def v2_root(self, principal: NamedDependency[Principal]) -> Response[dict[str, Any]]:
-        # Declaring the principal makes a bad token fail here with 401, as everywhere.
+    @get("/v2", summary="OCI API version check; challenges callers without credentials")
+    async def v2_root(self, request: Request[Any, Any, Any], principal: NamedDependency[Principal]) -> Response[
+            dict[str, Any]]:
+        # Declaring the principal makes a bad token fail here with 401, as everywhere. A caller
+        # without any credentials is challenged, so OCI clients learn where the token endpoint is;
+        # one holding the anonymous token (it followed the challenge without credentials) is not.
+        if request.headers.get("authorization") is None:
+            raise Unauthorized("authentication required: see the WWW-Authenticate challenge", "required")
         return Response({}, headers={"Docker-Distribution-Api-Version": "registry/2.0"})
 
     @get("/healthz", summary="Database and blob store health")

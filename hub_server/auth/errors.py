@@ -40,10 +40,15 @@ class AuthError(Exception):
 
 
 class Unauthorized(AuthError):
-    """The request carries no usable credentials; ``reason`` names the category."""
+    """The request carries no usable credentials; ``reason`` names the category.
 
-    def __init__(self, message: str, reason: UnauthorizedReason) -> None:
+    ``scope`` is the Docker token scope the client should ask the token endpoint for
+    (``repository:acme/app:pull``), when the refusal is about one repository.
+    """
+
+    def __init__(self, message: str, reason: UnauthorizedReason, scope: str | None = None) -> None:
         self.reason: UnauthorizedReason = reason
+        self.scope = scope
         super().__init__(message)
 
 

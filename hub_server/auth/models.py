@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, DateTime, Index, String, Text, text
+from sqlalchemy import Column, DateTime, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-__all__ = ["Token", "UTCDateTime", "utcnow"]
+__all__ = ["RegistryToken", "Token", "UTCDateTime", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -78,3 +78,19 @@ class Token(SQLModel, table=True):
     def scope_list(self) -> list[str]:
         """The scopes as strings, in the order they were granted."""
         return list(json.loads(self.scopes))
+
+
+class RegistryToken(SQLModel, table=True):
+    """A short-lived token the ``/v2/token`` endpoint issued for an API token (``auth.registry_tokens``).
+
+    ``scopes`` is the JSON list of scope strings granted (never more than the parent's);
+    the parent's revocation or expiry ends it too. Rows are deleted once expired.
+    """
+
+    __tablename__ = "registry_tokens"
+
+    id: int | None = Field(default=None, primary_key=True)
+    token_hash: str = Field(sa_column=Column(String(64), nullable=False, unique=True))
+    parent_id: int = Field(sa_column=Column(Integer, ForeignKey("tokens.id", ondelete="CASCADE"), nullable=False))
+    scopes: str = Field(sa_column=Column(Text, nullable=False))
+    expires_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))

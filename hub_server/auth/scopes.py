@@ -27,7 +27,7 @@ from typing import Literal
 
 from hub_server.auth.errors import Forbidden, InvalidScope, Unauthorized
 
-__all__ = ["Action", "Principal", "Scope"]
+__all__ = ["Action", "Principal", "Scope", "repository_scope"]
 
 Action = Literal["pull", "push", "delete", "admin"]
 _PATTERN_ACTIONS = ("pull", "push", "delete")
@@ -55,6 +55,15 @@ def _check(text: str) -> tuple[Action, str | None]:
     if any(not segment for segment in pattern.split("/")):
         raise InvalidScope(text, "neither side of the '/' may be empty")
     return action, pattern  # type: ignore[return-value]
+
+
+#: The Docker token-scope actions a client asks for to do one of our actions (a push also reads).
+_TOKEN_ACTIONS = {"pull": "pull", "push": "pull,push", "delete": "delete", "admin": "*"}
+
+
+def repository_scope(repository: str, action: Action) -> str:
+    """The Docker token scope (``repository:acme/app:pull,push``) a 401 challenge names for ``action``."""
+    return f"repository:{repository}:{_TOKEN_ACTIONS[action]}"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -157,5 +166,6 @@ class Principal:
         else:
             what = f"{action} access to {repository!r}"
         if self.is_anonymous:
-            raise Unauthorized(f"authentication required for {what}", "required")
+            scope = None if repository is None else repository_scope(repository, action)
+            raise Unauthorized(f"authentication required for {what}", "required", scope)
         raise Forbidden(f"token {self.name!r} has no scope granting {what}", action, repository)

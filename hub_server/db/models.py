@@ -69,7 +69,8 @@ class BlobRole:
     VMSTATE = "vmstate"
     CHUNK_MAP = "chunkmap"
     DATA = "data"
-    MANIFEST = "manifest"  # a layer manifest listed by a chain index
+    MANIFEST = "manifest"  # a layer manifest listed by a chain index, or any manifest listed by an OCI index
+    LAYER = "layer"  # a layer of a generic OCI image manifest (registry.oci_content)
 
 
 class Repository(SQLModel, table=True):

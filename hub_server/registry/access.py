@@ -2,7 +2,8 @@
 
 Reads: public repositories for everyone, private ones for principals with ``pull`` (implied by
 ``push``/``delete``/``admin``). A repository the caller cannot read is reported exactly like a
-missing one (404 ``NAME_UNKNOWN``), so existence never leaks. Writes check the scope before
+missing one, so existence never leaks: 401 with a challenge naming the pull scope to an
+anonymous caller (so OCI clients authenticate), 404 ``NAME_UNKNOWN`` to a token without it. Writes check the scope before
 anything else (``Principal.require``: 401 anonymous, 403 token), which also says nothing
 about existence.
 
@@ -16,7 +17,8 @@ from collections.abc import Iterable
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from hub_server.auth.scopes import Action, Principal
+from hub_server.auth.errors import Unauthorized
+from hub_server.auth.scopes import Action, Principal, repository_scope
 from hub_server.db.models import Repository, RepositoryBlob, RepositoryManifest, utcnow
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.names import check_repository
@@ -53,10 +55,16 @@ async def find_repository(session: AsyncSession, namespace: str, name: str) -> R
 
 
 async def readable_repository(session: AsyncSession, principal: Principal, namespace: str, name: str) -> Repository:
-    """The repository if it exists and ``principal`` may read it. Raises HubError(NAME_INVALID / NAME_UNKNOWN)."""
+    """The repository if it exists and ``principal`` may read it.
+
+    Raises: HubError(NAME_INVALID / NAME_UNKNOWN) for a caller with a token, Unauthorized (with the
+    pull scope to ask for) for an anonymous one, whether the repository exists or not.
+    """
     full = check_repository(namespace, name)
     repo = await find_repository(session, namespace, name)
     if repo is None or not can_read(principal, repo):
+        if principal.is_anonymous:  # the client should authenticate; says nothing about existence
+            raise Unauthorized(f"authentication required to read {full}", "required", repository_scope(full, "pull"))
         raise unknown_repository(full)
     return repo
 

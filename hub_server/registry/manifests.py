@@ -37,12 +37,15 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import ensure_repository, find_repository, readable_repository, require
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import Reference, check_repository, parse_reference
+from hub_server.registry.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
+from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference
 from hub_server.registry.verify import ChainIndex, parse_document, verify_frames
 from manifest.digest import Digest, digest_bytes
+from manifest.model import LayerManifest
 
 __all__ = ["ManifestService", "PushResult", "StoredManifest", "too_large"]
 
@@ -97,16 +100,25 @@ class ManifestService:
         limit = self.ctx.limits.manifest_bytes
         if len(body) > limit:
             raise too_large("manifest", len(body), limit)
-        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else "blake3"
+        # Dispatch: forkd media types to their verifier (registry.verify), everything else to the
+        # generic OCI checks (registry.oci_content / oci_plan).
+        obj = load_manifest_json(body)
+        document: LayerManifest | ChainIndex | OciDocument
+        if is_forkd_document(obj):
+            document, default_algorithm = parse_document(body, content_type, limit), "blake3"
+        else:
+            document, default_algorithm = parse_oci_document(obj, content_type), "sha256"
+        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else default_algorithm
         digest = str(digest_bytes(body, algorithm))
         if reference.digest is not None and reference.digest != digest:
             raise HubError(ErrorCode.DIGEST_INVALID, f"manifest bytes hash to {digest}, not {reference.digest}",
                            {"expected": reference.digest, "actual": digest})
-        document = parse_document(body, content_type, limit)
 
         async with self.ctx.sessions() as session:
             repo = await find_repository(session, namespace, name)
-            if isinstance(document, ChainIndex):
+            if isinstance(document, OciDocument):
+                plan = await plan_generic(session, repo, document)
+            elif isinstance(document, ChainIndex):
                 plan = await plan_index(self.ctx, session, principal, repo, document)
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)

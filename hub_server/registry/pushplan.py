@@ -70,6 +70,8 @@ class PushPlan:
     """Chunk frames never verified before: to verify now, then record."""
     blob_sizes: dict[str, int] = field(default_factory=dict)
     reused_frames: int = 0
+    subject_digest: str | None = None
+    """The manifest a generic OCI manifest refers to (``subject``: the referrers API)."""
 
 
 async def plan_layer(

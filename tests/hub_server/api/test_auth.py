@@ -39,9 +39,14 @@ def test_anonymous_may_pull_public_repositories_only(hub: Hub, pushed):
     layer, blob = pushed
     for path in READS:
         assert hub.client.get(path.format(repo="acme/public", blob=blob)).status_code == 200, path
-        detail = expect_error(hub.client.get(path.format(repo="acme/private", blob=blob)), 404, "NAME_UNKNOWN")
-        assert detail == {"name": "acme/private"}
-    assert hub.client.head(f"/v2/acme/private/blobs/{blob}").status_code == 404
+        # a private repository and a missing one answer the same challenge: nothing leaks
+        for repo in ("acme/private", "acme/nothing"):
+            r = hub.client.get(path.format(repo=repo, blob=blob))
+            assert expect_error(r, 401, "UNAUTHORIZED") == {"reason": "required"}, path
+            assert r.headers["WWW-Authenticate"] == (
+                f'Bearer realm="http://testserver.local/v2/token",service="testserver.local",'
+                f'scope="repository:{repo}:pull"')
+    assert hub.client.head(f"/v2/acme/private/blobs/{blob}").status_code == 401
 
 
 def test_a_token_without_pull_sees_private_repositories_as_missing(hub: Hub, pushed):

@@ -1,0 +1,109 @@
+"""Docker token auth through the app: the /v2/ challenge, the token endpoint, and its tokens' limits."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from tests.hub_server.conftest import Hub
+from tests.hub_server.pushing import auth, expect_error
+
+REALM = 'Bearer realm="http://testserver.local/v2/token",service="testserver.local"'
+
+
+def basic(token: str, user: str = "someone") -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()}
+
+
+@pytest.fixture
+def pushed(hub: Hub, images, tmp_path):
+    admin = hub.token("admin", "admin")
+    pusher = hub.pusher(admin)
+    layer = pusher.build_layer("acme/private", *images[0], tmp_path / "l")
+    pusher.push_layer("acme/private", layer, "v1")
+    pusher.push_layer("acme/public", layer, "v1", public=True, mount_from="acme/private")
+    return layer
+
+
+def test_v2_challenges_callers_without_credentials(hub: Hub):
+    r = hub.client.get("/v2/")
+    assert expect_error(r, 401, "UNAUTHORIZED") == {"reason": "required"}
+    assert r.headers["WWW-Authenticate"] == REALM
+
+
+def test_v2_accepts_basic_auth_and_the_api_token_as_bearer(hub: Hub):
+    token = hub.token("ci", "pull:acme/*")
+    for headers in (basic(token), auth(token)):
+        r = hub.client.get("/v2/", headers=headers)
+        assert r.status_code == 200 and r.headers["Docker-Distribution-Api-Version"] == "registry/2.0"
+
+
+def test_the_challenge_uses_the_public_url_when_one_is_set(make_hub):
+    hub = make_hub(public_url="https://hub.example.com")
+    r = hub.client.get("/v2/acme/x/tags/list")
+    assert r.headers["WWW-Authenticate"] == ('Bearer realm="https://hub.example.com/v2/token",'
+                                             'service="hub.example.com",scope="repository:acme/x:pull"')
+
+
+def test_anonymous_writes_are_challenged_for_pull_and_push(hub: Hub):
+    r = hub.client.post("/v2/acme/app/blobs/uploads/")
+    expect_error(r, 401, "UNAUTHORIZED")
+    assert r.headers["WWW-Authenticate"] == REALM + ',scope="repository:acme/app:pull,push"'
+
+
+def test_a_bad_token_is_told_invalid_token(hub: Hub):
+    r = hub.client.get("/v2/", headers=auth("fkd_" + "x" * 43))
+    assert r.headers["WWW-Authenticate"] == REALM + ',error="invalid_token"'
+
+
+def test_token_endpoint_grants_the_requested_scopes_the_api_token_holds(hub: Hub, pushed):
+    token = hub.token("reader", "pull:acme/*")
+    r = hub.client.get("/v2/token", params=[("service", "testserver.local"), ("scope", "repository:acme/private:pull"),
+                                            ("scope", "repository:acme/private:push")], headers=basic(token))
+    assert r.status_code == 200 and r.headers["Cache-Control"] == "no-store"
+    body = r.json()
+    assert body["token"] == body["access_token"] and body["token"].startswith("fkr_")
+    assert body["expires_in"] == 300 and body["issued_at"].endswith("Z")
+    scoped = auth(body["token"])
+    assert hub.client.get("/v2/acme/private/manifests/v1", headers=scoped).status_code == 200
+    # push was asked for but the API token lacks it: the registry token lacks it too
+    expect_error(hub.client.post("/v2/acme/private/blobs/uploads/", headers=scoped), 403, "DENIED")
+    # limited to the scopes asked for, not everything the API token could read
+    expect_error(hub.client.get("/v2/acme/other/tags/list", headers=scoped), 404, "NAME_UNKNOWN")
+
+
+def test_token_endpoint_takes_the_api_token_as_bearer_and_by_oauth2_password_grant(hub: Hub, pushed):
+    token = hub.token("pusher", "push:acme/*")
+    r = hub.client.get("/v2/token", params={"scope": "repository:acme/new:pull,push"}, headers=auth(token))
+    assert r.status_code == 200
+    assert hub.client.post("/v2/acme/new/blobs/uploads/", headers=auth(r.json()["token"])).status_code == 202
+    form = {"grant_type": "password", "username": "x", "password": token, "service": "testserver.local",
+            "scope": "repository:acme/new:pull"}
+    r = hub.client.post("/v2/token", data=form)
+    assert r.status_code == 200
+    expect_error(hub.client.post("/v2/acme/new/blobs/uploads/", headers=auth(r.json()["token"])), 403, "DENIED")
+    expect_error(hub.client.post("/v2/token", data={"grant_type": "client_credentials"}), 400, "UNSUPPORTED")
+
+
+def test_bad_credentials_at_the_token_endpoint_are_refused(hub: Hub):
+    expect_error(hub.client.get("/v2/token", headers=basic("fkd_" + "y" * 43)), 401, "UNAUTHORIZED")
+    expect_error(hub.client.post("/v2/token", data={"grant_type": "password", "password": "nope"}), 401,
+                 "UNAUTHORIZED")
+
+
+def test_anonymous_token_reads_public_repositories_and_is_challenged_on_private_ones(hub: Hub, pushed):
+    r = hub.client.get("/v2/token", params={"scope": "repository:acme/private:pull"})
+    assert r.json()["token"] == "anonymous"
+    anonymous = auth("anonymous")
+    assert hub.client.get("/v2/", headers=anonymous).status_code == 200
+    assert hub.client.get("/v2/acme/public/manifests/v1", headers=anonymous).status_code == 200
+    expect_error(hub.client.get("/v2/acme/private/manifests/v1", headers=anonymous), 401, "UNAUTHORIZED")
+
+
+def test_a_revoked_api_token_ends_its_registry_tokens(hub: Hub, pushed):
+    token = hub.token("gone", "pull:acme/*")
+    issued = hub.client.get("/v2/token", params={"scope": "repository:acme/private:pull"}, headers=basic(token))
+    hub.call(hub.client.app.state.tokens.revoke, "gone")
+    r = hub.client.get("/v2/acme/private/manifests/v1", headers=auth(issued.json()["token"]))
+    assert expect_error(r, 401, "UNAUTHORIZED") == {"reason": "revoked"}
