@@ -104,8 +104,10 @@ def test_auth_errors_are_typed(chain3, other_store, inproc_hub):
     with pytest.raises(Forbidden):
         push(chain3, inproc_hub.client(inproc_hub.token("reader", "pull:acme/*")), "base", ref)
     push(chain3, inproc_hub.client(inproc_hub.token("ci", "push:acme/*")), "base", ref)
-    with pytest.raises(NotFound):
+    with pytest.raises(Unauthorized):  # anonymous: told to authenticate, whether it exists or not
         pull(other_store, inproc_hub.client(None), ref)
+    with pytest.raises(NotFound):  # a token without pull: exactly like a missing repository
+        pull(other_store, inproc_hub.client(inproc_hub.token("stranger", "pull:other/*")), ref)
     with pytest.raises(Unauthorized):
         pull(other_store, inproc_hub.client("fkd_not-a-real-token"), ref)
 

@@ -162,11 +162,12 @@ def test_pack_references(hub: Hub, published, tmp_path):
 
 def test_private_repositories_are_not_served(hub: Hub, published, tmp_path):
     url = "/packs/acme/secret/v1.forkd-snapshot.tar.zst"
-    expect_error(hub.client.get(url), 404, "NAME_UNKNOWN")
+    expect_error(hub.client.get(url), 401, "UNAUTHORIZED")  # anonymous: authenticate (as for a missing one)
+    expect_error(hub.client.get("/packs/acme/nothing/v1.forkd-snapshot.tar.zst"), 401, "UNAUTHORIZED")
     reader = hub.token("reader", "pull:acme/secret")
     r = hub.client.get(url, headers=auth(reader))
     assert r.status_code == 200 and unpack(r.content, tmp_path / "staging").version == 1
-    expect_error(hub.client.get(url), 404, "NAME_UNKNOWN")  # built now, still hidden
+    expect_error(hub.client.get(url), 401, "UNAUTHORIZED")  # built now, still hidden
     outsider = hub.token("outsider", "pull:other/*")
     expect_error(hub.client.get(url, headers=auth(outsider)), 404, "NAME_UNKNOWN")
     assert "acme/secret" not in registry(hub, Authorization=f"Bearer {reader}")
