@@ -25,8 +25,10 @@ import blake3
 from .errors import DigestMismatch, InvalidDigest
 
 DEFAULT_ALGORITHM = "blake3"
-ALGORITHMS = ("blake3", "sha256")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+ALGORITHMS = ("blake3", "sha256", "sha512")
+#: Hex characters after ``algorithm:`` (sha512 is accepted for OCI content: distribution-spec 1.1).
+_HEX_LENGTH = {"blake3": 64, "sha256": 64, "sha512": 128}
+_HEX = re.compile(r"[0-9a-f]+")
 _READ_SIZE = 8 << 20
 
 
@@ -52,8 +54,9 @@ class Digest:
             raise InvalidDigest(
                 f"digest {text[:80]!r} uses unsupported algorithm {algorithm!r} (supported: {', '.join(ALGORITHMS)})"
             )
-        if not _HEX64.fullmatch(hexpart):
-            raise InvalidDigest(f"digest {text[:80]!r} must have 64 lowercase hex characters after '{algorithm}:'")
+        if len(hexpart) != _HEX_LENGTH[algorithm] or not _HEX.fullmatch(hexpart):
+            raise InvalidDigest(f"digest {text[:80]!r} must have {_HEX_LENGTH[algorithm]} lowercase hex characters "
+                                f"after '{algorithm}:'")
         return cls(algorithm, hexpart)
 
 
@@ -88,6 +91,8 @@ class Hasher:
             self._h: _HashObject = blake3.blake3(max_threads=blake3.blake3.AUTO)
         elif algorithm == "sha256":
             self._h = hashlib.sha256()
+        elif algorithm == "sha512":
+            self._h = hashlib.sha512()
         else:
             raise InvalidDigest(f"unsupported digest algorithm {algorithm!r} (supported: {', '.join(ALGORITHMS)})")
         self.algorithm = algorithm

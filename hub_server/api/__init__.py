@@ -8,6 +8,8 @@ from hub_server.api.catalog import CatalogController
 from hub_server.api.chains import ChainController
 from hub_server.api.chunks import ChunkController
 from hub_server.api.manifests import ManifestController
+from hub_server.api.oci_catalog import OciCatalogController
+from hub_server.api.referrers import ReferrerController
 from hub_server.api.system import SystemController
 from hub_server.api.tags import TagController
 from hub_server.api.token import TokenController
@@ -20,10 +22,12 @@ ROUTE_HANDLERS = [
     UploadController,
     BlobController,
     ManifestController,
+    ReferrerController,
     TagController,
     ChunkController,
     ChainController,
     CatalogController,
+    OciCatalogController,
     WebhookController,
 ]
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from litestar import Controller, Response, get, head
+from typing import Any
+
+from litestar import Controller, Request, Response, delete, get, head
 from litestar.di import NamedDependency
 from litestar.params import FromPath, HeaderParameter
 from litestar.response import Redirect, Stream
 
+from hub_server.api.deps import remote_of
 from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
 from hub_server.auth.scopes import Principal
 from hub_server.registry.blobs import BlobRead
@@ -67,3 +70,17 @@ class BlobController(Controller):
         blob = await registry.blobs.read(principal, ns, repo, digest)
         # HEAD: Litestar sends no body and keeps our Content-Length (the blob's size).
         return Response(b"", media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})
+
+    @delete("/", summary="Remove the blob from this repository (its bytes go in GC when nothing references them)",
+            status_code=202)
+    async def remove(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        digest: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        await registry.blob_links.unlink(principal, ns, repo, digest, remote=remote_of(request))
+        return Response(b"", status_code=202, headers={"Docker-Content-Digest": digest})

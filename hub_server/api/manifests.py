@@ -39,7 +39,7 @@ class ManifestController(Controller):
     path = "/v2/{ns:str}/{repo:str}/manifests/{ref:str}"
     tags = ["manifests"]
 
-    @put("/", summary="Push a layer manifest or chain index (verified before it is stored)", status_code=201,
+    @put("/", summary="Push a manifest: forkd layer or chain index (verified), or any OCI image manifest or index", status_code=201,
          request_max_body_size=None)  # bounded by the manifest limit in read_limited (413 TOO_LARGE)
     async def push(
         self,
@@ -58,10 +58,10 @@ class ManifestController(Controller):
         result = await registry.manifests.put(principal, ns, repo, ref, body, content_type, public=public,
                                               remote=remote_of(request), expect_tag=tag_expectation(if_match,
                                                                                                     if_none_match))
-        return Response(b"", status_code=201, headers={
-            "Location": f"/v2/{ns}/{repo}/manifests/{result.digest}",
-            "Docker-Content-Digest": result.digest
-        })
+        headers = {"Location": f"/v2/{ns}/{repo}/manifests/{result.digest}", "Docker-Content-Digest": result.digest}
+        if result.subject is not None:
+            headers["OCI-Subject"] = result.subject
+        return Response(b"", status_code=201, headers=headers)
 
     @get("/", summary="Fetch the exact manifest bytes pushed")
     async def fetch(

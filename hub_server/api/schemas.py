@@ -158,6 +158,10 @@ class TagListOut(_Wire):
     tags: list[str]
 
 
+class CatalogOut(_Wire):
+    repositories: list[str]
+
+
 class RemovalOut(_Wire):
     repository: str
     digest: str | None

@@ -36,9 +36,9 @@ class TagController(Controller):
         repo: FromPath[str],
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
-        n: Annotated[int | None, QueryParameter(ge=1)] = None,
+        n: Annotated[int | None, QueryParameter(ge=0)] = None,
         last: Annotated[str | None, QueryParameter()] = None,
     ) -> Response[TagListOut]:
-        page = await registry.tags.list(principal, ns, repo, n, last)
+        page = await registry.tags.list(principal, ns, repo, n, last)  # n=0: an empty list, no Link
         return Response(TagListOut(name=f"{ns}/{repo}", tags=page.items),
                         headers=next_link(f"/v2/{ns}/{repo}/tags/list", n, page.next_last))

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, patch, post, put
@@ -41,6 +43,17 @@ def parse_content_range(value: str | None) -> tuple[int, int] | None:
         raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"malformed Content-Range {value[:80]!r} (want start-end)",
                        {"contentRange": value[:80]})
     return int(match.group(1)), int(match.group(2))
+
+
+@contextmanager
+def _session_position_on_416(ns: str, repo: str, upload_id: str) -> Iterator[None]:
+    """A 416 for a chunk at the wrong offset tells the client where the (kept) session stands."""
+    try:
+        yield
+    except HubError as e:
+        if e.code is ErrorCode.RANGE_INVALID and "size" in e.detail:
+            e.headers.update(upload_headers(ns, repo, upload_id, e.detail["size"]))
+        raise
 
 
 def _respond(ns: str, repo: str, result: UploadStatus | BlobCommitted) -> Response[None]:
@@ -82,13 +95,9 @@ class UploadController(Controller):
         registry: NamedDependency[Registry],
         content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
     ) -> Response[None]:
-        try:
+        with _session_position_on_416(ns, repo, upload_id):
             status = await registry.uploads.append(principal, ns, repo, upload_id, body_stream(request),
                                                    parse_content_range(content_range))
-        except HubError as e:
-            if e.code is ErrorCode.RANGE_INVALID and "size" in e.detail:
-                e.headers.update(upload_headers(ns, repo, upload_id, e.detail["size"]))
-            raise
         return _respond(ns, repo, status)
 
     @get("/{upload_id:str}", summary="Upload status (resume from the committed size)", status_code=204)
@@ -103,7 +112,8 @@ class UploadController(Controller):
         status = await registry.uploads.status(principal, ns, repo, upload_id)
         return Response(b"", status_code=204, headers=upload_headers(ns, repo, upload_id, status.size))
 
-    @put("/{upload_id:str}", summary="Finish an upload: verify its digest and publish it", status_code=201)
+    @put("/{upload_id:str}", summary="Finish an upload (optionally with a last chunk at Content-Range): verify its "
+         "digest and publish it", status_code=201)
     async def finish(
         self,
         ns: FromPath[str],
@@ -113,8 +123,11 @@ class UploadController(Controller):
         request: Request[Any, Any, Any],
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
+        content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
     ) -> Response[None]:
-        blob = await registry.uploads.finish(principal, ns, repo, upload_id, digest, body_stream(request))
+        with _session_position_on_416(ns, repo, upload_id):
+            blob = await registry.uploads.finish(principal, ns, repo, upload_id, digest, body_stream(request),
+                                                 parse_content_range(content_range))
         return _respond(ns, repo, blob)
 
     @delete("/{upload_id:str}", summary="Cancel an upload", status_code=204)

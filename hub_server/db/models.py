@@ -8,6 +8,7 @@
     manifests         (digest PK, size, media_type, artifact_type, config_digest, parent_digest,
                        created_at, logical_size, stored_size, shared_with_parent, compat, annotations)
     manifest_blobs    (manifest_digest, blob_digest, role)           what a manifest references
+    manifest_subjects (manifest_digest PK, subject_digest)           an OCI manifest's subject (referrers API)
     repository_manifests (repository_id, manifest_digest)
     tags              (repository_id, name, manifest_digest, updated_at)
     chunks            (id, digest, blob_digest, offset, length)      verified chunk frame locations
@@ -39,6 +40,7 @@ __all__ = [
     "GcMark",
     "Manifest",
     "ManifestBlob",
+    "ManifestSubject",
     "Repository",
     "RepositoryBlob",
     "RepositoryManifest",
@@ -48,7 +50,10 @@ __all__ = [
     "utcnow",
 ]
 
-DIGEST = 80  # "sha256:" + 64 hex, with room
+DIGEST = 144  # "sha512:" + 128 hex, with room
+#: SQLite does not enforce VARCHAR lengths, so its columns keep the original 80 (widening them would
+#: copy every table with foreign keys off); PostgreSQL's were widened by revision 0004.
+DIGEST_TYPE = String(DIGEST).with_variant(String(80), "sqlite")
 
 
 def _time(*, index: bool = False) -> Any:
@@ -57,7 +62,7 @@ def _time(*, index: bool = False) -> Any:
 
 def _digest_fk(target: str, *, primary_key: bool = False, index: bool = False, ondelete: str = "CASCADE") -> Any:
     return Field(
-        sa_column=Column(String(DIGEST), ForeignKey(target, ondelete=ondelete), primary_key=primary_key,
+        sa_column=Column(DIGEST_TYPE, ForeignKey(target, ondelete=ondelete), primary_key=primary_key,
                          nullable=False, index=index)
     )
 
@@ -93,7 +98,7 @@ class Repository(SQLModel, table=True):
 class Blob(SQLModel, table=True):
     __tablename__ = "blobs"
 
-    digest: str = Field(sa_column=Column(String(DIGEST), primary_key=True))
+    digest: str = Field(sa_column=Column(DIGEST_TYPE, primary_key=True))
     size: int = Field(sa_column=Column(BigInteger, nullable=False))
     media_type: str | None = None
     created_at: datetime = _time(index=True)
@@ -112,12 +117,12 @@ class RepositoryBlob(SQLModel, table=True):
 class Manifest(SQLModel, table=True):
     __tablename__ = "manifests"
 
-    digest: str = Field(sa_column=Column(String(DIGEST), primary_key=True))
+    digest: str = Field(sa_column=Column(DIGEST_TYPE, primary_key=True))
     size: int
     media_type: str
     artifact_type: str | None = None
-    config_digest: str | None = Field(default=None, sa_column=Column(String(DIGEST), nullable=True))
-    parent_digest: str | None = Field(default=None, sa_column=Column(String(DIGEST), nullable=True, index=True))
+    config_digest: str | None = Field(default=None, sa_column=Column(DIGEST_TYPE, nullable=True))
+    parent_digest: str | None = Field(default=None, sa_column=Column(DIGEST_TYPE, nullable=True, index=True))
     created_at: datetime = _time(index=True)
     logical_size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     stored_size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
@@ -134,6 +139,15 @@ class ManifestBlob(SQLModel, table=True):
     manifest_digest: str = _digest_fk("manifests.digest", primary_key=True)
     blob_digest: str = _digest_fk("blobs.digest", primary_key=True, index=True, ondelete="RESTRICT")
     role: str = Field(sa_column=Column(String(16), nullable=False))
+
+
+class ManifestSubject(SQLModel, table=True):
+    """The manifest a generic OCI manifest names in ``subject`` (which need not exist): the referrers index."""
+
+    __tablename__ = "manifest_subjects"
+
+    manifest_digest: str = _digest_fk("manifests.digest", primary_key=True)
+    subject_digest: str = Field(sa_column=Column(DIGEST_TYPE, nullable=False, index=True))
 
 
 class RepositoryManifest(SQLModel, table=True):
@@ -167,7 +181,7 @@ class Chunk(SQLModel, table=True):
     )
 
     id: int | None = Field(default=None, primary_key=True)
-    digest: str = Field(sa_column=Column(String(DIGEST), nullable=False))
+    digest: str = Field(sa_column=Column(DIGEST_TYPE, nullable=False))
     blob_digest: str = _digest_fk("blobs.digest", index=True)
     offset: int = Field(sa_column=Column(BigInteger, nullable=False))
     length: int

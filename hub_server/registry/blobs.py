@@ -20,15 +20,15 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Blob, RepositoryBlob
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.access import readable_repository
+from hub_server.registry.access import find_repository, readable_repository, require, unknown_repository
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.names import check_digest
+from hub_server.registry.names import check_digest, check_repository
 from hub_server.registry.paths import blob_key
 from hub_server.registry.sql import insert_ignore
 from hub_server.storage import BlobNotFound, BlobStore
 from manifest.digest import Digest, Hasher
 
-__all__ = ["BlobRead", "BlobService", "digest_object", "publish_blob", "read_blob_bytes"]
+__all__ = ["BlobRead", "BlobService", "BlobUnlinker", "digest_object", "publish_blob", "read_blob_bytes"]
 
 HASH_READ_SIZE = 4 << 20
 
@@ -112,6 +112,37 @@ class BlobService:
         if redirect and self.ctx.blob_redirects and store.capabilities.supports_redirect:
             url = await store.redirect_url(blob_key(digest), expires_in=self.ctx.redirect_expiry)
         return BlobRead(digest, row.size, row.media_type, url, store)
+
+
+class BlobUnlinker:
+    """``DELETE /v2/{ns}/{repo}/blobs/{digest}``: the blob leaves the repository; GC reclaims its bytes
+    once nothing references it (a manifest listing it keeps it stored)."""
+
+    def __init__(self, ctx: RegistryContext) -> None:
+        self.ctx = ctx
+
+    async def unlink(self, principal: Principal, namespace: str, name: str, digest: str,
+                     remote: str | None = None) -> None:
+        """Remove ``digest``'s link to ``namespace/name``.
+
+        Raises: Unauthorized/Forbidden (delete scope), HubError(NAME_INVALID, NAME_UNKNOWN, DIGEST_INVALID,
+        BLOB_UNKNOWN).
+        """
+        digest = check_digest(digest)
+        full = check_repository(namespace, name)
+        require(principal, "delete", full)
+        async with self.ctx.sessions() as session:
+            repo = await find_repository(session, namespace, name)
+            if repo is None:
+                raise unknown_repository(full)
+            link = await session.get(RepositoryBlob, (repo.id, digest))
+            if link is None:
+                raise HubError(ErrorCode.BLOB_UNKNOWN, f"blob {digest} is not in {full}", {"digest": digest,
+                                                                                         "name": full})
+            await session.delete(link)
+            await session.commit()
+        await self.ctx.audit.record(principal.actor, "delete", repository=full, digest=digest, remote=remote,
+                                    detail={"blob": True})
 
 
 async def read_blob_bytes(ctx: RegistryContext, digest: str, limit: int, what: str) -> bytes:

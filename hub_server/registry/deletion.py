@@ -1,7 +1,8 @@
 """Deleting a snapshot from a repository (docs/http-api.md, "Delete").
 
 By digest: the manifest's link to the repository and every tag there pointing at it. By tag:
-that tag, and the manifest too when no other tag in the repository points at it. A manifest
+that tag, and, for a forkd snapshot, the manifest too when no other tag in the repository
+points at it (a generic OCI manifest keeps its link: only the tag goes). A manifest
 that other (still linked) manifests chain on is refused with ``HAS_DEPENDENTS`` — the detail
 lists the dependents the caller can see and counts the rest — unless ``cascade`` (remove the
 dependents first, leaves first, needing delete scope wherever they are) or ``force`` (remove
@@ -22,7 +23,7 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.scopes import Principal
-from hub_server.db.models import Repository, RepositoryManifest, Tag
+from hub_server.db.models import Manifest, Repository, RepositoryManifest, Tag
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import can_read, find_repository, require, unknown_repository
 from hub_server.registry.context import RegistryContext
@@ -30,6 +31,7 @@ from hub_server.registry.lineage import descendants
 from hub_server.registry.names import check_repository, parse_reference
 from hub_server.registry.sql import batched
 from hub_server.registry.tags import resolve_reference
+from manifest import mediatypes as mt
 
 __all__ = ["DeleteResult", "DeleteService", "Removal"]
 
@@ -76,7 +78,9 @@ class DeleteService:
                 raise unknown_repository(full)
             digest = await resolve_reference(session, repo, reference)
             tags = await _tags_on(session, repo, digest)
-            if reference.tag is not None and len(tags) > 1:
+            if reference.tag is not None and (len(tags) > 1 or not await _is_forkd(session, digest)):
+                # Only the tag goes: another tag holds the manifest, or it is generic OCI content
+                # (deleting a tag is not deleting the manifest there: distribution-spec "Deleting tags").
                 await session.exec(delete(Tag).where(Tag.repository_id == repo.id, Tag.name == reference.tag))  # type: ignore[arg-type]
                 removed.append(Removal(full, None, [reference.tag]))
             else:
@@ -100,6 +104,11 @@ class DeleteService:
                                                 # only a tag went: the manifest it named stays
                                                 **({"tagDigest": digest} if r.digest is None else {})})
         return DeleteResult(removed)
+
+
+async def _is_forkd(session: AsyncSession, digest: str) -> bool:
+    row = await session.get(Manifest, digest)
+    return row is not None and row.artifact_type in (mt.LAYER_ARTIFACT, mt.CHAIN_ARTIFACT)
 
 
 async def _tags_on(session: AsyncSession, repo: Repository, digest: str) -> list[str]:

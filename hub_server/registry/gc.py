@@ -1,6 +1,9 @@
 """Garbage collection: mark from tags (following parents), sweep what nothing reaches.
 
-Mark: every tagged manifest is a root. From each marked manifest follow its parent digest and, for a
+Mark: every tagged manifest is a root, and so is every generic OCI manifest (not a forkd layer
+or chain index) still linked to a repository: OCI clients push index children, signatures and
+other referrers by digest, and they stay until deleted (``DELETE …/manifests/<digest>``). From
+each marked manifest follow its parent digest and, for a
 chain index, the manifests it lists. A marked manifest marks its own bytes and every blob it
 references (config, vmstate, chunk maps, data blobs).
 
@@ -53,10 +56,14 @@ from hub_server.registry.gcstate import acquire_lease, holder_name, release_leas
 from hub_server.registry.paths import BLOBS_PREFIX, UPLOADS_PREFIX, blob_key, digest_from_blob_key, upload_key
 from hub_server.registry.sql import batched
 from hub_server.storage import BlobNotFound
+from manifest import mediatypes as mt
 
 __all__ = ["GarbageCollector", "GcReport"]
 
 log = logging.getLogger(__name__)
+
+#: forkd snapshots live while a tag reaches them; any other OCI manifest while a repository links it.
+FORKD_ARTIFACTS = (mt.LAYER_ARTIFACT, mt.CHAIN_ARTIFACT)
 
 
 @dataclass
@@ -122,8 +129,11 @@ class GarbageCollector:
 
     async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime, grace: timedelta) -> None:
         async with self.ctx.sessions() as session:
-            manifests = {d: (p, c) for d, p, c in (await session.exec(
-                select(Manifest.digest, Manifest.parent_digest, Manifest.created_at))).all()}
+            rows = (await session.exec(select(Manifest.digest, Manifest.parent_digest, Manifest.created_at,
+                                              Manifest.artifact_type))).all()
+            manifests = {d: (p, c) for d, p, c, _ in rows}
+            generic = {d for d, _, _, artifact_type in rows if artifact_type not in FORKD_ARTIFACTS}
+            linked = set((await session.exec(select(RepositoryManifest.manifest_digest).distinct())).all())
             references = (await session.exec(select(ManifestBlob.manifest_digest, ManifestBlob.blob_digest,
                                                      ManifestBlob.role))).all()
             tagged = set((await session.exec(select(Tag.manifest_digest))).all())
@@ -135,7 +145,8 @@ class GarbageCollector:
         for m, b, role in references:
             if role == BlobRole.MANIFEST:
                 children.setdefault(m, []).append(b)
-        roots = set(tagged) & set(manifests)  # the young are protected by their marks' grace period instead
+        # The young are protected by their marks' grace period instead; generic OCI content by its links.
+        roots = (set(tagged) | (generic & linked)) & set(manifests)
         marked = _reach(roots, manifests, children)
         tagged_blobs = set(marked) | {b for m, b, _ in references if m in marked}
         async with self.ctx.sessions() as session:

@@ -28,6 +28,7 @@ from hub_server.db.models import (
     Chunk,
     Manifest,
     ManifestBlob,
+    ManifestSubject,
     Repository,
     RepositoryBlob,
     RepositoryManifest,
@@ -61,6 +62,8 @@ class PushResult:
     tag: str | None
     created: bool
     """False when the manifest was already in this repository (a re-push only moves the tag)."""
+    subject: str | None = None
+    """The ``subject`` digest of a generic manifest (the API answers it as ``OCI-Subject``)."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ class ManifestService:
         if reference.tag is not None:
             await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
                                         digest=digest, remote=remote, detail={"previous": previous})
-        return PushResult(digest, full, reference.tag, created)
+        return PushResult(digest, full, reference.tag, created, plan.subject_digest)
 
     async def get(
         self, principal: Principal, namespace: str, name: str, ref: str, *, with_body: bool = True
@@ -194,6 +197,8 @@ class ManifestService:
             await insert_ignore(session, ManifestBlob, [
                 {"manifest_digest": digest, "blob_digest": b, "role": role} for b, role in plan.blob_roles.items()
             ])
+            if plan.subject_digest is not None:
+                session.add(ManifestSubject(manifest_digest=digest, subject_digest=plan.subject_digest))
         for media_type, group in _by_media_type(plan.blob_media_types).items():
             for batch in batched(group):
                 await session.exec(update(Blob).where(col(Blob.digest).in_(batch), col(Blob.media_type).is_(None))

@@ -38,6 +38,7 @@ __all__ = [
     "DOCKER_MANIFEST_LIST",
     "IMAGE_TYPES",
     "INDEX_TYPES",
+    "OCI_INDEX",
     "OciDescriptor",
     "OciDocument",
     "is_forkd_document",
@@ -47,6 +48,7 @@ __all__ = [
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_INDEX = mt.OCI_INDEX
 IMAGE_TYPES = (mt.OCI_MANIFEST, DOCKER_MANIFEST)
 INDEX_TYPES = (mt.OCI_INDEX, DOCKER_MANIFEST_LIST)
 #: Layers whose content lives elsewhere (``urls``): the registry need not hold them.

@@ -3,7 +3,7 @@
 ::
 
     blobs/                          content-addressed objects (verified, immutable)
-    └── <algorithm>/                blake3 | sha256
+    └── <algorithm>/                blake3 | sha256 | sha512
         └── <hex[0:2]>/
             └── <hex>               a data blob, chunk map, config, vmstate — or a manifest
                                     (manifests are stored as blobs, exactly as received)

@@ -12,7 +12,7 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from hub_server.db.models import Repository
-from hub_server.registry.blobs import BlobService
+from hub_server.registry.blobs import BlobService, BlobUnlinker
 from hub_server.registry.catalog import CatalogService
 from hub_server.registry.chunks import ChunkService
 from hub_server.registry.context import RegistryContext
@@ -20,6 +20,7 @@ from hub_server.registry.deletion import DeleteService
 from hub_server.registry.gc import GarbageCollector
 from hub_server.registry.lineage import LineageService
 from hub_server.registry.manifests import ManifestService
+from hub_server.registry.referrers import ReferrerService
 from hub_server.registry.tags import TagService
 from hub_server.registry.uploads import UploadService
 
@@ -35,7 +36,9 @@ class Registry:
         self.ctx = ctx
         self.uploads = UploadService(ctx)
         self.blobs = BlobService(ctx)
+        self.blob_links = BlobUnlinker(ctx)
         self.manifests = ManifestService(ctx)
+        self.referrers = ReferrerService(ctx)
         self.tags = TagService(ctx)
         self.chunks = ChunkService(ctx)
         self.lineage = LineageService(ctx)

@@ -113,10 +113,12 @@ class TagService:
 
     async def list(self, principal: Principal, namespace: str, name: str, n: int | None = None,
                    last: str | None = None) -> Page:
-        """Tag names of a readable repository in lexical order, after ``last``."""
+        """Tag names of a readable repository in lexical order, after ``last`` (none at all for ``n=0``)."""
         size = page_size(n)
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
+            if n == 0:
+                return Page([], None)
             query = select(Tag.name).where(Tag.repository_id == repo.id).order_by(col(Tag.name)).limit(size + 1)
             if last:
                 query = query.where(col(Tag.name) > last)

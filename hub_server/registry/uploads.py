@@ -30,7 +30,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Blob, Repository, RepositoryBlob, Upload
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.access import can_read, find_repository, writable_repository
+from hub_server.registry.access import can_read, find_repository, readable_linking, writable_repository
 from hub_server.registry.blobs import digest_object, publish_blob
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository
@@ -80,8 +80,9 @@ class UploadService:
         mount: str | None = None,
         mount_from: str | None = None,
     ) -> UploadStatus | BlobCommitted:
-        """Open a session; with ``digest`` upload ``body`` monolithically; with ``mount``/``mount_from``
-        link an existing blob from a repository the caller may read (else open a session).
+        """Open a session; with ``digest`` upload ``body`` monolithically; with ``mount`` link an existing
+        blob from ``mount_from``, or without it from any repository holding it, if the caller may read
+        that repository (else open a session).
 
         Creates the repository (private) on the first write.
         """
@@ -142,10 +143,14 @@ class UploadService:
         upload_id: str,
         digest: str,
         body: AsyncIterator[bytes] | None = None,
+        content_range: tuple[int, int] | None = None,
     ) -> BlobCommitted:
-        """Append the optional ``body``, verify the whole upload hashes to ``digest``, publish and link it.
+        """Append the optional ``body`` (at ``content_range`` when given, as :meth:`append`), verify the
+        whole upload hashes to ``digest``, publish and link it.
 
-        Raises: HubError(DIGEST_INVALID) on a mismatch (the session and its bytes are deleted).
+        Raises: HubError(DIGEST_INVALID) on a mismatch (the session and its bytes are deleted);
+        HubError(RANGE_INVALID) with ``detail.size`` when ``content_range`` does not start at the
+        committed size (the session is kept, unchanged).
         """
         want = Digest.parse(check_digest(digest))
         async with self.ctx.sessions() as session:
@@ -153,7 +158,7 @@ class UploadService:
         key = upload_key(upload_id)
         async with self._exclusive(upload_id) as lease:
             if body is not None:
-                await self._append(upload, body, None, lease)
+                await self._append(upload, body, content_range, lease)
             got, size = await digest_object(self.ctx.store, key, want.algorithm)
             if got != want:
                 await self._drop(upload_id)
@@ -184,15 +189,18 @@ class UploadService:
         src_ns, _, src_name = (source or "").partition("/")
         async with self.ctx.sessions() as session:
             repo = await writable_repository(session, principal, namespace, name, create=True)
-            if not src_ns or not src_name:
-                return None
-            check_repository(src_ns, src_name)
-            src = await find_repository(session, src_ns, src_name)
-            if src is None or not can_read(principal, src):
-                return None
-            link = await session.get(RepositoryBlob, (src.id, digest))
-            if link is None:
-                return None
+            if source is None:  # no ``from``: any repository the caller may read that holds it
+                if not await readable_linking(session, principal, blobs=[digest]):
+                    return None
+            else:
+                if not src_ns or not src_name:
+                    return None
+                check_repository(src_ns, src_name)
+                src = await find_repository(session, src_ns, src_name)
+                if src is None or not can_read(principal, src):
+                    return None
+                if await session.get(RepositoryBlob, (src.id, digest)) is None:
+                    return None
             blob = await session.get(Blob, digest)
             if blob is None:
                 return None

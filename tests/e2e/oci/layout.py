@@ -29,8 +29,9 @@ def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def descriptor(media_type: str, data: bytes, **extra: object) -> dict[str, object]:
-    return {"mediaType": media_type, "digest": sha256(data), "size": len(data), **extra}
+def descriptor(media_type: str, content: bytes, **extra: object) -> dict[str, object]:
+    """The descriptor of ``content`` (``extra``: more fields, e.g. ``data``, ``platform``, ``annotations``)."""
+    return {"mediaType": media_type, "digest": sha256(content), "size": len(content), **extra}
 
 
 def dumps(obj: object) -> bytes:
