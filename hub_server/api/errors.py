@@ -44,7 +44,9 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
         return HubError(ErrorCode.UNAUTHORIZED, str(exc), {"reason": exc.reason},
                         headers={"WWW-Authenticate": _challenge(exc, request)})
     if isinstance(exc, Forbidden):
-        return HubError(ErrorCode.DENIED, str(exc), {"action": exc.action, "repository": exc.repository})
+        headers = {"WWW-Authenticate": _challenge(exc, request)} if exc.scope else {}
+        return HubError(ErrorCode.DENIED, str(exc), {"action": exc.action, "repository": exc.repository},
+                        headers=headers)
     if isinstance(exc, StorageUnavailable | StorageFull):
         log.error("storage failure: %s", exc)
         return HubError(ErrorCode.UNAVAILABLE, "the blob store is unavailable or full; retry later", {})
@@ -63,10 +65,13 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
     return HubError(ErrorCode.INTERNAL)
 
 
-def _challenge(exc: Unauthorized, request: Request[Any, Any, Any] | None) -> str:
+def _challenge(exc: Unauthorized | Forbidden, request: Request[Any, Any, Any] | None) -> str:
     """The Docker token-auth challenge: where to get a token, and for which scope."""
     realm, service = token_realm(request) if request is not None else (TOKEN_PATH, "forkd-hub")
-    error = "invalid_token" if exc.reason in ("unknown", "revoked", "expired") else None
+    if isinstance(exc, Forbidden):
+        error: str | None = "insufficient_scope"
+    else:
+        error = "invalid_token" if exc.reason in ("unknown", "revoked", "expired") else None
     return bearer_challenge(realm, service, exc.scope, error)
 
 

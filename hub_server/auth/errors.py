@@ -53,11 +53,17 @@ class Unauthorized(AuthError):
 
 
 class Forbidden(AuthError):
-    """The credentials are valid but lack the scope for ``action`` on ``repository``."""
+    """The credentials are valid but lack the scope for ``action`` on ``repository``.
 
-    def __init__(self, message: str, action: str = "", repository: str | None = None) -> None:
+    ``scope`` is set when a new registry token could carry it (``insufficient_scope``): the
+    answer then challenges the client to ask the token endpoint for that Docker scope.
+    """
+
+    def __init__(self, message: str, action: str = "", repository: str | None = None,
+                 scope: str | None = None) -> None:
         self.action = action
         self.repository = repository
+        self.scope = scope
         super().__init__(message)
 
 

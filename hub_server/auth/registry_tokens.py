@@ -110,4 +110,5 @@ class RegistryTokenService:
             raise Unauthorized("the token has been revoked", "revoked")
         if issued.expires_at <= now or (parent.expires_at is not None and parent.expires_at <= now):
             raise Unauthorized("the token has expired", "expired")
-        return Principal(parent.name, tuple(Scope.parse(s) for s in json.loads(issued.scopes)))
+        return Principal(parent.name, tuple(Scope.parse(s) for s in json.loads(issued.scopes)),
+                         grantable=tuple(Scope.parse(s) for s in parent.scope_list))

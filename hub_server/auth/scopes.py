@@ -120,6 +120,10 @@ class Principal:
 
     name: str | None
     scopes: tuple[Scope, ...] = ()
+    grantable: tuple[Scope, ...] = ()
+    """For a registry token (``/v2/token``): its API token's scopes, which a new token could carry.
+    A request those allow but ``scopes`` do not is refused with 403 and a challenge for that scope
+    (``error="insufficient_scope"``, RFC 6750), so the client asks the token endpoint again."""
 
     @classmethod
     def anonymous(cls) -> Principal:
@@ -148,6 +152,16 @@ class Principal:
         """Whether any scope grants ``action`` on ``repository`` (``namespace/repo``)."""
         return any(scope.grants(action, repository) for scope in self.scopes)
 
+    def could(self, action: Action, repository: str) -> bool:
+        """Whether a registry token re-issued for this caller could do what it cannot now."""
+        return any(scope.grants(action, repository) for scope in self.grantable)
+
+    def insufficient_scope(self, action: Action, repository: str) -> Forbidden:
+        """The 403 (RFC 6750 ``insufficient_scope``, with a challenge) that sends a registry-token client
+        back to the token endpoint for ``action``."""
+        return Forbidden(f"this token's scope does not include {action} access to {repository!r}; "
+                         "request a token with it", action, repository, repository_scope(repository, action))
+
     def require(self, action: Action, repository: str | None = None) -> None:
         """Return if :meth:`can` allows ``action`` on ``repository``, else raise what the wire needs.
 
@@ -156,6 +170,8 @@ class Principal:
 
         Raises:
             Unauthorized: the caller is anonymous (the client should authenticate).
+            Forbidden: the caller's token has no scope for this (with ``scope`` set when a new
+                registry token could have it).
             Forbidden: the caller has a valid token without a scope for this.
         """
         allowed = self.is_admin if repository is None else self.can(action, repository)
@@ -168,4 +184,6 @@ class Principal:
         if self.is_anonymous:
             scope = None if repository is None else repository_scope(repository, action)
             raise Unauthorized(f"authentication required for {what}", "required", scope)
+        if repository is not None and self.could(action, repository):
+            raise self.insufficient_scope(action, repository)
         raise Forbidden(f"token {self.name!r} has no scope granting {what}", action, repository)

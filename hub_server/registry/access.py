@@ -58,13 +58,16 @@ async def readable_repository(session: AsyncSession, principal: Principal, names
     """The repository if it exists and ``principal`` may read it.
 
     Raises: HubError(NAME_INVALID / NAME_UNKNOWN) for a caller with a token, Unauthorized (with the
-    pull scope to ask for) for an anonymous one, whether the repository exists or not.
+    pull scope to ask for) for an anonymous one or a registry token whose API token may read it,
+    whether the repository exists or not.
     """
     full = check_repository(namespace, name)
     repo = await find_repository(session, namespace, name)
     if repo is None or not can_read(principal, repo):
         if principal.is_anonymous:  # the client should authenticate; says nothing about existence
             raise Unauthorized(f"authentication required to read {full}", "required", repository_scope(full, "pull"))
+        if principal.could("pull", full):  # a registry token whose API token may read it: ask for that scope
+            raise principal.insufficient_scope("pull", full)
         raise unknown_repository(full)
     return repo
 

@@ -118,4 +118,5 @@ def test_a_token_from_the_token_endpoint_pulls(oci_hub: HubProcess, admin_token:
     got = httpx.get(f"{oci_hub.url}/v2/pull/app/manifests/v1", headers={"Authorization": f"Bearer {token}"})
     assert got.status_code == 200 and got.content == body
     other = httpx.get(f"{oci_hub.url}/v2/pull/sha512/tags/list", headers={"Authorization": f"Bearer {token}"})
-    assert other.status_code == 404  # outside the token's scope: as if it did not exist
+    assert other.status_code == 403  # outside the token's scope: ask for a token with it (RFC 6750)
+    assert other.headers["WWW-Authenticate"].endswith(',scope="repository:pull/sha512:pull",error="insufficient_scope"')

@@ -69,8 +69,12 @@ def test_token_endpoint_grants_the_requested_scopes_the_api_token_holds(hub: Hub
     assert hub.client.get("/v2/acme/private/manifests/v1", headers=scoped).status_code == 200
     # push was asked for but the API token lacks it: the registry token lacks it too
     expect_error(hub.client.post("/v2/acme/private/blobs/uploads/", headers=scoped), 403, "DENIED")
-    # limited to the scopes asked for, not everything the API token could read
-    expect_error(hub.client.get("/v2/acme/other/tags/list", headers=scoped), 404, "NAME_UNKNOWN")
+    # limited to the scopes asked for: what the API token could read needs a new token (403 insufficient_scope)
+    r = hub.client.get("/v2/acme/other/tags/list", headers=scoped)
+    assert expect_error(r, 403, "DENIED") == {"action": "pull", "repository": "acme/other"}
+    assert r.headers["WWW-Authenticate"] == REALM + ',scope="repository:acme/other:pull",error="insufficient_scope"'
+    # what the API token cannot read either stays invisible, as for the API token itself
+    expect_error(hub.client.get("/v2/zzz/other/tags/list", headers=scoped), 404, "NAME_UNKNOWN")
 
 
 def test_token_endpoint_takes_the_api_token_as_bearer_and_by_oauth2_password_grant(hub: Hub, pushed):
@@ -82,7 +86,11 @@ def test_token_endpoint_takes_the_api_token_as_bearer_and_by_oauth2_password_gra
             "scope": "repository:acme/new:pull"}
     r = hub.client.post("/v2/token", data=form)
     assert r.status_code == 200
-    expect_error(hub.client.post("/v2/acme/new/blobs/uploads/", headers=auth(r.json()["token"])), 403, "DENIED")
+    pull_only = auth(r.json()["token"])
+    assert hub.client.get("/v2/acme/new/tags/list", headers=pull_only).status_code == 200
+    denied = hub.client.post("/v2/acme/new/blobs/uploads/", headers=pull_only)
+    expect_error(denied, 403, "DENIED")
+    assert denied.headers["WWW-Authenticate"].endswith('error="insufficient_scope"')
     expect_error(hub.client.post("/v2/token", data={"grant_type": "client_credentials"}), 400, "UNSUPPORTED")
 
 
@@ -107,3 +115,14 @@ def test_a_revoked_api_token_ends_its_registry_tokens(hub: Hub, pushed):
     hub.call(hub.client.app.state.tokens.revoke, "gone")
     r = hub.client.get("/v2/acme/private/manifests/v1", headers=auth(issued.json()["token"]))
     assert expect_error(r, 401, "UNAUTHORIZED") == {"reason": "revoked"}
+
+
+def test_a_registry_token_is_sent_back_for_a_write_its_api_token_allows(hub: Hub):
+    token = hub.token("writer", "push:acme/*")
+    pull_only = hub.client.get("/v2/token", params={"scope": "repository:acme/app:pull"}, headers=basic(token))
+    r = hub.client.post("/v2/acme/app/blobs/uploads/", headers=auth(pull_only.json()["token"]))
+    assert expect_error(r, 403, "DENIED") == {"action": "push", "repository": "acme/app"}
+    assert r.headers["WWW-Authenticate"] == REALM + ',scope="repository:acme/app:pull,push",error="insufficient_scope"'
+    denied = hub.client.post("/v2/other/app/blobs/uploads/", headers=auth(pull_only.json()["token"]))
+    expect_error(denied, 403, "DENIED")
+    assert "WWW-Authenticate" not in denied.headers  # no token could do it: no challenge

@@ -45,8 +45,8 @@ async def test_an_issued_token_carries_the_parent_name_and_only_the_granted_scop
     assert re.fullmatch(r"fkr_[A-Za-z0-9_-]{43}", issued.token)
     assert issued.expires_in == REGISTRY_TOKEN_LIFETIME.total_seconds()
     principal = await auth.principal(f"Bearer {issued.token}")
-    assert principal == Principal("ci", (Scope("pull", "acme/app"),))
-    assert not principal.can("push", "acme/app")
+    assert principal == Principal("ci", (Scope("pull", "acme/app"),), grantable=(Scope("push", "acme/*"),))
+    assert not principal.can("push", "acme/app") and principal.could("push", "acme/app")
 
 
 async def test_registry_tokens_expire_and_die_with_their_parent(auth, clock):

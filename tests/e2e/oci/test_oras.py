@@ -1,0 +1,70 @@
+"""Interop with oras-py (PyPI ``oras``): login with a hub token, push an artifact (monolithic and chunked
+uploads), pull it back byte-identical, list tags, and attach a referrer with ``subject``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.hubproc import HubProcess
+
+oras_client = pytest.importorskip("oras.client", reason="oras is in the test extra (pyproject.toml)")
+oras_oci = pytest.importorskip("oras.oci")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def oras(oci_hub: HubProcess, admin_token: str, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # oras keeps its docker config under $HOME
+    client = oras_client.OrasClient(hostname=host, insecure=True)
+    client.login(username="oras-user", password=admin_token, hostname=host, tls_verify=False,
+                 config_path=str(tmp_path / "config.json"))
+    return client
+
+
+def artifact_files(root: Path) -> list[Path]:
+    root.mkdir()
+    files = [root / "model.bin", root / "README.md"]
+    files[0].write_bytes(bytes(range(256)) * 5000)
+    files[1].write_text("# an artifact pushed by oras-py\n")
+    return files
+
+
+def test_push_pull_and_tags(oras, oci_hub: HubProcess, admin_token: str, host: str, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch):
+    files = artifact_files(tmp_path / "src")
+    monkeypatch.chdir(tmp_path / "src")
+    r = oras.push(files=[f.name for f in files], target=f"{host}/oras/art:v1")
+    assert r.status_code == 201
+    oras.push(files=[f.name for f in files], target=f"{host}/oras/art:v2", do_chunked=True, chunk_size=100_000)
+    out = tmp_path / "out"
+    pulled = oras.pull(target=f"{host}/oras/art:v2", outdir=str(out))
+    assert sorted(Path(p).name for p in pulled) == sorted(f.name for f in files)
+    for f in files:
+        assert (out / f.name).read_bytes() == f.read_bytes()
+    assert oras.get_tags(f"{host}/oras/art") == ["v1", "v2"]
+    manifest = httpx.get(f"{oci_hub.url}/v2/oras/art/manifests/v1", headers={"Authorization": f"Bearer {admin_token}"})
+    layers = json.loads(manifest.content)["layers"]
+    assert {layer["annotations"]["org.opencontainers.image.title"] for layer in layers} == {f.name for f in files}
+
+
+def test_a_referrer_pushed_with_subject_is_listed(oras, oci_hub: HubProcess, admin_token: str, host: str,
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    files = artifact_files(tmp_path / "src")
+    monkeypatch.chdir(tmp_path / "src")
+    oras.push(files=[files[1].name], target=f"{host}/oras/signed:v1")
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    image = httpx.get(f"{oci_hub.url}/v2/oras/signed/manifests/v1", headers=headers)
+    subject = image.headers["Docker-Content-Digest"]
+    (tmp_path / "src" / "sig.txt").write_text("a signature\n")
+    r = oras.push(files=["sig.txt"], target=f"{host}/oras/signed:sig",
+                  subject=oras_oci.Subject(image.headers["Content-Type"], subject, len(image.content)))
+    assert r.headers["OCI-Subject"] == subject
+    listed = httpx.get(f"{oci_hub.url}/v2/oras/signed/referrers/{subject}", headers=headers).json()["manifests"]
+    assert len(listed) == 1
+    sig = httpx.get(f"{oci_hub.url}/v2/oras/signed/manifests/sig", headers=headers)
+    assert listed[0]["digest"] == sig.headers["Docker-Content-Digest"]
