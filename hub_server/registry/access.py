@@ -3,7 +3,8 @@
 Reads: public repositories for everyone, private ones for principals with ``pull`` (implied by
 ``push``/``delete``/``admin``). A repository the caller cannot read is reported exactly like a
 missing one, so existence never leaks: 401 with a challenge naming the pull scope to an
-anonymous caller (so OCI clients authenticate), 404 ``NAME_UNKNOWN`` to a token without it. Writes check the scope before
+anonymous caller (so OCI clients authenticate), 403 with an ``insufficient_scope`` challenge to
+a registry token whose API token could read it, 404 ``NAME_UNKNOWN`` to any other token. Writes check the scope before
 anything else (``Principal.require``: 401 anonymous, 403 token), which also says nothing
 about existence.
 
@@ -57,16 +58,17 @@ async def find_repository(session: AsyncSession, namespace: str, name: str) -> R
 async def readable_repository(session: AsyncSession, principal: Principal, namespace: str, name: str) -> Repository:
     """The repository if it exists and ``principal`` may read it.
 
-    Raises: HubError(NAME_INVALID / NAME_UNKNOWN) for a caller with a token, Unauthorized (with the
-    pull scope to ask for) for an anonymous one or a registry token whose API token may read it,
-    whether the repository exists or not.
+    Raises, whether the repository exists or not: Unauthorized (with the pull scope to ask for)
+    for an anonymous caller; Forbidden ``insufficient_scope`` for a registry token without pull
+    there whose API token has it; else HubError(NAME_INVALID / NAME_UNKNOWN).
     """
     full = check_repository(namespace, name)
     repo = await find_repository(session, namespace, name)
     if repo is None or not can_read(principal, repo):
         if principal.is_anonymous:  # the client should authenticate; says nothing about existence
             raise Unauthorized(f"authentication required to read {full}", "required", repository_scope(full, "pull"))
-        if principal.could("pull", full):  # a registry token whose API token may read it: ask for that scope
+        if not principal.can("pull", full) and principal.could("pull", full):
+            # a registry token whose API token may read it: ask for that scope
             raise principal.insufficient_scope("pull", full)
         raise unknown_repository(full)
     return repo

@@ -126,3 +126,10 @@ def test_a_registry_token_is_sent_back_for_a_write_its_api_token_allows(hub: Hub
     denied = hub.client.post("/v2/other/app/blobs/uploads/", headers=auth(pull_only.json()["token"]))
     expect_error(denied, 403, "DENIED")
     assert "WWW-Authenticate" not in denied.headers  # no token could do it: no challenge
+
+
+def test_a_registry_token_with_the_scope_sees_a_missing_repository_as_missing(hub: Hub):
+    token = hub.token("pusher2", "push:acme/*")
+    issued = hub.client.get("/v2/token", params={"scope": "repository:acme/fresh:pull,push"}, headers=basic(token))
+    r = hub.client.head("/v2/acme/fresh/blobs/sha256:" + "0" * 64, headers=auth(issued.json()["token"]))
+    assert r.status_code == 404  # what skopeo's first HEAD of a new repository must see
