@@ -125,3 +125,27 @@ def test_bad_tuning_variables_are_clear_errors(monkeypatch):
     monkeypatch.setenv("FORKD_PULL_PARALLEL", "many")
     with pytest.raises(HubError, match="FORKD_PULL_PARALLEL"):
         _tunable("FORKD_PULL_PARALLEL", 4, 1)
+
+
+def test_the_token_stays_on_the_hub():
+    """Redirects (presigned URLs) and a hub's 401 challenge never carry the token to another host:
+    the client follows the redirect without it and never calls a challenge's realm."""
+    data = b"blob bytes"
+    digest = str(digest_bytes(data))
+    seen = []
+
+    def handler(request):
+        seen.append((request.url.host, request.headers.get("authorization")))
+        if request.url.host == "hub" and "/blobs/" in request.url.path:
+            return httpx.Response(307, headers={"Location": "http://storage.example/presigned?sig=x"})
+        if request.url.host == "storage.example":
+            return httpx.Response(200, content=data)
+        return httpx.Response(401, headers={"WWW-Authenticate": 'Bearer realm="http://evil.example/token",service="x"'},
+                              json={"errors": [{"code": "UNAUTHORIZED", "message": "m", "detail": {}}]})
+
+    c = client_for(handler)
+    assert c.get_blob("a/b", digest) == data
+    with pytest.raises(Unauthorized):
+        c.repository("a/b")
+    assert seen[:2] == [("hub", "Bearer tok"), ("storage.example", None)]
+    assert all(host == "hub" for host, _ in seen[2:])
