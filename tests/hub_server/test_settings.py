@@ -18,7 +18,7 @@ def test_embedded_defaults_live_in_the_data_dir(tmp_path):
     assert s.audit_log == tmp_path.resolve() / "audit.jsonl"
     assert (s.host, s.port, s.log_level, s.gc_interval) == ("127.0.0.1", 8080, "info", None)
     assert s.limits == Limits()
-    assert s.limits.manifest_bytes == 1 << 20 and s.limits.chunk_map_bytes == 64 << 20
+    assert s.limits.manifest_bytes == 4 << 20 and s.limits.chunk_map_bytes == 64 << 20
     assert s.limits.chain_depth == 32 and s.limits.chunks_per_query == 10_000 and s.limits.ranges_per_request == 256
     assert s.limits.upload_lifetime == timedelta(hours=24) and s.limits.blob_bytes == 64 << 30
     assert s.limits.gc_grace == timedelta(hours=1)
