@@ -94,3 +94,20 @@ def test_delete_removes_the_manifest(oci_hub, admin_token, host, tmp_path):
     r = httpx.get(f"{oci_hub.url}/v2/acme/doomed/manifests/{image.digest}",
                   headers={"Authorization": f"Bearer {admin_token}"})
     assert r.status_code == 404
+
+
+def test_anonymous_skopeo_pulls_a_public_repository(oci_hub, admin_token, host, tmp_path):
+    """Without credentials skopeo follows the challenge to the token endpoint, gets the anonymous token,
+    and reads what is public."""
+    src = tmp_path / "src"
+    image = image_parts({"public.txt": b"anyone may read this\n"})
+    write_layout(src, {"v1": image})
+    skopeo("copy", "--dest-tls-verify=false", "--dest-creds", f"me:{admin_token}", f"oci:{src}:v1",
+           f"docker://{host}/acme/open:v1")
+    r = httpx.patch(f"{oci_hub.url}/api/v1/repositories/acme/open", json={"public": True},
+                    headers={"Authorization": f"Bearer {admin_token}"})
+    assert r.status_code == 200
+    out = tmp_path / "out"
+    skopeo("copy", "--src-tls-verify=false", f"docker://{host}/acme/open:v1", f"oci:{out}:v1")
+    manifest, blobs = read_layout(out, "v1")
+    assert manifest == image.manifest and all(blobs[d] == data for d, data in image.blobs.items())
