@@ -52,7 +52,7 @@ __all__ = [
 
 DIGEST = 144  # "sha512:" + 128 hex, with room
 #: SQLite does not enforce VARCHAR lengths, so its columns keep the original 80 (widening them would
-#: copy every table with foreign keys off); PostgreSQL's were widened by revision 0004.
+#: copy every table with foreign keys off); PostgreSQL's were widened by revision 0005.
 DIGEST_TYPE = String(DIGEST).with_variant(String(80), "sqlite")
 
 
@@ -216,5 +216,5 @@ class GcMark(SQLModel, table=True):
     __tablename__ = "gc_marks"
 
     kind: str = Field(sa_column=Column(String(16), primary_key=True))
-    digest: str = Field(sa_column=Column(String(DIGEST), primary_key=True))
+    digest: str = Field(sa_column=Column(DIGEST_TYPE, primary_key=True))
     unreferenced_since: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))

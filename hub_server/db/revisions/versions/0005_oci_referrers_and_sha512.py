@@ -5,8 +5,8 @@ SQLite does not enforce VARCHAR lengths, so its columns stay as they are (wideni
 copy each table with foreign keys switched off, for nothing); the models say the same
 (``db.models.DIGEST_TYPE``).
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 DIGEST_COLUMNS = {
     "blobs": ("digest",),
+    "gc_marks": ("digest",),
     "chunks": ("digest", "blob_digest"),
     "manifest_blobs": ("manifest_digest", "blob_digest"),
     "manifests": ("digest", "config_digest", "parent_digest"),
