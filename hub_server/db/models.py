@@ -52,7 +52,7 @@ __all__ = [
 
 DIGEST = 144  # "sha512:" + 128 hex, with room
 #: SQLite does not enforce VARCHAR lengths, so its columns keep the original 80 (widening them would
-#: copy every table with foreign keys off); PostgreSQL's were widened by revision 0005.
+#: copy every table with foreign keys off); PostgreSQL's were widened by revision 0006.
 DIGEST_TYPE = String(DIGEST).with_variant(String(80), "sqlite")
 
 

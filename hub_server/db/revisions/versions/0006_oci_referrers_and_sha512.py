@@ -5,8 +5,8 @@ SQLite does not enforce VARCHAR lengths, so its columns stay as they are (wideni
 copy each table with foreign keys switched off, for nothing); the models say the same
 (``db.models.DIGEST_TYPE``).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0004"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
