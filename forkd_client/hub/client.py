@@ -8,16 +8,14 @@ from the hub's envelope; httpx exceptions never escape this module. All calls ha
 
 from __future__ import annotations
 
-import bisect
 import json
 import re
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -26,6 +24,7 @@ from manifest.layer import ChunkLocation
 
 from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
                      Unauthorized)
+from .presigned import PresignedCache, merge_spans, slice_spans
 from .transport import make_http_client
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -73,7 +72,7 @@ class HubClient:
         self.bytes_sent = 0
         self.bytes_received = 0
         self._count_lock = threading.Lock()
-        self._presigned: dict[tuple[str, str], tuple[str, float]] = {}
+        self._presigned = PresignedCache()
 
     def close(self) -> None:
         if self._owns_http:
@@ -255,63 +254,36 @@ class HubClient:
             batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
             spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
             need = sum(n for _, n in batch)
-            target = self._presigned_url(name, digest)
+            target = self._presigned.get(name, digest)
             if target is not None:
                 try:
                     out.extend(self._ranges_from_store(target, batch, digest))
                     continue
                 except HubError:  # expired or refused: ask the hub again
-                    self._forget_presigned(name, digest)
+                    self._presigned.forget(name, digest)
             r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"},
                               ok=(200, 206, *REDIRECTS), follow=False, max_bytes=need + 256 * len(batch) + 4096)
             target = _redirect_target(r)
             if target is None:
                 out.extend(_split_ranges(r, batch, digest))
                 continue
-            self._remember_presigned(name, digest, target)
+            self._presigned.remember(name, digest, target)
             out.extend(self._ranges_from_store(target, batch, digest))
         return out
 
     def _ranges_from_store(self, target: str, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
-        """``batch`` from a presigned object-store URL, without our token: object stores answer one
-        range per GET, so ranges closer than STORE_RANGE_GAP are merged and the GETs run in parallel."""
-        spans: list[list[int]] = []  # [start, end) of each GET
-        for offset, size in sorted(batch):
-            if spans and offset - spans[-1][1] <= STORE_RANGE_GAP and offset + size - spans[-1][0] <= STORE_SPAN_BYTES:
-                spans[-1][1] = max(spans[-1][1], offset + size)
-            else:
-                spans.append([offset, offset + size])
+        """``batch`` from a presigned object-store URL, without our token: one GET per merged span
+        (``presigned.merge_spans``), STORE_PARALLEL at a time."""
+        spans = merge_spans(batch, STORE_RANGE_GAP, STORE_SPAN_BYTES)
 
-        def get(span: list[int]) -> memoryview:
+        def get(span: tuple[int, int]) -> memoryview:
             start, end = span
             r = self._request("GET", target, headers={"Range": f"bytes={start}-{end - 1}"}, ok=(200, 206),
                               follow=False, max_bytes=end - start + 4096)
             return _split_ranges(r, [(start, end - start)], digest)[0]
 
         with ThreadPoolExecutor(max_workers=min(STORE_PARALLEL, len(spans))) as pool:
-            bodies = list(pool.map(get, spans))
-        out = []
-        for offset, size in batch:
-            i = bisect.bisect_right([s[0] for s in spans], offset) - 1
-            start = spans[i][0]
-            out.append(bodies[i][offset - start : offset - start + size])
-        return out
-
-    def _presigned_url(self, name: str, digest: str) -> str | None:
-        with self._count_lock:
-            url, until = self._presigned.get((name, digest), (None, 0.0))
-        return url if url is not None and time.monotonic() < until else None
-
-    def _remember_presigned(self, name: str, digest: str, url: str) -> None:
-        """Reuse a presigned URL for half its lifetime (at most 2 minutes), when it states one."""
-        expires = parse_qs(urlsplit(url).query).get("X-Amz-Expires", [""])[0]
-        if expires.isdigit():
-            with self._count_lock:
-                self._presigned[(name, digest)] = (url, time.monotonic() + min(int(expires) / 2, 120.0))
-
-    def _forget_presigned(self, name: str, digest: str) -> None:
-        with self._count_lock:
-            self._presigned.pop((name, digest), None)
+            return slice_spans(batch, spans, list(pool.map(get, spans)))
 
     def start_upload(self, name: str) -> str:
         r = self._request("POST", f"/v2/{name}/blobs/uploads/", ok=(202,))
