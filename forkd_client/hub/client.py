@@ -9,7 +9,6 @@ from the hub's envelope; httpx exceptions never escape this module. All calls ha
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import threading
 import time
@@ -22,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 
 from manifest.digest import digest_bytes, parse_digest
+from manifest.jsontext import loads as loads_json
 from manifest.layer import ChunkLocation
 
 from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
@@ -145,22 +145,22 @@ class HubClient:
         params: dict[str, Any] = {"q": query, "n": limit}
         if namespace:
             params["namespace"] = namespace
-        return list(self._request("GET", "/api/v1/repositories", params=params).json().get("repositories", []))
+        return list(_json_object(self._request("GET", "/api/v1/repositories", params=params), "search").get("repositories", []))
 
     def repository(self, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/api/v1/repositories/{name}").json()
+        return _json_object(self._request("GET", f"/api/v1/repositories/{name}"), f"repository {name}")
 
     def set_repository(self, name: str, *, public: bool | None = None, description: str | None = None) -> dict[str, Any]:
         body = {k: v for k, v in (("public", public), ("description", description)) if v is not None}
-        return self._request("PATCH", f"/api/v1/repositories/{name}", json=body).json()
+        return _json_object(self._request("PATCH", f"/api/v1/repositories/{name}", json=body), f"repository {name}")
 
     def lineage(self, name: str, ref: str) -> dict[str, Any]:
-        return self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}").json()
+        return _json_object(self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}"), f"lineage of {name}:{ref}")
 
     def delete(self, name: str, ref: str, *, cascade: bool = False, force: bool = False) -> dict[str, Any]:
         params = {k: "true" for k, v in (("cascade", cascade), ("force", force)) if v}
         response = self._request("DELETE", f"/v2/{name}/manifests/{ref}", params=params, ok=(200, 202, 204))
-        return response.json() if response.content else {}
+        return _json_object(response, f"delete {name}:{ref}") if response.content else {}
 
     # -- manifests ------------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class HubClient:
         r = self._request("GET", f"/api/v1/repositories/{name}/chain/{ref}")
         links = []
         try:
-            for item in r.json().get("chain", []):
+            for item in _json_object(r, f"chain of {name}:{ref}").get("chain", []):
                 manifest = item["manifest"].encode()
                 _verify(manifest, item["digest"], f"manifest {item['digest']}")
                 links.append(ChainLink(item["digest"], manifest, item["config"].encode(), item.get("repository", name),
@@ -347,7 +347,7 @@ class HubClient:
             body = {"digests": list(digests[start : start + QUERY_BATCH])}
             r = self._request("POST", f"/api/v1/repositories/{name}/chunks/query", json=body)
             try:
-                for digest, loc in r.json().get("found", {}).items():
+                for digest, loc in _json_object(r, f"chunks/query answer for {name}").get("found", {}).items():
                     size = loc.get("blobSize")
                     found[digest] = ChunkLocation(str(loc["blob"]), int(loc["offset"]), int(loc["length"]),
                                                   int(size) if size is not None else None)
@@ -361,6 +361,21 @@ def _redirect_target(response: httpx.Response) -> str | None:
     if response.status_code not in REDIRECTS or "location" not in response.headers:
         return None
     return str(response.url.join(response.headers["location"]))
+
+
+def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
+    """The JSON object a hub answered with.
+
+    Raises: HubError naming ``what`` when the answer is not a JSON object (invalid, nested
+    deeper than the parser follows, or another type).
+    """
+    try:
+        obj = loads_json(response.content)
+    except ValueError as e:  # json.JSONDecodeError, JSONTooDeep, UnicodeDecodeError
+        raise HubError(f"hub sent an invalid JSON answer for {what}: {e}") from None
+    if not isinstance(obj, dict):
+        raise HubError(f"hub sent a JSON {type(obj).__name__} for {what}, not an object")
+    return obj
 
 
 def _same_origin(url: str, base_url: str) -> bool:
@@ -439,12 +454,12 @@ def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, memoryview]:
 def _error_from(response: httpx.Response, method: str, path: str) -> HubError:
     code, message, detail = "UNKNOWN", f"{method} {path} failed with HTTP {response.status_code}", None
     try:
-        errors = response.json().get("errors") or []
+        errors = loads_json(response.content).get("errors") or []
         if errors:
             code = errors[0].get("code", code)
             message = errors[0].get("message") or message
             detail = errors[0].get("detail")
-    except (ValueError, AttributeError, json.JSONDecodeError):
+    except (ValueError, AttributeError, TypeError, KeyError):  # not our envelope: keep the HTTP status
         pass
     status = response.status_code
     cls: type[HubError] = HubError

@@ -34,6 +34,7 @@ from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
 from manifest.digest import digest_bytes
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
+from manifest.jsontext import loads as loads_json
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
 from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
@@ -217,7 +218,7 @@ def _check_chain(client: HubClient, ref: Reference, parsed: list) -> None:
     if ref.digest and digests[-1] != ref.digest:
         data, _ = client.get_manifest(ref.name, ref.digest)  # verified against the pinned digest
         try:
-            listed = [m["digest"] for m in json.loads(data)["manifests"]]
+            listed = [m["digest"] for m in loads_json(data)["manifests"]]
         except (ValueError, KeyError, TypeError):
             listed = None
         if listed != digests:

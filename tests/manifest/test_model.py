@@ -163,3 +163,10 @@ def test_config_forkd_object_round_trips_and_refuses_derived_fields():
                 {"rootfs": 3}):  # what forkd's serde Snapshot could not parse, or what an install derives
         with pytest.raises(InvalidManifest, match="config.forkd"):
             LayerConfig.from_json(json.dumps({**base, "forkd": bad}).encode())
+
+
+@pytest.mark.parametrize("parse", [LayerManifest.from_json, ChunkMap.from_json, LayerConfig.from_json])
+def test_deeply_nested_document_is_invalid_manifest(parse):
+    """Issue 16 item 5: nesting the parser cannot follow is an InvalidManifest, not a RecursionError."""
+    with pytest.raises(InvalidManifest, match="nested too deeply"):
+        parse(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}")

@@ -7,7 +7,15 @@ import httpx
 import pytest
 
 from forkd_client.hub.client import HubClient
-from forkd_client.hub.errors import DigestInvalid, Forbidden, HasDependents, HubUnreachable, NotFound, Unauthorized
+from forkd_client.hub.errors import (
+    DigestInvalid,
+    Forbidden,
+    HasDependents,
+    HubError,
+    HubUnreachable,
+    NotFound,
+    Unauthorized,
+)
 from manifest.digest import digest_bytes
 
 
@@ -125,3 +133,26 @@ def test_bad_tuning_variables_are_clear_errors(monkeypatch):
     monkeypatch.setenv("FORKD_PULL_PARALLEL", "many")
     with pytest.raises(HubError, match="FORKD_PULL_PARALLEL"):
         _tunable("FORKD_PULL_PARALLEL", 4, 1)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.repository("a/b"),
+    lambda c: c.search("x"),
+    lambda c: c.lineage("a/b", "v1"),
+    lambda c: c.get_chain("a/b", "v1"),
+    lambda c: c.query_chunks("a/b", ["blake3:" + "0" * 64]),
+], ids=["repository", "search", "lineage", "chain", "chunks-query"])
+def test_deeply_nested_answer_is_a_typed_error(call):
+    """Issue 16 item 5: a hostile hub's deep JSON is a HubError naming it, not an internal error."""
+    c = client_for(lambda request: httpx.Response(200, content=DEEP, headers={"Content-Type": "application/json"}))
+    with pytest.raises(HubError, match="nested too deeply"):
+        call(c)
+
+
+def test_deeply_nested_error_envelope_keeps_the_status():
+    c = client_for(lambda request: httpx.Response(404, content=DEEP, headers={"Content-Type": "application/json"}))
+    with pytest.raises(NotFound, match="HTTP 404"):
+        c.repository("a/b")
