@@ -233,10 +233,20 @@ class HubClient:
         r = self._request("HEAD", f"/v2/{name}/blobs/{digest}")
         return int(r.headers.get("content-length", "0"))
 
-    def get_blob(self, name: str, digest: str, size: int | None = None) -> bytes:
-        """A whole blob, verified against its digest; ``size`` (from its descriptor) bounds the read."""
-        limit = size if size is not None else MAX_RESPONSE_BYTES
-        data = self._request("GET", f"/v2/{name}/blobs/{digest}", max_bytes=limit).content
+    def get_blob(self, name: str, digest: str, size: int | None = None, *, limit: int = MAX_RESPONSE_BYTES) -> bytes:
+        """A whole blob, verified against its digest.
+
+        ``size`` (from its descriptor, i.e. from the hub) is what the blob must hold; ``limit`` is
+        our own bound for this kind of blob: a descriptor over it is refused before anything is
+        requested, and the read never buffers more than ``min(size, limit)`` bytes.
+
+        Raises: HubError (a descriptor over ``limit``, an answer over it), DigestInvalid, NotFound.
+        """
+        if size is not None and size > limit:
+            raise HubError(f"blob {digest}: its descriptor declares {size:,} bytes, over the {limit:,} bytes "
+                           f"this client accepts for it")
+        bound = min(size, limit) if size is not None else limit
+        data = self._request("GET", f"/v2/{name}/blobs/{digest}", max_bytes=bound).content
         if size is not None and len(data) != size:
             raise DigestInvalid(f"blob {digest}: the hub sent {len(data)} bytes, its descriptor says {size}",
                                 code="DIGEST_INVALID")
