@@ -23,6 +23,7 @@ import httpx
 from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
 from manifest.layer import ChunkLocation
+from manifest.model import MAX_MANIFEST_BYTES
 
 from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
                      Unauthorized)
@@ -173,7 +174,8 @@ class HubClient:
 
     def get_manifest(self, name: str, ref: str) -> tuple[bytes, str]:
         """The exact manifest bytes and their digest (verified when ``ref`` is a digest)."""
-        r = self._request("GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE})
+        r = self._request("GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE},
+                          max_bytes=MAX_MANIFEST_BYTES)
         data = r.content
         if ref.count(":") == 1 and len(ref) > 70:
             _verify(data, ref, f"manifest {name}@{ref}")

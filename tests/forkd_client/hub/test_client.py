@@ -156,3 +156,22 @@ def test_deeply_nested_error_envelope_keeps_the_status():
     c = client_for(lambda request: httpx.Response(404, content=DEEP, headers={"Content-Type": "application/json"}))
     with pytest.raises(NotFound, match="HTTP 404"):
         c.repository("a/b")
+
+
+def test_a_blob_descriptor_over_our_limit_is_refused_without_a_request():
+    """Issue 16 item 4: the descriptor's size comes from the hub; our own limit bounds the read."""
+    requests = []
+
+    def handler(request):
+        requests.append(request)
+        return httpx.Response(200, content=b"x" * 100)
+
+    with pytest.raises(HubError, match="declares 1,099,511,627,776 bytes, over the 1,000 bytes"):
+        client_for(handler).get_blob("a/b", "blake3:" + "0" * 64, 1 << 40, limit=1000)
+    assert requests == []
+
+
+def test_a_manifest_answer_is_bounded_by_the_manifest_limit():
+    big = b"{" + b" " * (2 << 20) + b"}"
+    with pytest.raises(HubError, match="more than the 1,048,576 bytes"):
+        client_for(lambda request: httpx.Response(200, content=big)).get_manifest("a/b", "v1")
