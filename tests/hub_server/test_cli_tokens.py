@@ -96,8 +96,17 @@ def test_create_list_revoke_audit(tmp_path, capsys):
     assert json.loads(out) == []
 
     assert verify_jsonl(default_jsonl_path(tmp_path)) == 2
-    code, _, err = run(capsys, "audit", "--verify", "--data-dir", d)
-    assert code == 0 and "2 events" in err
+    code, out, _ = run(capsys, "audit", "--verify", "--data-dir", d)
+    assert code == 0 and "2 events, hash chain intact and matching the database" in out
+    head = out.split("head ", 1)[1].split()[0]
+    code, out, _ = run(capsys, "audit", "--verify", "--expect-head", head, "--data-dir", d)
+    assert code == 0 and f"head {head}" in out
+    # issue 16 item 3: editing the newest line keeps the chain valid but no longer matches the database
+    path = default_jsonl_path(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b'"token.revoke"', b'"token.renew"'))
+    assert verify_jsonl(path) == 2
+    code, out, err = run(capsys, "audit", "--verify", "--data-dir", d)
+    assert code == 1 and out == "" and "line 2: differs from the database's event 2" in err
 
 
 def test_rejections_exit_1_with_a_message(tmp_path, capsys):
