@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 import msgspec
 
 from litestar import Request
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.handlers.base import BaseRouteHandler
 from litestar.di import Provide
 from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
 
@@ -24,7 +26,8 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.manifests import too_large
 from hub_server.registry.service import Registry
 
-__all__ = ["DEPENDENCIES", "body_stream", "decode_json_body", "json_body", "read_limited", "remote_of"]
+__all__ = ["DEPENDENCIES", "body_stream", "decode_json_body", "json_body", "read_limited", "reject_bad_token",
+           "remote_of"]
 
 _Struct = TypeVar("_Struct", bound=msgspec.Struct)
 
@@ -44,6 +47,16 @@ DEPENDENCIES = {
     "principal": Provide(provide_principal),
     "registry": Provide(provide_registry),
 }
+
+
+async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """A guard for routes that do not declare the principal (the OpenAPI document): a bad
+    ``Authorization`` header is a 401 there too.
+
+    Raises: Unauthorized.
+    """
+    tokens: TokenService = connection.app.state.tokens
+    await tokens.principal_from_header(connection.headers.get("authorization"))
 
 
 def remote_of(request: Request[Any, Any, Any]) -> str | None:
