@@ -26,7 +26,7 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.manifests import too_large
 from hub_server.registry.service import Registry
 
-__all__ = ["DEPENDENCIES", "body_stream", "decode_json_body", "json_body", "read_limited", "reject_bad_token",
+__all__ = ["DEPENDENCIES", "ClientDisconnected", "body_stream", "decode_json_body", "json_body", "read_limited", "reject_bad_token",
            "remote_of"]
 
 _Struct = TypeVar("_Struct", bound=msgspec.Struct)
@@ -64,11 +64,25 @@ def remote_of(request: Request[Any, Any, Any]) -> str | None:
     return request.client.host if request.client else None
 
 
+class ClientDisconnected(Exception):
+    """The client went away before sending its whole request body (a normal event: the mapper
+    logs it at INFO; an upload session keeps what was committed before, for resume)."""
+
+
 async def body_stream(request: Request[Any, Any, Any]) -> AsyncIterator[bytes]:
-    """The request body as it arrives (never buffered whole)."""
-    async for piece in request.stream():
-        if piece:
+    """The request body as it arrives (never buffered whole).
+
+    Raises: ClientDisconnected when the client disconnects before the body's end.
+    """
+    while True:
+        event = await request.receive()
+        if event["type"] == "http.disconnect":
+            raise ClientDisconnected(f"the client disconnected before the end of the body of "
+                                     f"{request.method} {request.url.path}")
+        if piece := event.get("body", b""):
             yield piece
+        if not event.get("more_body", False):
+            return
 
 
 async def read_limited(request: Request[Any, Any, Any], limit: int, what: str) -> bytes:
@@ -82,7 +96,7 @@ async def read_limited(request: Request[Any, Any, Any], limit: int, what: str) -
         if size > limit:
             raise too_large(what, size, limit)
     buffer = bytearray()
-    async for piece in request.stream():
+    async for piece in body_stream(request):
         buffer += piece
         if len(buffer) > limit:
             raise too_large(what, len(buffer), limit)
