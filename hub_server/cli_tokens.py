@@ -137,7 +137,7 @@ def _run(args: argparse.Namespace, command: Command) -> int:
         return 1
 
     async def go() -> int:
-        async with open_hub(settings) as hub:
+        async with open_hub(settings, create=False) as hub:  # never creates a hub by mistake
             return await command(hub.tokens, hub.audit, args)
 
     try:
