@@ -115,7 +115,7 @@ class HubClient:
                 self.bytes_sent += len(content)
             self.bytes_received += len(response.content)
         if response.status_code not in set(ok):
-            raise _error_from(response, method, path)
+            raise _error_from(response, method, path, anonymous="Authorization" not in headers)
         return response
 
     def _send(self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any) -> httpx.Response:
@@ -463,7 +463,13 @@ def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, memoryview]:
     return parts
 
 
-def _error_from(response: httpx.Response, method: str, path: str) -> HubError:
+#: appended to a 401's message (except during ``forkd login`` itself, which strips it)
+LOGIN_HINT = " (run 'forkd login' or set FORKD_TOKEN)"
+#: appended to a 404 answered to an anonymous request: the repository may be private
+PRIVATE_HINT = " (if it is private, logging in may help: 'forkd login HUB_URL' or FORKD_TOKEN)"
+
+
+def _error_from(response: httpx.Response, method: str, path: str, *, anonymous: bool = False) -> HubError:
     code, message, detail = "UNKNOWN", f"{method} {path} failed with HTTP {response.status_code}", None
     try:
         errors = loads_json(response.content).get("errors") or []
@@ -477,11 +483,13 @@ def _error_from(response: httpx.Response, method: str, path: str) -> HubError:
     cls: type[HubError] = HubError
     if status == 401:
         cls = Unauthorized
-        message += " (run 'forkd login' or set FORKD_TOKEN)"
+        message += LOGIN_HINT
     elif status == 403:
         cls = Forbidden
     elif status == 404:
         cls = NotFound
+        if anonymous and method != "HEAD" and code in ("NAME_UNKNOWN", "MANIFEST_UNKNOWN", "BLOB_UNKNOWN"):
+            message += PRIVATE_HINT
     elif status == 409 and code == "HAS_DEPENDENTS":
         cls = HasDependents
     elif status == 409 and code == "TAG_CONFLICT":
