@@ -8,18 +8,20 @@ token from ``FORKD_TOKEN``, else the stored login (``$XDG_CONFIG_HOME/forkd/cred
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
 from ..hub.forkd_registry import pull_from_registry
-from ..hub.progress import make_progress
+from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
-from ..errors import ClientError
+from ..errors import ClientError, Interrupted
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
 
@@ -96,6 +98,21 @@ def _client(ref: Reference | None, url: str | None = None, ctx: Context | None =
     return HubClient(base, token)
 
 
+@contextlib.contextmanager
+def _interruptible(progress: Progress, resume_hint: str) -> Iterator[None]:
+    """Close ``progress`` when the block ends; on Ctrl-C leave the bars where they were and
+    raise :class:`Interrupted` saying what can be resumed (the CLI exits 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        progress.close(finished=False)
+        raise Interrupted(resume_hint) from None
+    except BaseException:
+        progress.close(finished=False)
+        raise
+    progress.close()
+
+
 def run_login(args: argparse.Namespace, ctx: Context) -> int:
     if args.token_stdin:
         token = sys.stdin.readline().strip()
@@ -144,14 +161,14 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet else ctx) as client:
         try:
-            result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
-                          force=args.force)
+            with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
+                                          f"{args.local_tag} {args.ref}' again to resume from there"):
+                result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
+                              force=args.force)
         except TagConflict as e:
             ctx.error(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to retry, "
                       "or use --force to move the tag anyway")
             return 1
-        finally:
-            progress.close()
     if args.json:
         ctx.json(result.to_obj())
         return 0
@@ -167,10 +184,9 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet else ctx) as client:
-        try:
+        with _interruptible(progress, f"pull interrupted: installed links and verified chunks are kept; run "
+                                      f"'forkd pull {args.ref}' again to resume from there"):
             result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
-        finally:
-            progress.close()
     with ctx.store() as store:
         warning = compat_warning(store.get(result.tag))
     if warning:

@@ -61,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = Context(home=Path(home), stdout=sys.stdout, stderr=sys.stderr)
     try:
         return int(args.func(args, ctx))
-    except KeyboardInterrupt:
-        ctx.error("interrupted")
+    except KeyboardInterrupt as e:  # Interrupted says what can be resumed
+        ctx.error(str(e) or "interrupted")
         return 130
     except (ClientError, ManifestError) as e:
         ctx.error(str(e))

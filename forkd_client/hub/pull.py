@@ -142,7 +142,8 @@ def pull(
                 parent = _Parent(store, tag, config, fetched)
             _install_checked(store, client, index, waiting, force, progress, block=True)
         finally:
-            verifier.shutdown(wait=True)  # checks in flight finish (and close their files) first
+            # checks in flight finish (and close their files) first; queued ones (Ctrl-C) never start
+            verifier.shutdown(wait=True, cancel_futures=True)
     result.bytes_received = client.bytes_received - received_before
     return result
 
