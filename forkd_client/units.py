@@ -7,7 +7,7 @@ from __future__ import annotations
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
-__all__ = ["human_size"]
+__all__ = ["human_size", "plural"]
 
 
 def human_size(n: float) -> str:
@@ -18,3 +18,8 @@ def human_size(n: float) -> str:
             return f"{int(n)} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def plural(n: int, singular: str, plural_form: str) -> str:
+    """``1 child``, ``2 children``, ``0 children``."""
+    return f"{n} {singular if n == 1 else plural_form}"

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from hub_server import cli_tokens, cli_webhooks
+from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
 
@@ -41,6 +42,7 @@ _store_args = cli_tokens.add_store_args
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forkd-hub", description="Registry and hub for microVM snapshots.")
+    parser.add_argument("--version", action="version", version=f"forkd-hub {_release()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = commands.add_parser("serve", help="run the hub (HTTP API, OpenAPI at /schema)")
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_tokens.register(commands)
     cli_webhooks.register(commands)
+    document(parser, HELP)
     return parser
 
 
@@ -79,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except (SettingsError, HubStartError) as e:
         print(f"forkd-hub: error: {e}", file=sys.stderr)
+        usage = getattr(args, "command_usage", None)
+        if isinstance(e, SettingsError) and usage is not None:  # a flag's value was wrong
+            sys.stderr.write(usage())
         return 1
 
 
@@ -128,14 +134,18 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_start(settings: Settings) -> None:
-    """One line saying what this process serves, from where (human-readable on a terminal)."""
+def _release() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        release = version("forkd-hub")
+        return version("forkd-hub")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
-        release = "unknown"
+        return "unknown"
+
+
+def _log_start(settings: Settings) -> None:
+    """One line saying what this process serves, from where (human-readable on a terminal)."""
+    release = _release()
     url = f"http://{settings.host}:{settings.port}" if settings.port else f"http://{settings.host} (a free port)"
     public = f" (public URL {settings.public_url})" if settings.public_url else ""
     database = redacted_url(settings.database_url)
@@ -189,7 +199,7 @@ def _gc(args: argparse.Namespace) -> int:
             print(f"{verb} {kind} {item}")
     print(f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
           f"upload(s), {len(report.orphan_objects)} orphan object(s): {report.bytes_freed} bytes; kept "
-          f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)", file=sys.stderr)
+          f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)")
     return 0
 
 

@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--public", action="store_true", help="make the repository public when this push creates it")
     p.add_argument("--force", action="store_true",
                    help="move the tag even if another push moved it since this one started")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_push)
 
@@ -58,7 +59,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="forkd's form: pull REF (owner/name[@version]) from this registry.json URL, as forkd does")
     p.add_argument("--force", action="store_true",
                    help="replace local snapshots of the same tags, and pull again links whose files changed")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_pull)
 
@@ -172,6 +174,9 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.json(result.to_obj())
         return 0
+    if args.quiet:  # -q: only what a script needs, the digest
+        ctx.print(result.digest)
+        return 0
     new = sum(1 for link in result.links if not link.skipped)
     ctx.print(f"{ref.name}:{ref.tag or 'latest'}: digest: {result.digest}")
     ctx.print(f"pushed {new} of {len(result.links)} layer(s), {human_size(result.bytes_sent)} sent")
@@ -193,6 +198,9 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
         ctx.warn(warning)
     if args.json:
         ctx.json(result.to_obj())
+        return 0
+    if args.quiet:  # -q: only what a script needs, the digest
+        ctx.print(result.digest)
         return 0
     if result.up_to_date:
         ctx.print(f"{ref}: already up to date as {result.tag} ({result.digest})")

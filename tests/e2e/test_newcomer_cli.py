@@ -7,6 +7,7 @@ errors that say what to do (real CLI processes; their stderr is what a person re
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def test_anonymous_404_hints_that_logging_in_may_help(hub, tmp_path):
         f.write(os.urandom(65536))
     (src / "vmstate").write_bytes(b"vm" * 100)
     owner.run("import", str(src), "base")
-    owner.run("push", "base", "acme/private:v1")
+    quiet = owner.run("push", "-q", "base", "acme/private:v1")  # -q: the digest alone, nothing on stderr
+    assert re.fullmatch(r"(blake3|sha256):[0-9a-f]{64}\n", quiet.stdout) and quiet.stderr == ""
     stranger = newcomer(tmp_path / "stranger", hub)
     gone = stranger.run("pull", f"127.0.0.1:{hub.port}/acme/private:v1", check=False)
     assert gone.returncode == 1

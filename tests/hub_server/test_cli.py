@@ -42,7 +42,7 @@ def test_gc_dry_run_then_for_real(tmp_path, capsys, images):
     assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--dry-run"]) == 0
     out = capsys.readouterr()
     assert out.out.count("would delete manifest ") == 1 and "would delete blob " in out.out
-    assert "would delete 1 manifest(s)" in out.err
+    assert "would delete 1 manifest(s)" in out.out and out.err == ""  # a report: stdout (issue 16 item 14)
 
     blobs_before = sum(1 for _ in (data / "blobs" / "blobs").rglob("*") if _.is_file())
     assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--json"]) == 0
