@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.e2e.hubproc import forkd_hub, free_port, wait_healthy
+from tests.e2e.logscan import assert_no_traceback
 from tests.hub_server.pushing import PushClient, chain_images
 from tests.manifest.images import same_bytes
 
@@ -47,6 +48,7 @@ def test_serve_push_pull_and_clean_sigterm(tmp_path: Path):
             proc.kill()
             raise
         log.close()
+    assert_no_traceback((tmp_path / "serve.log").read_text(), "serve.log")
     lines = (tmp_path / "serve.log").read_text().splitlines()
     assert code == 0, "\n".join(lines[-20:])
     records = [json.loads(line) for line in lines if line.startswith("{")]
