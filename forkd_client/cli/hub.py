@@ -161,7 +161,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
         raise InvalidReference(f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
                                f"e.g. {ref.name}:{ref.tag or 'latest'}")
     progress = make_progress(quiet=args.quiet or args.json)
-    with ctx.store() as store, _client(ref, ctx=None if args.quiet else ctx) as client:
+    with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         try:
             with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
                                           f"{args.local_tag} {args.ref}' again to resume from there"):
@@ -188,7 +188,7 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
     progress = make_progress(quiet=args.quiet or args.json)
-    with ctx.store() as store, _client(ref, ctx=None if args.quiet else ctx) as client:
+    with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         with _interruptible(progress, f"pull interrupted: installed links and verified chunks are kept; run "
                                       f"'forkd pull {args.ref}' again to resume from there"):
             result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
@@ -253,7 +253,7 @@ def compat_warning(snap: LocalSnapshot) -> str | None:
 
 
 def run_search(args: argparse.Namespace, ctx: Context) -> int:
-    with _client(None, args.hub, ctx) as client:
+    with _client(None, args.hub, None if args.json else ctx) as client:
         repos = client.search(args.query, limit=args.limit)
     if args.json:
         ctx.json(repos)
@@ -266,7 +266,7 @@ def run_search(args: argparse.Namespace, ctx: Context) -> int:
 
 def run_delete(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
-    with _client(ref, ctx=ctx) as client:
+    with _client(ref, ctx=None if args.json else ctx) as client:
         try:
             body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
         except HasDependents as e:
