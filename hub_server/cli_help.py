@@ -32,6 +32,20 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
               "database and prints its head to publish.", {},
               ["forkd-hub audit --action push --since 24h", "forkd-hub audit --verify",
                "forkd-hub audit --verify --expect-head 1042:<sha256>"]),
+    "webhook": ("HTTP webhooks on push, tag move and delete, per namespace: signed, retried, logged.",
+                {"webhook_command": "add, list, remove or deliveries"},
+                ["forkd-hub webhook add acme https://ci.example.com/hook", "forkd-hub webhook deliveries"]),
+    "webhook add": ("Call URL for the events of every repository of NAMESPACE; the signing secret is generated "
+                    "and printed once unless given on stdin.",
+                    {"namespace": "the namespace whose repositories' events are sent", "url": "where to POST them"},
+                    ["forkd-hub webhook add acme https://ci.example.com/hook --events push,tag",
+                     "forkd-hub webhook add acme https://ci.example.com/hook --secret-stdin < secret.txt"]),
+    "webhook list": ("List webhooks: id, namespace, URL and events (never their secrets).", {},
+                     ["forkd-hub webhook list", "forkd-hub webhook list --namespace acme --json"]),
+    "webhook remove": ("Remove a webhook and its delivery log.", {"id": "the webhook's id (from webhook list)"},
+                       ["forkd-hub webhook remove 3"]),
+    "webhook deliveries": ("Show the delivery log, newest first, with every attempt.", {},
+                           ["forkd-hub webhook deliveries --webhook 3 --limit 20"]),
 }
 
 
