@@ -16,6 +16,9 @@ name the snapshot tag, file or path involved; the CLI prints them as
     ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
     └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
 
+``Interrupted`` (a ``KeyboardInterrupt``, not a ClientError) carries what can be resumed after
+Ctrl-C; the CLI prints it and exits 130.
+
 Errors from lower layers keep their own types: ``manifest.errors.ManifestError`` (including
 ``manifest.forkd_pack.PackError``) for bad packs and digests, ``OSError`` for filesystem facts
 (``ENOSPC``, permissions).
@@ -123,3 +126,7 @@ class UnsafeLinkHoles(ClientError):
         self.child = child
         self.parent = parent
         self.ranges = list(ranges)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a command; the message says what was kept and how to resume."""

@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from manifest.jsontext import loads as loads_json
 from manifest.mediatypes import MEMORY_FILE, ROOTFS_FILE, VMSTATE_FILE
 
 from .errors import InvalidSnapshotDir, InvalidTag
@@ -180,7 +181,7 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     if len(data) > MAX_JSON_BYTES:
         raise InvalidSnapshotDir(f"{path} is larger than {MAX_JSON_BYTES} bytes")
     try:
-        obj = json.loads(data)
+        obj = loads_json(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InvalidSnapshotDir(f"{path} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):

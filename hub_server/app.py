@@ -20,13 +20,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.types import ControllerRouterHandler
 
 from hub_server.api import ROUTE_HANDLERS
-from hub_server.api.deps import DEPENDENCIES
+from hub_server.api.deps import DEPENDENCIES, reject_bad_token
 from hub_server.api.errors import EXCEPTION_HANDLERS
 from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.compose import open_hub
@@ -76,6 +76,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
             description="Registry and hub for microVM snapshots. Semantics: docs/http-api.md.",
             path="/schema",
             render_plugins=[SwaggerRenderPlugin()],
+            openapi_router=Router("/schema", route_handlers=[], guards=[reject_bad_token]),
         ),
         logging_config=None,  # hub_server.logs configures logging (JSON lines) in the CLI
     )

@@ -5,7 +5,9 @@ twice by :meth:`AuditLog.record`: a row in ``audit_events`` (queried by ``forkd-
 and admin routes) and one JSON line appended to ``jsonl_path`` — the export that
 leaves the database's reach. Each line carries ``prev``, the SHA-256 of the line before it
 (``"0" * 64`` for the first), so editing, removing or reordering lines breaks the chain
-and :func:`verify_jsonl` says where. Appends take an exclusive ``flock`` and open the file
+and :func:`verify_jsonl` says where. The chain's end is anchored in the database
+(``hub_server.audit_anchor``): an append refuses to chain onto a last line that is not its
+event's row (it logs an error and keeps only the row). Appends take an exclusive ``flock`` and open the file
 with ``O_APPEND``, so the server and the CLI can write to the same file.
 
 Actors are a token name, ``"anonymous"``, or ``"cli:<login user>"``.
@@ -36,14 +38,16 @@ from sqlmodel import Field, SQLModel, col, select
 
 from hub_server.auth.models import UTCDateTime, utcnow
 
-__all__ = ["JSONL_NAME", "AuditChainBroken", "AuditEvent", "AuditLog", "default_jsonl_path", "verify_jsonl"]
+__all__ = ["JSONL_NAME", "AuditChainBroken", "AuditEvent", "AuditLog", "audit_record", "default_jsonl_path",
+           "record_fingerprint", "verify_jsonl"]
+
+log = logging.getLogger(__name__)
 
 #: The export's file name inside the data directory (server and CLI agree on it).
 JSONL_NAME = "audit.jsonl"
 GENESIS = "0" * 64
 MAX_QUERY_LIMIT = 10_000
 _TAIL_BLOCK = 4096
-log = logging.getLogger(__name__)
 
 
 def default_jsonl_path(data_dir: str | Path) -> Path:
@@ -109,6 +113,11 @@ class AuditLog:
         """Call ``listener(event)`` after each recorded event (errors are logged, never raised)."""
         self._listeners.append(listener)
 
+    @property
+    def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """The database the export is anchored to."""
+        return self._sessions
+
     async def record(
         self,
         actor: str,
@@ -141,13 +150,22 @@ class AuditLog:
             await session.commit()
         try:
             if self.jsonl_path is not None:
-                await anyio.to_thread.run_sync(_append_chained, self.jsonl_path, event.to_dict())
+                try:
+                    await anyio.to_thread.run_sync(_append_chained, self.jsonl_path, event.to_dict(),
+                                                   self._check_previous)
+                except AuditChainBroken as e:  # the row is kept; 'forkd-hub audit --verify' reports the gap
+                    log.error("audit export %s not appended to (event %s kept in the database): %s",
+                              self.jsonl_path, event.id, e)
         finally:
             for listener in self._listeners:
                 try:
                     await listener(event)
                 except Exception:  # noqa: BLE001 - a listener never fails the recorded action
                     log.exception("audit listener %r failed on %s", listener, event.action)
+
+    def _check_previous(self, line: bytes) -> str | None:
+        """In the append's worker thread: why the export's last line is not genuine, or None."""
+        return anyio.from_thread.run(_why_not_genuine, self._sessions, line)
 
     async def query(
         self,
@@ -182,6 +200,36 @@ class AuditLog:
             return [row.to_dict() for row in rows.all()]
 
 
+def audit_record(line: bytes) -> dict[str, Any]:
+    """The event of one export line (without its ``prev``). Raises: ValueError."""
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    record.pop("prev", None)
+    return record
+
+
+def record_fingerprint(record: dict[str, Any]) -> str:
+    """A digest of an event's fields, equal for a line and its database row."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+async def _why_not_genuine(sessions: async_sessionmaker[AsyncSession], line: bytes) -> str | None:
+    """Why ``line`` is not the database's record of its event, or None when it is."""
+    try:
+        record = audit_record(line)
+        event_id = int(record["id"])
+    except (ValueError, KeyError, TypeError) as e:
+        return f"the last line is not an audit record ({e})"
+    async with sessions() as session:
+        row = await session.get(AuditEvent, event_id)
+    if row is None:
+        return f"the last line holds event {event_id}, which the database does not have"
+    if record_fingerprint(row.to_dict()) != record_fingerprint(record):
+        return f"the last line (event {event_id}) differs from the database's record of it"
+    return None
+
+
 def _line_hash(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
 
@@ -203,23 +251,43 @@ def _last_line(fd: int) -> bytes | None:
     return tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
 
 
-def _append_chained(path: Path, record: dict[str, Any]) -> None:
-    """Append ``record`` plus the hash of the previous line, atomically w.r.t. other writers."""
+def _append_chained(path: Path, record: dict[str, Any],
+                    check_previous: Callable[[bytes], str | None] | None = None) -> None:
+    """Append ``record`` plus the hash of the previous line, atomically w.r.t. other writers.
+
+    ``check_previous(last_line)`` (under the lock) says why the last line must not be chained
+    onto (an edited or foreign line), or None.
+
+    Raises: AuditChainBroken (``check_previous`` refused), OSError.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         previous = _last_line(fd)
+        torn = previous is not None and os.pread(fd, 1, os.lseek(fd, 0, os.SEEK_END) - 1) != b"\n"
+        if previous is not None and not torn and check_previous is not None:
+            reason = check_previous(previous)
+            if reason is not None:
+                raise AuditChainBroken(path, _count_lines(fd), f"{reason}; not chaining onto it")
         chained = {**record, "prev": GENESIS if previous is None else _line_hash(previous)}
         line = json.dumps(chained, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        if previous is not None and os.pread(fd, 1, os.lseek(fd, 0, os.SEEK_END) - 1) != b"\n":
-            # A torn earlier write: start on a fresh line (verify_jsonl will flag the torn one).
+        if torn:
+            # A torn earlier write (a crash): start on a fresh line (verify_jsonl will flag the torn one).
             line = b"\n" + line
         written = 0
         while written < len(line):  # os.write may be partial; O_APPEND keeps each at the end
             written += os.write(fd, line[written:])
     finally:
         os.close(fd)  # also releases the lock
+
+
+def _count_lines(fd: int) -> int:
+    count, offset = 0, 0
+    while block := os.pread(fd, 1 << 20, offset):
+        count += block.count(b"\n")
+        offset += len(block)
+    return count
 
 
 def verify_jsonl(path: Path) -> int:

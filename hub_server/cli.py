@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -20,13 +21,15 @@ from datetime import timedelta
 from typing import Any
 
 from hub_server import cli_tokens, cli_webhooks
-from hub_server.compose import HubStartError, open_hub
+from hub_server.cli_help import HELP, document
+from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
 
 __all__ = ["build_parser", "main"]
 
 _SERVER_FLAGS = ("host", "port", "public_url", "forwarded_allow_ips", "log_level", "gc_interval")
 _STORE_FLAGS = ("data_dir", "storage", "database_url")
+_SECRET_PARAM = re.compile(r"secret|password|token|key", re.IGNORECASE)
 
 
 def _add(parser: argparse.ArgumentParser, name: str, help_text: str, **kwargs: Any) -> None:
@@ -39,6 +42,7 @@ _store_args = cli_tokens.add_store_args
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forkd-hub", description="Registry and hub for microVM snapshots.")
+    parser.add_argument("--version", action="version", version=f"forkd-hub {_release()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = commands.add_parser("serve", help="run the hub (HTTP API, OpenAPI at /schema)")
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_tokens.register(commands)
     cli_webhooks.register(commands)
+    document(parser, HELP)
     return parser
 
 
@@ -77,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except (SettingsError, HubStartError) as e:
         print(f"forkd-hub: error: {e}", file=sys.stderr)
+        usage = getattr(args, "command_usage", None)
+        if isinstance(e, SettingsError) and usage is not None:  # a flag's value was wrong
+            sys.stderr.write(usage())
         return 1
 
 
@@ -94,6 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args, (*_SERVER_FLAGS, *_STORE_FLAGS))
     configure_logging(settings.log_level.upper())
     asyncio.run(_open_and_close(settings))  # fail fast with one line (bad store, database, schema), not a traceback
+    _log_start(settings)
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -123,6 +132,31 @@ def _serve(args: argparse.Namespace) -> int:
     if stops:
         logging.getLogger(__name__).info("stopped by %s", signal.Signals(stops[0]).name)
     return 0
+
+
+def _release() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("forkd-hub")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
+        return "unknown"
+
+
+def _log_start(settings: Settings) -> None:
+    """One line saying what this process serves, from where (human-readable on a terminal)."""
+    release = _release()
+    url = f"http://{settings.host}:{settings.port}" if settings.port else f"http://{settings.host} (a free port)"
+    public = f" (public URL {settings.public_url})" if settings.public_url else ""
+    database = redacted_url(settings.database_url)
+    storage = " ".join(f"{word.split('=', 1)[0]}=***" if "=" in word and _SECRET_PARAM.search(word.split("=", 1)[0])
+                       else word for word in settings.storage.split())
+    logging.getLogger(__name__).info(
+        "forkd-hub %s starting on %s%s; data dir %s; database %s; storage %s",
+        release, url, public, settings.data_dir, database, storage,
+        extra={"version": release, "url": url, "public_url": settings.public_url, "data_dir": str(settings.data_dir),
+               "database": database, "storage": storage},
+    )
 
 
 async def _open_and_close(settings: Settings) -> None:
@@ -165,12 +199,12 @@ def _gc(args: argparse.Namespace) -> int:
             print(f"{verb} {kind} {item}")
     print(f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
           f"upload(s), {len(report.orphan_objects)} orphan object(s): {report.bytes_freed} bytes; kept "
-          f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)", file=sys.stderr)
+          f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)")
     return 0
 
 
 async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool):  # noqa: ANN202
-    async with open_hub(settings) as hub:
+    async with open_hub(settings, create=False) as hub:
         return await hub.registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
 
 

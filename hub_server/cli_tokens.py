@@ -25,7 +25,8 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from hub_server.audit import AuditChainBroken, AuditLog, verify_jsonl
+from hub_server.audit import AuditChainBroken, AuditLog
+from hub_server.audit_anchor import parse_head, verify_export
 from hub_server.auth.errors import AuthError
 from hub_server.auth.models import utcnow
 from hub_server.auth.tokens import TokenInfo, TokenService, parse_duration
@@ -81,7 +82,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     audit.add_argument("--limit", type=int, default=100, help="at most N events (default 100)")
     audit.add_argument("--json", action="store_true", help="print a JSON array")
     audit.add_argument(
-        "--verify", action="store_true", help="check the hash chain of the JSONL export instead"
+        "--verify", action="store_true",
+        help="check the JSONL export instead: its hash chain, that it holds exactly the database's events, "
+             "and print its head (COUNT:SHA256) to publish",
+    )
+    audit.add_argument(
+        "--expect-head", metavar="COUNT:SHA256", type=parse_head,
+        help="with --verify: also check that line COUNT is the head published earlier",
     )
     _add_storage_args(audit)
     audit.set_defaults(func=lambda args: _run(args, _audit))
@@ -130,7 +137,7 @@ def _run(args: argparse.Namespace, command: Command) -> int:
         return 1
 
     async def go() -> int:
-        async with open_hub(settings) as hub:
+        async with open_hub(settings, create=False) as hub:  # never creates a hub by mistake
             return await command(hub.tokens, hub.audit, args)
 
     try:
@@ -187,12 +194,15 @@ async def _audit(tokens: TokenService, audit: AuditLog, args: argparse.Namespace
         path = audit.jsonl_path
         assert path is not None  # the CLI always has an export path
         try:
-            count = verify_jsonl(path)
+            head = await verify_export(path, audit.sessions, args.expect_head)
         except AuditChainBroken as e:
             print(f"forkd-hub: audit export altered: {e}", file=sys.stderr)
             return 1
-        print(f"{path}: {count} events, hash chain intact", file=sys.stderr)
+        print(f"{path}: {head.count} events, hash chain intact and matching the database")
+        print(f"head {head} (publish it; check later with --verify --expect-head {head})")
         return 0
+    if args.expect_head is not None:
+        raise ValueError("--expect-head goes with --verify")
     since = None
     if args.since is not None:
         window = parse_duration(args.since)

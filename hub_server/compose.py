@@ -21,9 +21,12 @@ Errors (raised on entry, each with a one-line message for operators):
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -34,6 +37,7 @@ from hub_server.auth.registry_tokens import RegistryTokenService
 from hub_server.auth.tokens import TokenService
 from hub_server.db.engine import make_engine, make_session_factory
 from hub_server.db.schema import SchemaMismatch, ensure_current
+from hub_server.db.schema import state as schema_state
 from hub_server.metrics import HubMetrics
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.service import Registry
@@ -84,18 +88,25 @@ def redacted_url(url: str) -> str:
 
 @contextlib.asynccontextmanager
 async def open_hub(
-    settings: Settings, *, metrics: HubMetrics | None = None, migrate: bool | None = None
+    settings: Settings, *, metrics: HubMetrics | None = None, migrate: bool | None = None, create: bool = True
 ) -> AsyncIterator[HubServices]:
     """Open the database and the store for ``settings`` and build every service once.
 
     ``migrate``: upgrade an older schema (default ``settings.migrates_on_start``); a schema
-    newer than this code is always refused.
+    newer than this code is always refused. ``create``: make a new hub when the data directory
+    or the database holds none (``serve``, ``migrate``); without it (``token``, ``audit``, ``gc``)
+    a missing data directory or an empty database is refused, and nothing is created.
 
     Raises: SettingsError, HubStartError (see the module docstring).
     """
-    settings.data_dir.mkdir(parents=True, exist_ok=True)  # SQLite, the audit export and pack builds live here
+    if create:
+        _make_data_dir(settings)  # SQLite, the audit export and pack builds live here
+    else:
+        _require_existing_hub(settings)
     engine = _engine(settings.database_url)
     try:
+        if not create:
+            await _require_schema(engine, settings)
         applied = await _check_schema(engine, settings, settings.migrates_on_start if migrate is None else migrate)
         store = _store(settings.storage)
         try:
@@ -131,6 +142,40 @@ def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) ->
     webhooks = WebhookService(sessions)
     webhooks.on_queued(deliverer.wake)
     return webhooks, deliverer
+
+
+def _make_data_dir(settings: Settings) -> None:
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(settings.data_dir, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as e:
+        raise HubStartError(f"data directory {settings.data_dir} is unusable: {e.strerror or e}") from None
+
+
+def _no_hub(settings: Settings, why: str) -> HubStartError:
+    where = settings.data_dir
+    return HubStartError(f"{why}: no hub there. Create one with 'forkd-hub serve --data-dir {where}' (or "
+                         f"'forkd-hub migrate --data-dir {where}'), or point --data-dir / FORKD_HUB_DATA_DIR "
+                         f"at an existing hub")
+
+
+def _require_existing_hub(settings: Settings) -> None:
+    if not settings.data_dir.is_dir():
+        raise _no_hub(settings, f"data directory {settings.data_dir} does not exist")
+    url = make_url(settings.database_url) if settings.database_url.startswith("sqlite") else None
+    if url is not None and url.database and url.database != ":memory:" and not os.path.exists(url.database):
+        raise _no_hub(settings, f"{url.database} does not exist")
+
+
+async def _require_schema(engine: AsyncEngine, settings: Settings) -> None:
+    try:
+        now = await schema_state(engine)
+    except (SQLAlchemyError, OSError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise HubStartError(f"database {redacted_url(settings.database_url)} is unusable: {detail}") from None
+    if now.current is None:
+        raise _no_hub(settings, f"database {redacted_url(settings.database_url)} is empty")
 
 
 def _engine(url: str) -> AsyncEngine:

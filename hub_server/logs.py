@@ -2,7 +2,7 @@
 
 :func:`configure_logging` installs a :class:`JSONFormatter` on the root logger (``ts``,
 ``level``, ``logger``, ``msg``, then any ``extra={...}`` fields, then ``exc`` for a
-traceback). :func:`access_log_middleware` logs each HTTP request once, on the
+traceback), or a :class:`HumanFormatter` when the log goes to a terminal. :func:`access_log_middleware` logs each HTTP request once, on the
 ``hub_server.access`` logger, with ``method``, ``path``, ``route``, ``status``,
 ``duration_ms``, ``bytes_in``, ``bytes_out``, ``remote``, ``user`` and ``request_id``.
 
@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from hub_server.metrics import ASGIApp, Exchange, Receive, Scope, Send, route_template
 
-__all__ = ["ACCESS_LOGGER", "JSONFormatter", "access_log_middleware", "configure_logging"]
+__all__ = ["ACCESS_LOGGER", "HumanFormatter", "JSONFormatter", "access_log_middleware", "configure_logging"]
 
 ACCESS_LOGGER = "hub_server.access"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -60,8 +60,32 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure_logging(level: str = "INFO", stream: IO[str] = sys.stderr) -> None:
-    """Send every log record at ``level`` or above to ``stream`` as JSON lines.
+class HumanFormatter(logging.Formatter):
+    """One readable line per record, for a person at a terminal: time, level, message, then
+    the ``extra={...}`` fields as ``key=value`` (and a traceback, if any, below)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        extras = [f"{k}={v}" for k, v in vars(record).items()
+                  if k not in _STANDARD_ATTRS and not k.startswith("_") and k != "color_message" and v is not None]
+        line = f"{when} {record.levelname:<7} {record.getMessage()}"
+        if extras and record.name == ACCESS_LOGGER:
+            line += "  " + " ".join(extras[-3:])  # the request line already says method, path, status
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def configure_logging(level: str = "INFO", stream: IO[str] = sys.stderr, *, human: bool | None = None) -> None:
+    """Send every log record at ``level`` or above to ``stream``: JSON lines, or readable lines
+    (:class:`HumanFormatter`) when ``human`` (default: when ``stream`` is a terminal).
 
     Idempotent: calling it again replaces the handler it installed before (other handlers,
     such as pytest's, are left alone).
@@ -76,7 +100,7 @@ def configure_logging(level: str = "INFO", stream: IO[str] = sys.stderr) -> None
     for handler in [h for h in root.handlers if getattr(h, "_forkd_hub", False)]:
         root.removeHandler(handler)
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(JSONFormatter())
+    handler.setFormatter(HumanFormatter() if (_is_terminal(stream) if human is None else human) else JSONFormatter())
     handler._forkd_hub = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(numeric)

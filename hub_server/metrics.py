@@ -89,7 +89,8 @@ class HubMetrics:
         self.storage_used_bytes = Gauge(
             "forkd_hub_storage_used_bytes", "Bytes held by the blob store", registry=r
         )
-        self.repositories = Gauge("forkd_hub_repositories", "Repositories in the hub", registry=r)
+        self.repositories = Gauge("forkd_hub_repositories", "Repositories in the hub, by visibility "
+                                  "(the private count is shown to admin tokens only)", ["visibility"], registry=r)
 
     def observe_request(
         self, route: str, method: str, status: int, seconds: float, bytes_in: int, bytes_out: int
@@ -110,10 +111,18 @@ class HubMetrics:
         self.gc_runs.labels(result=result).inc()
         self.gc_deleted_bytes.inc(deleted_bytes)
 
-    def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition and its content type, for ``GET /metrics``."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self, *, include_private: bool = True) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type, for ``GET /metrics``.
 
+        Without ``include_private``, series labelled ``visibility="private"`` are left out.
+        """
+        text = generate_latest(self.registry)
+        if not include_private:
+            text = b"".join(line for line in text.splitlines(keepends=True) if _PRIVATE_LABEL not in line)
+        return text, CONTENT_TYPE_LATEST
+
+
+_PRIVATE_LABEL = b'visibility="private"'
 
 def method_label(scope: Scope) -> str:
     """The request method, or ``OTHER`` for anything unusual (a client picks it freely)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hub_server.db.engine import sqlite_url
+from manifest.vmstate import MAX_VMSTATE_BYTES
 
 __all__ = [
     "DEFAULT_DATA_DIR", "ENV_PREFIX", "Limits", "Settings", "SettingsError", "load_settings", "parse_duration",
@@ -43,6 +44,8 @@ class Limits:
     manifest_bytes: int = 4 << 20
     config_bytes: int = 1 << 20
     chunk_map_bytes: int = 64 << 20
+    vmstate_bytes: int = MAX_VMSTATE_BYTES
+    """Largest vmstate a layer may declare; its blob is inflated (streaming) and checked at push."""
     chain_depth: int = 32
     chunks_per_query: int = 10_000
     ranges_per_request: int = 256
@@ -213,6 +216,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),
+    "vmstate_bytes": (_positive(parse_size), True),
     "chain_depth": (_positive(int), True),
     "chunks_per_query": (_positive(int), True),
     "ranges_per_request": (_positive(int), True),

@@ -29,6 +29,7 @@ from .errors import AssemblyError, DigestMismatch
 from .fileops import CloneMethod, clone_file, punch_hole, start_writeback
 from .holes import write_zeros
 from .model import ChunkEntry, ChunkMap
+from .zstdframe import FrameError, frame_length
 
 #: ``(blob_digest, offset, length) -> frame bytes``: how assembly reads a chunk's zstd frame.
 FrameSource = Callable[[str, int, int], bytes]
@@ -55,9 +56,22 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 
 def decompress_chunk(frame: bytes, expected_length: int, digest: str, what: str) -> bytes:
-    """Decompress one chunk frame, bounded by ``expected_length``, and verify its digest."""
+    """Decompress one chunk frame, bounded by ``expected_length``, and verify its digest.
+
+    The frame must span ``frame`` exactly: bytes after it inside the chunk's entry would be
+    stored and served without ever being verified.
+
+    Raises: AssemblyError (not one zstd frame, bytes after it, wrong size), DigestMismatch.
+    """
     if not digest.startswith("blake3:"):
         raise DigestMismatch(what, digest, "unverifiable (chunk digests are blake3)")
+    try:
+        end = frame_length(frame)
+    except FrameError as e:
+        raise AssemblyError(f"{what}: {e}") from None
+    if end != len(frame):
+        raise AssemblyError(f"{what}: {len(frame) - end} bytes follow the zstd frame inside the chunk's entry "
+                            f"(the frame is {end} bytes, the entry {len(frame)})")
     try:
         params = zstandard.get_frame_parameters(frame)
     except zstandard.ZstdError as e:

@@ -12,6 +12,21 @@ from typing import Any
 
 from .errors import InvalidManifest
 
+#: deepest nesting accepted in a config's free-form ``forkd`` object (forkd's own is 3 levels)
+MAX_FORKD_DEPTH = 32
+
+
+def _depth(obj: Any) -> int:
+    """How deeply ``obj`` (parsed JSON) nests lists and objects, counted without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((item, level + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
 #: snapshot.json fields every install writes itself (paths into the snapshot directory, the chain):
 #: never carried in a config's ``forkd`` object
 FORKD_DERIVED = frozenset({"vmstate", "memory", "parent_tag", "parent_content_hash"})
@@ -30,3 +45,5 @@ def check_forkd_fields(forkd: dict[str, Any], p: str) -> None:
         raise InvalidManifest(f"{p}.volumes must be a list of {{host_path, guest_path, read_only}} objects")
     if "rootfs" in forkd and not isinstance(forkd["rootfs"], str):
         raise InvalidManifest(f"{p}.rootfs must be a path string")
+    if _depth(forkd) > MAX_FORKD_DEPTH:  # written back out as snapshot.json: json.dumps must be able to follow it
+        raise InvalidManifest(f"{p} is nested deeper than {MAX_FORKD_DEPTH} levels")

@@ -19,6 +19,7 @@ from .chunking import ChunkGeometry, validate_chunk_size
 from .digest import Digest, digest_bytes, is_digest
 from .errors import InvalidChunkSize, InvalidManifest
 from .forkd_fields import check_forkd_fields
+from .jsontext import loads as loads_json
 
 MAX_MANIFEST_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 1 << 20
@@ -35,7 +36,7 @@ def _load(data: bytes, limit: int, what: str) -> dict[str, Any]:
     if len(data) > limit:
         raise InvalidManifest(f"{what} is {len(data)} bytes, over the {limit}-byte limit")
     try:
-        obj = json.loads(data)
+        obj = loads_json(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InvalidManifest(f"{what} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):

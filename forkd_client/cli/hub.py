@@ -1,23 +1,27 @@
 """Talking to a hub: ``login``, ``logout``, ``push``, ``pull``, ``search``, ``delete``.
 
-The hub comes from the reference's host, else ``FORKD_HUB_URL``, else the last login; the
+The hub comes from the reference's host, else ``FORKD_HUB_URL``, else the default login (the first login, or one
+made with ``--default``), and every command names the hub it talks to on stderr; the
 token from ``FORKD_TOKEN``, else the stored login (``$XDG_CONFIG_HOME/forkd/credentials.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 
-from ..hub.client import HubClient
+from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
-from ..hub.errors import HasDependents, HubError, TagConflict
+from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
 from ..hub.forkd_registry import pull_from_registry
-from ..hub.progress import make_progress
+from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
-from ..errors import ClientError
+from ..errors import ClientError, Interrupted
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
 
@@ -27,6 +31,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("url", metavar="HUB_URL", help="e.g. http://127.0.0.1:8080")
     p.add_argument("--token-stdin", action="store_true", help="read the token from standard input")
     p.add_argument("--token", help="the token (prefer --token-stdin: arguments show up in ps)")
+    p.add_argument("--default", action="store_true", dest="make_default",
+                   help="make this the default hub (the first login is; later ones only with this flag)")
     p.set_defaults(func=run_login)
 
     p = sub.add_parser("logout", parents=[common], help="forget the token of a hub (default: the current one)")
@@ -39,7 +45,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--public", action="store_true", help="make the repository public when this push creates it")
     p.add_argument("--force", action="store_true",
                    help="move the tag even if another push moved it since this one started")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_push)
 
@@ -52,7 +59,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="forkd's form: pull REF (owner/name[@version]) from this registry.json URL, as forkd does")
     p.add_argument("--force", action="store_true",
                    help="replace local snapshots of the same tags, and pull again links whose files changed")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_pull)
 
@@ -72,48 +80,102 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run_delete)
 
 
-def _client(ref: Reference | None, url: str | None = None) -> HubClient:
+def _client(ref: Reference | None, url: str | None = None, ctx: Context | None = None) -> HubClient:
+    """The client for the hub this command talks to, which it names on stderr (unless ``ctx`` is None)."""
     creds = Credentials().resolve(url)
     base = ref.hub_url(creds.url) if ref is not None else creds.url
     if not base:
         raise HubError("no hub given: use HOST/ in the reference, 'forkd login URL' or FORKD_HUB_URL")
     token = creds.token if creds.url == base else Credentials().resolve(base).token
+    if ctx is not None:
+        if ref is not None and ref.host is not None:
+            source = "named in the reference"
+        elif url:
+            source = "--hub"
+        elif os.environ.get("FORKD_HUB_URL"):
+            source = "FORKD_HUB_URL"
+        else:
+            source = "the default login"
+        print(f"Using hub {base} ({source}{', anonymous' if not token else ''})", file=ctx.stderr)
     return HubClient(base, token)
 
 
+@contextlib.contextmanager
+def _interruptible(progress: Progress, resume_hint: str) -> Iterator[None]:
+    """Close ``progress`` when the block ends; on Ctrl-C leave the bars where they were and
+    raise :class:`Interrupted` saying what can be resumed (the CLI exits 130)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        progress.close(finished=False)
+        raise Interrupted(resume_hint) from None
+    except BaseException:
+        progress.close(finished=False)
+        raise
+    progress.close()
+
+
 def run_login(args: argparse.Namespace, ctx: Context) -> int:
-    token = sys.stdin.readline().strip() if args.token_stdin else args.token
-    if not token:
-        ctx.error("give the token with --token-stdin (recommended) or --token")
-        return 2
-    with HubClient(normalize_url(args.url), token) as client:  # the URL stored below, never plain http by accident
-        client.ping()
-    url = Credentials().login(args.url, token)
+    if args.token_stdin:
+        token = sys.stdin.readline().strip()
+        if not token:
+            ctx.error("--token-stdin: standard input was empty; pipe the token in, e.g. "
+                      "forkd-hub token create NAME --scope 'push:NS/*' | forkd login HUB_URL --token-stdin")
+            return 1
+    else:
+        token = args.token
+        if not token:
+            ctx.error("give the token with --token-stdin (recommended) or --token")
+            return 2
+    url = normalize_url(args.url)  # the URL stored below, never plain http by accident
+    with HubClient(url, token) as client:
+        try:
+            client.ping()
+        except Unauthorized as e:  # not "run forkd login": this is forkd login
+            raise Unauthorized(f"{url} refused this token: {str(e).removesuffix(LOGIN_HINT)}", code=e.code,
+                               status=e.status, detail=e.detail) from None
+    creds = Credentials()
+    url = creds.login(url, token, make_default=args.make_default)
     ctx.print(f"Login succeeded: {url}")
+    default = creds.default()
+    if default == url:
+        ctx.print(f"Default hub: {url}")
+    else:
+        ctx.print(f"Default hub stays {default} (make it {url} with 'forkd login {url} --default')")
     return 0
 
 
 def run_logout(args: argparse.Namespace, ctx: Context) -> int:
-    url = Credentials().logout(args.url)
+    creds = Credentials()
+    url = creds.logout(args.url)
     ctx.print(f"Removed login credentials for {url}" if url else "Not logged in")
+    if url:
+        default = creds.default()
+        ctx.print(f"Default hub: {default}" if default else "No default hub (log in, or set FORKD_HUB_URL)")
     return 0
 
 
 def run_push(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
+    if ref.digest is not None:
+        raise InvalidReference(f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
+                               f"e.g. {ref.name}:{ref.tag or 'latest'}")
     progress = make_progress(quiet=args.quiet or args.json)
-    with ctx.store() as store, _client(ref) as client:
+    with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         try:
-            result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
-                          force=args.force)
+            with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
+                                          f"{args.local_tag} {args.ref}' again to resume from there"):
+                result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
+                              force=args.force)
         except TagConflict as e:
             ctx.error(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to retry, "
                       "or use --force to move the tag anyway")
             return 1
-        finally:
-            progress.close()
     if args.json:
         ctx.json(result.to_obj())
+        return 0
+    if args.quiet:  # -q: only what a script needs, the digest
+        ctx.print(result.digest)
         return 0
     new = sum(1 for link in result.links if not link.skipped)
     ctx.print(f"{ref.name}:{ref.tag or 'latest'}: digest: {result.digest}")
@@ -126,17 +188,19 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
     progress = make_progress(quiet=args.quiet or args.json)
-    with ctx.store() as store, _client(ref) as client:
-        try:
+    with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
+        with _interruptible(progress, f"pull interrupted: installed links and verified chunks are kept; run "
+                                      f"'forkd pull {args.ref}' again to resume from there"):
             result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
-        finally:
-            progress.close()
     with ctx.store() as store:
         warning = compat_warning(store.get(result.tag))
     if warning:
         ctx.warn(warning)
     if args.json:
         ctx.json(result.to_obj())
+        return 0
+    if args.quiet:  # -q: only what a script needs, the digest
+        ctx.print(result.digest)
         return 0
     if result.up_to_date:
         ctx.print(f"{ref}: already up to date as {result.tag} ({result.digest})")
@@ -189,7 +253,7 @@ def compat_warning(snap: LocalSnapshot) -> str | None:
 
 
 def run_search(args: argparse.Namespace, ctx: Context) -> int:
-    with _client(None, args.hub) as client:
+    with _client(None, args.hub, None if args.json else ctx) as client:
         repos = client.search(args.query, limit=args.limit)
     if args.json:
         ctx.json(repos)
@@ -202,7 +266,7 @@ def run_search(args: argparse.Namespace, ctx: Context) -> int:
 
 def run_delete(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
-    with _client(ref) as client:
+    with _client(ref, ctx=None if args.json else ctx) as client:
         try:
             body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
         except HasDependents as e:

@@ -23,8 +23,10 @@ from types import ModuleType
 from manifest.errors import ManifestError
 
 from ..config import forkd_home
-from ..errors import ClientError
+from ..errors import ClientError, InvalidTag
+from ..hub.errors import InvalidReference
 from . import guest, hub, images, local, packs, vmcmds
+from .helptext import HELP, document
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
@@ -44,10 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="forkd", parents=[common],
         description="forkd-hub client: local microVM snapshots, chains and forkd packs.",
     )
+    parser.add_argument("--version", action="version", version=f"forkd {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub, common)
+    document(parser, HELP)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("forkd-hub")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
+        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,11 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctx = Context(home=Path(home), stdout=sys.stdout, stderr=sys.stderr)
     try:
         return int(args.func(args, ctx))
-    except KeyboardInterrupt:
-        ctx.error("interrupted")
+    except KeyboardInterrupt as e:  # Interrupted says what can be resumed
+        ctx.error(str(e) or "interrupted")
         return 130
     except (ClientError, ManifestError) as e:
         ctx.error(str(e))
+        usage = getattr(args, "command_usage", None)
+        if isinstance(e, InvalidReference | InvalidTag) and usage is not None:  # an argument was wrong
+            ctx.stderr.write(usage())
         return 1
     except OSError as e:
         ctx.error(_describe_os_error(e))

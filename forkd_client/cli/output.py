@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..store import SnapshotStore
+from ..units import human_size
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+__all__ = ["Context", "human_size"]
 
 
 @dataclass
@@ -72,11 +73,3 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def human_size(n: int) -> str:
-    """``1536`` → ``1.5 KiB``; bytes below 1 KiB stay exact (``512 B``)."""
-    size = float(n)
-    for unit in _UNITS:
-        if size < 1024 or unit == _UNITS[-1]:
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")

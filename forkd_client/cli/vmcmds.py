@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..units import plural
 from .output import Context, human_size
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ def run_fork(args: argparse.Namespace, ctx: Context) -> int:
 
 def _print_fork(ctx: Context, forked: Forked, ran: bool) -> None:
     ctx.print(f"Verified {forked.tag} (chain depth {len(forked.chain)}) in {forked.verify_ms:.1f} ms; "
-              f"forked {len(forked.children)} children in {_secs(forked.spawn_ms)}")
+              f"forked {plural(len(forked.children), 'child', 'children')} in {_secs(forked.spawn_ms)}")
     rows = []
     for c in forked.children:
         m = c.memory
@@ -162,13 +163,13 @@ def _print_fork(ctx: Context, forked: Forked, ran: bool) -> None:
             if c.result is not None and c.result.output:
                 ctx.stdout.write(c.result.output if c.result.output.endswith("\n") else c.result.output + "\n")
     if forked.kept:
-        ctx.print(f"Kept {len(forked.children)} children running (stop them with kill PID):")
+        ctx.print(f"Kept {plural(len(forked.children), 'child', 'children')} running (stop them with kill PID):")
         for c in forked.children:
             ctx.print(f"  pid {c.vm.pid}  work dir {c.vm.work_dir}")
     else:
-        ctx.print(f"Stopped {len(forked.children)} children")
+        ctx.print(f"Stopped {plural(len(forked.children), 'child', 'children')}")
     if forked.failed:
-        ctx.error(f"the command failed in {len(forked.failed)} of {len(forked.children)} children")
+        ctx.error(f"the command failed in {len(forked.failed)} of {plural(len(forked.children), 'child', 'children')}")
 
 
 def _print_exec_output(ctx: Context, result: ExecResult | None) -> None:

@@ -9,6 +9,7 @@ from the hub's envelope; httpx exceptions never escape this module. All calls ha
 from __future__ import annotations
 
 import json
+import bisect
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -20,7 +21,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from manifest.digest import digest_bytes, parse_digest
+from manifest.jsontext import loads as loads_json
 from manifest.layer import ChunkLocation
+from manifest.model import MAX_MANIFEST_BYTES
 
 from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
                      Unauthorized)
@@ -113,7 +116,7 @@ class HubClient:
                 self.bytes_sent += len(content)
             self.bytes_received += len(response.content)
         if response.status_code not in set(ok):
-            raise _error_from(response, method, path)
+            raise _error_from(response, method, path, anonymous="Authorization" not in headers)
         return response
 
     def _send(self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any) -> httpx.Response:
@@ -144,22 +147,22 @@ class HubClient:
         params: dict[str, Any] = {"q": query, "n": limit}
         if namespace:
             params["namespace"] = namespace
-        return list(self._request("GET", "/api/v1/repositories", params=params).json().get("repositories", []))
+        return list(_json_object(self._request("GET", "/api/v1/repositories", params=params), "search").get("repositories", []))
 
     def repository(self, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/api/v1/repositories/{name}").json()
+        return _json_object(self._request("GET", f"/api/v1/repositories/{name}"), f"repository {name}")
 
     def set_repository(self, name: str, *, public: bool | None = None, description: str | None = None) -> dict[str, Any]:
         body = {k: v for k, v in (("public", public), ("description", description)) if v is not None}
-        return self._request("PATCH", f"/api/v1/repositories/{name}", json=body).json()
+        return _json_object(self._request("PATCH", f"/api/v1/repositories/{name}", json=body), f"repository {name}")
 
     def lineage(self, name: str, ref: str) -> dict[str, Any]:
-        return self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}").json()
+        return _json_object(self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}"), f"lineage of {name}:{ref}")
 
     def delete(self, name: str, ref: str, *, cascade: bool = False, force: bool = False) -> dict[str, Any]:
         params = {k: "true" for k, v in (("cascade", cascade), ("force", force)) if v}
         response = self._request("DELETE", f"/v2/{name}/manifests/{ref}", params=params, ok=(200, 202, 204))
-        return response.json() if response.content else {}
+        return _json_object(response, f"delete {name}:{ref}") if response.content else {}
 
     # -- manifests ------------------------------------------------------------------------------
 
@@ -172,7 +175,8 @@ class HubClient:
 
     def get_manifest(self, name: str, ref: str) -> tuple[bytes, str]:
         """The exact manifest bytes and their digest (verified when ``ref`` is a digest)."""
-        r = self._request("GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE})
+        r = self._request("GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE},
+                          max_bytes=MAX_MANIFEST_BYTES)
         data = r.content
         if ref.count(":") == 1 and len(ref) > 70:
             _verify(data, ref, f"manifest {name}@{ref}")
@@ -207,7 +211,7 @@ class HubClient:
         r = self._request("GET", f"/api/v1/repositories/{name}/chain/{ref}")
         links = []
         try:
-            for item in r.json().get("chain", []):
+            for item in _json_object(r, f"chain of {name}:{ref}").get("chain", []):
                 manifest = item["manifest"].encode()
                 _verify(manifest, item["digest"], f"manifest {item['digest']}")
                 links.append(ChainLink(item["digest"], manifest, item["config"].encode(), item.get("repository", name),
@@ -232,10 +236,20 @@ class HubClient:
         r = self._request("HEAD", f"/v2/{name}/blobs/{digest}")
         return int(r.headers.get("content-length", "0"))
 
-    def get_blob(self, name: str, digest: str, size: int | None = None) -> bytes:
-        """A whole blob, verified against its digest; ``size`` (from its descriptor) bounds the read."""
-        limit = size if size is not None else MAX_RESPONSE_BYTES
-        data = self._request("GET", f"/v2/{name}/blobs/{digest}", max_bytes=limit).content
+    def get_blob(self, name: str, digest: str, size: int | None = None, *, limit: int = MAX_RESPONSE_BYTES) -> bytes:
+        """A whole blob, verified against its digest.
+
+        ``size`` (from its descriptor, i.e. from the hub) is what the blob must hold; ``limit`` is
+        our own bound for this kind of blob: a descriptor over it is refused before anything is
+        requested, and the read never buffers more than ``min(size, limit)`` bytes.
+
+        Raises: HubError (a descriptor over ``limit``, an answer over it), DigestInvalid, NotFound.
+        """
+        if size is not None and size > limit:
+            raise HubError(f"blob {digest}: its descriptor declares {size:,} bytes, over the {limit:,} bytes "
+                           f"this client accepts for it")
+        bound = min(size, limit) if size is not None else limit
+        data = self._request("GET", f"/v2/{name}/blobs/{digest}", max_bytes=bound).content
         if size is not None and len(data) != size:
             raise DigestInvalid(f"blob {digest}: the hub sent {len(data)} bytes, its descriptor says {size}",
                                 code="DIGEST_INVALID")
@@ -319,7 +333,7 @@ class HubClient:
             body = {"digests": list(digests[start : start + QUERY_BATCH])}
             r = self._request("POST", f"/api/v1/repositories/{name}/chunks/query", json=body)
             try:
-                for digest, loc in r.json().get("found", {}).items():
+                for digest, loc in _json_object(r, f"chunks/query answer for {name}").get("found", {}).items():
                     size = loc.get("blobSize")
                     found[digest] = ChunkLocation(str(loc["blob"]), int(loc["offset"]), int(loc["length"]),
                                                   int(size) if size is not None else None)
@@ -333,6 +347,21 @@ def _redirect_target(response: httpx.Response) -> str | None:
     if response.status_code not in REDIRECTS or "location" not in response.headers:
         return None
     return str(response.url.join(response.headers["location"]))
+
+
+def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
+    """The JSON object a hub answered with.
+
+    Raises: HubError naming ``what`` when the answer is not a JSON object (invalid, nested
+    deeper than the parser follows, or another type).
+    """
+    try:
+        obj = loads_json(response.content)
+    except ValueError as e:  # json.JSONDecodeError, JSONTooDeep, UnicodeDecodeError
+        raise HubError(f"hub sent an invalid JSON answer for {what}: {e}") from None
+    if not isinstance(obj, dict):
+        raise HubError(f"hub sent a JSON {type(obj).__name__} for {what}, not an object")
+    return obj
 
 
 def _same_origin(url: str, base_url: str) -> bool:
@@ -408,25 +437,33 @@ def _parse_multipart(body: bytes, boundary: bytes) -> dict[int, memoryview]:
     return parts
 
 
-def _error_from(response: httpx.Response, method: str, path: str) -> HubError:
+#: appended to a 401's message (except during ``forkd login`` itself, which strips it)
+LOGIN_HINT = " (run 'forkd login' or set FORKD_TOKEN)"
+#: appended to a 404 answered to an anonymous request: the repository may be private
+PRIVATE_HINT = " (if it is private, logging in may help: 'forkd login HUB_URL' or FORKD_TOKEN)"
+
+
+def _error_from(response: httpx.Response, method: str, path: str, *, anonymous: bool = False) -> HubError:
     code, message, detail = "UNKNOWN", f"{method} {path} failed with HTTP {response.status_code}", None
     try:
-        errors = response.json().get("errors") or []
+        errors = loads_json(response.content).get("errors") or []
         if errors:
             code = errors[0].get("code", code)
             message = errors[0].get("message") or message
             detail = errors[0].get("detail")
-    except (ValueError, AttributeError, json.JSONDecodeError):
+    except (ValueError, AttributeError, TypeError, KeyError):  # not our envelope: keep the HTTP status
         pass
     status = response.status_code
     cls: type[HubError] = HubError
     if status == 401:
         cls = Unauthorized
-        message += " (run 'forkd login' or set FORKD_TOKEN)"
+        message += LOGIN_HINT
     elif status == 403:
         cls = Forbidden
     elif status == 404:
         cls = NotFound
+        if anonymous and method != "HEAD" and code in ("NAME_UNKNOWN", "MANIFEST_UNKNOWN", "BLOB_UNKNOWN"):
+            message += PRIVATE_HINT
     elif status == 409 and code == "HAS_DEPENDENTS":
         cls = HasDependents
     elif status == 409 and code == "TAG_CONFLICT":

@@ -81,13 +81,20 @@ class Credentials:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def login(self, url: str, token: str) -> str:
+    def login(self, url: str, token: str, *, make_default: bool = False) -> str:
+        """Store ``token`` for ``url``; it becomes the default hub when there is none yet or
+        ``make_default`` (a later login never changes the default silently). Returns the URL."""
         url = normalize_url(url)
         data = self._load()
         data["hubs"][url] = {"token": token}
-        data["default"] = url
+        if make_default or not data.get("default"):
+            data["default"] = url
         self._save(data)
         return url
+
+    def default(self) -> str | None:
+        """The default hub of the stored logins (FORKD_HUB_URL, when set, overrides it)."""
+        return self._load().get("default")
 
     def logout(self, url: str | None = None) -> str | None:
         data = self._load()

@@ -111,10 +111,14 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
         progress.advance(nbytes)
         return count, nbytes
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
+    pool = ThreadPoolExecutor(max_workers=parallel)
+    try:
         for count, nbytes in pool.map(fetch, requests):
             counts.fetched += count
             counts.bytes_fetched += nbytes
+    finally:
+        # On an error or Ctrl-C, requests in flight finish; queued ones never start.
+        pool.shutdown(wait=True, cancel_futures=True)
     return counts
 
 

@@ -2,13 +2,29 @@
 
 The transfer engine only calls :class:`Progress`'s four methods, so tests pass
 :class:`NullProgress` (or a recording one) and the CLI picks with :func:`make_progress`.
+Sizes are IEC (MiB). Piped output (logs, CI) gets a line every ``FORKD_PROGRESS_INTERVAL``
+seconds (default 5) while a task runs, not only at its end. ``close(finished=False)`` (an
+interrupt) leaves every bar where it was instead of filling it.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
+
+from ..units import human_size
+
+DEFAULT_INTERVAL = 5.0
+
+
+def line_interval() -> float:
+    """Seconds between piped progress lines (``FORKD_PROGRESS_INTERVAL``, default 5)."""
+    try:
+        return max(0.1, float(os.environ.get("FORKD_PROGRESS_INTERVAL", DEFAULT_INTERVAL)))
+    except ValueError:
+        return DEFAULT_INTERVAL
 
 
 class Progress:
@@ -23,8 +39,8 @@ class Progress:
     def log(self, message: str) -> None:
         """A line worth showing even without a bar (skipped link, reused chunks…)."""
 
-    def close(self) -> None:
-        """Finish rendering."""
+    def close(self, *, finished: bool = True) -> None:
+        """Finish rendering; ``finished=False`` (interrupted) shows the current task where it stopped."""
 
 
 class NullProgress(Progress):
@@ -32,44 +48,61 @@ class NullProgress(Progress):
 
 
 class LineProgress(Progress):
-    """Quiet, line-oriented output for logs and pipes: one line per task and per message."""
+    """Line-oriented output for logs and pipes: a line every interval while a task runs, one at its end."""
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, stream: TextIO = sys.stderr, interval: float | None = None) -> None:
         self.stream = stream
+        self.interval = line_interval() if interval is None else interval
         self._desc: str | None = None
         self._total = self._done = 0
-        self._start = 0.0
+        self._start = self._last = 0.0
 
-    def _finish(self) -> None:
+    def _line(self, state: str) -> None:
+        seconds = max(time.monotonic() - self._start, 1e-9)
+        of = f" of {human_size(self._total)}" if self._total else ""
+        print(f"{self._desc}: {state} {human_size(self._done)}{of} in {seconds:.1f}s "
+              f"({human_size(self._done / seconds)}/s)", file=self.stream, flush=True)
+
+    def _finish(self, finished: bool = True) -> None:
         if self._desc is not None:
-            seconds = max(time.monotonic() - self._start, 1e-9)
-            rate = self._done / seconds / (1 << 20)
-            print(f"{self._desc}: {self._done:,} bytes in {seconds:.2f}s ({rate:.1f} MiB/s)", file=self.stream, flush=True)
+            self._line("done," if finished else "interrupted at")
         self._desc = None
 
     def task(self, description: str, total: int) -> None:
         self._finish()
-        self._desc, self._total, self._done, self._start = description, total, 0, time.monotonic()
+        self._desc, self._total, self._done = description, total, 0
+        self._start = self._last = time.monotonic()
 
     def advance(self, nbytes: int) -> None:
         self._done += nbytes
+        now = time.monotonic()
+        if self._desc is not None and now - self._last >= self.interval:
+            self._last = now
+            self._line("at")
 
     def log(self, message: str) -> None:
         print(message, file=self.stream, flush=True)
 
-    def close(self) -> None:
-        self._finish()
+    def close(self, *, finished: bool = True) -> None:
+        self._finish(finished)
 
 
 class RichProgress(Progress):
-    """Bars with bytes, rate and ETA (rich), for terminals."""
+    """Bars with bytes, rate and ETA (rich, IEC units), for terminals."""
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress as Bars, TimeRemainingColumn, TransferSpeedColumn
+        from rich.progress import BarColumn, DownloadColumn, ProgressColumn, TimeRemainingColumn
+        from rich.progress import Progress as Bars
+        from rich.text import Text
 
-        self._bars = Bars("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), TimeRemainingColumn(), console=Console(file=stream), transient=False)
+        class IECSpeedColumn(ProgressColumn):
+            def render(self, task) -> Text:  # noqa: ANN001 - rich's Task
+                speed = task.finished_speed or task.speed
+                return Text("?" if speed is None else f"{human_size(speed)}/s", style="progress.data.speed")
+
+        self._bars = Bars("[progress.description]{task.description}", BarColumn(), DownloadColumn(binary_units=True),
+                          IECSpeedColumn(), TimeRemainingColumn(), console=Console(file=stream), transient=False)
         self._bars.start()
         self._task = None
 
@@ -85,9 +118,12 @@ class RichProgress(Progress):
     def log(self, message: str) -> None:
         self._bars.console.print(message, highlight=False, markup=False)
 
-    def close(self) -> None:
+    def close(self, *, finished: bool = True) -> None:
         if self._task is not None:
-            self._bars.update(self._task, completed=self._bars.tasks[-1].total)
+            if finished:
+                self._bars.update(self._task, completed=self._bars.tasks[-1].total)
+            else:
+                self._bars.stop_task(self._task)
         self._bars.stop()
 
 

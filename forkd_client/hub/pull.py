@@ -28,13 +28,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import zstandard
 
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
-from manifest.digest import digest_bytes
+from manifest.digest import digest_bytes, digest_file
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
-from manifest.model import ChunkMap, LayerConfig, LayerManifest
+from manifest.jsontext import loads as loads_json
+from manifest.model import MAX_CHUNK_MAP_BYTES, ChunkMap, LayerConfig, LayerManifest
+from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
 from ..install import fsync_path, settle_mtime
@@ -141,7 +142,8 @@ def pull(
                 parent = _Parent(store, tag, config, fetched)
             _install_checked(store, client, index, waiting, force, progress, block=True)
         finally:
-            verifier.shutdown(wait=True)  # checks in flight finish (and close their files) first
+            # checks in flight finish (and close their files) first; queued ones (Ctrl-C) never start
+            verifier.shutdown(wait=True, cancel_futures=True)
     result.bytes_received = client.bytes_received - received_before
     return result
 
@@ -217,7 +219,7 @@ def _check_chain(client: HubClient, ref: Reference, parsed: list) -> None:
     if ref.digest and digests[-1] != ref.digest:
         data, _ = client.get_manifest(ref.name, ref.digest)  # verified against the pinned digest
         try:
-            listed = [m["digest"] for m in json.loads(data)["manifests"]]
+            listed = [m["digest"] for m in loads_json(data)["manifests"]]
         except (ValueError, KeyError, TypeError):
             listed = None
         if listed != digests:
@@ -278,20 +280,18 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
     maps: dict[str, ChunkMap] = {}
     for role, desc in manifest.chunk_maps.items():
         try:
-            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size))
+            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES))
         except ManifestError as e:
             raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
         info = config.files.get(role)
         if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
             raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
-    vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size)
     vm_info = config.files[mt.VMSTATE_FILE]
-    try:
-        vmstate = zstandard.ZstdDecompressor().decompress(vm_frame, max_output_size=vm_info.size)
-    except zstandard.ZstdError as e:
-        raise DigestInvalid(f"layer {link.digest}: vmstate blob is not valid zstd: {e}") from None
-    if str(digest_bytes(vmstate)) != vm_info.digest:
-        raise DigestInvalid(f"layer {link.digest}: vmstate does not match its digest {vm_info.digest}")
+    if vm_info.size > MAX_VMSTATE_BYTES:
+        raise DigestInvalid(f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
+                            f"{MAX_VMSTATE_BYTES:,}-byte vmstate limit")
+    vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size,
+                               limit=max_vmstate_blob_bytes())
 
     parent_dir = parent.dir if parent is not None else None
     _check_space(store, maps, parent_dir, link.digest)
@@ -304,7 +304,11 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
     if not resume:
         for leftover in staged.iterdir():
             leftover.unlink()
-    (staged / mt.VMSTATE_FILE).write_bytes(vmstate)
+    with open(staged / mt.VMSTATE_FILE, "wb") as out:  # inflated in bounded pieces, checked as it goes
+        try:
+            inflate_vmstate(vm_frame, vm_info, f"layer {link.digest}: vmstate", out)
+        except (AssemblyError, DigestMismatch) as e:
+            raise DigestInvalid(str(e)) from None
     stats = LinkPulled(tag, link.digest, reused=False)
     assemblers: dict[str, FileAssembler] = {}
     try:
@@ -363,7 +367,7 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
     (fetched.staged / RESUME_MARKER).unlink(missing_ok=True)
     vm_info = config.files[mt.VMSTATE_FILE]
     known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest,
-                              "sha256": str(digest_bytes((fetched.staged / mt.VMSTATE_FILE).read_bytes(), "sha256"))}
+                              "sha256": str(digest_file(fetched.staged / mt.VMSTATE_FILE, ("sha256",))["sha256"])}
     parent_sha = parent_digest = None
     if parent is not None:
         parent_memory = parent.dir / mt.MEMORY_FILE

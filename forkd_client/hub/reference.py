@@ -80,10 +80,13 @@ class Reference:
                 raise InvalidReference(f"invalid reference {text!r}: {digest!r} is not a digest (want blake3:<64 hex> or sha256:<64 hex>)")
         parts = rest.split("/")
         host = None
-        if len(parts) == 3 or (len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost")):
+        if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
             host = parts.pop(0)
             if not _HOST.fullmatch(host):
                 raise InvalidReference(f"invalid reference {text!r}: bad host {host!r}")
+        elif len(parts) == 3:
+            raise InvalidReference(f"invalid reference {text!r}: {parts[0]!r} is not a host (a host has a '.' or "
+                                   f"a ':' or is 'localhost'); the name must be namespace/repo")
         if len(parts) != 2:
             raise InvalidReference(f"invalid reference {text!r}: the name must be namespace/repo")
         namespace, repo = parts

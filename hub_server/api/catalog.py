@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, patch
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, QueryParameter, RawBody
 
-from hub_server.api.deps import remote_of
+from hub_server.api.deps import decode_json_body, json_body, remote_of
 from hub_server.api.schemas import NamespacesOut, RepositoriesOut, RepositoryOut, RepositoryPatch
 from hub_server.api.tags import next_link
 from hub_server.auth.scopes import Principal
@@ -58,16 +58,18 @@ class CatalogController(Controller):
     ) -> RepositoryOut:
         return RepositoryOut.from_detail(await registry.catalog.repository(principal, ns, repo))
 
-    @patch("/repositories/{ns:str}/{repo:str}", summary="Change visibility or description (push or admin)")
+    @patch("/repositories/{ns:str}/{repo:str}", summary="Change visibility or description (push or admin)",
+           operation_class=json_body(RepositoryPatch, "the fields to change"))
     async def update(
         self,
         ns: FromPath[str],
         repo: FromPath[str],
-        data: JSONBody[RepositoryPatch],
+        body: RawBody,
         request: Request[Any, Any, Any],
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
     ) -> RepositoryOut:
-        detail = await registry.catalog.update(principal, ns, repo, public=data.public, description=data.description,
-                                               remote=remote_of(request))
+        change = decode_json_body(body, RepositoryPatch, "repository change")
+        detail = await registry.catalog.update(principal, ns, repo, public=change.public,
+                                               description=change.description, remote=remote_of(request))
         return RepositoryOut.from_detail(detail)

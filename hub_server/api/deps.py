@@ -8,11 +8,17 @@ or registry token, or Basic; 401 for a bad one on every route that declares it),
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
 
 from litestar import Request
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.handlers.base import BaseRouteHandler
 from litestar.di import Provide
+from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
 
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
@@ -20,7 +26,10 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.manifests import too_large
 from hub_server.registry.service import Registry
 
-__all__ = ["DEPENDENCIES", "body_stream", "read_limited", "remote_of"]
+__all__ = ["DEPENDENCIES", "ClientDisconnected", "body_stream", "decode_json_body", "json_body", "read_limited", "reject_bad_token",
+           "remote_of"]
+
+_Struct = TypeVar("_Struct", bound=msgspec.Struct)
 
 
 async def provide_principal(request: Request[Any, Any, Any], state: State) -> Principal:
@@ -40,16 +49,40 @@ DEPENDENCIES = {
 }
 
 
+async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """A guard for routes that do not declare the principal (the OpenAPI document): a bad
+    ``Authorization`` header is a 401 there too.
+
+    Raises: Unauthorized.
+    """
+    tokens: TokenService = connection.app.state.tokens
+    await tokens.principal_from_header(connection.headers.get("authorization"))
+
+
 def remote_of(request: Request[Any, Any, Any]) -> str | None:
     """The client address for the audit log (the proxy's, unless uvicorn trusts forwarded headers)."""
     return request.client.host if request.client else None
 
 
+class ClientDisconnected(Exception):
+    """The client went away before sending its whole request body (a normal event: the mapper
+    logs it at INFO; an upload session keeps what was committed before, for resume)."""
+
+
 async def body_stream(request: Request[Any, Any, Any]) -> AsyncIterator[bytes]:
-    """The request body as it arrives (never buffered whole)."""
-    async for piece in request.stream():
-        if piece:
+    """The request body as it arrives (never buffered whole).
+
+    Raises: ClientDisconnected when the client disconnects before the body's end.
+    """
+    while True:
+        event = await request.receive()
+        if event["type"] == "http.disconnect":
+            raise ClientDisconnected(f"the client disconnected before the end of the body of "
+                                     f"{request.method} {request.url.path}")
+        if piece := event.get("body", b""):
             yield piece
+        if not event.get("more_body", False):
+            return
 
 
 async def read_limited(request: Request[Any, Any, Any], limit: int, what: str) -> bytes:
@@ -63,8 +96,44 @@ async def read_limited(request: Request[Any, Any, Any], limit: int, what: str) -
         if size > limit:
             raise too_large(what, size, limit)
     buffer = bytearray()
-    async for piece in request.stream():
+    async for piece in body_stream(request):
         buffer += piece
         if len(buffer) > limit:
             raise too_large(what, len(buffer), limit)
     return bytes(buffer)
+
+
+def json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]:
+    """An OpenAPI ``operation_class`` documenting a JSON request body of type ``struct``.
+
+    Handlers that take JSON read the raw ``body: bytes`` and decode it with
+    :func:`decode_json_body` once the caller is authorized: Litestar parses a ``data``
+    parameter before it resolves dependencies, so a hostile body would be parsed (and a parse
+    failure answered) before authentication. This keeps the body in the OpenAPI document.
+    """
+    schema = msgspec.json.schema(struct)
+    inline = schema["$defs"][struct.__name__]
+
+    @dataclass
+    class _WithJSONBody(Operation):
+        def __post_init__(self) -> None:
+            self.request_body = RequestBody(content={"application/json": OpenAPIMediaType(schema=inline)},  # type: ignore[arg-type]
+                                            description=description, required=True)
+
+    return _WithJSONBody
+
+
+def decode_json_body(raw: bytes, struct: type[_Struct], what: str) -> _Struct:
+    """Decode a JSON request body into ``struct``.
+
+    Raises: HubError(INVALID_REQUEST) naming what was wrong (invalid JSON, nesting too deep,
+    a field of the wrong type).
+    """
+    try:
+        return msgspec.json.decode(raw, type=struct)
+    except RecursionError:
+        raise HubError(ErrorCode.INVALID_REQUEST, f"{what}: JSON is nested too deeply", {}) from None
+    except msgspec.ValidationError as e:
+        raise HubError(ErrorCode.INVALID_REQUEST, f"{what}: {e}", {}) from None
+    except msgspec.DecodeError as e:
+        raise HubError(ErrorCode.INVALID_REQUEST, f"{what} is not valid JSON: {e}", {}) from None

@@ -1,6 +1,7 @@
 """The one exception mapper: every error becomes the ``{"errors": [...]}`` envelope.
 
-``HubError`` carries its code; auth errors, Litestar's routing/validation/size errors and
+``HubError`` carries its code; a client disconnecting mid-body is logged at INFO (a normal
+event); auth errors, Litestar's routing/validation/size errors and
 storage outages are translated here; anything else is a bug: logged with its traceback and
 answered as ``INTERNAL`` without details.
 """
@@ -16,6 +17,7 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from hub_server.api.token import TOKEN_PATH, token_realm
 from hub_server.auth.credentials import bearer_challenge
+from hub_server.api.deps import ClientDisconnected
 from hub_server.auth.errors import Forbidden, Unauthorized
 from hub_server.errors import ErrorCode, HubError
 from hub_server.storage import StorageFull, StorageUnavailable
@@ -40,6 +42,9 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
     """The wire error for any exception (logging the unexpected ones)."""
     if isinstance(exc, HubError):
         return exc
+    if isinstance(exc, ClientDisconnected):  # nobody reads the answer; the access log shows a 400
+        log.info("%s", exc)
+        return HubError(ErrorCode.INVALID_REQUEST, "the client disconnected before the end of the request body")
     if isinstance(exc, Unauthorized):
         return HubError(ErrorCode.UNAUTHORIZED, str(exc), {"reason": exc.reason},
                         headers={"WWW-Authenticate": _challenge(exc, request)})

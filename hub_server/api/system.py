@@ -1,4 +1,8 @@
-"""``GET /v2/`` (OCI version check), ``GET /healthz``, ``GET /metrics``."""
+"""``GET /v2/`` (OCI version check), ``GET /healthz``, ``GET /metrics``.
+
+Each declares the principal, so a bad token is a 401 here as on every route (docs/http-api.md);
+none needs a token. ``/schema`` gets the same rule from :func:`hub_server.api.deps.reject_bad_token`.
+"""
 
 from __future__ import annotations
 
@@ -27,14 +31,17 @@ class SystemController(Controller):
         return Response({}, headers={"Docker-Distribution-Api-Version": "registry/2.0"})
 
     @get("/healthz", summary="Database and blob store health")
-    async def healthz(self, registry: NamedDependency[Registry]) -> Response[HealthOut]:
+    async def healthz(self, principal: NamedDependency[Principal],
+                      registry: NamedDependency[Registry]) -> Response[HealthOut]:
         ok, report = await registry.health()
         body = HealthOut(status="ok" if ok else "unavailable", database=report["database"], storage=report["storage"])
         return Response(body, status_code=200 if ok else 503)
 
     @get("/metrics", summary="Prometheus metrics", media_type="text/plain")
-    async def metrics(self, registry: NamedDependency[Registry]) -> Response[bytes]:
+    async def metrics(self, principal: NamedDependency[Principal],
+                      registry: NamedDependency[Registry]) -> Response[bytes]:
         await registry.refresh_gauges()
-        data, content_type = registry.ctx.metrics.render()
+        # How many private repositories exist is not everyone's business: admins only.
+        data, content_type = registry.ctx.metrics.render(include_private=principal.is_admin)
         # Litestar appends its own charset to text/* types; hand it the type without one.
         return Response(data, media_type=content_type.split("; charset=")[0])

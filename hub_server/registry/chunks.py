@@ -47,6 +47,17 @@ class ChunkService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
+    async def authorize(self, principal: Principal, namespace: str, name: str) -> None:
+        """Check that the caller may query ``namespace/name`` (before its request body is parsed).
+
+        Raises: ``NAME_INVALID``; Unauthorized / Forbidden (as :meth:`query` would).
+        """
+        full = check_repository(namespace, name)
+        async with self.ctx.sessions() as session:
+            repo = await find_repository(session, namespace, name)
+            if not principal.can("push", full) and (repo is None or not can_read(principal, repo)):
+                principal.require("push", full)
+
     async def query(self, principal: Principal, namespace: str, name: str, digests: list[str]) -> ChunkQueryResult:
         """Locate ``digests`` (≤ ``limits.chunks_per_query``) for a caller who may read or push ``namespace/name``."""
         full = check_repository(namespace, name)

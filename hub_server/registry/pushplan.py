@@ -38,6 +38,7 @@ from hub_server.registry.verify import (
     require_utf8,
     shared_bytes,
 )
+from hub_server.registry.vmstate import check_vmstate
 from manifest import mediatypes as mt
 from manifest.chain import resolve_chain
 from manifest.errors import ChainCycle, ChainTooDeep, ManifestError, MissingParent
@@ -88,6 +89,7 @@ async def plan_layer(
     require_utf8(raw_config, "config")
     config = await _parse(LayerConfig, raw_config, limits.config_bytes, "config")
     check_config_files(manifest, config)
+    await check_vmstate(ctx, manifest.vmstate, config.files[mt.VMSTATE_FILE])
 
     ancestors: list[str] = []
     parent_config: LayerConfig | None = None

@@ -78,5 +78,7 @@ class Registry:
         self._gauges_at = now
         self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
         async with self.ctx.sessions() as session:
-            count = (await session.exec(select(func.count()).select_from(Repository))).one()  # type: ignore[call-overload]
-        self.ctx.metrics.repositories.set(count)
+            rows = (await session.exec(select(Repository.public, func.count()).group_by(Repository.public))).all()  # type: ignore[call-overload]
+        counts = {bool(public): n for public, n in rows}
+        self.ctx.metrics.repositories.labels(visibility="public").set(counts.get(True, 0))
+        self.ctx.metrics.repositories.labels(visibility="private").set(counts.get(False, 0))

@@ -25,6 +25,7 @@ from hub_server.storage import BlobStore
 from manifest import mediatypes as mt
 from manifest.assemble import decompress_chunk
 from manifest.errors import ManifestError
+from manifest.jsontext import loads as loads_json
 from manifest.model import ChunkMap, Descriptor, LayerConfig, LayerManifest
 
 __all__ = [
@@ -63,7 +64,7 @@ def parse_document(body: bytes, content_type: str | None, limit: int) -> LayerMa
     """
     require_utf8(body, "manifest")
     try:
-        obj = json.loads(body)
+        obj = loads_json(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise invalid(f"manifest is not valid JSON: {e}") from None
     if not isinstance(obj, dict):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.e2e.logscan import assert_no_traceback
+
 
 def forkd_hub(*args: str) -> list[str]:
     exe = shutil.which("forkd-hub")
@@ -65,11 +67,14 @@ class HubProcess:
                               timeout=60).stdout.strip()
 
     def stop(self) -> int:
+        """SIGTERM the hub and return its exit status; its log must hold no traceback."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
         finally:
             self._log.close()
+        assert_no_traceback(Path(self._log.name).read_text(errors="replace"), f"hub log {self._log.name}")
+        return code

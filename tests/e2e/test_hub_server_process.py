@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.e2e.hubproc import forkd_hub, free_port, wait_healthy
+from tests.e2e.logscan import assert_no_traceback
 from tests.hub_server.pushing import PushClient, chain_images
 from tests.manifest.images import same_bytes
 
@@ -22,6 +23,7 @@ def test_serve_push_pull_and_clean_sigterm(tmp_path: Path):
     images = chain_images(tmp_path)
     data = tmp_path / "data"
     env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data)}
+    subprocess.run(forkd_hub("migrate"), env=env, check=True, capture_output=True, timeout=60)  # creates the hub
     token = subprocess.run(forkd_hub("token", "create", "e2e", "--scope", "push:acme/*"), env=env, check=True,
                            capture_output=True, text=True, timeout=60).stdout.strip()
     port = free_port()
@@ -46,6 +48,7 @@ def test_serve_push_pull_and_clean_sigterm(tmp_path: Path):
             proc.kill()
             raise
         log.close()
+    assert_no_traceback((tmp_path / "serve.log").read_text(), "serve.log")
     lines = (tmp_path / "serve.log").read_text().splitlines()
     assert code == 0, "\n".join(lines[-20:])
     records = [json.loads(line) for line in lines if line.startswith("{")]
@@ -53,3 +56,51 @@ def test_serve_push_pull_and_clean_sigterm(tmp_path: Path):
     assert any(r["method"] == "PUT" and r["status"] == 201 and r["user"] == "e2e" for r in access)
     assert any(r["msg"] == "Application shutdown complete." for r in records)
     assert (data / "hub.db").exists() and not (data / "hub.db-wal").exists()  # the engine was disposed
+
+
+def test_serve_says_what_it_serves_in_json_to_a_file_and_readably_on_a_terminal(tmp_path: Path):
+    """Issue 16 item 12: the start-up line names version, URL, data dir, database and storage."""
+    import pty
+    import select
+
+    data = tmp_path / "data"
+    port = free_port()
+    argv = forkd_hub("serve", "--port", str(port), "--data-dir", str(data))
+    log = (tmp_path / "serve.log").open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        log.close()
+    records = [json.loads(line) for line in (tmp_path / "serve.log").read_text().splitlines() if line.startswith("{")]
+    start = next(r for r in records if r["msg"].startswith("forkd-hub "))
+    assert start["url"] == f"http://127.0.0.1:{port}" and start["data_dir"] == str(data)
+    assert start["database"] == f"sqlite+aiosqlite:///{data.resolve()}/hub.db"
+    assert start["storage"].startswith("filesystem root=") and start["version"]
+
+    port = free_port()
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(forkd_hub("serve", "--port", str(port), "--data-dir", str(data)),
+                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    seen = b""
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        while select.select([controller], [], [], 2)[0]:
+            chunk = os.read(controller, 65536)
+            if not chunk:
+                break
+            seen += chunk
+            if b"/healthz" in seen:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        os.close(controller)
+    text = seen.decode(errors="replace")
+    line = next(line for line in text.splitlines() if "forkd-hub " in line and "starting on" in line)
+    assert not line.lstrip().startswith("{"), line  # readable, not JSON, on a terminal
+    assert f"starting on http://127.0.0.1:{port}; data dir {data}; database sqlite" in line, line
+    assert "Traceback" not in text

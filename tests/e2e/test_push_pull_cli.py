@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.hubproc import HubProcess, forkd
+from tests.e2e.logscan import assert_no_traceback
 
 pytestmark = pytest.mark.slow
 MiB = 1 << 20
@@ -64,6 +65,7 @@ class User:
 
     def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
         result = subprocess.run(forkd(*args), env=self.env, capture_output=True, text=True, input=input, timeout=300)
+        assert_no_traceback(result.stdout + result.stderr, f"forkd {' '.join(args)}")
         if check:
             assert result.returncode == 0, (args, result.stdout, result.stderr)
         return result

@@ -12,7 +12,7 @@ from hub_server.app import create_app
 from hub_server.settings import Settings
 from hub_server.storage import StorageUnavailable
 from tests.hub_server.conftest import Hub
-from tests.hub_server.pushing import expect_error
+from tests.hub_server.pushing import auth, expect_error
 
 
 def test_healthz_checks_database_and_store(hub: Hub):
@@ -49,7 +49,21 @@ def test_metrics_exposes_http_storage_and_chunk_counters(hub: Hub, images, tmp_p
     assert "forkd_hub_chunks_stored_total" in text and "forkd_hub_chunks_stored_total 0.0" not in text
     used = next(line for line in text.splitlines() if line.startswith("forkd_hub_storage_used_bytes "))
     assert float(used.split()[1]) > 0
-    assert "forkd_hub_repositories 1.0" in text
+    assert 'forkd_hub_repositories{visibility="public"} 0.0' in text
+    assert 'visibility="private"' not in text  # anonymous: no count of private repositories
+    admin = hub.client.get("/metrics", headers=auth(token)).text
+    assert 'forkd_hub_repositories{visibility="private"} 1.0' in admin
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/healthz", "/schema/openapi.json", "/schema/swagger", "/v2/"])
+def test_system_routes_refuse_a_bad_token_like_every_route(hub: Hub, path: str):
+    """Issue 16 item 7: the documented rule (a bad token is a 401 on every route) holds here too."""
+    assert hub.client.get(path).status_code == 200
+    for header in ("Bearer fkd_not_a_token", "Basic Zm9vOmJhcg==x", "Bearer"):
+        r = hub.client.get(path, headers={"Authorization": header})
+        expect_error(r, 401, "UNAUTHORIZED")
+    token = hub.token("reader", "pull:acme/*")
+    assert hub.client.get(path, headers=auth(token)).status_code == 200
 
 
 @pytest.mark.filterwarnings("error")

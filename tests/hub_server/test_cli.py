@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+
+import pytest
 
 from litestar.testing import TestClient
 
@@ -39,7 +42,7 @@ def test_gc_dry_run_then_for_real(tmp_path, capsys, images):
     assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--dry-run"]) == 0
     out = capsys.readouterr()
     assert out.out.count("would delete manifest ") == 1 and "would delete blob " in out.out
-    assert "would delete 1 manifest(s)" in out.err
+    assert "would delete 1 manifest(s)" in out.out and out.err == ""  # a report: stdout (issue 16 item 14)
 
     blobs_before = sum(1 for _ in (data / "blobs" / "blobs").rglob("*") if _.is_file())
     assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--json"]) == 0
@@ -63,3 +66,47 @@ def test_every_command_is_registered():
     assert {"serve", "migrate", "gc", "token", "audit"} <= set(commands)
     args = parser.parse_args(["serve", "--port", "0", "--storage", "memory", "--gc-interval", "1h"])
     assert (args.port, args.storage, args.gc_interval) == ("0", "memory", "1h")
+
+
+@pytest.mark.parametrize("argv", [["token", "list"], ["token", "create", "ci", "--scope", "admin"],
+                                  ["token", "revoke", "ci"], ["audit"], ["audit", "--verify"], ["gc", "--dry-run"]])
+def test_commands_refuse_a_data_dir_without_a_hub_and_create_nothing(tmp_path, capsys, argv):
+    """Issue 16 item 12: a typo in --data-dir is refused with one line, never a new empty hub."""
+    missing = tmp_path / "typo"
+    assert main([*argv, "--data-dir", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"data directory {missing} does not exist: no hub there" in err
+    assert f"'forkd-hub serve --data-dir {missing}'" in err
+    assert not missing.exists()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([*argv, "--data-dir", str(empty)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{empty / 'hub.db'} does not exist: no hub there" in err, err
+    assert list(empty.iterdir()) == []
+
+    elsewhere = tmp_path / "empty.db"
+    sqlite3.connect(elsewhere).close()  # an existing but empty database
+    assert main([*argv, "--data-dir", str(empty), "--database-url", f"sqlite+aiosqlite:///{elsewhere}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is empty: no hub there" in err, err
+
+
+def test_serve_refuses_an_unusable_data_dir_with_one_line(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("not a directory")
+    for data_dir in (a_file, a_file / "below"):
+        assert main(["serve", "--port", "0", "--data-dir", str(data_dir)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"forkd-hub: error: data directory {data_dir} is unusable" in err
+
+
+def test_serve_names_a_missing_database_driver_in_one_line(tmp_path, capsys):
+    url = "postgresql+nosuchdriver://hub@127.0.0.1/hub"
+    assert main(["serve", "--port", "0", "--data-dir", str(tmp_path), "--database-url", url]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "forkd-hub: error: database" in err

@@ -10,6 +10,7 @@ import pytest
 from hub_server.audit import default_jsonl_path, verify_jsonl
 from hub_server.auth.errors import Unauthorized
 from hub_server.auth.tokens import TokenService
+from hub_server.cli import main as hub_main
 from hub_server.cli_tokens import cli_actor, main_for_tests, register
 from hub_server.db.engine import make_engine, make_session_factory, sqlite_url
 
@@ -20,6 +21,17 @@ TOKEN = re.compile(r"fkd_[A-Za-z0-9_-]{43}")
 def clean_env(monkeypatch):
     monkeypatch.delenv("FORKD_HUB_DATA_DIR", raising=False)
     monkeypatch.delenv("FORKD_HUB_DATABASE_URL", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def a_hub_in_tmp_path(tmp_path, capsys):
+    """token and audit need an existing hub (they never create one): make one in tmp_path."""
+    make_hub(tmp_path)
+    capsys.readouterr()
+
+
+def make_hub(data_dir) -> None:
+    assert hub_main(["migrate", "--data-dir", str(data_dir)]) == 0
 
 
 def authenticate(url: str, secret: str):
@@ -96,8 +108,17 @@ def test_create_list_revoke_audit(tmp_path, capsys):
     assert json.loads(out) == []
 
     assert verify_jsonl(default_jsonl_path(tmp_path)) == 2
-    code, _, err = run(capsys, "audit", "--verify", "--data-dir", d)
-    assert code == 0 and "2 events" in err
+    code, out, _ = run(capsys, "audit", "--verify", "--data-dir", d)
+    assert code == 0 and "2 events, hash chain intact and matching the database" in out
+    head = out.split("head ", 1)[1].split()[0]
+    code, out, _ = run(capsys, "audit", "--verify", "--expect-head", head, "--data-dir", d)
+    assert code == 0 and f"head {head}" in out
+    # issue 16 item 3: editing the newest line keeps the chain valid but no longer matches the database
+    path = default_jsonl_path(tmp_path)
+    path.write_bytes(path.read_bytes().replace(b'"token.revoke"', b'"token.renew"'))
+    assert verify_jsonl(path) == 2
+    code, out, err = run(capsys, "audit", "--verify", "--data-dir", d)
+    assert code == 1 and out == "" and "line 2: differs from the database's event 2" in err
 
 
 def test_rejections_exit_1_with_a_message(tmp_path, capsys):
@@ -125,12 +146,16 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 def test_data_dir_and_database_url_from_the_environment(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FORKD_HUB_DATA_DIR", str(tmp_path / "from-env"))
+    make_hub(tmp_path / "from-env")
+    capsys.readouterr()
     _, secret, _ = run(capsys, "token", "create", "ci", "--scope", "admin", "--expires", "never")
     assert (tmp_path / "from-env" / "hub.db").exists()
     assert authenticate(sqlite_url(tmp_path / "from-env"), secret.strip()).is_admin
 
     other = tmp_path / "elsewhere.db"
     monkeypatch.setenv("FORKD_HUB_DATABASE_URL", f"sqlite+aiosqlite:///{other}")
+    make_hub(tmp_path / "from-env")
+    capsys.readouterr()
     assert run(capsys, "token", "create", "ci2", "--scope", "admin")[0] == 0
     assert other.exists()
     _, out, _ = run(capsys, "token", "list", "--json")
@@ -139,6 +164,9 @@ def test_data_dir_and_database_url_from_the_environment(tmp_path, capsys, monkey
 
 def test_default_data_dir_is_relative_to_the_working_directory(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    assert run(capsys, "token", "list")[0] == 1  # no hub in ./forkd-hub-data yet: refused, nothing created
+    assert not (tmp_path / "forkd-hub-data").exists()
+    make_hub("forkd-hub-data")
     assert run(capsys, "token", "list")[0] == 0
     assert (tmp_path / "forkd-hub-data" / "hub.db").exists()
 

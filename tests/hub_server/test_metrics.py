@@ -91,12 +91,16 @@ def test_registry_helpers():
     m.record_gc("ok", deleted_bytes=4096)
     m.record_gc("error")
     m.storage_used_bytes.set(10)
-    m.repositories.set(2)
+    m.repositories.labels(visibility="public").set(2)
+    m.repositories.labels(visibility="private").set(3)
     assert sample(m, "forkd_hub_gc_runs_total", result="ok") == 1
     assert sample(m, "forkd_hub_gc_runs_total", result="error") == 1
     assert sample(m, "forkd_hub_gc_deleted_bytes_total") == 4096
     assert sample(m, "forkd_hub_storage_used_bytes") == 10
-    assert sample(m, "forkd_hub_repositories") == 2
+    assert sample(m, "forkd_hub_repositories", visibility="public") == 2
+    assert sample(m, "forkd_hub_repositories", visibility="private") == 3
+    public, _ = m.render(include_private=False)
+    assert b'visibility="public"' in public and b'visibility="private"' not in public
 
 
 def test_requests_are_counted_by_route_template():

@@ -131,3 +131,23 @@ def test_wrong_parent_is_detected(tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(AssemblyError, match="none given"):
         assemble(chunk_map, None, tmp_path / "out", tmp_path / "blobs")
+
+
+def test_a_frame_must_span_its_entry_exactly():
+    """Issue 16 item 6: bytes after the frame inside the entry's length are refused (hub push and client pull
+    both go through decompress_chunk)."""
+    import blake3
+    import zstandard
+
+    from manifest.assemble import decompress_chunk
+    from manifest.errors import AssemblyError
+
+    chunk = bytes(range(256)) * 256
+    digest = "blake3:" + blake3.blake3(chunk).hexdigest()
+    frame = zstandard.ZstdCompressor(level=3).compress(chunk)
+    assert decompress_chunk(frame, len(chunk), digest, "chunk 0") == chunk
+    assert decompress_chunk(memoryview(frame), len(chunk), digest, "chunk 0") == chunk
+    with pytest.raises(AssemblyError, match="chunk 0: 5 bytes follow the zstd frame"):
+        decompress_chunk(frame + b"extra", len(chunk), digest, "chunk 0")
+    with pytest.raises(AssemblyError, match="chunk 0: .*truncated"):
+        decompress_chunk(frame[:-2], len(chunk), digest, "chunk 0")

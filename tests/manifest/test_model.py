@@ -163,3 +163,26 @@ def test_config_forkd_object_round_trips_and_refuses_derived_fields():
                 {"rootfs": 3}):  # what forkd's serde Snapshot could not parse, or what an install derives
         with pytest.raises(InvalidManifest, match="config.forkd"):
             LayerConfig.from_json(json.dumps({**base, "forkd": bad}).encode())
+
+
+@pytest.mark.parametrize("parse", [LayerManifest.from_json, ChunkMap.from_json, LayerConfig.from_json])
+def test_deeply_nested_document_is_invalid_manifest(parse):
+    """Issue 16 item 5: nesting the parser cannot follow is an InvalidManifest, not a RecursionError."""
+    with pytest.raises(InvalidManifest, match="nested too deeply"):
+        parse(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+
+def test_a_config_forkd_object_nested_too_deeply_is_refused():
+    """Issue 16 item 5: a free-form object the client writes back out as snapshot.json is depth-bounded."""
+    base = {"mediaType": mt.CONFIG, "created": "2026-11-29T12:00:00Z", "parent": None, "compat": {},
+            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64},
+                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64}}, "annotations": {}}
+    deep: dict = {}
+    cursor = deep
+    for _ in range(800):  # parses, but json.dumps from a deeper stack would raise RecursionError
+        cursor["a"] = {}
+        cursor = cursor["a"]
+    with pytest.raises(InvalidManifest, match="config.forkd is nested deeper than 32 levels"):
+        LayerConfig.from_json(json.dumps({**base, "forkd": {"x": deep}}).encode())
+    ok = {"volumes": [{"host_path": "/v.img", "guest_path": "/opt"}]}
+    assert LayerConfig.from_json(json.dumps({**base, "forkd": ok}).encode()).forkd == ok

@@ -7,7 +7,15 @@ import httpx
 import pytest
 
 from forkd_client.hub.client import HubClient
-from forkd_client.hub.errors import DigestInvalid, Forbidden, HasDependents, HubUnreachable, NotFound, Unauthorized
+from forkd_client.hub.errors import (
+    DigestInvalid,
+    Forbidden,
+    HasDependents,
+    HubError,
+    HubUnreachable,
+    NotFound,
+    Unauthorized,
+)
 from manifest.digest import digest_bytes
 
 
@@ -149,3 +157,45 @@ def test_the_token_stays_on_the_hub():
         c.repository("a/b")
     assert seen[:2] == [("hub", "Bearer tok"), ("storage.example", None)]
     assert all(host == "hub" for host, _ in seen[2:])
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.repository("a/b"),
+    lambda c: c.search("x"),
+    lambda c: c.lineage("a/b", "v1"),
+    lambda c: c.get_chain("a/b", "v1"),
+    lambda c: c.query_chunks("a/b", ["blake3:" + "0" * 64]),
+], ids=["repository", "search", "lineage", "chain", "chunks-query"])
+def test_deeply_nested_answer_is_a_typed_error(call):
+    """Issue 16 item 5: a hostile hub's deep JSON is a HubError naming it, not an internal error."""
+    c = client_for(lambda request: httpx.Response(200, content=DEEP, headers={"Content-Type": "application/json"}))
+    with pytest.raises(HubError, match="nested too deeply"):
+        call(c)
+
+
+def test_deeply_nested_error_envelope_keeps_the_status():
+    c = client_for(lambda request: httpx.Response(404, content=DEEP, headers={"Content-Type": "application/json"}))
+    with pytest.raises(NotFound, match="HTTP 404"):
+        c.repository("a/b")
+
+
+def test_a_blob_descriptor_over_our_limit_is_refused_without_a_request():
+    """Issue 16 item 4: the descriptor's size comes from the hub; our own limit bounds the read."""
+    requests = []
+
+    def handler(request):
+        requests.append(request)
+        return httpx.Response(200, content=b"x" * 100)
+
+    with pytest.raises(HubError, match="declares 1,099,511,627,776 bytes, over the 1,000 bytes"):
+        client_for(handler).get_blob("a/b", "blake3:" + "0" * 64, 1 << 40, limit=1000)
+    assert requests == []
+
+
+def test_a_manifest_answer_is_bounded_by_the_manifest_limit():
+    big = b"{" + b" " * (2 << 20) + b"}"
+    with pytest.raises(HubError, match="more than the 1,048,576"):
+        client_for(lambda request: httpx.Response(200, content=big)).get_manifest("a/b", "v1")

@@ -43,6 +43,15 @@ def test_parse_rejects(text, fragment):
         Reference.parse(text)
 
 
+@pytest.mark.parametrize("text", ["hub/acme/py", "myregistry/acme/py:v1", "Hub_1/acme/py"])
+def test_a_first_component_is_a_host_only_with_a_dot_a_colon_or_localhost(text):
+    """Issue 16 item 10 (docker's rule): 'hub/acme/py' is a three-part name, not host 'hub'."""
+    first = text.split("/")[0]
+    with pytest.raises(InvalidReference, match=rf"{first!r} is not a host \(a host has a '\.' or a ':' or is "
+                                               r"'localhost'\); the name must be namespace/repo"):
+        Reference.parse(text)
+
+
 def test_hub_url_choice():
     default = "http://127.0.0.1:8080"
     assert Reference.parse("a/b").hub_url(default) == default

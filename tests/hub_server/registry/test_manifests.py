@@ -38,7 +38,7 @@ def put(hub: Hub, token: str, repo: str, ref: str, body: bytes, **params):
                           headers={**auth(token), "Content-Type": mt.OCI_MANIFEST})
 
 
-@pytest.mark.parametrize("corruption", ["swapped-chunks", "flipped-byte"])
+@pytest.mark.parametrize("corruption", ["swapped-chunks", "flipped-byte", "trailing-bytes"])
 def test_corrupted_data_blob_is_rejected_naming_the_chunk(hub: Hub, admin_token, images, tmp_path, corruption):
     pusher = hub.pusher(admin_token)
     layer = pusher.build_layer("acme/vm", *images[0], tmp_path / "b")
@@ -54,8 +54,15 @@ def test_corrupted_data_blob_is_rejected_naming_the_chunk(hub: Hub, admin_token,
     else:
         (blob_digest, path), = layer.data_blobs.items()
         raw = bytearray(path.read_bytes())
-        victim = entries[data[3]]
-        raw[victim.offset + victim.length // 2] ^= 0xFF
+        if corruption == "flipped-byte":
+            victim = entries[data[3]]
+            raw[victim.offset + victim.length // 2] ^= 0xFF
+        else:  # issue 16 item 6: bytes after a valid frame, inside its entry's length, are refused
+            last = max(data, key=lambda i: entries[i].offset)
+            assert entries[last].offset + entries[last].length == len(raw)
+            raw += b"unverified trailing bytes"
+            entries[last] = victim = replace(entries[last], length=entries[last].length + 25)
+            cm = replace(cm, entries=tuple(entries))
         new_digest = str(digest_bytes(bytes(raw)))
         new_path = path.with_name(new_digest.replace(":", "-"))
         new_path.write_bytes(bytes(raw))
