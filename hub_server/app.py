@@ -28,6 +28,7 @@ from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES
 from hub_server.api.errors import EXCEPTION_HANDLERS
 from hub_server.api.forkd_compat import ForkdCompatController
+from hub_server.api.openapi import document_errors
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
@@ -86,6 +87,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
         template_config=web.template_config(),
         logging_config=None,  # hub_server.logs configures logging (JSON lines) in the CLI
     )
+    document_errors(app)  # every API operation lists the error envelope per status, from the error table
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
     app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))  # type: ignore[arg-type]
     return app

@@ -54,7 +54,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HubProces
     hub = RealHub(process)
     try:
         (root / "images").mkdir()
-        catalog = seed_catalog(hub, chain_images(root / "images"), root / "seed")
+        catalog = seed_catalog(hub, chain_images(root / "images"), root / "seed", pulls=True)
         reader = hub.token("reader", "pull:beta/*")
         yield process, catalog, reader
     finally:
@@ -92,6 +92,8 @@ def test_browse_search_copy_and_sign_in(served, browser) -> None:  # noqa: ANN00
     page.goto("/")
     assert page.title() == "Home · forkd hub"
     assert page.locator("h2", has_text="Recently updated").is_visible()
+    pulled = page.locator("section[aria-labelledby=pulled-h] li.card h3 a")
+    assert pulled.all_inner_texts() == ["acme/py-numpy", "acme/py-base", "acme/py-pandas"]
     assert "beta/secret" not in page.content()
     _shot(page, "home-desktop")
 

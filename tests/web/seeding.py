@@ -41,7 +41,8 @@ def _push(pusher: PushClient, repo: str, layer: BuiltLayer, tag: str, *, public:
     pusher.push_layer(repo, layer, tag, public=public)
 
 
-def seed_catalog(hub: Hub, images: list[tuple[Path, bytes]], workdir: Path) -> Catalog:
+def seed_catalog(hub: Hub, images: list[tuple[Path, bytes]], workdir: Path, *, pulls: bool = False) -> Catalog:
+    """Push the catalog above; with ``pulls``, fetch a few chains so "most pulled" has entries."""
     admin = hub.token("admin", "admin")
     pusher = hub.pusher(admin)
     base = with_config(pusher.build_layer("acme/py-base", *images[0], workdir / "b"),
@@ -64,4 +65,8 @@ def seed_catalog(hub: Hub, images: list[tuple[Path, bytes]], workdir: Path) -> C
                        ("evil/xss", HOSTILE_MARKDOWN)]:
         r = hub.client.patch(f"/api/v1/repositories/{repo}", json={"description": text}, headers=auth(admin))
         assert r.status_code == 200, r.text
+    if pulls:
+        for repo, tag, times in [("acme/py-numpy", "1.26", 3), ("acme/py-base", "3.12", 2), ("acme/py-pandas", "2.2", 1)]:
+            for _ in range(times):
+                assert hub.client.get(f"/api/v1/repositories/{repo}/chain/{tag}").status_code == 200
     return Catalog(admin, {"base": base, "numpy": numpy, "pandas": pandas, "secret": secret, "evil": evil})
