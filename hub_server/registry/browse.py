@@ -14,6 +14,7 @@ Errors: ``HubError`` (``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -42,6 +43,9 @@ from hub_server.registry.search import (
 __all__ = ["BrowseService", "Home", "RepositoryView", "TagRow"]
 
 HOME_LIST = 6
+#: Seconds the search page's filter values are reused, and how many scope sets are remembered.
+FACETS_MAX_AGE = 30.0
+FACETS_CACHE_SIZE = 256
 TAGS_PER_PAGE = 25
 
 
@@ -94,6 +98,7 @@ class RepositoryView:
 class BrowseService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
+        self._facets: dict[tuple[bool, tuple[str, ...]], tuple[float, Facets]] = {}
 
     async def home(self, principal: Principal) -> Home:
         """The front page's lists and counts (readable repositories only)."""
@@ -107,9 +112,22 @@ class BrowseService:
         return Home(recent.items, [r for r in pulled.items if r.pull_count > 0], recent.total, tags)
 
     async def search(self, principal: Principal, query: SearchQuery) -> tuple[SearchResults, Facets]:
-        """A page of search results and the values the filters offer. Raises HubError(INVALID_REQUEST)."""
+        """A page of search results and the values the filters offer. Raises HubError(INVALID_REQUEST).
+
+        The filter values scan every tagged layer's compatibility metadata, so they are reused for
+        :data:`FACETS_MAX_AGE` seconds per set of scopes (a new VMM shows up in the list that late).
+        """
         async with self.ctx.sessions() as session:
-            return await search_repositories(session, principal, query), await facets(session, principal)
+            results = await search_repositories(session, principal, query)
+            key = (principal.is_admin, tuple(sorted(str(s) for s in principal.scopes)))
+            cached = self._facets.get(key)
+            now = time.monotonic()
+            if cached is None or cached[0] < now:
+                if len(self._facets) >= FACETS_CACHE_SIZE:
+                    self._facets.clear()
+                cached = (now + FACETS_MAX_AGE, await facets(session, principal))
+                self._facets[key] = cached
+        return results, cached[1]
 
     async def namespace(self, principal: Principal, namespace: str, page: int = 1) -> SearchResults:
         """A page of the readable repositories in ``namespace``; NAME_UNKNOWN when there is none."""

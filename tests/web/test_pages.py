@@ -179,9 +179,11 @@ def test_private_repositories_stay_private(hub: Hub, catalog: Catalog) -> None:
         page(hub, "/r/beta/secret", 404)
         page(hub, "/r/beta/secret/t/v1", 404)
         assert "0 repositories" in page(hub, "/search", params={"q": "zebra"})
+        assert '<option value="beta"' not in page(hub, "/search")  # not even as a filter value
         assert "private-marker" not in page(hub, "/search", params={"namespace": "beta"})
     signed_in(reader)
     assert cards(page(hub, "/search", params={"q": "zebra"})) == ["beta/secret"]
+    assert '<option value="beta"' in page(hub, "/search")
     assert "zebra-private-marker internal build" in page(hub, "/r/beta/secret")
     assert "beta/secret" in page(hub, "/")
     # a hostile annotation in the private repository is escaped too
