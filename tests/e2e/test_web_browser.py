@@ -29,7 +29,7 @@ pytestmark = [
 ]
 
 ARTIFACTS = Path(os.environ.get("FORKD_WEB_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts" / "web"))
-DESKTOP = {"width": 1280, "height": 900}
+DESKTOP = {"width": 1200, "height": 820}
 PHONE = {"width": 390, "height": 844}
 
 
@@ -72,10 +72,11 @@ def browser() -> Iterator[object]:
             browser.close()
 
 
-def _shot(page, name: str) -> Path:  # noqa: ANN001
+def _shot(page, name: str, *, full_page: bool = True) -> Path:  # noqa: ANN001
+    """A screenshot in the artifacts folder (``docs/images/web-*.png`` are the ``*-top`` ones)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     assert path.stat().st_size > 10_000, f"{path} looks empty"
     return path
 
@@ -96,6 +97,7 @@ def test_browse_search_copy_and_sign_in(served, browser) -> None:  # noqa: ANN00
     assert pulled.all_inner_texts() == ["acme/py-numpy", "acme/py-base", "acme/py-pandas"]
     assert "beta/secret" not in page.content()
     _shot(page, "home-desktop")
+    _shot(page, "home-desktop-top", full_page=False)
 
     page.fill("#q", "numpy")
     page.press("#q", "Enter")
@@ -117,13 +119,14 @@ def test_browse_search_copy_and_sign_in(served, browser) -> None:  # noqa: ANN00
     assert graph.locator("a.node").count() == 3  # base, this layer, the pandas tag that builds on it
     assert (graph.locator("title").text_content() or "").startswith("Lineage of acme/py-numpy:1.26")
     _shot(page, "layer-desktop")
+    _shot(page, "layer-desktop-top", full_page=False)
 
     copy = page.locator("button.copy").first
     assert copy.is_visible()
     expected = copy.get_attribute("data-copy")
     copy.click()
-    page.wait_for_function("document.querySelector('button.copy').textContent === 'Copied'")
-    assert page.evaluate("navigator.clipboard.readText()") == expected
+    playwright_api.expect(copy).to_have_text("Copied")
+    assert page.evaluate("() => navigator.clipboard.readText()") == expected
     assert expected.startswith("forkd pull 127.0.0.1:") and expected.endswith("/acme/py-numpy:1.26")
 
     page.goto("/r/beta/secret")

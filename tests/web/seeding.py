@@ -37,6 +37,11 @@ def with_config(layer: BuiltLayer, parent: BuiltLayer | None = None, **changes: 
     return layer.rebuild(config=config)
 
 
+def _describe(hub: Hub, admin: str, repo: str, text: str) -> None:
+    r = hub.client.patch(f"/api/v1/repositories/{repo}", json={"description": text}, headers=auth(admin))
+    assert r.status_code == 200, r.text
+
+
 def _push(pusher: PushClient, repo: str, layer: BuiltLayer, tag: str, *, public: bool) -> None:
     pusher.push_layer(repo, layer, tag, public=public)
 
@@ -48,6 +53,13 @@ def seed_catalog(hub: Hub, images: list[tuple[Path, bytes]], workdir: Path, *, p
     base = with_config(pusher.build_layer("acme/py-base", *images[0], workdir / "b"),
                        compat={"vmm": "qemu-microvm", "arch": "x86_64", "memMiB": 4},
                        annotations={"org.opencontainers.image.title": "Python base"})
+    # the hostile and private repositories first, so the acme ones are the most recently updated
+    secret = with_config(base, annotations={"secret.note": "zebra-private-marker " + HOSTILE})
+    _push(pusher, "beta/secret", secret, "v1", public=False)
+    evil = with_config(base, annotations={"evil": HOSTILE, HOSTILE[:60]: "key is hostile too"})
+    _push(pusher, "evil/xss", evil, "v1", public=True)
+    _describe(hub, admin, "beta/secret", "zebra-private-marker internal build")
+    _describe(hub, admin, "evil/xss", HOSTILE_MARKDOWN)
     _push(pusher, "acme/py-base", base, "3.12", public=True)
     numpy = pusher.build_layer("acme/py-numpy", *images[1], workdir / "n", base)
     numpy = with_config(numpy, base, compat={"vmm": "firecracker", "arch": "aarch64", "memMiB": 8},
@@ -56,15 +68,8 @@ def seed_catalog(hub: Hub, images: list[tuple[Path, bytes]], workdir: Path, *, p
     pandas = pusher.build_layer("acme/py-pandas", *images[2], workdir / "p", numpy)
     pandas = with_config(pandas, numpy, compat={"vmm": "firecracker", "arch": "aarch64", "memMiB": 8})
     _push(pusher, "acme/py-pandas", pandas, "2.2", public=True)
-    secret = with_config(base, annotations={"secret.note": "zebra-private-marker " + HOSTILE})
-    _push(pusher, "beta/secret", secret, "v1", public=False)
-    evil = with_config(base, annotations={"evil": HOSTILE, HOSTILE[:60]: "key is hostile too"})
-    _push(pusher, "evil/xss", evil, "v1", public=True)
-    for repo, text in [("acme/py-base", "**Python 3.12** on a tiny guest.\n\n- pip ready\n- `uv` installed"),
-                       ("beta/secret", "zebra-private-marker internal build"),
-                       ("evil/xss", HOSTILE_MARKDOWN)]:
-        r = hub.client.patch(f"/api/v1/repositories/{repo}", json={"description": text}, headers=auth(admin))
-        assert r.status_code == 200, r.text
+    _describe(hub, admin, "acme/py-numpy", "NumPy 1.26 and OpenBLAS, imported and warm, on top of `py-base`.")
+    _describe(hub, admin, "acme/py-base", "**Python 3.12** on a tiny guest.\n\n- pip ready\n- `uv` installed")
     if pulls:
         for repo, tag, times in [("acme/py-numpy", "1.26", 3), ("acme/py-base", "3.12", 2), ("acme/py-pandas", "2.2", 1)]:
             for _ in range(times):
