@@ -22,19 +22,21 @@ from collections.abc import AsyncIterator, Sequence
 
 from litestar import Litestar, Router
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ControllerRouterHandler
 
 from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES, reject_bad_token
 from hub_server.api.errors import EXCEPTION_HANDLERS
 from hub_server.api.forkd_compat import ForkdCompatController
+from hub_server.api.openapi import document_errors
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
 from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings
+import web
 
 __all__ = ["create_app", "route_handlers"]
 
@@ -45,10 +47,12 @@ def route_handlers() -> list[ControllerRouterHandler]:
     """Every controller the hub serves.
 
     Extension point: the forkd compatibility controller (``/registry.json``, ``/packs/…``, from
-    ``hub_server.api.forkd_compat``) and the web catalog are appended here.
+    ``hub_server.api.forkd_compat``) and the web catalog (``/``, ``/search``, ``/n/…``, ``/r/…``,
+    ``/signin``, ``/static/…``, from ``web``) are appended here.
     """
     handlers: list[ControllerRouterHandler] = list(ROUTE_HANDLERS)
     handlers.append(ForkdCompatController)  # /registry.json and /packs/… for unmodified forkd clients
+    handlers.extend(web.route_handlers())
     return handlers
 
 
@@ -75,11 +79,18 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
             version="1",
             description="Registry and hub for microVM snapshots. Semantics: docs/http-api.md.",
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin()],
+            render_plugins=[web.openapi_render_plugin()],  # packaged Swagger UI assets, no CDN
+            components=Components(security_schemes={"bearer": SecurityScheme(
+                type="http", scheme="bearer",
+                description="A hub token (`forkd-hub token create`), sent as `Authorization: Bearer fkd_…`.",
+            )}),
             openapi_router=Router("/schema", route_handlers=[], guards=[reject_bad_token]),
+            security=[{"bearer": []}],
         ),
+        template_config=web.template_config(),
         logging_config=None,  # hub_server.logs configures logging (JSON lines) in the CLI
     )
+    document_errors(app)  # every API operation lists the error envelope per status, from the error table
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
     app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))  # type: ignore[arg-type]
     return app

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ]; then
     bash scripts/install-system-deps.sh
+    bash scripts/install-web-deps.sh
 else
     echo "not root: skipping system packages (QEMU, xfsprogs, ...); tests that need them will skip with a reason" >&2
 fi

@@ -2,7 +2,7 @@
 
 ::
 
-    repositories      (id, namespace, name, public, description, created_at, updated_at)
+    repositories      (id, namespace, name, public, description, created_at, updated_at, pull_count)
     blobs             (digest PK, size, media_type, created_at)      every stored object, manifests too
     repository_blobs  (repository_id, blob_digest)                   a blob is readable through these
     manifests         (digest PK, size, media_type, artifact_type, config_digest, parent_digest,
@@ -16,6 +16,8 @@
     gc_leases         (name, holder, expires_at)                     one GC sweeps at a time (replicas)
     gc_marks          (kind, digest, unreferenced_since)             when GC first saw an object unreferenced
     alembic_version   (version_num)                                  the schema revision (db/schema.py)
+    repository_search (SQLite: an FTS5 table, one row per repository, kept by triggers; revision
+                       0005, see ``db.search_index``)
 
 Blob rows exist only for objects that were verified and moved to their content address.
 Digests are ``algorithm:hex`` strings. Timestamps are timezone-aware UTC on every backend.
@@ -89,6 +91,8 @@ class Repository(SQLModel, table=True):
     description: str = ""
     created_at: datetime = _time()
     updated_at: datetime = _time()
+    pull_count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
+    """Chains fetched (``forkd pull``) from this repository."""
 
     @property
     def full_name(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -29,7 +30,10 @@ from manifest import mediatypes as mt
 from manifest.chain import resolve_chain
 from manifest.errors import ChainError
 
-__all__ = ["Chain", "ChainLink", "Dependent", "Lineage", "LineageService", "LinkRef"]
+__all__ = [
+    "Chain", "ChainLink", "Dependent", "Lineage", "LineageService", "LinkRef", "locate_links", "readable_dependents",
+    "resolve_layers",
+]
 
 #: Stored chains were depth-checked at push; this only guards the walk against bad data.
 WALK_LIMIT = 1024
@@ -82,10 +86,16 @@ class LineageService:
         self.ctx = ctx
 
     async def chain(self, principal: Principal, namespace: str, name: str, ref: str) -> Chain:
-        """The chain ``ref`` names, base → head, with exact manifest and config bytes."""
+        """The chain ``ref`` names, base → head, with exact manifest and config bytes.
+
+        Each answer counts as one pull of the repository (``repositories.pull_count``).
+        """
         async with self.ctx.sessions() as session:
-            repo, rows = await self._resolve(session, principal, namespace, name, ref)
-            refs = await _locate(session, principal, repo, [r.digest for r in rows])
+            repo, rows = await resolve_layers(session, principal, namespace, name, ref)
+            refs = await locate_links(session, principal, repo, [r.digest for r in rows])
+            await session.exec(update(Repository).where(col(Repository.id) == repo.id)  # type: ignore[call-overload]
+                               .values(pull_count=col(Repository.pull_count) + 1))
+            await session.commit()
         links = []
         for row, where in zip(rows, refs, strict=True):
             manifest = await self.ctx.store.read(blob_key(row.digest))
@@ -97,24 +107,29 @@ class LineageService:
     async def lineage(self, principal: Principal, namespace: str, name: str, ref: str) -> Lineage:
         """Ancestors, dependents (tags whose chains include this layer) and sizes of the layer ``ref`` names."""
         async with self.ctx.sessions() as session:
-            repo, rows = await self._resolve(session, principal, namespace, name, ref)
+            repo, rows = await resolve_layers(session, principal, namespace, name, ref)
             head = rows[-1]
-            ancestors = await _locate(session, principal, repo, [r.digest for r in rows[:-1]])
-            dependents = await _dependents(session, principal, head.digest)
+            ancestors = await locate_links(session, principal, repo, [r.digest for r in rows[:-1]])
+            dependents = await readable_dependents(session, principal, head.digest)
         return Lineage(head.digest, len(rows), ancestors, dependents, head.logical_size, head.stored_size,
                        head.shared_with_parent)
 
-    async def _resolve(
-        self, session: AsyncSession, principal: Principal, namespace: str, name: str, ref: str
-    ) -> tuple[Repository, list[Manifest]]:
-        reference = parse_reference(ref)
-        repo = await readable_repository(session, principal, namespace, name)
-        digest = await resolve_reference(session, repo, reference)
-        head = await session.get(Manifest, digest)
-        assert head is not None
-        if head.artifact_type == mt.CHAIN_ARTIFACT:
-            head = await _index_head(session, head.digest)
-        return repo, await _walk(session, head)
+
+async def resolve_layers(
+    session: AsyncSession, principal: Principal, namespace: str, name: str, ref: str
+) -> tuple[Repository, list[Manifest]]:
+    """The readable repository and the layers of the chain ``ref`` names there, base → head.
+
+    Raises HubError(NAME_INVALID / NAME_UNKNOWN / MANIFEST_UNKNOWN / DIGEST_INVALID).
+    """
+    reference = parse_reference(ref)
+    repo = await readable_repository(session, principal, namespace, name)
+    digest = await resolve_reference(session, repo, reference)
+    head = await session.get(Manifest, digest)
+    assert head is not None
+    if head.artifact_type == mt.CHAIN_ARTIFACT:
+        head = await _index_head(session, head.digest)
+    return repo, await _walk(session, head)
 
 
 async def _index_head(session: AsyncSession, index_digest: str) -> Manifest:
@@ -149,7 +164,7 @@ async def _walk(session: AsyncSession, head: Manifest) -> list[Manifest]:
     return [rows[d] for d in order]
 
 
-async def _locate(session: AsyncSession, principal: Principal, repo: Repository, digests: list[str]) -> list[LinkRef]:
+async def locate_links(session: AsyncSession, principal: Principal, repo: Repository, digests: list[str]) -> list[LinkRef]:
     """Where to fetch each manifest: ``repo`` if linked there, else a readable repository linking it."""
     here: set[str] = set()
     for batch in batched(digests):
@@ -182,7 +197,7 @@ async def descendants(session: AsyncSession, digest: str) -> list[str]:
     return found
 
 
-async def _dependents(session: AsyncSession, principal: Principal, digest: str) -> list[Dependent]:
+async def readable_dependents(session: AsyncSession, principal: Principal, digest: str) -> list[Dependent]:
     out: list[Dependent] = []
     for batch in batched(await descendants(session, digest)):
         rows = await session.exec(select(Tag, Repository).join(Repository, Repository.id == Tag.repository_id)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from sqlmodel import select
 
 from hub_server.db.models import Repository
 from hub_server.registry.blobs import BlobService, BlobUnlinker
+from hub_server.registry.browse import BrowseService
 from hub_server.registry.catalog import CatalogService
 from hub_server.registry.chunks import ChunkService
 from hub_server.registry.context import RegistryContext
@@ -43,6 +44,7 @@ class Registry:
         self.chunks = ChunkService(ctx)
         self.lineage = LineageService(ctx)
         self.catalog = CatalogService(ctx)
+        self.browse = BrowseService(ctx)
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
         self._gauges_at: float | None = None

@@ -1,0 +1,88 @@
+"""Sign-in, the session cookie and CSRF protection."""
+
+from __future__ import annotations
+
+import re
+
+from litestar.testing import TestClient
+
+from tests.hub_server.conftest import Hub
+
+PRIVATE = "/r/beta/secret"
+
+
+def csrf_of(html: str) -> str:
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', html).group(1)
+
+
+def sign_in(client: TestClient, token: str):  # noqa: ANN201
+    form = client.get("/signin?next=" + PRIVATE)
+    return client.post("/signin", data={"token": token, "csrf": csrf_of(form.text), "next": PRIVATE},
+                       follow_redirects=False)
+
+
+def test_sign_in_sets_a_sealed_http_only_cookie_and_sign_out_clears_it(hub: Hub, catalog) -> None:
+    token = hub.token("reader", "pull:beta/*")
+    assert hub.client.get(PRIVATE).status_code == 404
+    r = sign_in(hub.client, token)
+    assert r.status_code == 303 and r.headers["location"] == PRIVATE
+    cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("forkd_session="))
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie.replace("Lax", "lax") and "Max-Age=43200" in cookie
+    assert "Secure" not in cookie  # plain http here; https below
+    assert token not in cookie  # sealed, not the token itself
+    page = hub.client.get(PRIVATE)
+    assert page.status_code == 200 and "reader" in page.text
+    r = hub.client.post("/signout", data={"csrf": csrf_of(page.text)}, follow_redirects=False)
+    assert r.status_code == 303
+    assert hub.client.get(PRIVATE).status_code == 404
+
+
+def test_csrf_is_required_and_checked(hub: Hub, catalog) -> None:
+    token = hub.token("reader", "pull:beta/*")
+    form = hub.client.get("/signin")
+    assert hub.client.post("/signin", data={"token": token}).status_code == 403
+    assert hub.client.post("/signin", data={"token": token, "csrf": "0" * 64}).status_code == 403
+    cross = hub.client.post("/signin", data={"token": token, "csrf": csrf_of(form.text)},
+                            headers={"Origin": "https://evil.example"})
+    assert cross.status_code == 403
+    other = TestClient(hub.client.app, base_url=str(hub.client.base_url))  # another browser: other nonce
+    with other:
+        other.get("/signin")
+        assert other.post("/signin", data={"token": token, "csrf": csrf_of(form.text)}).status_code == 403
+    assert hub.client.get(PRIVATE).status_code == 404  # nothing of the above signed anyone in
+
+
+def test_bad_tokens_tampered_cookies_and_revocation(hub: Hub, catalog) -> None:
+    r = sign_in(hub.client, "fkd_" + "x" * 43)
+    assert r.status_code == 400 and "that token was not accepted (unknown)" in r.text
+    token = hub.token("reader", "pull:beta/*")
+    assert sign_in(hub.client, token).status_code == 303
+    sealed = hub.client.cookies["forkd_session"]
+    hub.client.cookies.set("forkd_session", sealed[:-4] + ("AAAA" if not sealed.endswith("AAAA") else "BBBB"))
+    assert hub.client.get(PRIVATE).status_code == 404  # tampered: anonymous
+    hub.client.cookies.set("forkd_session", sealed)
+    assert hub.client.get(PRIVATE).status_code == 200
+    hub.call(hub.client.app.state.tokens.revoke, "reader")
+    assert hub.client.get(PRIVATE).status_code == 404  # revoked token: the session ends at once
+
+
+def test_open_redirects_are_refused(hub: Hub, catalog) -> None:
+    token = hub.token("reader", "pull:beta/*")
+    for target in ["//evil.example/", "https://evil.example/", "/\\evil.example"]:
+        hub.client.cookies.clear()
+        form = hub.client.get("/signin")
+        r = hub.client.post("/signin", data={"token": token, "csrf": csrf_of(form.text), "next": target},
+                            follow_redirects=False)
+        assert r.headers["location"] == "/"
+
+
+def test_cookie_is_secure_over_https(make_hub, images, tmp_path) -> None:
+    from tests.web.seeding import seed_catalog
+
+    hub = make_hub()
+    seed_catalog(hub, images, tmp_path / "seed")
+    token = hub.token("reader", "pull:beta/*")
+    with TestClient(hub.client.app, base_url="https://hub.example") as client:
+        r = sign_in(client, token)
+        cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("forkd_session="))
+        assert "Secure" in cookie

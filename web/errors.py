@@ -1,0 +1,47 @@
+"""How the catalog answers failures: an HTML page with the API's status code and message.
+
+Expected errors (an unknown or private repository, a bad query, a stale form) are rendered with
+``error.html``; anything unexpected goes through the hub's one mapper (``api.errors.to_hub_error``),
+which logs it, and the page shows only the generic message. The pages also carry security
+headers: a Content-Security-Policy that allows only this hub's own scripts, styles and images.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response
+from litestar.datastructures import ResponseHeader
+from litestar.response import Template
+
+from hub_server.api.errors import to_hub_error
+from web.session import CsrfRejected
+
+__all__ = ["CSP", "HTML_EXCEPTION_HANDLERS", "SECURITY_HEADERS"]
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+       "base-uri 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = [
+    ResponseHeader(name="Content-Security-Policy", value=CSP),
+    ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
+    ResponseHeader(name="Referrer-Policy", value="same-origin"),
+]
+
+_TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Not allowed", 404: "Not found", 413: "Too large",
+           503: "Unavailable"}
+
+
+def html_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    if isinstance(exc, CsrfRejected):
+        status, message = 403, str(exc)
+    else:
+        error = to_hub_error(exc, request)
+        status, message = error.status, error.message
+    title = _TITLES.get(status, "Something went wrong")
+    return Template(template_name="error.html", status_code=status,
+                    context={"title": title, "message": message, "status": status, "principal": None,
+                             "path": request.url.path},
+                    headers={h.name: h.value for h in SECURITY_HEADERS if h.value is not None})
+
+
+HTML_EXCEPTION_HANDLERS = {Exception: html_error}
