@@ -6,7 +6,7 @@ stores the exact bytes received as a blob and commits every row in one transacti
 to the repository (the document's blobs and the chain below it, so the whole chain is
 pullable through this repository), verified chunk locations, and the tag. Nothing is written
 before every check passed. The digest is computed over the received bytes with the algorithm
-of the digest reference, or blake3 for a tag.
+of the digest reference, or sha256 for a tag.
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
@@ -97,7 +97,7 @@ class ManifestService:
         limit = self.ctx.limits.manifest_bytes
         if len(body) > limit:
             raise too_large("manifest", len(body), limit)
-        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else "blake3"
+        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else "sha256"
         digest = str(digest_bytes(body, algorithm))
         if reference.digest is not None and reference.digest != digest:
             raise HubError(ErrorCode.DIGEST_INVALID, f"manifest bytes hash to {digest}, not {reference.digest}",
@@ -110,7 +110,7 @@ class ManifestService:
                 plan = await plan_index(self.ctx, session, principal, repo, document)
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
-        await verify_frames(self.ctx.store, plan.frames, plan.blob_sizes)
+        await verify_frames(self.ctx, plan.frames, plan.blob_sizes)
 
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):

@@ -20,8 +20,8 @@ from typing import Any
 import anyio.to_thread
 
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.paths import blob_key
-from hub_server.storage import BlobStore
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.recipes import read_blob_range
 from manifest import mediatypes as mt
 from manifest.assemble import decompress_chunk
 from manifest.errors import ManifestError
@@ -230,7 +230,7 @@ def _check_run(data: bytes, start: int, run: list[FrameCheck]) -> None:
             ) from None
 
 
-async def verify_frames(store: BlobStore, checks: list[FrameCheck], blob_sizes: dict[str, int]) -> None:
+async def verify_frames(ctx: RegistryContext, checks: list[FrameCheck], blob_sizes: dict[str, int]) -> None:
     """Read and verify every frame in ``checks`` (sorted as :func:`plan_frames` returns them).
 
     Raises: HubError(MANIFEST_INVALID) for a frame past the end of its blob,
@@ -244,5 +244,5 @@ async def verify_frames(store: BlobStore, checks: list[FrameCheck], blob_sizes: 
     for run in _runs(checks):
         start = run[0].offset
         end = max(c.offset + c.length for c in run)
-        data = await store.read(blob_key(run[0].blob), start, end - start)
+        data = await read_blob_range(ctx, run[0].blob, start, end - start, size=blob_sizes[run[0].blob])
         await anyio.to_thread.run_sync(_check_run, data, start, run)

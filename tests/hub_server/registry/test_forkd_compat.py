@@ -222,7 +222,7 @@ def test_frames_are_read_a_window_at_a_time(hub: Hub, images, tmp_path):
     layer = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:1], tmp_path / "p", "v1")[0]
     blob = next(iter(layer.data_blobs))
     data = layer.data_blobs[blob].read_bytes()
-    frames = StoreFrames(hub.registry.ctx.store, window=64 * 1024, keep=1)
+    frames = StoreFrames(hub.registry.ctx, window=64 * 1024, keep=1)
     entries = [e for e in layer.chunk_map.entries if e.digest is not None]
 
     def read_all() -> list[bytes]:
