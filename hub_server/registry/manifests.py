@@ -16,6 +16,7 @@ Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
@@ -38,6 +39,7 @@ from hub_server.registry.access import ensure_repository, find_repository, reada
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import Reference, check_repository, parse_reference
 from hub_server.registry.paths import blob_key
+from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference
@@ -110,7 +112,7 @@ class ManifestService:
                 plan = await plan_index(self.ctx, session, principal, repo, document)
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
-        await verify_frames(self.ctx, plan.frames, plan.blob_sizes)
+        await verify_frames(partial(read_blob_range, self.ctx), plan.frames, plan.blob_sizes)
 
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):
@@ -123,7 +125,8 @@ class ManifestService:
                                         digest=digest, remote=remote,
                                         detail={"mediaType": plan.media_type, "newChunks": len(plan.frames),
                                                 "reusedChunks": plan.reused_frames})
-            self.ctx.metrics.record_chunks(stored=len(plan.frames), deduplicated=plan.reused_frames)
+            # frames of data blobs pushed whole are verified (and counted) here; recipes on ingest
+            self.ctx.metrics.record_chunks(stored=len(plan.frames))
         if reference.tag is not None:
             await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
                                         digest=digest, remote=remote, detail={"previous": previous})

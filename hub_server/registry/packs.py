@@ -232,6 +232,7 @@ async def ingest_recipe(ctx: RegistryContext, principal: Principal, repository_i
     pack = pack_key(upload_id.replace("-", "")) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
     await _commit(ctx, repository_id, recipe, pack, positions, new)
+    ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
 
 
 async def _write_pack(store: BlobStore, staged: str, pack: str | None, new: dict[str, tuple[int, RecipeFrameSpec]],
