@@ -96,6 +96,18 @@ class ChunkList:
         return "blake3:" + h.hexdigest()
 
 
+def apply_map(parent: ChunkList | None, entries: Iterable[tuple[int, str | None]], size: int,
+              chunk_size: int) -> ChunkList:
+    """The chunk list of a layer's file: the parent's list (None: no parent file) truncated or
+    zero-extended to ``size``, with the layer's entries applied. O(chunks).
+
+    Raises ValueError (the chunk size changed), IndexError (an entry past the end), InvalidDigest.
+    """
+    out = (parent if parent is not None else ChunkList(0, chunk_size)).resized(size, chunk_size)
+    out.apply(entries)
+    return out
+
+
 def chunk_list_of_file(path: str | os.PathLike[str], chunk_size: int) -> ChunkList:
     """The chunk list of a file, hashing every non-zero chunk (holes are not read)."""
     with open(path, "rb", buffering=0) as f:
@@ -118,4 +130,4 @@ def file_chunk_tree(path: str | os.PathLike[str], chunk_size: int) -> str:
     return chunk_list_of_file(path, chunk_size).digest()
 
 
-__all__ = ["DOMAIN", "ZERO_CHUNK", "ChunkList", "chunk_list_of_file", "file_chunk_tree", "raw_chunk_digest"]
+__all__ = ["DOMAIN", "ZERO_CHUNK", "ChunkList", "apply_map", "chunk_list_of_file", "file_chunk_tree", "raw_chunk_digest"]

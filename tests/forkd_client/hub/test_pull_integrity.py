@@ -12,6 +12,7 @@ from forkd_client.errors import InvalidSnapshotDir
 from forkd_client.hub.client import HubClient
 from forkd_client.hub.errors import DigestInvalid, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
+from forkd_client.hub import push as push_module
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 
@@ -22,22 +23,18 @@ CHUNK = 64 << 10
 
 
 def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
-    """Push chain3 while ``liar``'s memory.bin is claimed to have another blake3: a pusher whose
+    """Push chain3 while ``liar``'s memory.bin is claimed to have another chunk tree: a pusher whose
     chunk map disagrees with its own chunks. The hub cannot tell (it never assembles files)."""
-    record = chain3.verified
-    honest = record.digests
+    honest = push_module.file_chunk_tree
     lie = "blake3:" + blake3(b"not the assembled content").hexdigest()
 
-    def digests(path, algorithms=("blake3",)):
-        found = honest(path, algorithms)
-        if path == chain3.path(liar) / "memory.bin" and "blake3" in found:
-            found = {**found, "blake3": lie}
-        return found
+    def tree(path, chunk_size):
+        return lie if path == chain3.path(liar) / "memory.bin" else honest(path, chunk_size)
 
-    monkeypatch.setattr(record, "digests", digests)
+    monkeypatch.setattr(push_module, "file_chunk_tree", tree)
     token = inproc_hub.token("ci", "push:acme/*")
     push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
-    monkeypatch.setattr(record, "digests", honest)
+    monkeypatch.setattr(push_module, "file_chunk_tree", honest)
     return token, lie
 
 

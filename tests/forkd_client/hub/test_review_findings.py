@@ -158,8 +158,8 @@ def test_garbled_upload_and_query_responses_are_hub_errors():
                                                   else 200, json={"found": {"blake3:00": {"blob": 1}}}))
     with pytest.raises(HubError, match="Location"):
         client.start_upload("acme/py")
-    with pytest.raises(HubError, match="chunks/query"):
-        client.query_chunks("acme/py", ["blake3:00"])
+    with pytest.raises(HubError, match="frames/query"):
+        client.query_frames("acme/py", ["blake3:00"])
 
 
 def test_the_token_is_not_sent_to_a_host_that_merely_starts_like_the_hub():
