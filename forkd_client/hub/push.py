@@ -122,7 +122,8 @@ def push(
     for snap in chain:
         key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"
         cached = state.get(key) or _pulled_layer(snap, parent, parent_digest, client.base_url)
-        if cached and client.manifest_exists(name, cached):
+        # a format-v1 layer (blake3-named) is pushed again, as format v2
+        if cached and cached.startswith("sha256:") and client.manifest_exists(name, cached):
             progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
             result.links.append(LinkPushed(snap.tag, cached, skipped=True))
         else:

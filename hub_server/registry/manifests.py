@@ -6,7 +6,7 @@ stores the exact bytes received as a blob and commits every row in one transacti
 to the repository (the document's blobs and the chain below it, so the whole chain is
 pullable through this repository), verified chunk locations, and the tag. Nothing is written
 before every check passed. The digest is computed over the received bytes with the algorithm
-of the digest reference, or sha256 for a tag.
+of the digest reference; for a tag, sha256 (blake3 for a format-v1 layer).
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
@@ -45,6 +45,7 @@ from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference
 from hub_server.registry.verify import ChainIndex, parse_document, verify_frames
 from manifest.digest import Digest, digest_bytes
+from manifest.model import LayerManifest
 
 __all__ = ["ManifestService", "PushResult", "StoredManifest", "too_large"]
 
@@ -99,12 +100,16 @@ class ManifestService:
         limit = self.ctx.limits.manifest_bytes
         if len(body) > limit:
             raise too_large("manifest", len(body), limit)
-        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else "sha256"
-        digest = str(digest_bytes(body, algorithm))
-        if reference.digest is not None and reference.digest != digest:
-            raise HubError(ErrorCode.DIGEST_INVALID, f"manifest bytes hash to {digest}, not {reference.digest}",
-                           {"expected": reference.digest, "actual": digest})
+        if reference.digest is not None:
+            digest = str(digest_bytes(body, Digest.parse(reference.digest).algorithm))
+            if reference.digest != digest:
+                raise HubError(ErrorCode.DIGEST_INVALID, f"manifest bytes hash to {digest}, not {reference.digest}",
+                               {"expected": reference.digest, "actual": digest})
         document = parse_document(body, content_type, limit)
+        if reference.digest is None:
+            # by tag: sha256 (OCI's canonical digest), except for a format-v1 layer, still named by blake3
+            v1 = isinstance(document, LayerManifest) and document.version < 2
+            digest = str(digest_bytes(body, "blake3" if v1 else "sha256"))
 
         async with self.ctx.sessions() as session:
             repo = await find_repository(session, namespace, name)
