@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from manifest.chunktree import ChunkList, chunk_list_of_file, file_chunk_tree
+from manifest.chunktree import ChunkList, apply_map, chunk_list_of_file, file_chunk_tree
 from manifest.digest import digest_bytes, digest_file
 from manifest.errors import AssemblyError, DigestMismatch
 from manifest.fileops import allocated_bytes
@@ -53,11 +53,15 @@ def test_chains_of_depth_1_to_5_assemble(tmp_path_factory, seed, depth):
     for i in range(1, depth):
         images.append(mutate_image(images[-1], tmp / f"img{i}", rng, new_size=rng.choice([None, size + rng.randrange(0, 70000)])))
     assembled = None
+    listed = None  # the chunk list a puller derives from the maps alone, link by link, in O(chunks)
     for i, image in enumerate(images):
         chunk_map, _, _ = build_layer(images[i - 1] if i else None, image, tmp / "blobs")
         out = tmp / f"asm{i}"
         assemble(chunk_map, assembled, out, tmp / "blobs")
         assert same_bytes(out, image), f"link {i} of {depth}"
+        listed = apply_map(listed, ((e.index, e.digest) for e in chunk_map.entries), chunk_map.size,
+                           chunk_map.chunk_size)
+        assert listed.digest() == chunk_map.digest == file_chunk_tree(out, chunk_map.chunk_size), f"link {i}"
         assembled = out
 
 
