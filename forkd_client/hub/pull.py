@@ -35,18 +35,18 @@ import zstandard
 
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
-from manifest.chunktree import ChunkList, apply_map
+from manifest.chunktree import ChunkList
 from manifest.digest import digest_bytes
-from manifest.errors import AssemblyError, DigestMismatch, ManifestError
+from manifest.errors import ManifestError
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
 from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
-from ..install import fsync_path, settle_mtime
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, DiskFull, HubError
 from .fill import fill_link
+from .linkcheck import chunk_lists, fetch_maps, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .progress import NullProgress, Progress
 from .reference import Reference
@@ -122,7 +122,7 @@ def pull(
         try:
             for (link, manifest, config), tag in zip(parsed, tags):
                 existing = _installed(store, tag, link.digest)
-                if existing is not None and not _still_intact(store, existing, config):
+                if existing is not None and not still_intact(store, existing, config):
                     if not force:
                         raise InvalidSnapshotDir(
                             f"local snapshot {tag!r} was pulled from layer {link.digest}, but its files have changed "
@@ -135,7 +135,7 @@ def pull(
                     backlog.append((link, manifest, config))
                     continue
                 for old in backlog:  # the chunk maps of reused links, to know the parent's chunk lists
-                    lists = _chunk_lists(lists, _fetch_maps(client, _repository_of(old[0], ref), *old))
+                    lists = chunk_lists(lists, fetch_maps(client, _repository_of(old[0], ref), *old))
                 backlog = []
                 try:
                     fetched = _fetch_link(store, client, index, ref, link, manifest, config, tag, parent, staging,
@@ -254,19 +254,6 @@ def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | N
     return snap if (snap.origin or {}).get("manifest_digest") == digest else None
 
 
-def _still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig) -> bool:
-    """Whether an installed link still holds the files its layer describes (VerifiedRecord:
-    no hashing unless a file changed since it was recorded)."""
-    for role, info in config.files.items():
-        path = snap.dir / role
-        if not path.is_file():
-            return False
-        # v2 names a chunked file by its chunk tree: compare the blake3 recorded when it was installed
-        want = info.digest if config.version < 2 or role not in mt.CHUNKED_FILES else \
-            (snap.files[role].digest if role in snap.files else None)
-        if want is None or store.verified.digests(path, ("blake3",))["blake3"] != want:
-            return False
-    return True
 
 
 def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
@@ -293,8 +280,8 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
     # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
     # force-deleted here); it must be a well-formed name, and access is the hub's to check.
     name = _repository_of(link, ref)
-    maps = _fetch_maps(client, name, link, manifest, config)
-    lists = _chunk_lists(parent_lists, maps) if manifest.version >= 2 else {}
+    maps = fetch_maps(client, name, link, manifest, config)
+    lists = chunk_lists(parent_lists, maps) if manifest.version >= 2 else {}
     vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size)
     vm_info = config.files[mt.VMSTATE_FILE]
     try:
@@ -333,56 +320,14 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
         for assembler in assemblers.values():
             assembler.close()
         raise
-    verification = verifier.submit(_verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag, lists)
+    verification = verifier.submit(verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag, lists)
     return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification, lists)
 
 
-def _fetch_maps(client: HubClient, name: str, link: ChainLink, manifest: LayerManifest,
-                config: LayerConfig) -> dict[str, ChunkMap]:
-    """A layer's chunk maps, each checked against its digest and the config. Raises DigestInvalid, HubError."""
-    maps: dict[str, ChunkMap] = {}
-    for role, desc in manifest.chunk_maps.items():
-        try:
-            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size))
-        except ManifestError as e:
-            raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
-        info = config.files.get(role)
-        if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
-            raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
-    return maps
 
 
-def _chunk_lists(parent: dict[str, ChunkList], maps: dict[str, ChunkMap]) -> dict[str, ChunkList]:
-    """Format v2: each file's chunk list, from the parent's and the layer's map (O(chunks)).
-    Raises DigestInvalid when a map cannot apply (a chunk size that changed)."""
-    try:
-        return {role: apply_map(parent.get(role), ((e.index, e.digest) for e in m.entries), m.size, m.chunk_size)
-                for role, m in maps.items()}
-    except (ValueError, IndexError) as e:
-        raise DigestInvalid(f"a chunk map does not apply to its parent's file: {e}") from None
 
 
-def _verify_files(assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str,
-                  lists: dict[str, ChunkList]) -> dict[str, dict[str, str]]:
-    """On the verifier thread: check each assembled file (v2: its chunk tree from ``lists``; v1:
-    its whole-file blake3), hash its blake3 for the local record, and make the link's files
-    durable, their mtimes settled first (so installing them later writes nothing more).
-    Returns {role: {algorithm: digest}}; raises DigestInvalid (the files are removed)."""
-    known: dict[str, dict[str, str]] = {}
-    pending = dict(assemblers)
-    try:
-        for role, assembler in assemblers.items():
-            del pending[role]
-            settle_mtime(assembler.out)
-            known[role] = assembler.finish(chunk_list=lists.get(role)).digests
-    except (DigestMismatch, AssemblyError) as e:
-        raise DigestInvalid(f"layer {layer} ({tag}): {e}") from None
-    finally:
-        for assembler in pending.values():
-            assembler.abort()
-    settle_mtime(vmstate)
-    fsync_path(vmstate)
-    return known
 
 
 def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fetched: _Fetched, force: bool,
