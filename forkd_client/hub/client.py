@@ -121,7 +121,8 @@ class HubClient:
         response = self.http.send(request, stream=True)
         try:
             declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            # a HEAD's Content-Length is the size of what a GET would send, not of this answer
+            if method != "HEAD" and declared is not None and declared.isdigit() and int(declared) > max_bytes:
                 raise HubError(f"{method} {url}: the hub answered {int(declared):,} bytes, more than the "
                                f"{max_bytes:,} this request can need")
             parts, total = [], 0
