@@ -3,8 +3,8 @@
 ``packs`` are immutable storage objects (``registry/paths.pack_key``); ``frames`` names each
 stored frame by the blake3 of its bytes; ``recipe_frames`` lists a data blob's frames in order.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
