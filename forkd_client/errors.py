@@ -13,6 +13,7 @@ name the snapshot tag, file or path involved; the CLI prints them as
     ├── ChainBroken              a link names a parent that is missing (or the chain loops / is too deep)
     ├── ParentContentMismatch    a parent's memory.bin no longer hashes to what its child recorded
     ├── UnsafeLinkHoles          a link's memory.bin has holes where its parent holds data (forkd maps the parent's bytes)
+    ├── FileContentMismatch      a file's bytes no longer hash to what was recorded for it (deep check)
     ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
     └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
 
@@ -100,6 +101,15 @@ class ParentContentMismatch(ClientError):
         self.parent = parent
         self.expected = expected
         self.actual = actual
+
+
+class FileContentMismatch(ClientError):
+    """A snapshot file's bytes, hashed again in full, are not what its forkd-hub.json records."""
+
+    def __init__(self, tag: str, role: str, expected: str, actual: str) -> None:
+        super().__init__(f"snapshot {tag!r}: {role} hashes to {actual}, but {expected} was recorded for it "
+                         "(its content changed or rotted since it was installed)")
+        self.tag, self.role, self.expected, self.actual = tag, role, expected, actual
 
 
 class InvalidSnapshotDir(ClientError, ValueError):

@@ -37,11 +37,19 @@ from pathlib import Path
 from typing import Any
 
 from manifest.chain import resolve_chain
+from manifest.digest import digest_file
 from manifest.errors import ChainCycle, ChainTooDeep, MissingParent
 from manifest.holes import unsafe_holes
 from manifest.mediatypes import MEMORY_FILE
 
-from .errors import ChainBroken, DependentsExist, InvalidSnapshotDir, ParentContentMismatch, UnsafeLinkHoles
+from .errors import (
+    ChainBroken,
+    DependentsExist,
+    FileContentMismatch,
+    InvalidSnapshotDir,
+    ParentContentMismatch,
+    UnsafeLinkHoles,
+)
 from .install import StoreBase
 from .snapdir import (
     FILE_ROLES,
@@ -210,6 +218,22 @@ class SnapshotStore(StoreBase):
                 unsafe = unsafe_holes(child.dir / MEMORY_FILE, parent.dir / MEMORY_FILE)
                 if unsafe:
                     raise UnsafeLinkHoles(child.tag, parent.tag, unsafe)
+        return chain
+
+    def verify_files_deep(self, tag: str) -> list[LocalSnapshot]:
+        """Hash every file of every link of ``tag``'s chain again, in full, trusting no record,
+        and compare with the digests its forkd-hub.json records (blake3, and sha256 where known).
+        Raises FileContentMismatch naming tag, file, expected and actual digest; OSError."""
+        chain = self.chain(tag)
+        for snap in chain:
+            for role, record in snap.files.items():
+                wanted = {a: d for a, d in (("blake3", record.digest), ("sha256", record.sha256)) if d}
+                if not wanted:
+                    continue
+                got = digest_file(snap.dir / role, tuple(wanted))
+                for algorithm, digest in wanted.items():
+                    if str(got[algorithm]) != digest:
+                        raise FileContentMismatch(snap.tag, role, digest, str(got[algorithm]))
         return chain
 
     # ------------------------------------------------------------------ operations

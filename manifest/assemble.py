@@ -5,8 +5,9 @@ The parent is cloned with the filesystem's best tool (reflink, else
 layer's chunks are written: data chunks are decompressed from their zstd frames
 and checked against their digest. Zero chunks become holes in a base, but real zeros in a
 link: forkd's daemon reads a hole in a link as "keep the parent's bytes" (see
-:mod:`manifest.holes`). Finally the whole
-file's content digest is checked against the chunk map. The output path should
+:mod:`manifest.holes`). Finally the file's digest is checked against the chunk map: in format
+version 2 its chunk tree (manifest.chunktree), from the chunk list the caller derived from the
+parent's (O(chunks)) or else from the file's bytes; in version 1 the blake3 of its bytes. The output path should
 be a ``*.partial`` name the caller renames into place; on any error it is removed.
 
 Errors: :class:`~manifest.errors.DigestMismatch` (naming file and chunk index),
@@ -24,7 +25,8 @@ from pathlib import Path
 import blake3
 import zstandard
 
-from .digest import Digest, digest_file
+from .chunktree import ChunkList, chunk_list_of_file
+from .digest import digest_file
 from .errors import AssemblyError, DigestMismatch
 from .fileops import CloneMethod, clone_file, punch_hole, start_writeback
 from .holes import write_zeros
@@ -156,17 +158,24 @@ class FileAssembler:
         os.pwrite(self._fd, data, index * self.chunk_map.chunk_size)
         self.written += 1
 
-    def finish(self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = ()) -> AssembledFile:
-        """Hash the whole file, (with ``verify``) check it against the chunk map, and fsync it
-        (its writeback starts first, and runs while it is hashed)."""
+    def finish(self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = (),
+               chunk_list: ChunkList | None = None) -> AssembledFile:
+        """Hash the whole file (blake3 of its bytes, plus ``extra_algorithms``), with ``verify``
+        check it against the chunk map, and fsync it (its writeback starts first, and runs while
+        it is hashed). ``chunk_list`` (format version 2): the file's chunk list, derived from the
+        parent's and the chunk map, whose digest is checked instead of re-reading the file."""
         try:
             start_writeback(self._fd)
-            want = Digest.parse(self.chunk_map.digest).algorithm
-            algorithms = tuple(dict.fromkeys((want, *extra_algorithms)))
+            algorithms = tuple(dict.fromkeys(("blake3", *extra_algorithms)))
             # mapped: this file is ours alone until it is renamed into place
             digests = {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
-            if verify and digests[want] != self.chunk_map.digest:
-                raise DigestMismatch(f"assembled {self.chunk_map.file}", self.chunk_map.digest, digests[want])
+            if self.chunk_map.version >= 2:
+                listed = chunk_list if chunk_list is not None else chunk_list_of_file(self.out, self.chunk_map.chunk_size)
+                got = listed.digest()
+            else:
+                got = digests["blake3"]
+            if verify and got != self.chunk_map.digest:
+                raise DigestMismatch(f"assembled {self.chunk_map.file}", self.chunk_map.digest, got)
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
@@ -203,7 +212,7 @@ def assemble_file(
 
     ``parent`` is the parent layer's assembled file (None for a base). With
     ``verify`` the result's digest must equal ``chunk_map.digest``; the returned
-    ``digests`` also holds any ``extra_algorithms`` (e.g. ``sha256`` for forkd).
+    ``digests`` (over the file's bytes) hold blake3 and any ``extra_algorithms`` (e.g. ``sha256``).
     ``local_chunk(digest)`` may supply a chunk's raw bytes from elsewhere (another local file);
     they are used only if they hash to the digest, otherwise the frame is read.
     """

@@ -7,6 +7,11 @@ starts from). A change is either new data (with its blake3 digest) or "zero"
 (the chunk became all zeros; assembly punches a hole). With no parent every
 non-zero chunk is a change, which is how a base layer is built.
 
+When the sizes differ, a chunk whose length changes (the parent's short last chunk, the
+child's short last chunk) counts as changed unless both are all zeros, so a chunk map always
+turns the parent's chunk list into the child's (manifest.chunktree: a zero chunk has one
+digest whatever its length, any other chunk's digest covers its length).
+
 Only the allocated ranges of the two files are read (``SEEK_DATA``), so diffing a
 mostly-empty 16 GiB image costs what its data costs.
 
@@ -59,13 +64,28 @@ def diff_files(
             pfd = fp.fileno()
             psize = os.fstat(pfd).st_size
             ranges += list(data_ranges(pfd, min(psize, geometry.size)))
+            # chunks whose length changes are always compared (their parent bytes may lie past the child's end)
+            ranges += [(i * chunk_size, geometry.length(i)) for i in _boundary(psize, geometry)]
             yield from _changes(cfd, pfd, psize, geometry, ranges)
+
+
+def _boundary(psize: int, geometry: ChunkGeometry) -> set[int]:
+    """Chunk indexes whose length differs between parent and child (only when sizes differ)."""
+    if psize == geometry.size:
+        return set()
+    cs = geometry.chunk_size
+    out = set()
+    for index in (-(-psize // cs) - 1, geometry.count - 1):
+        if 0 <= index < geometry.count and min(cs, max(0, psize - index * cs)) != geometry.length(index):
+            out.add(index)
+    return out
 
 
 def _changes(
     cfd: int, pfd: int | None, psize: int, geometry: ChunkGeometry, ranges: list[tuple[int, int]]
 ) -> Iterator[ChunkChange]:
     cs = geometry.chunk_size
+    boundary = _boundary(psize, geometry) if pfd is not None else set()
     for span in chunk_spans(ranges, geometry):
         for start, block in iter_span_blocks(cfd, span, geometry):
             offset = start * cs
@@ -77,7 +97,16 @@ def _changes(
                 pblock = None
             for k in range(0, len(block), cs):
                 piece = block[k : k + cs]
-                if pblock is not None:
+                index = start + k // cs
+                if index in boundary:
+                    assert pfd is not None
+                    plen = min(cs, max(0, psize - index * cs))
+                    if is_zero(piece) and is_zero(read_padded(pfd, plen, index * cs)):
+                        continue
+                    if is_zero(piece):
+                        yield ChunkChange(index, None, None)
+                        continue
+                elif pblock is not None:
                     if piece == pblock[k : k + cs]:
                         continue
                     if is_zero(piece):

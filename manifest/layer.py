@@ -1,12 +1,19 @@
 """Build a layer's storage form: chunk maps plus data blobs of zstd frames.
 
 A :class:`LayerBuilder` takes the changed chunks of each file of a layer (from
-:func:`manifest.diff.diff_files`) and writes every *new* chunk, each as its own
-zstd frame, into one or a few data blobs in ``out_dir``. A chunk whose digest is
-already known (``known``: chunk digest → location in a blob the hub already holds,
-or seen earlier in this layer) is referenced, not repeated. ``finish()`` closes
-the blobs, names them by digest and returns one :class:`~manifest.model.ChunkMap`
-per file. The data blob digest is blake3 of the exact blob bytes.
+:func:`manifest.diff.diff_files`) and writes every changed non-zero chunk, each as its own
+zstd frame, into one or a few data blobs in ``out_dir``; a chunk repeated inside the layer
+is written once and referenced after. Nothing else is an input: the bytes are a pure
+function of the chunks, in the order given (format version 2, docs/manifest-format.md §3;
+what the hub already holds is dealt with below the graph, by the push). ``finish()`` closes
+the blobs, names them by the sha256 of their bytes and returns one
+:class:`~manifest.model.ChunkMap` per file; each :class:`DataBlob` lists its frames
+(:class:`Frame`: the blake3 of the frame bytes, the chunk digest and both lengths), what a
+push negotiates and uploads by.
+
+Frames are deterministic: zstd level 3, content size written, no checksum, no dictionary, one
+frame per chunk compressed alone (``ZstdCompressor(level=3, write_content_size=True,
+write_checksum=False)``; the same zstd library gives the same bytes).
 
 New chunks are compressed on a few threads (zstd releases the GIL) while the caller's iterator
 reads and hashes the next ones; frames are appended strictly in the order the chunks came, so
@@ -21,12 +28,14 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import zstandard
+
+import blake3
 
 from .diff import ChunkChange
 from .digest import Hasher
@@ -39,24 +48,29 @@ DEFAULT_ZSTD_LEVEL = 3
 COMPRESS_WINDOW = 64
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkLocation:
-    """Where a chunk's zstd frame lives: ``length`` bytes at ``offset`` in data blob ``blob``
-    (whose total size, when known, is ``blob_size``: a layer reusing the blob must declare it)."""
+BLOB_ALGORITHM = "sha256"
 
-    blob: str
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One zstd frame of a data blob: ``length`` bytes at ``offset``, whose own bytes hash to
+    ``digest`` (blake3) and decompress to ``raw_length`` bytes hashing to ``chunk``."""
+
     offset: int
     length: int
-    blob_size: int | None = None
+    digest: str
+    chunk: str
+    raw_length: int
 
 
 @dataclass(frozen=True)
 class DataBlob:
-    """A finished data blob on disk, named by the digest of its bytes."""
+    """A finished data blob on disk, named by the digest of its bytes, with its frames in order."""
 
     path: Path
     digest: str
     size: int
+    frames: tuple[Frame, ...] = ()
 
 
 @dataclass
@@ -78,6 +92,7 @@ class _OpenBlob:
     handle: object
     hasher: Hasher
     size: int = 0
+    frames: list[Frame] = field(default_factory=list)
 
 
 @dataclass
@@ -96,7 +111,6 @@ class LayerBuilder:
     def __init__(
         self,
         out_dir: str | os.PathLike[str],
-        known: Mapping[str, ChunkLocation] | Callable[[str], ChunkLocation | None] | None = None,
         *,
         max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
         level: int = DEFAULT_ZSTD_LEVEL,
@@ -104,18 +118,12 @@ class LayerBuilder:
     ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        if known is None:
-            self._lookup: Callable[[str], ChunkLocation | None] = lambda d: None
-        elif callable(known):
-            self._lookup = known
-        else:
-            self._lookup = known.get
         self._max_blob = max_blob_bytes
         self._level = level
         self._local = threading.local()
         threads = threads if threads is not None else min(4, os.cpu_count() or 1)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zstd") if threads > 1 else None
-        self._inflight: deque[tuple[Future[bytes], list]] = deque()
+        self._inflight: deque[tuple[Future[bytes], list, str, int]] = deque()
         self._seen: dict[str, list] = {}
         self._blobs: list[_OpenBlob] = []
         self._current: _OpenBlob | None = None
@@ -149,14 +157,9 @@ class LayerBuilder:
                 assert change.digest is not None
                 slot = self._seen.get(change.digest)
                 if slot is None:
-                    known = self._lookup(change.digest)
-                    if known is not None:
-                        slot = [(known.blob, known.offset, known.length)]
-                        self.stats.reused_chunks += 1
-                    else:
-                        slot = self._compress_later(change.data)
-                        self.stats.new_chunks += 1
-                        self.stats.new_raw_bytes += len(change.data)
+                    slot = self._compress_later(change.data, change.digest)
+                    self.stats.new_chunks += 1
+                    self.stats.new_raw_bytes += len(change.data)
                     self._seen[change.digest] = slot
                 else:
                     self.stats.reused_chunks += 1
@@ -175,24 +178,24 @@ class LayerBuilder:
                 level=self._level, write_content_size=True, write_checksum=False)
         return compressor.compress(data)
 
-    def _compress_later(self, data: bytes) -> list:
+    def _compress_later(self, data: bytes, chunk: str) -> list:
         """Queue ``data`` for compression; its slot is filled when the frame is appended."""
         slot: list = [None]
         if self._pool is None:
-            slot[0] = self._append_frame(self._compress(data))
+            slot[0] = self._append_frame(self._compress(data), chunk, len(data))
             return slot
-        self._inflight.append((self._pool.submit(self._compress, data), slot))
+        self._inflight.append((self._pool.submit(self._compress, data), slot, chunk, len(data)))
         self._drain(COMPRESS_WINDOW)
         return slot
 
     def _drain(self, keep: int) -> None:
         """Append finished frames, oldest first, until at most ``keep`` are in flight."""
         while len(self._inflight) > keep:
-            future, slot = self._inflight.popleft()
-            slot[0] = self._append_frame(future.result())
+            future, slot, chunk, raw_length = self._inflight.popleft()
+            slot[0] = self._append_frame(future.result(), chunk, raw_length)
 
     def _abandon(self) -> None:
-        for future, _ in self._inflight:
+        for future, *_ in self._inflight:
             future.cancel()
         self._inflight.clear()
         self._shutdown()
@@ -202,20 +205,21 @@ class LayerBuilder:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _append_frame(self, frame: bytes) -> tuple[object, int, int]:
+    def _append_frame(self, frame: bytes, chunk: str, raw_length: int) -> tuple[object, int, int]:
         blob = self._current
         if blob is None or (blob.size and blob.size + len(frame) > self._max_blob):
             blob = self._open_blob()
         offset = blob.size
         blob.handle.write(frame)  # type: ignore[attr-defined]
         blob.hasher.update(frame)
+        blob.frames.append(Frame(offset, len(frame), "blake3:" + blake3.blake3(frame).hexdigest(), chunk, raw_length))
         blob.size += len(frame)
         self.stats.new_stored_bytes += len(frame)
         return blob, offset, len(frame)
 
     def _open_blob(self) -> _OpenBlob:
         path = self.out_dir / f".blob-{len(self._blobs)}.partial"
-        blob = _OpenBlob(path, open(path, "wb"), Hasher("blake3"))
+        blob = _OpenBlob(path, open(path, "wb"), Hasher(BLOB_ALGORITHM))
         self._blobs.append(blob)
         self._current = blob
         return blob
@@ -234,7 +238,7 @@ class LayerBuilder:
             final = self.out_dir / digest.replace(":", "-")
             os.replace(blob.path, final)
             names[id(blob)] = digest
-            blobs.append(DataBlob(final, digest, blob.size))
+            blobs.append(DataBlob(final, digest, blob.size, tuple(blob.frames)))
         maps: dict[str, ChunkMap] = {}
         for pending in self._files:
             order: dict[str, int] = {}
@@ -244,7 +248,7 @@ class LayerBuilder:
                     entries.append(ChunkEntry(index, None))
                     continue
                 blob_ref, offset, length = slot[0]
-                blob_digest = blob_ref if isinstance(blob_ref, str) else names[id(blob_ref)]
+                blob_digest = names[id(blob_ref)]
                 slot = order.setdefault(blob_digest, len(order))
                 entries.append(ChunkEntry(index, chunk_digest, slot, offset, length))
             maps[pending.file] = ChunkMap(

@@ -25,6 +25,21 @@ MAX_MANIFEST_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CHUNK_MAP_BYTES = 64 << 20
 MAX_FILE_SIZE = 1 << 40
+#: OCI-visible digests (manifests, configs, chunk maps, vmstates, data blobs) in format version 2.
+OCI_ALGORITHM = "sha256"
+
+
+def _version(media_type: Any, kind: str, path: str) -> int:
+    version = mt.version_of(media_type if isinstance(media_type, str) else None, kind)
+    if version is None:
+        want = " or ".join(repr(t[kind]) for t in reversed(mt.VERSIONS.values()))
+        raise InvalidManifest(f"{path} must be {want}, got {media_type!r}")
+    return version
+
+
+def _require_algorithm(digest: str | None, algorithm: str, where: str) -> None:
+    if digest is not None and not digest.startswith(algorithm + ":"):
+        raise InvalidManifest(f"{where} must be a {algorithm} digest in format version 2, got {digest[:80]!r}")
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -109,7 +124,8 @@ class Descriptor:
 
     @classmethod
     def for_bytes(cls, media_type: str, data: bytes, **annotations: str) -> "Descriptor":
-        return cls(media_type, str(digest_bytes(data)), len(data), dict(annotations))
+        """A descriptor of ``data``, addressed by sha256 (what every OCI tool verifies)."""
+        return cls(media_type, str(digest_bytes(data, OCI_ALGORITHM)), len(data), dict(annotations))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +160,12 @@ class ChunkMap:
     blobs: tuple[str, ...]
     entries: tuple[ChunkEntry, ...]
     compression: str = "zstd"
+    version: int = mt.FORMAT_VERSION
+    """Format version: 2 names the file by its chunk tree (manifest.chunktree), 1 by blake3 of its bytes."""
 
     def to_obj(self) -> dict[str, Any]:
         return {
-            "mediaType": mt.CHUNK_MAP,
+            "mediaType": mt.VERSIONS[self.version]["chunkmap"],
             "file": self.file,
             "size": self.size,
             "chunkSize": self.chunk_size,
@@ -165,8 +183,7 @@ class ChunkMap:
     def from_json(cls, data: bytes, *, limit: int = MAX_CHUNK_MAP_BYTES) -> "ChunkMap":
         obj = _load(data, limit, "chunk map")
         p = "chunkmap"
-        if obj.get("mediaType") != mt.CHUNK_MAP:
-            raise InvalidManifest(f"{p}.mediaType must be {mt.CHUNK_MAP!r}, got {obj.get('mediaType')!r}")
+        version = _version(obj.get("mediaType"), "chunkmap", f"{p}.mediaType")
         file = _get(obj, "file", str, p)
         if file not in mt.CHUNKED_FILES:
             raise InvalidManifest(f"{p}.file {file!r} is not a chunked file role {mt.CHUNKED_FILES}")
@@ -183,8 +200,14 @@ class ChunkMap:
         if len(set(blobs)) != len(blobs):
             raise InvalidManifest(f"{p}.blobs lists a blob twice")
         entries = tuple(_parse_entries(_get(obj, "chunks", list, p), geometry, len(blobs)))
-        return cls(file, geometry.size, geometry.chunk_size, _digest(obj, "digest", p),  # type: ignore[arg-type]
-                   _digest(obj, "parentDigest", p, optional=True), tuple(blobs), entries)
+        digest, parent_digest = _digest(obj, "digest", p), _digest(obj, "parentDigest", p, optional=True)
+        if version >= 2:
+            _require_algorithm(digest, "blake3", f"{p}.digest")
+            _require_algorithm(parent_digest, "blake3", f"{p}.parentDigest")
+            for i, b in enumerate(blobs):
+                _require_algorithm(b, OCI_ALGORITHM, f"{p}.blobs[{i}]")
+        return cls(file, geometry.size, geometry.chunk_size, digest,  # type: ignore[arg-type]
+                   parent_digest, tuple(blobs), entries, version=version)
 
 
 def _parse_entries(items: list[Any], geometry: ChunkGeometry, nblobs: int) -> list[ChunkEntry]:
@@ -207,8 +230,8 @@ def _parse_entries(items: list[Any], geometry: ChunkGeometry, nblobs: int) -> li
             out.append(ChunkEntry(index, None))
             continue
         _, digest, blob, offset, length = item
-        if not isinstance(digest, str) or not is_digest(digest):
-            raise InvalidManifest(f"{where}: chunk digest is not valid")
+        if not isinstance(digest, str) or not is_digest(digest) or not digest.startswith("blake3:"):
+            raise InvalidManifest(f"{where}: chunk digest is not a valid blake3 digest")
         for name, value, hi in (("blob", blob, nblobs - 1), ("offset", offset, MAX_FILE_SIZE), ("length", length, max_frame)):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
                 raise InvalidManifest(f"{where}: {name} {value!r} is out of range [0, {hi}]")
@@ -220,7 +243,10 @@ def _parse_entries(items: list[Any], geometry: ChunkGeometry, nblobs: int) -> li
 
 @dataclass(frozen=True)
 class FileInfo:
-    """The content of one file at this layer: size and content hashes of the assembled file."""
+    """The content of one file at this layer: size and content hashes of the assembled file.
+
+    ``digest`` is, in format version 2, the chunk-tree digest for a chunked file
+    (manifest.chunktree) and blake3 of the bytes for vmstate; ``sha256`` is always over the bytes."""
 
     size: int
     digest: str
@@ -256,10 +282,11 @@ class LayerConfig:
     #: forkd's snapshot.json fields a pull cannot derive (``volumes``, a ``rootfs`` outside the
     #: snapshot directory, unknown fields), kept verbatim; absent when there are none
     forkd: dict[str, Any] | None = None
+    version: int = mt.FORMAT_VERSION
 
     def to_obj(self) -> dict[str, Any]:
         obj = {
-            "mediaType": mt.CONFIG,
+            "mediaType": mt.VERSIONS[self.version]["config"],
             "created": self.created,
             "parent": None if self.parent is None else {"digest": self.parent.digest, "tag": self.parent.tag},
             "compat": dict(self.compat),
@@ -277,8 +304,7 @@ class LayerConfig:
     def from_json(cls, data: bytes, *, limit: int = MAX_CONFIG_BYTES) -> "LayerConfig":
         obj = _load(data, limit, "config")
         p = "config"
-        if obj.get("mediaType") != mt.CONFIG:
-            raise InvalidManifest(f"{p}.mediaType must be {mt.CONFIG!r}, got {obj.get('mediaType')!r}")
+        version = _version(obj.get("mediaType"), "config", f"{p}.mediaType")
         parent = None
         pobj = _get(obj, "parent", dict, p, optional=True)
         if pobj is not None:
@@ -304,14 +330,24 @@ class LayerConfig:
                     validate_chunk_size(chunk_size)
                 except InvalidChunkSize as e:
                     raise InvalidManifest(f"{where}.chunkSize: {e}") from None
-            files[name] = FileInfo(_size(fobj, "size", where), _digest(fobj, "digest", where), sha, chunk_size)  # type: ignore[arg-type]
+            info = FileInfo(_size(fobj, "size", where), _digest(fobj, "digest", where), sha, chunk_size)  # type: ignore[arg-type]
+            if version >= 2:
+                _require_algorithm(info.digest, "blake3", f"{where}.digest")
+                if sha is None:
+                    raise InvalidManifest(f"{where}.sha256 is required in format version 2")
+                if name in mt.CHUNKED_FILES and chunk_size is None:
+                    raise InvalidManifest(f"{where}.chunkSize is required for a chunked file in format version 2")
+            files[name] = info
         for required in (mt.VMSTATE_FILE, mt.MEMORY_FILE):
             if required not in files:
                 raise InvalidManifest(f"{p}.files must describe {required!r}")
         forkd = _get(obj, "forkd", dict, p, optional=True)
         if forkd is not None:
             check_forkd_fields(forkd, f"{p}.forkd")
-        return cls(_get(obj, "created", str, p), files, parent, dict(compat), _annotations(obj, p), forkd or None)
+        if version >= 2 and parent is not None:
+            _require_algorithm(parent.digest, OCI_ALGORITHM, f"{p}.parent.digest")
+        return cls(_get(obj, "created", str, p), files, parent, dict(compat), _annotations(obj, p), forkd or None,
+                   version=version)
 
 
 @dataclass(frozen=True)
@@ -321,24 +357,25 @@ class LayerManifest:
     config: Descriptor
     layers: tuple[Descriptor, ...]
     annotations: dict[str, str] = field(default_factory=dict)
+    version: int = mt.FORMAT_VERSION
 
     @property
     def vmstate(self) -> Descriptor:
-        return next(d for d in self.layers if d.media_type == mt.VMSTATE)
+        return next(d for d in self.layers if d.media_type in mt.VMSTATES)
 
     @property
     def chunk_maps(self) -> dict[str, Descriptor]:
-        return {d.annotations[mt.ANNOTATION_FILE]: d for d in self.layers if d.media_type == mt.CHUNK_MAP}
+        return {d.annotations[mt.ANNOTATION_FILE]: d for d in self.layers if d.media_type in mt.CHUNK_MAPS}
 
     @property
     def data_blobs(self) -> tuple[Descriptor, ...]:
-        return tuple(d for d in self.layers if d.media_type == mt.DATA_BLOB)
+        return tuple(d for d in self.layers if d.media_type in mt.DATA_BLOBS)
 
     def to_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
             "schemaVersion": 2,
             "mediaType": mt.OCI_MANIFEST,
-            "artifactType": mt.LAYER_ARTIFACT,
+            "artifactType": mt.VERSIONS[self.version]["layer"],
             "config": self.config.to_obj(),
             "layers": [d.to_obj() for d in self.layers],
         }
@@ -357,41 +394,47 @@ class LayerManifest:
             raise InvalidManifest(f"{p}.schemaVersion must be 2")
         if obj.get("mediaType") != mt.OCI_MANIFEST:
             raise InvalidManifest(f"{p}.mediaType must be {mt.OCI_MANIFEST!r}")
-        if obj.get("artifactType") != mt.LAYER_ARTIFACT:
-            raise InvalidManifest(f"{p}.artifactType must be {mt.LAYER_ARTIFACT!r}, got {obj.get('artifactType')!r}")
+        version = _version(obj.get("artifactType"), "layer", f"{p}.artifactType")
+        types = mt.VERSIONS[version]
         config = Descriptor.from_obj(obj.get("config"), f"{p}.config")
-        if config.media_type != mt.CONFIG:
-            raise InvalidManifest(f"{p}.config.mediaType must be {mt.CONFIG!r}")
+        if config.media_type != types["config"]:
+            raise InvalidManifest(f"{p}.config.mediaType must be {types['config']!r}")
         layers = tuple(Descriptor.from_obj(d, f"{p}.layers[{i}]") for i, d in enumerate(_get(obj, "layers", list, p)))
-        _check_layers(layers)
-        return cls(config, layers, _annotations(obj, p))
+        _check_layers(layers, version)
+        if version >= 2:
+            _require_algorithm(config.digest, OCI_ALGORITHM, f"{p}.config.digest")
+            for i, d in enumerate(layers):
+                _require_algorithm(d.digest, OCI_ALGORITHM, f"{p}.layers[{i}].digest")
+        return cls(config, layers, _annotations(obj, p), version=version)
 
 
-def _check_layers(layers: tuple[Descriptor, ...]) -> None:
-    known = {mt.VMSTATE, mt.CHUNK_MAP, mt.DATA_BLOB}
+def _check_layers(layers: tuple[Descriptor, ...], version: int) -> None:
+    types = mt.VERSIONS[version]
+    known = {types["vmstate"], types["chunkmap"], types["data"]}
     seen_files: set[str] = set()
     seen_digests: set[str] = set()
     for i, d in enumerate(layers):
         where = f"manifest.layers[{i}]"
         if d.media_type not in known:
-            raise InvalidManifest(f"{where}.mediaType {d.media_type!r} is not a forkd layer blob type")
+            raise InvalidManifest(f"{where}.mediaType {d.media_type!r} is not a forkd layer blob type of "
+                                  f"format version {version}")
         if d.digest in seen_digests:
             raise InvalidManifest(f"{where} lists blob {d.digest} twice")
         seen_digests.add(d.digest)
-        if d.media_type == mt.CHUNK_MAP:
+        if d.media_type == types["chunkmap"]:
             file = d.annotations.get(mt.ANNOTATION_FILE)
             if file not in mt.CHUNKED_FILES:
                 raise InvalidManifest(f"{where}: chunk map needs annotation {mt.ANNOTATION_FILE} in {mt.CHUNKED_FILES}")
             if file in seen_files:
                 raise InvalidManifest(f"{where}: a second chunk map for {file!r}")
             seen_files.add(file)
-    if sum(d.media_type == mt.VMSTATE for d in layers) != 1:
+    if sum(d.media_type == types["vmstate"] for d in layers) != 1:
         raise InvalidManifest("manifest.layers must hold exactly one vmstate blob")
     if mt.MEMORY_FILE not in seen_files:
         raise InvalidManifest(f"manifest.layers must hold a chunk map for {mt.MEMORY_FILE!r}")
 
 
-def manifest_digest(data: bytes, algorithm: str = "blake3") -> str:
+def manifest_digest(data: bytes, algorithm: str = OCI_ALGORITHM) -> str:
     """The digest of a manifest is the digest of its exact bytes."""
     return str(digest_bytes(data, algorithm))
 

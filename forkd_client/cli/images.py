@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     p.add_argument("--verify", action="store_true",
                    help="also check every link's parent_content_hash (hashes only files not verified before)")
+    p.add_argument("--deep", action="store_true",
+                   help="--verify, and hash every file of the chain again in full, trusting no record")
     p.set_defaults(func=run_inspect)
 
     p = sub.add_parser("tag", parents=[common], help="make DST a copy of SRC (reflinked where possible)")
@@ -84,8 +86,12 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
         chain: list[str] | None = None
         try:
             chain = [s.tag for s in store.chain(args.tag)]
+            if args.deep:
+                args.verify = True
             if args.verify:
                 store.verify_chain(args.tag, forkd_hashes=True)
+                if args.deep:
+                    store.verify_files_deep(args.tag)
         except ClientError as e:
             problem = str(e)
         info = snap.to_obj()

@@ -8,8 +8,6 @@ from the hub's envelope; httpx exceptions never escape this module. All calls ha
 
 from __future__ import annotations
 
-import json
-import bisect
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -22,7 +20,6 @@ import httpx
 
 from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
-from manifest.layer import ChunkLocation
 from manifest.model import MAX_MANIFEST_BYTES
 
 from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
@@ -124,7 +121,8 @@ class HubClient:
         response = self.http.send(request, stream=True)
         try:
             declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            # a HEAD's Content-Length is the size of what a GET would send, not of this answer
+            if method != "HEAD" and declared is not None and declared.isdigit() and int(declared) > max_bytes:
                 raise HubError(f"{method} {url}: the hub answered {int(declared):,} bytes, more than the "
                                f"{max_bytes:,} this request can need")
             parts, total = [], 0
@@ -326,20 +324,26 @@ class HubClient:
     def cancel_upload(self, location: str) -> None:
         self._request("DELETE", location, ok=(204, 200, 404))
 
-    def query_chunks(self, name: str, digests: Sequence[str]) -> dict[str, ChunkLocation]:
-        """Which chunks the hub holds in blobs this caller may read, in batches of QUERY_BATCH."""
-        found: dict[str, ChunkLocation] = {}
+    def query_frames(self, name: str, digests: Sequence[str]) -> set[str]:
+        """Which zstd frames (by the blake3 of their bytes) the hub holds in blobs this caller may
+        read, in batches of QUERY_BATCH."""
+        found: set[str] = set()
         for start in range(0, len(digests), QUERY_BATCH):
             body = {"digests": list(digests[start : start + QUERY_BATCH])}
-            r = self._request("POST", f"/api/v1/repositories/{name}/chunks/query", json=body)
+            r = self._request("POST", f"/api/v1/repositories/{name}/frames/query", json=body)
             try:
-                for digest, loc in _json_object(r, f"chunks/query answer for {name}").get("found", {}).items():
-                    size = loc.get("blobSize")
-                    found[digest] = ChunkLocation(str(loc["blob"]), int(loc["offset"]), int(loc["length"]),
-                                                  int(size) if size is not None else None)
+                for digest, frame in _json_object(r, f"frames/query answer for {name}").get("found", {}).items():
+                    if int(frame["length"]) <= 0:
+                        raise ValueError(f"frame {digest} has no length")
+                    found.add(str(digest))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise HubError(f"hub sent a malformed chunks/query answer for {name}: {type(e).__name__}: {e}") from None
-        return found
+                raise HubError(f"hub sent a malformed frames/query answer for {name}: {type(e).__name__}: {e}") from None
+        return found & set(digests)
+
+    def finish_recipe(self, name: str, location: str, recipe: dict) -> None:
+        """Finish an upload session holding a data blob's new frames with the blob's recipe."""
+        upload_id = location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        self._request("POST", f"/api/v1/repositories/{name}/blobs/uploads/{upload_id}/recipe", json=recipe, ok=(201,))
 
 
 def _redirect_target(response: httpx.Response) -> str | None:

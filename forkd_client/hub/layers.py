@@ -1,10 +1,12 @@
 """Turn a local snapshot (a chain link) into its layer: blobs, chunk maps, config, manifest.
 
-Two passes over each chunked file: the first diffs it against the parent's file and
-collects the changed chunk digests (so the hub can be asked which it already holds); the
-second reads only those changed chunks and packs the ones the hub lacks into one data blob.
-Given the same snapshot, parent and hub answers, the bytes are identical every time, so an
-interrupted push rebuilds the same data blob and resumes its upload where it stopped.
+Each chunked file is diffed against the parent's file and every changed chunk is packed into
+the layer's data blob(s) (format v2: the layer is a pure function of the snapshot's files, its
+parent's manifest digest and its declared metadata, never of what a hub holds; dedup against
+the hub happens when the blobs are uploaded, see :mod:`.push`). File digests are chunk trees
+(manifest.chunktree). Given the same snapshot and parent, the bytes are identical every time,
+on any machine with the same zstd, so an interrupted push rebuilds the same data blob and
+resumes its upload where it stopped, and every hub gets the same digests.
 
 Errors: OSError (disk), ManifestError (bad local metadata).
 """
@@ -21,17 +23,15 @@ import zstandard
 from manifest import mediatypes as mt
 from manifest.diff import ChunkChange, diff_files
 from manifest.digest import digest_bytes
-from manifest.layer import ChunkLocation, LayerBuilder, LayerStats
+from manifest.layer import DataBlob, LayerBuilder, LayerStats
 from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
 
 from ..snapdir import LocalSnapshot, carried_fields
 
-#: ``digests -> {digest: location}``: what the hub already holds (chunk negotiation).
-KnownChunks = Callable[[list[str]], dict[str, ChunkLocation]]
-#: ``blob digest -> size``: sizes of reused data blobs, for their descriptors.
-BlobSize = Callable[[str], int]
 #: ``path -> {"blake3": …, "sha256": …}``: trusted file digests (the verified-content record).
 FileDigests = Callable[[Path], dict[str, str]]
+#: ``(path, chunk size) -> chunk-tree digest`` of a file (memoised by the caller).
+ChunkTrees = Callable[[Path, int], str]
 
 
 @dataclass
@@ -42,6 +42,8 @@ class BuiltLayer:
     digest: str
     config: bytes
     blobs: dict[str, bytes | Path] = field(default_factory=dict)
+    data_blobs: dict[str, DataBlob] = field(default_factory=dict)
+    """The layer's data blobs with their frames (pushed as recipes)."""
     stats: LayerStats = field(default_factory=LayerStats)
     changed_bytes: int = 0
 
@@ -74,9 +76,8 @@ def build_layer(
     parent: LocalSnapshot | None,
     parent_manifest: str | None,
     work_dir: Path,
-    known_chunks: KnownChunks,
-    blob_size: BlobSize,
     file_digests: FileDigests,
+    chunk_trees: ChunkTrees,
     *,
     chunk_size: int,
 ) -> BuiltLayer:
@@ -86,22 +87,19 @@ def build_layer(
     for role in chunked:
         parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
         changes[role] = (parent_file, _changed_indexes(parent_file, snap.dir / role, chunk_size))
-    wanted = sorted({d for _, items in changes.values() for _, d in items if d is not None})
-    known = known_chunks(wanted) if wanted else {}
-    sizes = {loc.blob: loc.blob_size for loc in known.values() if loc.blob_size is not None}
 
-    builder = LayerBuilder(work_dir, known)
+    builder = LayerBuilder(work_dir)
     files: dict[str, FileInfo] = {}
     try:
         for role in chunked:
             path = snap.dir / role
-            digests = file_digests(path)
+            tree = chunk_trees(path, chunk_size)
             parent_file, items = changes[role]
-            parent_digest = file_digests(parent_file)["blake3"] if parent_file is not None else None
+            parent_tree = chunk_trees(parent_file, chunk_size) if parent_file is not None else None
             size = os.path.getsize(path)
             builder.add_file(role, _reread(path, items, chunk_size), size=size,
-                             chunk_size=chunk_size, digest=digests["blake3"], parent_digest=parent_digest)
-            files[role] = FileInfo(size, digests["blake3"], digests["sha256"], chunk_size)
+                             chunk_size=chunk_size, digest=tree, parent_digest=parent_tree)
+            files[role] = FileInfo(size, tree, file_digests(path)["sha256"], chunk_size)
         maps, data_blobs = builder.finish()
     except BaseException:
         builder.abort()
@@ -110,7 +108,7 @@ def build_layer(
     layer = BuiltLayer(b"", "", b"", stats=builder.stats)
     layer.changed_bytes = sum(len(items) for _, items in changes.values()) * chunk_size
     vmstate = (snap.dir / mt.VMSTATE_FILE).read_bytes()
-    vm_blob = zstandard.ZstdCompressor(level=3).compress(vmstate)
+    vm_blob = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=False).compress(vmstate)
     files[mt.VMSTATE_FILE] = FileInfo(len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256")))
 
     descriptors = [Descriptor.for_bytes(mt.VMSTATE, vm_blob)]
@@ -120,15 +118,10 @@ def build_layer(
         desc = Descriptor.for_bytes(mt.CHUNK_MAP, data, **{mt.ANNOTATION_FILE: role})
         descriptors.append(desc)
         layer.blobs[desc.digest] = data
-    own = {b.digest: b for b in data_blobs}
-    referenced = list(dict.fromkeys(d for role in chunked for d in maps[role].blobs))
-    for digest in referenced:
-        if digest in own:
-            layer.blobs[digest] = own[digest].path
-            size = own[digest].size
-        else:
-            size = sizes.get(digest) or blob_size(digest)
-        descriptors.append(Descriptor(mt.DATA_BLOB, digest, size))
+    for blob in data_blobs:
+        layer.blobs[blob.digest] = blob.path
+        layer.data_blobs[blob.digest] = blob
+        descriptors.append(Descriptor(mt.DATA_BLOB, blob.digest, blob.size))
 
     config = LayerConfig(
         created=snap.created,
@@ -143,5 +136,5 @@ def build_layer(
     layer.blobs[config_desc.digest] = layer.config
     manifest = LayerManifest(config_desc, tuple(descriptors), {mt.ANNOTATION_CREATED: snap.created})
     layer.manifest = manifest.to_json()
-    layer.digest = str(digest_bytes(layer.manifest))
+    layer.digest = str(digest_bytes(layer.manifest, "sha256"))
     return layer

@@ -8,10 +8,13 @@
    :func:`~forkd_client.hub.fill.fill_link`: chunks the staged file already holds (an
    interrupted attempt), chunks local snapshots hold, and the rest fetched and verified on
    arrival, written straight into place.
-4. Each assembled file's whole-file blake3 is checked on a verifier thread while the next link
-   is fetched, and the links are installed atomically, base first, as forkd-compatible
-   snapshots whose ``parent_tag`` names the parent's local tag (a link another pull installed
-   meanwhile is kept as it is).
+4. Each assembled file is checked on a verifier thread while the next link is fetched: in
+   format v2 its chunk-tree digest, derived in O(chunks) from the parent's chunk list and the
+   layer's chunk map (every new chunk was verified on arrival, every other one is the verified
+   parent's), must be the config's; in v1 its whole-file blake3. The files' blake3 (for the
+   local verified-content record) is hashed there too, off the fetching thread. The links are
+   installed atomically, base first, as forkd-compatible snapshots whose ``parent_tag`` names
+   the parent's local tag (a link another pull installed meanwhile is kept as it is).
 
 Errors: forkd_client.hub.errors (DigestInvalid names layer, file and chunk; DiskFull),
 InvalidSnapshotDir, ClientError, OSError.
@@ -31,19 +34,20 @@ from pathlib import Path
 
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
+from manifest.chunktree import ChunkList
 from manifest.digest import digest_bytes, digest_file
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.jsontext import loads as loads_json
-from manifest.model import MAX_CHUNK_MAP_BYTES, ChunkMap, LayerConfig, LayerManifest
+from manifest.model import ChunkMap, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
-from ..install import fsync_path, settle_mtime
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, DiskFull, HubError
 from .fill import fill_link
+from .linkcheck import chunk_lists, fetch_maps, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .progress import NullProgress, Progress
 from .reference import Reference
@@ -114,10 +118,12 @@ def pull(
         verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
         waiting: list[_Fetched] = []
         parent: _Parent | None = None
+        lists: dict[str, ChunkList] = {}  # format v2: the parent link's chunk lists
+        backlog: list[tuple[ChainLink, LayerManifest, LayerConfig]] = []  # reused links not in ``lists`` yet
         try:
             for (link, manifest, config), tag in zip(parsed, tags):
                 existing = _installed(store, tag, link.digest)
-                if existing is not None and not _still_intact(store, existing, config):
+                if existing is not None and not still_intact(store, existing, config):
                     if not force:
                         raise InvalidSnapshotDir(
                             f"local snapshot {tag!r} was pulled from layer {link.digest}, but its files have changed "
@@ -127,15 +133,20 @@ def pull(
                     progress.log(f"{tag}: already present ({link.digest[:19]}…)")
                     result.links.append(LinkPulled(tag, link.digest, reused=True))
                     parent = _Parent(store, tag, config)
+                    backlog.append((link, manifest, config))
                     continue
+                for old in backlog:  # the chunk maps of reused links, to know the parent's chunk lists
+                    lists = chunk_lists(lists, fetch_maps(client, _repository_of(old[0], ref), *old))
+                backlog = []
                 try:
                     fetched = _fetch_link(store, client, index, ref, link, manifest, config, tag, parent, staging,
-                                          verifier, progress)
+                                          verifier, progress, lists)
                 except Exception:
                     # A failed check of an earlier link (its files removed under this one) is the
                     # cause to report, not this link's missing parent: settle those checks first.
                     _install_checked(store, client, index, waiting, force, progress, block=True)
                     raise
+                lists = fetched.lists
                 result.links.append(fetched.stats)
                 waiting.append(fetched)
                 _install_checked(store, client, index, waiting, force, progress, block=False)
@@ -176,6 +187,7 @@ class _Fetched:
     staged: Path
     parent: "_Parent | None"
     verification: Future
+    lists: dict[str, ChunkList] = field(default_factory=dict)
     installed: bool = False
 
 
@@ -244,14 +256,6 @@ def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | N
     return snap if (snap.origin or {}).get("manifest_digest") == digest else None
 
 
-def _still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig) -> bool:
-    """Whether an installed link still holds the files its layer describes (VerifiedRecord:
-    no hashing unless a file changed since it was recorded)."""
-    for role, info in config.files.items():
-        path = snap.dir / role
-        if not path.is_file() or store.verified.digests(path, ("blake3",))["blake3"] != info.digest:
-            return False
-    return True
 
 
 def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
@@ -270,22 +274,16 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
 
 def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink,
                 manifest: LayerManifest, config: LayerConfig, tag: str, parent: _Parent | None,
-                staging: contextlib.ExitStack, verifier: ThreadPoolExecutor, progress: Progress) -> _Fetched:
+                staging: contextlib.ExitStack, verifier: ThreadPoolExecutor, progress: Progress,
+                parent_lists: dict[str, ChunkList]) -> _Fetched:
     """Fetch one link's chunk maps and vmstate, stage its files on a clone of the parent's, write
     every changed chunk (verified on arrival), and hand the files to ``verifier`` for the
     whole-file check. Raises DigestInvalid, DiskFull, HubError, OSError."""
     # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
     # force-deleted here); it must be a well-formed name, and access is the hub's to check.
     name = _repository_of(link, ref)
-    maps: dict[str, ChunkMap] = {}
-    for role, desc in manifest.chunk_maps.items():
-        try:
-            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES))
-        except ManifestError as e:
-            raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
-        info = config.files.get(role)
-        if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
-            raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
+    maps = fetch_maps(client, name, link, manifest, config)
+    lists = chunk_lists(parent_lists, maps) if manifest.version >= 2 else {}
     vm_info = config.files[mt.VMSTATE_FILE]
     if vm_info.size > MAX_VMSTATE_BYTES:
         raise DigestInvalid(f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
@@ -326,29 +324,14 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
         for assembler in assemblers.values():
             assembler.close()
         raise
-    verification = verifier.submit(_verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag)
-    return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification)
+    verification = verifier.submit(verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag, lists)
+    return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification, lists)
 
 
-def _verify_files(assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str) -> dict[str, dict[str, str]]:
-    """On the verifier thread: check each assembled file's whole-file blake3 and make the link's
-    files durable, their mtimes settled first (so installing them later writes nothing more).
-    Returns {role: {algorithm: digest}}; raises DigestInvalid (the files are removed)."""
-    known: dict[str, dict[str, str]] = {}
-    pending = dict(assemblers)
-    try:
-        for role, assembler in assemblers.items():
-            del pending[role]
-            settle_mtime(assembler.out)
-            known[role] = assembler.finish().digests
-    except (DigestMismatch, AssemblyError) as e:
-        raise DigestInvalid(f"layer {layer} ({tag}): {e}") from None
-    finally:
-        for assembler in pending.values():
-            assembler.abort()
-    settle_mtime(vmstate)
-    fsync_path(vmstate)
-    return known
+
+
+
+
 
 
 def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fetched: _Fetched, force: bool,
@@ -372,10 +355,13 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
     if parent is not None:
         parent_memory = parent.dir / mt.MEMORY_FILE
         parent_digest = store.verified.digests(parent_memory, ("blake3",))["blake3"]
-        applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else parent_digest
-        if applies_to != parent_digest:
+        # v2 names the parent's file by its chunk tree (the parent layer's config; its bytes were
+        # checked against it), v1 by the blake3 of its bytes
+        holds = parent.config.files[mt.MEMORY_FILE].digest if config.version >= 2 else parent_digest
+        applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else holds
+        if applies_to != holds:
             raise DigestInvalid(f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
-                                f"{applies_to}, but {parent.tag!r} holds {parent_digest}")
+                                f"{applies_to}, but {parent.tag!r} holds {holds}")
         parent_sha = _parent_sha256(store, parent, parent_memory)
     store.prepare(
         fetched.staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,

@@ -1,11 +1,15 @@
 """``forkd push``: send a local chain to a hub, moving only what the hub lacks.
 
 For each link base → head: skip it when the hub already has its layer (known from a previous
-push or pull, confirmed by one HEAD); otherwise build the layer (:mod:`.layers`), asking the
-hub which changed chunks it already holds, upload every blob the hub lacks with resumable
-uploads, and PUT the manifest by digest. Finally tag the head. Interrupted at any point,
-running the same command again resumes: built blobs are rebuilt byte-identically and each
-upload continues from the offset the hub committed.
+push or pull, confirmed by one HEAD); otherwise build the layer (:mod:`.layers`: a pure
+function of the snapshot, so every hub gets the same digests), upload every blob the hub
+lacks with resumable uploads, and PUT the manifest by digest. Finally tag the head. A data
+blob is sent as a recipe: the hub is asked which of its frames it already holds where this
+user may read them (``frames/query``), only the others are uploaded, and the recipe (every
+frame in order, each marked uploaded or held) lets the hub rebuild and verify the blob.
+Interrupted at any point, running the same command again resumes: built blobs are rebuilt
+byte-identically and each upload continues from the offset the hub committed (a recipe
+upload keeps the frame selection it started with).
 
 Errors: forkd_client.hub.errors (HubError family), ClientError from the store, OSError.
 """
@@ -16,10 +20,14 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
+from manifest.chunktree import file_chunk_tree
+from manifest.layer import DataBlob
 
 from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
@@ -104,15 +112,23 @@ def push(
     expect = ANYWHERE if force else client.tag_digest(name, layer_tag)
     parent: LocalSnapshot | None = None
     parent_digest: str | None = None
+    trees: dict[tuple[Path, int], str] = {}
+
+    def chunk_tree(path: Path, size: int) -> str:
+        if (path, size) not in trees:
+            trees[(path, size)] = file_chunk_tree(path, size)
+        return trees[(path, size)]
+
     for snap in chain:
         key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"
         cached = state.get(key) or _pulled_layer(snap, parent, parent_digest, client.base_url)
-        if cached and client.manifest_exists(name, cached):
+        # a format-v1 layer (blake3-named) is pushed again, as format v2
+        if cached and cached.startswith("sha256:") and client.manifest_exists(name, cached):
             progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
             result.links.append(LinkPushed(snap.tag, cached, skipped=True))
         else:
             result.links.append(_push_link(store, client, state, snap, parent, parent_digest, name, public,
-                                           progress, chunk_size))
+                                           progress, chunk_size, chunk_tree))
             state.set(key, result.links[-1].digest)
         parent, parent_digest = snap, result.links[-1].digest
     manifest, _ = client.get_manifest(name, parent_digest)  # type: ignore[arg-type]
@@ -134,13 +150,10 @@ def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_dige
 def _push_link(
     store: SnapshotStore, client: HubClient, state: TransferState, snap: LocalSnapshot,
     parent: LocalSnapshot | None, parent_digest: str | None, name: str, public: bool,
-    progress: Progress, chunk_size: int,
+    progress: Progress, chunk_size: int, chunk_tree: "Callable[[Path, int], str]",
 ) -> LinkPushed:
     def digests(path: Path) -> dict[str, str]:
         return store.verified.digests(path, ("blake3", "sha256"))
-
-    def blob_size(digest: str) -> int:
-        return client.blob_size(name, digest)
 
     work = store.root / ".push" / hashlib.sha256(f"{snap.dir}|{parent_digest}".encode()).hexdigest()[:16]
     if work.exists():
@@ -148,26 +161,118 @@ def _push_link(
     work.mkdir(parents=True)
     try:
         progress.log(f"{snap.tag}: computing layer against {parent.tag if parent else 'nothing (base)'}")
-        layer = build_layer(snap, parent, parent_digest, work,
-                            lambda wanted: client.query_chunks(name, wanted), blob_size, digests, chunk_size=chunk_size)
-        uploaded = _upload_blobs(client, state, name, layer, progress, snap.tag)
+        layer = build_layer(snap, parent, parent_digest, work, digests, chunk_tree, chunk_size=chunk_size)
+        uploaded, new_frames, held_frames = _upload_blobs(client, state, name, layer, progress, snap.tag)
         if not client.manifest_exists(name, layer.digest):
             client.put_manifest(name, layer.digest, layer.manifest, public=public)
         return LinkPushed(snap.tag, layer.digest, skipped=False, bytes_uploaded=uploaded,
-                          new_chunks=layer.stats.new_chunks, reused_chunks=layer.stats.reused_chunks,
-                          changed_bytes=layer.changed_bytes)
+                          new_chunks=new_frames, reused_chunks=held_frames, changed_bytes=layer.changed_bytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _upload_blobs(client: HubClient, state: TransferState, name: str, layer: BuiltLayer, progress: Progress, tag: str) -> int:
+def _upload_blobs(client: HubClient, state: TransferState, name: str, layer: BuiltLayer, progress: Progress,
+                  tag: str) -> tuple[int, int, int]:
+    """Upload what the hub lacks; return (bytes sent, frames uploaded, frames the hub already held)."""
     missing = [d for d in layer.blobs if not client.blob_exists(name, d)]
-    total = sum(layer.blob_size(d) for d in missing)
+    recipes = {d: _RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing
+               if d in layer.data_blobs}
+    total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
     progress.task(f"push {tag}", total)
     sent = 0
     for digest in missing:
-        sent += _upload_one(client, state, name, digest, layer.blobs[digest], progress)
-    return sent
+        if digest in recipes:
+            sent += recipes[digest].send(client, state, name, progress)
+        else:
+            sent += _upload_one(client, state, name, digest, layer.blobs[digest], progress)
+    new = sum(len(r.inline) for r in recipes.values())
+    held = sum(len(r.blob.frames) - len(r.inline) for r in recipes.values())
+    return sent, new, held
+
+
+@dataclass
+class _RecipeUpload:
+    """A data blob pushed as its new frames plus its recipe (docs/http-api.md, "Push, step by step")."""
+
+    blob: DataBlob
+    key: str
+    location: str | None
+    inline: set[str]
+
+    @property
+    def inline_bytes(self) -> int:
+        return sum(f.length for f in self.blob.frames if f.digest in self.inline)
+
+    @classmethod
+    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> "_RecipeUpload":
+        """Resume the selection of an interrupted upload, or ask the hub which frames it holds."""
+        key = f"recipe|{client.base_url}|{name}|{blob.digest}"
+        saved = state.get(key)
+        if saved:
+            try:
+                doc = json.loads(saved)
+                return cls(blob, key, str(doc["location"]), set(doc["inline"]))
+            except (ValueError, KeyError, TypeError):
+                state.delete(key)
+        held = client.query_frames(name, [f.digest for f in blob.frames])
+        return cls(blob, key, None, {f.digest for f in blob.frames if f.digest not in held})
+
+    def _save(self, state: TransferState) -> None:
+        state.set(self.key, json.dumps({"location": self.location, "inline": sorted(self.inline)}))
+
+    def send(self, client: HubClient, state: TransferState, name: str, progress: Progress) -> int:
+        """Upload the inline frames (resuming at the hub's offset), then finish with the recipe."""
+        spans = [(f.offset, f.length) for f in self.blob.frames if f.digest in self.inline]
+        size = sum(n for _, n in spans)
+        offset = 0
+        if self.location:
+            try:
+                offset = client.upload_offset(self.location)
+            except NotFound:
+                self.location = None
+            if offset > size:
+                client.cancel_upload(self.location)  # type: ignore[arg-type]
+                self.location, offset = None, 0
+        if not self.location:
+            self.location = client.start_upload(name)
+            self._save(state)
+        progress.advance(offset)
+        part_size = upload_part_bytes()
+        sent = 0
+        with open(self.blob.path, "rb") as f:
+            while offset < size:
+                part = _read_spans(f, spans, offset, min(part_size, size - offset))
+                self.location = client.upload_chunk(self.location, part, offset)
+                self._save(state)
+                offset += len(part)
+                sent += len(part)
+                progress.advance(len(part))
+        recipe = {"mediaType": mt.RECIPE, "digest": self.blob.digest, "size": self.blob.size,
+                  "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in self.inline]
+                             for f in self.blob.frames]}
+        try:
+            client.finish_recipe(name, self.location, recipe)
+        finally:
+            state.delete(self.key)  # finished, or refused (the hub dropped the session): start over next time
+        return sent
+
+
+def _read_spans(f, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:  # noqa: ANN001
+    """``length`` bytes at ``offset`` of the concatenation of the file's ``spans``."""
+    out = bytearray()
+    position = 0
+    for start, n in spans:
+        if position + n <= offset:
+            position += n
+            continue
+        if len(out) >= length:
+            break
+        skip = max(0, offset - position)
+        take = min(n - skip, length - len(out))
+        f.seek(start + skip)
+        out += f.read(take)
+        position += n
+    return bytes(out)
 
 
 def _upload_one(client: HubClient, state: TransferState, name: str, digest: str, source: bytes | Path, progress: Progress) -> int:

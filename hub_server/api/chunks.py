@@ -1,23 +1,39 @@
-"""``POST /api/v1/repositories/{ns}/{repo}/chunks/query``: which chunks the hub already holds."""
+"""Native dedup endpoints (format v2, registry/packs.py):
+
+- ``POST /api/v1/repositories/{ns}/{repo}/frames/query``: which zstd frames the hub already holds
+  where the caller may read them;
+- ``POST /api/v1/repositories/{ns}/{repo}/blobs/uploads/{uuid}/recipe``: finish an upload
+  session holding a data blob's new frames, with the blob's recipe.
+"""
 
 from __future__ import annotations
 
-from litestar import Controller, post
+import json
+from typing import Any
+
+from manifest.jsontext import loads as loads_json
+
+from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, RawBody
 
-from hub_server.api.deps import decode_json_body, json_body
-from hub_server.api.schemas import ChunkQuery, ChunkQueryOut
+from hub_server.api.deps import decode_json_body, json_body, read_limited
+from hub_server.api.schemas import FrameQuery, FrameQueryOut
+from hub_server.api.uploads import committed_headers
 from hub_server.auth.scopes import Principal
+from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.service import Registry
+
+#: A recipe lists ~100 bytes per frame: 64 MiB covers a 16 GiB blob of 64 KiB chunks.
+MAX_RECIPE_BYTES = 64 << 20
 
 
 class ChunkController(Controller):
-    path = "/api/v1/repositories/{ns:str}/{repo:str}/chunks/query"
+    path = "/api/v1/repositories/{ns:str}/{repo:str}"
     tags = ["chains"]
 
-    @post("/", summary="Chunk negotiation (≤ 10,000 digests)", status_code=200,
-          operation_class=json_body(ChunkQuery, 'the chunk digests to look up: {"digests": [...]}'))
+    @post("/frames/query", summary="Frame negotiation (≤ 10,000 digests)", status_code=200,
+          operation_class=json_body(FrameQuery, 'the frame digests to look up: {"digests": [...]}'))
     async def query(
         self,
         ns: FromPath[str],
@@ -25,7 +41,26 @@ class ChunkController(Controller):
         body: RawBody,
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
-    ) -> ChunkQueryOut:
+    ) -> FrameQueryOut:
         await registry.chunks.authorize(principal, ns, repo)
-        query = decode_json_body(body, ChunkQuery, "chunk query")
-        return ChunkQueryOut.from_result(await registry.chunks.query(principal, ns, repo, query.digests))
+        query = decode_json_body(body, FrameQuery, "frame query")
+        return FrameQueryOut.from_result(await registry.chunks.query(principal, ns, repo, query.digests))
+
+    @post("/blobs/uploads/{uuid:str}/recipe", summary="Finish an upload of new frames with the data blob's recipe",
+          status_code=201, request_max_body_size=None)  # bounded below (413 TOO_LARGE)
+    async def finish_recipe(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        uuid: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        body = await read_limited(request, MAX_RECIPE_BYTES, "recipe")
+        try:
+            recipe = loads_json(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"the recipe is not valid JSON: {e}", {}) from None
+        blob = await registry.uploads.finish_recipe(principal, ns, repo, uuid, recipe)
+        return Response(b"", status_code=201, headers=committed_headers(ns, repo, blob))

@@ -55,8 +55,8 @@ async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: Ba
 
     Raises: Unauthorized.
     """
-    tokens: TokenService = connection.app.state.tokens
-    await tokens.principal_from_header(connection.headers.get("authorization"))
+    authenticator: Authenticator = connection.app.state.authenticator
+    await authenticator.principal(connection.headers.get("authorization"))
 
 
 def remote_of(request: Request[Any, Any, Any]) -> str | None:

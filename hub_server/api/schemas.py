@@ -10,12 +10,12 @@ from datetime import datetime
 import msgspec
 
 from hub_server.registry.catalog import RepositoryDetail, RepositoryPage
-from hub_server.registry.chunks import ChunkQueryResult
+from hub_server.registry.chunks import FrameQueryResult
 from hub_server.registry.deletion import DeleteResult
 from hub_server.registry.lineage import Chain, Lineage
 
 __all__ = [
-    "ChainLinkOut", "ChainOut", "ChunkLocationOut", "ChunkQuery", "ChunkQueryOut", "DeleteOut", "DependentOut",
+    "ChainLinkOut", "ChainOut", "DeleteOut", "DependentOut", "FrameFoundOut", "FrameQuery", "FrameQueryOut",
     "HealthOut", "LineageOut", "LinkRefOut", "NamespacesOut", "RemovalOut", "RepositoriesOut", "RepositoryOut",
     "RepositoryPatch", "RepositorySummaryOut", "TagListOut", "TagOut",
 ]
@@ -25,27 +25,23 @@ class _Wire(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
-class ChunkQuery(_Wire):
+class FrameQuery(_Wire):
     digests: list[str]
 
 
-class ChunkLocationOut(_Wire):
-    blob: str
-    offset: int
+class FrameFoundOut(_Wire):
     length: int
-    blob_size: int
-    repository: str
+    chunk: str
 
 
-class ChunkQueryOut(_Wire):
-    found: dict[str, ChunkLocationOut]
+class FrameQueryOut(_Wire):
+    found: dict[str, FrameFoundOut]
     missing: int
 
     @classmethod
-    def from_result(cls, r: ChunkQueryResult) -> ChunkQueryOut:
-        return cls(found={d: ChunkLocationOut(blob=loc.blob, offset=loc.offset, length=loc.length,
-                                                 blob_size=loc.blob_size, repository=loc.repository)
-                          for d, loc in r.found.items()}, missing=r.missing)
+    def from_result(cls, r: FrameQueryResult) -> FrameQueryOut:
+        return cls(found={d: FrameFoundOut(length=f.length, chunk=f.chunk) for d, f in r.found.items()},
+                   missing=r.missing)
 
 
 class ChainLinkOut(_Wire):

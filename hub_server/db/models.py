@@ -12,6 +12,10 @@
     repository_manifests (repository_id, manifest_digest)
     tags              (repository_id, name, manifest_digest, updated_at)
     chunks            (id, digest, blob_digest, offset, length)      verified chunk frame locations
+    packs             (key PK, size, created_at)                     pack objects: frames stored once
+    frames            (digest PK, chunk_digest, raw_length, pack_key, pack_offset, length)
+                                                                     a stored zstd frame, by the blake3 of its bytes
+    recipe_frames     (blob_digest, offset, frame_digest, length)    a data blob stored as frames, in order
     uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until)
     gc_leases         (name, holder, expires_at)                     one GC sweeps at a time (replicas)
     gc_marks          (kind, digest, unreferenced_since)             when GC first saw an object unreferenced
@@ -38,8 +42,11 @@ __all__ = [
     "Blob",
     "BlobRole",
     "Chunk",
+    "Frame",
     "GcLease",
     "GcMark",
+    "Pack",
+    "RecipeFrame",
     "Manifest",
     "ManifestBlob",
     "ManifestSubject",
@@ -188,6 +195,43 @@ class Chunk(SQLModel, table=True):
     digest: str = Field(sa_column=Column(DIGEST_TYPE, nullable=False))
     blob_digest: str = _digest_fk("blobs.digest", index=True)
     offset: int = Field(sa_column=Column(BigInteger, nullable=False))
+    length: int
+
+
+class Pack(SQLModel, table=True):
+    """An immutable pack object (``registry/paths.pack_key``) holding zstd frames back to back."""
+
+    __tablename__ = "packs"
+
+    key: str = Field(sa_column=Column(String(200), primary_key=True))
+    size: int = Field(sa_column=Column(BigInteger, nullable=False))
+    created_at: datetime = _time(index=True)
+
+
+class Frame(SQLModel, table=True):
+    """A zstd frame stored once, named by the blake3 of its bytes, verified to decompress to
+    ``raw_length`` bytes hashing to ``chunk_digest``; ``length`` bytes at ``pack_offset`` in its pack."""
+
+    __tablename__ = "frames"
+
+    digest: str = Field(sa_column=Column(DIGEST_TYPE, primary_key=True))
+    chunk_digest: str = Field(sa_column=Column(DIGEST_TYPE, nullable=False, index=True))
+    raw_length: int
+    pack_key: str = Field(sa_column=Column(String(200), ForeignKey("packs.key", ondelete="RESTRICT"),
+                                           nullable=False, index=True))
+    pack_offset: int = Field(sa_column=Column(BigInteger, nullable=False))
+    length: int
+
+
+class RecipeFrame(SQLModel, table=True):
+    """Frame ``frame_digest`` is the ``length`` bytes at ``offset`` of data blob ``blob_digest``
+    (a blob stored as a recipe: its frames in order, end to end, are its exact bytes)."""
+
+    __tablename__ = "recipe_frames"
+
+    blob_digest: str = _digest_fk("blobs.digest", primary_key=True)
+    offset: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    frame_digest: str = _digest_fk("frames.digest", index=True, ondelete="RESTRICT")
     length: int
 
 

@@ -1,6 +1,6 @@
 """The full-text search index over repositories (what the web catalog's search reads).
 
-Created by revision ``0005_catalog_search`` (the DDL lives there, frozen) and kept current by
+Created by revision ``0008_catalog_search`` (the DDL lives there, frozen) and kept current by
 triggers on ``repositories`` (name, description) and ``tags``, so every writer (push, tag move,
 delete, PATCH) keeps it without knowing it exists. Manifests are immutable, so their annotations
 only change through tags.

@@ -24,6 +24,7 @@ from hub_server.registry.access import find_repository, readable_repository, req
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository
 from hub_server.registry.paths import blob_key
+from hub_server.registry.recipes import has_recipe, iter_blob_range
 from hub_server.registry.sql import insert_ignore
 from hub_server.storage import BlobNotFound, BlobStore
 from manifest.digest import Digest, Hasher
@@ -31,9 +32,6 @@ from manifest.digest import Digest, Hasher
 __all__ = ["BlobRead", "BlobService", "BlobUnlinker", "digest_object", "publish_blob", "read_blob_bytes"]
 
 HASH_READ_SIZE = 4 << 20
-#: Piece size when serving a blob: big enough that per-piece overhead (a thread hop, an ASGI send)
-#: is noise next to the copy (bench/oci_copy.py measures the whole-blob path against docker-registry).
-SERVE_CHUNK = 4 << 20
 
 
 async def digest_object(store: BlobStore, key: str, algorithm: str) -> tuple[Digest, int]:
@@ -70,19 +68,20 @@ async def publish_blob(
 
 @dataclass(frozen=True)
 class BlobRead:
-    """A blob the caller may read, ready to be served (whole, by ranges, or by redirect)."""
+    """A blob the caller may read, ready to be served (whole, by ranges, or by redirect).
+    ``recipe``: stored as frames in packs (registry/recipes.py), streamed byte-exact all the same."""
 
     digest: str
     size: int
     media_type: str | None
     redirect_url: str | None
-    _store: BlobStore
+    _ctx: RegistryContext
+    recipe: bool = False
 
     async def iter_range(self, offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:
         """Stream ``length`` bytes from ``offset`` (checked against the size by the caller)."""
-        async with self._store.open(blob_key(self.digest), offset, length, chunk_size=SERVE_CHUNK) as stream:
-            async for piece in stream:
-                yield piece
+        async for piece in iter_blob_range(self._ctx, self.digest, self.size, self.recipe, offset, length):
+            yield piece
 
 
 class BlobService:
@@ -112,9 +111,10 @@ class BlobService:
                            {"digest": digest, "name": repo.full_name})
         url = None
         store = self.ctx.store
-        if redirect and self.ctx.blob_redirects and store.capabilities.supports_redirect:
+        recipe = await has_recipe(self.ctx, digest)
+        if redirect and not recipe and self.ctx.blob_redirects and store.capabilities.supports_redirect:
             url = await store.redirect_url(blob_key(digest), expires_in=self.ctx.redirect_expiry)
-        return BlobRead(digest, row.size, row.media_type, url, store)
+        return BlobRead(digest, row.size, row.media_type, url, self.ctx, recipe)
 
 
 class BlobUnlinker:

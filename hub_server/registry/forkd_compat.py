@@ -294,7 +294,7 @@ class ForkdCompatService:
                  for i, (_, manifest, config) in enumerate(layers)]
         head = layers[-1][2]
         return await anyio.to_thread.run_sync(
-            lambda: build_pack(links, work, StoreFrames(self.ctx.store), created_at=forkd_time(head.created),
+            lambda: build_pack(links, work, StoreFrames(self.ctx), created_at=forkd_time(head.created),
                                description=head.annotations.get(mt.ANNOTATION_DESCRIPTION),
                                base_image=head.annotations.get(mt.ANNOTATION_BASE_IMAGE)),
             limiter=self._limiter)

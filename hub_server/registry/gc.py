@@ -21,6 +21,11 @@ just uploaded but has not referenced yet:
 - unmarked blobs (with their verified chunk locations and repository links) and their bytes,
 - objects under ``blobs/`` with no row (a crash between move and commit), under ``uploads/``
   with no session, and upload sessions idle longer than the upload lifetime,
+- for data blobs stored as recipes (registry/packs.py), reachability continues blob → recipe →
+  frames → packs: a swept blob's recipe rows go with it, then every frame no recipe lists,
+  then every pack none of whose frames is left (row and object). A pack with any live frame is
+  kept whole (its dead frames are not repacked: packs are immutable, and a layer's frames
+  mostly live and die together); ``packs/`` objects with no row are swept like orphan blobs,
 - the store's own abandoned staging (``purge_staging``).
 
 Rows go first, in one transaction that re-checks each blob is still unreferenced; bytes go
@@ -44,8 +49,11 @@ from hub_server.db.models import (
     Blob,
     BlobRole,
     Chunk,
+    Frame,
     Manifest,
     ManifestBlob,
+    Pack,
+    RecipeFrame,
     RepositoryBlob,
     RepositoryManifest,
     Tag,
@@ -53,7 +61,15 @@ from hub_server.db.models import (
 )
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.gcstate import acquire_lease, holder_name, release_lease, settle_marks
-from hub_server.registry.paths import BLOBS_PREFIX, UPLOADS_PREFIX, blob_key, digest_from_blob_key, upload_key
+from hub_server.registry.paths import (
+    BLOBS_PREFIX,
+    FRAME_PACKS_PREFIX,
+    UPLOADS_PREFIX,
+    blob_key,
+    digest_from_blob_key,
+    is_pack_key,
+    upload_key,
+)
 from hub_server.registry.sql import batched
 from hub_server.storage import BlobNotFound
 from manifest import mediatypes as mt
@@ -82,6 +98,9 @@ class GcReport:
     kept_blobs: int = 0
     staging_purged: int = 0
     packs: list[str] = field(default_factory=list)
+    """Cached forkd packs pruned (registry/forkd_compat.py)."""
+    pack_objects: list[str] = field(default_factory=list)
+    """Frame packs deleted: none of their frames is in a live recipe (registry/packs.py)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -120,6 +139,7 @@ class GarbageCollector:
         await self.ctx.audit.record(actor, "gc", detail={
             "dryRun": dry_run, "manifests": len(report.manifests), "blobs": len(report.blobs),
             "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects), "packs": len(report.packs),
+            "packObjects": len(report.pack_objects),
             "bytesFreed": report.bytes_freed,
         })
         log.info("gc %s: %d manifests, %d blobs, %d uploads, %d orphan objects, %d bytes",
@@ -140,6 +160,7 @@ class GarbageCollector:
             blob_rows = await session.exec(select(Blob.digest, Blob.size, Blob.created_at))
             blobs = {d: (s, c) for d, s, c in blob_rows.all()}
             uploads = {u.id: u for u in (await session.exec(select(Upload))).all()}
+            pack_rows = set((await session.exec(select(Pack.key))).all())
 
         children: dict[str, list[str]] = {}
         for m, b, role in references:
@@ -165,7 +186,7 @@ class GarbageCollector:
         report.blobs = sorted(due_blobs)
         report.kept_blobs = len(blobs) - len(report.blobs)
         report.uploads = sorted(u.id for u in uploads.values() if u.updated_at <= upload_cutoff)
-        report.orphan_objects = await self._orphans(set(blobs), set(uploads), cutoff)
+        report.orphan_objects = await self._orphans(set(blobs), set(uploads), pack_rows, cutoff)
         from hub_server.registry.forkd_compat import prune_packs  # forkd packs cached for deleted manifests
 
         report.packs = await prune_packs(self.ctx, dry_run=True)
@@ -174,7 +195,10 @@ class GarbageCollector:
             return
 
         report.blobs = await self._delete_rows(report, marked_blobs)
+        report.pack_objects = await self._delete_dead_packs(cutoff)
         freed = 0
+        for key in report.pack_objects:
+            freed += await self._delete_object(key)
         for digest in report.blobs:
             freed += await self._delete_object(blob_key(digest))
         for upload_id in report.uploads:
@@ -185,15 +209,19 @@ class GarbageCollector:
         report.packs = await prune_packs(self.ctx)
         report.staging_purged = await self.ctx.store.purge_staging(max(report.started - cutoff, timedelta(0)))
 
-    async def _orphans(self, blob_rows: set[str], upload_rows: set[str], cutoff: datetime) -> list[str]:
+    async def _orphans(self, blob_rows: set[str], upload_rows: set[str], pack_rows: set[str],
+                       cutoff: datetime) -> list[str]:
         """Stored objects without a row, last written before ``cutoff``."""
         out: list[str] = []
         store = self.ctx.store
-        for prefix in (BLOBS_PREFIX, UPLOADS_PREFIX):
+        for prefix in (BLOBS_PREFIX, UPLOADS_PREFIX, FRAME_PACKS_PREFIX):
             async for key in store.list(prefix):
                 if prefix == BLOBS_PREFIX:
                     digest = digest_from_blob_key(key)
                     if digest is not None and digest in blob_rows:
+                        continue
+                elif prefix == FRAME_PACKS_PREFIX:
+                    if not is_pack_key(key) or key in pack_rows:
                         continue
                 elif key.rsplit("/", 1)[-1] in upload_rows:
                     continue
@@ -224,11 +252,26 @@ class GarbageCollector:
                 if not gone:
                     continue
                 await session.exec(delete(Chunk).where(col(Chunk.blob_digest).in_(gone)))
+                await session.exec(delete(RecipeFrame).where(col(RecipeFrame.blob_digest).in_(gone)))
                 await session.exec(delete(RepositoryBlob).where(col(RepositoryBlob.blob_digest).in_(gone)))
                 await session.exec(delete(Blob).where(col(Blob.digest).in_(gone)))
                 deleted.extend(gone)
             await session.commit()
         return deleted
+
+    async def _delete_dead_packs(self, cutoff: datetime) -> list[str]:
+        """Delete the rows of frames no recipe lists, then of packs (older than ``cutoff``) with no
+        frame left; return those packs' keys (their objects go after, like blobs')."""
+        async with self.ctx.sessions() as session:
+            live = select(RecipeFrame.frame_digest).distinct()
+            await session.exec(delete(Frame).where(col(Frame.digest).not_in(live)))
+            used = select(Frame.pack_key).distinct()
+            dead = list((await session.exec(select(Pack.key).where(col(Pack.key).not_in(used),
+                                                                  col(Pack.created_at) <= cutoff))).all())
+            for batch in batched(dead):
+                await session.exec(delete(Pack).where(col(Pack.key).in_(batch)))
+            await session.commit()
+        return sorted(dead)
 
     async def _delete_object(self, key: str) -> int:
         """Delete one object; return how many bytes that freed (0 if it was already gone)."""

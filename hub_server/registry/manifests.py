@@ -6,7 +6,7 @@ stores the exact bytes received as a blob and commits every row in one transacti
 to the repository (the document's blobs and the chain below it, so the whole chain is
 pullable through this repository), verified chunk locations, and the tag. Nothing is written
 before every check passed. The digest is computed over the received bytes with the algorithm
-of the digest reference, or blake3 for a tag.
+of the digest reference; for a tag, sha256 (blake3 for a format-v1 layer).
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
@@ -16,6 +16,7 @@ Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
@@ -41,6 +42,7 @@ from hub_server.registry.names import Reference, check_repository, parse_referen
 from hub_server.registry.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
 from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
+from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference
@@ -104,11 +106,14 @@ class ManifestService:
         if len(body) > limit:
             raise too_large("manifest", len(body), limit)
         # Dispatch: forkd media types to their verifier (registry.verify), everything else to the
-        # generic OCI checks (registry.oci_content / oci_plan).
+        # generic OCI checks (registry.oci_content / oci_plan). By tag, the digest is sha256 (OCI's
+        # canonical one), except for a format-v1 forkd layer, still named by blake3.
         obj = load_manifest_json(body)
         document: LayerManifest | ChainIndex | OciDocument
         if is_forkd_document(obj):
-            document, default_algorithm = parse_document(body, content_type, limit), "blake3"
+            document = parse_document(body, content_type, limit)
+            v1 = isinstance(document, LayerManifest) and document.version < 2
+            default_algorithm = "blake3" if v1 else "sha256"
         else:
             document, default_algorithm = parse_oci_document(obj, content_type), "sha256"
         algorithm = Digest.parse(reference.digest).algorithm if reference.digest else default_algorithm
@@ -125,7 +130,7 @@ class ManifestService:
                 plan = await plan_index(self.ctx, session, principal, repo, document)
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
-        await verify_frames(self.ctx.store, plan.frames, plan.blob_sizes)
+        await verify_frames(partial(read_blob_range, self.ctx), plan.frames, plan.blob_sizes)
 
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):
@@ -138,7 +143,8 @@ class ManifestService:
                                         digest=digest, remote=remote,
                                         detail={"mediaType": plan.media_type, "newChunks": len(plan.frames),
                                                 "reusedChunks": plan.reused_frames})
-            self.ctx.metrics.record_chunks(stored=len(plan.frames), deduplicated=plan.reused_frames)
+            # frames of data blobs pushed whole are verified (and counted) here; recipes on ingest
+            self.ctx.metrics.record_chunks(stored=len(plan.frames))
         if reference.tag is not None:
             await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
                                         digest=digest, remote=remote, detail={"previous": previous})

@@ -58,7 +58,7 @@ FOREIGN_LAYER_TYPES = (
     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
     "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
 )
-_FORKD_ARTIFACTS = (mt.LAYER_ARTIFACT, mt.CHAIN_ARTIFACT)
+_FORKD_ARTIFACTS = (*mt.LAYER_ARTIFACTS, mt.CHAIN_ARTIFACT)
 _GENERIC_CONTENT_TYPES = ("", "application/json", "application/octet-stream")
 # RFC 6838 type/subtype (with structured-syntax suffix and parameters kept out).
 _MEDIA_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
@@ -113,7 +113,7 @@ def is_forkd_document(obj: dict[str, Any]) -> bool:
     """Whether a parsed manifest is a forkd layer manifest or chain index (verified by ``registry.verify``)."""
     config = obj.get("config")
     return obj.get("artifactType") in _FORKD_ARTIFACTS or (
-        isinstance(config, dict) and config.get("mediaType") == mt.CONFIG)
+        isinstance(config, dict) and config.get("mediaType") in mt.CONFIGS)
 
 
 def parse_oci_document(obj: dict[str, Any], content_type: str | None) -> OciDocument:

@@ -24,14 +24,15 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio.from_thread
 import zstandard
 
-from hub_server.registry.paths import blob_key
-from hub_server.storage import BlobStore
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.recipes import blob_layout, read_blob_range
 from manifest import mediatypes as mt
 from manifest.assemble import FrameSource, assemble_file
 from manifest.digest import Hasher
@@ -72,7 +73,7 @@ class BuiltPack:
 
 
 class StoreFrames:
-    """A FrameSource for worker threads: reads data-blob ranges through the event loop.
+    """A FrameSource for worker threads: reads data-blob ranges (whole objects or recipes) through the event loop.
 
     Must be called from a thread started by ``anyio.to_thread.run_sync``. Each call that
     misses reads a window of up to :data:`FRAME_WINDOW` bytes from ``offset`` and keeps it,
@@ -80,11 +81,11 @@ class StoreFrames:
     InvalidRange for a range past the blob's end, StorageError).
     """
 
-    def __init__(self, store: BlobStore, *, window: int = FRAME_WINDOW, keep: int = FRAME_WINDOWS) -> None:
-        self._store = store
+    def __init__(self, ctx: RegistryContext, *, window: int = FRAME_WINDOW, keep: int = FRAME_WINDOWS) -> None:
+        self._ctx = ctx
         self._window = window
         self._keep = keep
-        self._sizes: dict[str, int] = {}
+        self._layouts: dict[str, tuple[int, bool]] = {}
         self._windows: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self.reads = 0  # trips to the store, for tests and curiosity
 
@@ -95,13 +96,14 @@ class StoreFrames:
             if start <= offset and offset + length <= start + len(data):
                 self._windows.move_to_end(blob)
                 return data[offset - start:offset - start + length]
-        key = blob_key(blob)
-        size = self._sizes.get(blob)
-        if size is None:
-            size = self._sizes[blob] = anyio.from_thread.run(self._store.stat, key).size
+        layout = self._layouts.get(blob)
+        if layout is None:
+            layout = self._layouts[blob] = anyio.from_thread.run(blob_layout, self._ctx, blob)
+        size, recipe = layout
         # Never past the blob's end, unless the frame itself is: then let the store say so.
         end = max(min(size, offset + max(length, self._window)), offset + length)
-        data = anyio.from_thread.run(self._store.read, key, offset, end - offset)
+        data = anyio.from_thread.run(partial(read_blob_range, self._ctx, blob, offset, end - offset, recipe=recipe,
+                                             size=size))
         self.reads += 1
         self._windows[blob] = (offset, data)
         self._windows.move_to_end(blob)

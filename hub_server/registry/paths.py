@@ -10,6 +10,14 @@
     uploads/
     └── <uuid>                      a resumable upload's staged bytes; moved to blobs/… once
                                     its digest is verified, deleted on cancel/expiry/mismatch
+                                    (a recipe upload's staged frames become a pack instead)
+    packs/
+    └── <id[0:2]>/
+        └── <id>                    an immutable pack: verified zstd frames back to back, each
+                                    stored once hub-wide (table ``frames``); a data blob pushed as
+                                    a recipe has no object of its own, table ``recipe_frames``
+                                    lists its frames in order (registry/packs.py, recipes.py).
+                                    ``<id>`` is 32 lowercase hex (the upload session's uuid).
     forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst|.json   forkd pack of manifest <alg>:<hex> and its {sha256, size}, built once (registry/forkd_compat.py)
 
 Publication is atomic: bytes are staged under ``uploads/`` (or a backend's own staging),
@@ -18,12 +26,17 @@ verified against their digest, moved to ``blobs/…``, and only then is metadata
 
 from __future__ import annotations
 
+import re
+
 from manifest.digest import Digest
 
-__all__ = ["BLOBS_PREFIX", "UPLOADS_PREFIX", "blob_key", "digest_from_blob_key", "upload_key"]
+__all__ = ["BLOBS_PREFIX", "FRAME_PACKS_PREFIX", "UPLOADS_PREFIX", "blob_key", "digest_from_blob_key", "is_pack_key",
+           "pack_key", "upload_key"]
 
 BLOBS_PREFIX = "blobs"
 UPLOADS_PREFIX = "uploads"
+FRAME_PACKS_PREFIX = "packs"
+_PACK_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def blob_key(digest: str | Digest) -> str:
@@ -48,3 +61,17 @@ def digest_from_blob_key(key: str) -> str | None:
 def upload_key(upload_id: str) -> str:
     """``uploads/<id>``: where an upload session stages its bytes."""
     return f"{UPLOADS_PREFIX}/{upload_id}"
+
+
+def pack_key(pack_id: str) -> str:
+    """``packs/<2 hex>/<id>`` for a 32-hex pack id. Raises ValueError for a malformed id."""
+    if not _PACK_ID.fullmatch(pack_id):
+        raise ValueError(f"pack id {pack_id[:40]!r} is not 32 lowercase hex digits")
+    return f"{FRAME_PACKS_PREFIX}/{pack_id[:2]}/{pack_id}"
+
+
+def is_pack_key(key: str) -> bool:
+    """Whether ``key`` is a well-formed ``packs/…`` key."""
+    parts = key.split("/")
+    return len(parts) == 3 and parts[0] == FRAME_PACKS_PREFIX and bool(_PACK_ID.fullmatch(parts[2])) \
+        and parts[1] == parts[2][:2]

@@ -46,8 +46,10 @@ from manifest.model import ChunkMap, Descriptor, LayerConfig, LayerManifest
 
 __all__ = ["PushPlan", "plan_index", "plan_layer"]
 
-_ROLES = {mt.CONFIG: BlobRole.CONFIG, mt.VMSTATE: BlobRole.VMSTATE, mt.CHUNK_MAP: BlobRole.CHUNK_MAP,
-          mt.DATA_BLOB: BlobRole.DATA}
+_ROLES = {**{t["config"]: BlobRole.CONFIG for t in mt.VERSIONS.values()},
+          **{t["vmstate"]: BlobRole.VMSTATE for t in mt.VERSIONS.values()},
+          **{t["chunkmap"]: BlobRole.CHUNK_MAP for t in mt.VERSIONS.values()},
+          **{t["data"]: BlobRole.DATA for t in mt.VERSIONS.values()}}
 
 
 @dataclass
@@ -99,6 +101,9 @@ async def plan_layer(
         assert parent is not None and parent.config_digest is not None
         raw_parent = await read_blob_bytes(ctx, parent.config_digest, limits.config_bytes, "parent config")
         parent_config = await _parse(LayerConfig, raw_parent, limits.config_bytes, "parent config")
+        if parent_config.version != config.version:
+            raise invalid(f"a format-version-{config.version} layer cannot apply to parent {config.parent.digest}, "
+                          f"a version-{parent_config.version} layer: push the whole chain again", field="parent")
 
     data_blobs = {d.digest for d in manifest.data_blobs}
     maps: list[ChunkMap] = []
@@ -106,14 +111,22 @@ async def plan_layer(
         raw = await read_blob_bytes(ctx, desc.digest, limits.chunk_map_bytes, "chunk map")
         chunk_map = await _parse(ChunkMap, raw, limits.chunk_map_bytes, f"chunk map {desc.digest} ({file})")
         check_chunk_map(chunk_map, desc, config, parent_config, data_blobs)
+        if chunk_map.version != manifest.version:
+            raise invalid(f"chunk map {desc.digest} is format version {chunk_map.version}, the manifest "
+                          f"{manifest.version}", digest=desc.digest, field="mediaType")
         maps.append(chunk_map)
+    if manifest.version >= 2:  # a v2 layer lists its own data blobs, nothing else (identity is content)
+        used = {b for cm in maps for b in cm.blobs}
+        if used != data_blobs:
+            raise invalid(f"data blobs {sorted(data_blobs - used)} are listed but no chunk map uses them",
+                          field="layers")
 
     frames = plan_frames(maps)
     known = await _verified_locations(session, frames)
     new = [f for f in frames if f.location not in known]
     return PushPlan(
         media_type=mt.OCI_MANIFEST,
-        artifact_type=mt.LAYER_ARTIFACT,
+        artifact_type=mt.VERSIONS[manifest.version]["layer"],
         config_digest=manifest.config.digest,
         parent_digest=config.parent.digest if config.parent else None,
         logical_size=sum(f.size for f in config.files.values()),
@@ -147,7 +160,7 @@ async def plan_index(
     previous: str | None = None
     for i, d in enumerate(index.manifests):
         row = rows[d.digest]
-        if row.artifact_type != mt.LAYER_ARTIFACT:
+        if not mt.is_layer(row.artifact_type):
             raise invalid(f"index.manifests[{i}] ({d.digest}) is not a layer manifest", field=f"manifests[{i}]")
         if row.size != d.size:
             raise HubError(ErrorCode.SIZE_INVALID, f"index.manifests[{i}] declares {d.size} bytes, the manifest "
@@ -206,7 +219,7 @@ def _check_sizes(descriptors: list[Descriptor], blobs: dict[str, Blob]) -> None:
 async def _ancestors(session: AsyncSession, principal: Principal, digest: str, parent: str, depth: int) -> list[str]:
     """The chain under a new manifest, base first. Raises PARENT_UNKNOWN, CHAIN_TOO_DEEP."""
     row = await session.get(Manifest, parent)
-    if row is None or row.artifact_type != mt.LAYER_ARTIFACT or not await readable_linking(
+    if row is None or not mt.is_layer(row.artifact_type) or not await readable_linking(
             session, principal, manifests=[parent]):
         raise HubError(ErrorCode.PARENT_UNKNOWN, f"parent manifest {parent} does not exist or is not readable",
                        {"digest": parent})

@@ -34,6 +34,7 @@ from hub_server.registry.access import can_read, find_repository, readable_linki
 from hub_server.registry.blobs import digest_object, publish_blob
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository
+from hub_server.registry.packs import ingest_recipe, parse_recipe
 from hub_server.registry.paths import upload_key
 from hub_server.registry.sql import insert_ignore
 from hub_server.storage import BlobNotFound
@@ -173,6 +174,26 @@ class UploadService:
                     await session.delete(row)
                 await publish_blob(self.ctx, session, key, str(want), size, repo.id)  # type: ignore[arg-type]
         return BlobCommitted(str(want), repo.full_name, size)
+
+    async def finish_recipe(
+        self, principal: Principal, namespace: str, name: str, upload_id: str, recipe: object
+    ) -> BlobCommitted:
+        """Finish a session holding the new frames of a data blob, given the blob's recipe: the hub
+        rebuilds and verifies the blob and keeps its frames once, in a pack (registry/packs.py).
+
+        Raises: HubError(BLOB_UPLOAD_INVALID, DIGEST_INVALID) (the session and its bytes are deleted),
+        HubError(BLOB_UPLOAD_UNKNOWN).
+        """
+        parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
+        async with self.ctx.sessions() as session:
+            repo, _ = await self._session(session, principal, namespace, name, upload_id)
+        async with self._exclusive(upload_id):
+            try:
+                await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed)  # type: ignore[arg-type]
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._drop(upload_id)  # the session's bytes are a pack now, or deleted
+        return BlobCommitted(parsed.digest, repo.full_name, parsed.size)
 
     async def cancel(self, principal: Principal, namespace: str, name: str, upload_id: str) -> None:
         """Delete the session and its staged bytes."""

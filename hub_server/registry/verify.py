@@ -13,15 +13,13 @@ offset, file and chunk index).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
 
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.paths import blob_key
-from hub_server.storage import BlobStore
 from manifest import mediatypes as mt
 from manifest.assemble import decompress_chunk
 from manifest.errors import ManifestError
@@ -231,8 +229,12 @@ def _check_run(data: bytes, start: int, run: list[FrameCheck]) -> None:
             ) from None
 
 
-async def verify_frames(store: BlobStore, checks: list[FrameCheck], blob_sizes: dict[str, int]) -> None:
-    """Read and verify every frame in ``checks`` (sorted as :func:`plan_frames` returns them).
+#: ``(blob digest, offset, length) -> bytes``: how stored blob ranges are read (registry/recipes.py).
+RangeReader = Callable[[str, int, int], Awaitable[bytes]]
+
+
+async def verify_frames(read: RangeReader, checks: list[FrameCheck], blob_sizes: dict[str, int]) -> None:
+    """Read (through ``read``) and verify every frame in ``checks`` (sorted as :func:`plan_frames` returns them).
 
     Raises: HubError(MANIFEST_INVALID) for a frame past the end of its blob,
     HubError(DIGEST_INVALID) for a frame that does not decompress to its chunk.
@@ -245,5 +247,5 @@ async def verify_frames(store: BlobStore, checks: list[FrameCheck], blob_sizes: 
     for run in _runs(checks):
         start = run[0].offset
         end = max(c.offset + c.length for c in run)
-        data = await store.read(blob_key(run[0].blob), start, end - start)
+        data = await read(run[0].blob, start, end - start)
         await anyio.to_thread.run_sync(_check_run, data, start, run)

@@ -43,7 +43,9 @@ def test_login_errors_say_what_happened(hub, tmp_path):
     assert "Traceback" not in empty.stderr + bad.stderr
 
 
-def test_anonymous_404_hints_that_logging_in_may_help(hub, tmp_path):
+def test_an_anonymous_read_of_a_private_repository_says_to_log_in(hub, tmp_path):
+    """Issue 16 item 15, under the OCI auth rule (issue 12): an anonymous read of a repository it
+    may not read is challenged (401, existing or not), and the client says how to log in."""
     owner = newcomer(tmp_path / "owner", hub)
     owner.run("login", hub.url, "--token-stdin", input=hub.token("owner", "push:acme/*") + "\n")
     src = tmp_path / "src"
@@ -58,10 +60,11 @@ def test_anonymous_404_hints_that_logging_in_may_help(hub, tmp_path):
     stranger = newcomer(tmp_path / "stranger", hub)
     gone = stranger.run("pull", f"127.0.0.1:{hub.port}/acme/private:v1", check=False)
     assert gone.returncode == 1
-    assert "if it is private, logging in may help: 'forkd login HUB_URL' or FORKD_TOKEN" in gone.stderr
+    assert "authentication required to read acme/private (run 'forkd login' or set FORKD_TOKEN)" in gone.stderr
     assert f"Using hub {hub.url} (named in the reference, anonymous)" in gone.stderr
     logged_in_elsewhere = owner.run("pull", "acme/nothing:v1", check=False)  # with a token: no such hint
     assert logged_in_elsewhere.returncode == 1 and "logging in may help" not in logged_in_elsewhere.stderr
+    assert "forkd login" not in logged_in_elsewhere.stderr
     assert f"Using hub {hub.url} (the default login)" in logged_in_elsewhere.stderr
 
 

@@ -20,9 +20,10 @@ import zstandard
 
 from manifest import mediatypes as mt
 from manifest.assemble import assemble_file
+from manifest.chunktree import file_chunk_tree
 from manifest.diff import diff_files
 from manifest.digest import digest_bytes, digest_file
-from manifest.layer import ChunkLocation, LayerBuilder
+from manifest.layer import DataBlob, LayerBuilder
 from manifest.model import ChunkMap, Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
 from tests.manifest.images import mutate_image, random_image
 
@@ -76,7 +77,7 @@ class BuiltLayer:
     chunk_map_bytes: bytes
     vmstate_blob: bytes
     data_blobs: dict[str, Path]
-    reused_blobs: dict[str, int]
+    frames: dict[str, DataBlob]
     memory: Path
     vmstate: bytes
     new_chunks: int
@@ -88,20 +89,20 @@ class BuiltLayer:
         chunk_map_bytes = chunk_map.to_json()
         config = config if config is not None else self.config
         data_blobs = self.data_blobs if data_blobs is None else data_blobs
-        sizes = {**self.reused_blobs, **{d: p.stat().st_size for d, p in data_blobs.items()}}
+        sizes = {d: p.stat().st_size for d, p in data_blobs.items()}
         layers = [Descriptor.for_bytes(mt.VMSTATE, self.vmstate_blob),
                   Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE})]
         layers += [Descriptor(mt.DATA_BLOB, b, sizes[b]) for b in chunk_map.blobs]
         manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config), tuple(layers)).to_json()
-        return replace(self, manifest=manifest, digest=str(digest_bytes(manifest)), config=config,
+        return replace(self, manifest=manifest, digest=str(digest_bytes(manifest, "sha256")), config=config,
                        chunk_map=chunk_map, chunk_map_bytes=chunk_map_bytes, data_blobs=data_blobs)
 
     @property
     def small_blobs(self) -> dict[str, bytes]:
         return {
-            str(digest_bytes(self.config)): self.config,
-            str(digest_bytes(self.chunk_map_bytes)): self.chunk_map_bytes,
-            str(digest_bytes(self.vmstate_blob)): self.vmstate_blob,
+            str(digest_bytes(self.config, "sha256")): self.config,
+            str(digest_bytes(self.chunk_map_bytes, "sha256")): self.chunk_map_bytes,
+            str(digest_bytes(self.vmstate_blob, "sha256")): self.vmstate_blob,
         }
 
 
@@ -112,6 +113,8 @@ class Transfer:
     blobs_uploaded: list[str] = field(default_factory=list)
     bytes_uploaded: int = 0
     blobs_mounted: list[str] = field(default_factory=list)
+    frames_uploaded: int = 0
+    frames_referenced: int = 0
 
 
 class PushClient:
@@ -122,13 +125,35 @@ class PushClient:
 
     # -- negotiation and blobs ------------------------------------------------------------
 
-    def query_chunks(self, repo: str, digests: list[str]) -> dict[str, dict]:
+    def query_frames(self, repo: str, digests: list[str]) -> dict[str, dict]:
         found: dict[str, dict] = {}
         for i in range(0, len(digests), 10_000):
-            r = check(self.http.post(f"/api/v1/repositories/{repo}/chunks/query",
+            r = check(self.http.post(f"/api/v1/repositories/{repo}/frames/query",
                                      json={"digests": digests[i:i + 10_000]}, headers=self.headers), 200)
             found.update(r.json()["found"])
         return found
+
+    def push_recipe(self, repo: str, blob: DataBlob, *, inline_all: bool = False) -> httpx.Response:
+        """Upload the frames of ``blob`` the hub lacks (all with ``inline_all``), then finish with its recipe."""
+        found = {} if inline_all else self.query_frames(repo, [f.digest for f in blob.frames])
+        data = blob.path.read_bytes()
+        location = check(self.http.post(f"/v2/{repo}/blobs/uploads/", headers=self.headers), 202).headers["Location"]
+        inline = [f for f in blob.frames if f.digest not in found]
+        payload = b"".join(data[f.offset:f.offset + f.length] for f in inline)
+        if payload:
+            check(self.http.patch(location, content=payload, headers={
+                **self.headers, "Content-Range": f"0-{len(payload) - 1}", "Content-Type": "application/octet-stream"}), 202)
+        recipe = {"mediaType": mt.RECIPE, "digest": blob.digest, "size": blob.size,
+                  "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest not in found] for f in blob.frames]}
+        uuid = location.rstrip("/").rsplit("/", 1)[-1]
+        r = self.http.post(f"/api/v1/repositories/{repo}/blobs/uploads/{uuid}/recipe", json=recipe,
+                           headers=self.headers)
+        if r.status_code == 201:
+            self.transfer.blobs_uploaded.append(blob.digest)
+            self.transfer.bytes_uploaded += len(payload)
+            self.transfer.frames_uploaded += len(inline)
+            self.transfer.frames_referenced += len(blob.frames) - len(inline)
+        return r
 
     def blob_exists(self, repo: str, digest: str) -> bool:
         return self.http.head(f"/v2/{repo}/blobs/{digest}", headers=self.headers).status_code == 200
@@ -164,23 +189,17 @@ class PushClient:
     # -- layers -----------------------------------------------------------------------------
 
     def build_layer(self, repo: str, memory: Path, vmstate: bytes, workdir: Path,
-                    parent: BuiltLayer | None = None, *, dedup: bool = True) -> BuiltLayer:
-        """Diff ``memory`` against the parent's, asking the hub which changed chunks it already holds."""
+                    parent: BuiltLayer | None = None) -> BuiltLayer:
+        """Diff ``memory`` against the parent's: the layer is a function of the files alone (format v2)."""
         parent_memory = parent.memory if parent else None
         changes = list(diff_files(parent_memory, memory, CHUNK))
-        known: dict[str, ChunkLocation] = {}
         sizes: dict[str, int] = {}
-        if dedup:
-            wanted = sorted({c.digest for c in changes if c.digest})
-            for d, loc in self.query_chunks(repo, wanted).items():
-                known[d] = ChunkLocation(loc["blob"], loc["offset"], loc["length"])
-                sizes[loc["blob"]] = loc["blobSize"]
         blob_dir = workdir / "blobs"
-        builder = LayerBuilder(blob_dir, known)
-        memory_digest = str(digest_file(memory)["blake3"])
+        builder = LayerBuilder(blob_dir)
+        memory_digest = file_chunk_tree(memory, CHUNK)
         builder.add_file(mt.MEMORY_FILE, iter(changes), size=os.path.getsize(memory), chunk_size=CHUNK,
                          digest=memory_digest,
-                         parent_digest=str(digest_file(parent_memory)["blake3"]) if parent_memory else None)
+                         parent_digest=file_chunk_tree(parent_memory, CHUNK) if parent_memory else None)
         maps, new_blobs = builder.finish()
         chunk_map = maps[mt.MEMORY_FILE]
         chunk_map_bytes = chunk_map.to_json()
@@ -188,7 +207,7 @@ class PushClient:
         config = LayerConfig(
             created=CREATED,
             files={
-                mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate))),
+                mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256"))),
                 mt.MEMORY_FILE: FileInfo(os.path.getsize(memory), memory_digest,
                                          str(digest_file(memory, ("sha256",))["sha256"]), CHUNK),
             },
@@ -201,18 +220,24 @@ class PushClient:
                   Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE})]
         layers += [Descriptor(mt.DATA_BLOB, b, sizes[b]) for b in chunk_map.blobs]
         manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config), tuple(layers)).to_json()
-        reused = {b: sizes[b] for b in chunk_map.blobs if b not in data_blobs}
-        return BuiltLayer(manifest, str(digest_bytes(manifest)), config, chunk_map, chunk_map_bytes, vmstate_blob,
-                          data_blobs, reused, memory, vmstate, builder.stats.new_chunks)
+        return BuiltLayer(manifest, str(digest_bytes(manifest, "sha256")), config, chunk_map, chunk_map_bytes,
+                          vmstate_blob, data_blobs, {b.digest: b for b in new_blobs}, memory, vmstate,
+                          builder.stats.new_chunks)
 
     def push_layer(self, repo: str, layer: BuiltLayer, tag: str | None = None, *, public: bool = False,
-                   mount_from: str | None = None) -> httpx.Response | None:
-        """Upload what the hub lacks, PUT the manifest by digest, then by tag (returns the last PUT)."""
+                   mount_from: str | None = None, recipes: bool = True) -> httpx.Response | None:
+        """Upload what the hub lacks (data blobs as recipes over frames, or whole with ``recipes=False``),
+        PUT the manifest by digest, then by tag (returns the last PUT)."""
         r = None
         exists = self.http.get(f"/v2/{repo}/manifests/{layer.digest}", headers=self.headers).status_code == 200
         if not exists:
             for digest, path in layer.data_blobs.items():
-                self.ensure_blob(repo, path.read_bytes(), digest)
+                if self.blob_exists(repo, digest):
+                    continue
+                if recipes:
+                    check(self.push_recipe(repo, layer.frames[digest]), 201)
+                else:
+                    self.upload(repo, path.read_bytes(), digest)
             for digest, data in layer.small_blobs.items():
                 self.ensure_blob(repo, data, digest, mount_from=mount_from)
             r = self.put_manifest(repo, layer.digest, layer.manifest, public=public)
@@ -246,7 +271,7 @@ class PushClient:
         parent: Path | None = None
         for i, link in enumerate(chain["chain"]):
             raw = link["manifest"].encode()
-            assert str(digest_bytes(raw)) == link["digest"], "manifest bytes must be exact"
+            assert str(digest_bytes(raw, "sha256")) == link["digest"], "manifest bytes must be exact"
             manifest = LayerManifest.from_json(raw)
             source = link["repository"]
             cm_desc = manifest.chunk_maps[mt.MEMORY_FILE]
@@ -261,7 +286,7 @@ class PushClient:
 
     def blob(self, repo: str, digest: str) -> bytes:
         data = check(self.http.get(f"/v2/{repo}/blobs/{digest}", headers=self.headers), 200).content
-        assert str(digest_bytes(data)) == digest
+        assert str(digest_bytes(data, digest.split(":")[0])) == digest
         return data
 
     def prefetch_frames(self, repo: str, chunk_map: ChunkMap) -> dict[tuple[str, int, int], bytes]:
@@ -323,3 +348,22 @@ def parse_byteranges(content_type: str, body: bytes) -> list[tuple[int, int, byt
         parts.append((first, last, body[start:start + last - first + 1]))
         position = start + last - first + 1 + 2  # data, then CRLF before the next delimiter
         assert body[position:position + len(delimiter)] == delimiter
+
+
+async def damage_stored_byte(ctx, blob: str, offset: int) -> None:
+    """Flip the stored byte that is byte ``offset`` of data blob ``blob`` (in its pack, or its object)."""
+    from sqlmodel import select
+
+    from hub_server.db.models import Frame, RecipeFrame
+    from hub_server.registry.paths import blob_key
+
+    async with ctx.sessions() as session:
+        row = (await session.exec(
+            select(RecipeFrame.offset, Frame.pack_key, Frame.pack_offset)
+            .join(Frame, Frame.digest == RecipeFrame.frame_digest)
+            .where(RecipeFrame.blob_digest == blob, RecipeFrame.offset <= offset)
+            .order_by(RecipeFrame.offset.desc()).limit(1))).first()
+    key, at = (blob_key(blob), offset) if row is None else (row[1], row[2] + offset - row[0])
+    data = bytearray(await ctx.store.read(key))
+    data[at] ^= 0xFF
+    await ctx.store.put(key, bytes(data))

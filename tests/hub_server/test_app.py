@@ -73,10 +73,10 @@ def test_openapi_document_generates(hub: Hub):
     doc = r.json()
     paths = doc["paths"]
     for path in ["/v2/{ns}/{repo}/manifests/{ref}", "/v2/{ns}/{repo}/blobs/uploads", "/v2/{ns}/{repo}/blobs/{digest}",
-                 "/api/v1/repositories/{ns}/{repo}/chunks/query", "/api/v1/repositories/{ns}/{repo}/chain/{ref}",
+                 "/api/v1/repositories/{ns}/{repo}/frames/query", "/api/v1/repositories/{ns}/{repo}/chain/{ref}",
                  "/api/v1/repositories/{ns}/{repo}/lineage/{ref}", "/api/v1/namespaces", "/healthz", "/metrics"]:
         assert path in paths, path
-    chunk_query = paths["/api/v1/repositories/{ns}/{repo}/chunks/query"]["post"]
+    chunk_query = paths["/api/v1/repositories/{ns}/{repo}/frames/query"]["post"]
     assert chunk_query["requestBody"]["required"] is True
     lineage = doc["components"]["schemas"]["LineageOut"]["properties"]
     assert {"logicalSize", "storedSize", "sharedWithParent"} <= set(lineage)

@@ -44,12 +44,16 @@ def test_gc_dry_run_then_for_real(tmp_path, capsys, images):
     assert out.out.count("would delete manifest ") == 1 and "would delete blob " in out.out
     assert "would delete 1 manifest(s)" in out.out and out.err == ""  # a report: stdout (issue 16 item 14)
 
-    blobs_before = sum(1 for _ in (data / "blobs" / "blobs").rglob("*") if _.is_file())
+    def objects() -> int:  # blob objects and frame packs
+        return sum(1 for d in ("blobs", "packs") for p in (data / "blobs" / d).rglob("*") if p.is_file())
+
+    blobs_before = objects()
     assert main(["gc", "--data-dir", str(data), "--grace", "0s", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["manifests"]) == 1 and report["bytes_freed"] > 0
-    blobs_after = sum(1 for _ in (data / "blobs" / "blobs").rglob("*") if _.is_file())
-    assert blobs_after == blobs_before - len(report["blobs"]) - len(report["orphan_objects"])
+    # the untagged layer's data blob was pushed as a recipe: no object of its own, its pack goes instead
+    assert len(report["pack_objects"]) == 1
+    assert objects() == blobs_before - (len(report["blobs"]) - 1) - 1 - len(report["orphan_objects"])
     with TestClient(create_app(settings)) as client:  # what the tag reaches still pulls
         assert PushClient(client, token).pull("acme/vm", "v1", tmp_path / "pull")
 

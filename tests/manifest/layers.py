@@ -6,21 +6,21 @@ import os
 from pathlib import Path
 
 from manifest.assemble import assemble_file, blob_dir_frames
+from manifest.chunktree import file_chunk_tree
 from manifest.diff import diff_files
-from manifest.digest import digest_file
 from manifest.layer import LayerBuilder
 from manifest.model import ChunkMap
 
 
-def build_layer(parent: Path | None, child: Path, blob_dir: Path, chunk_size: int = 65536, known=None):
-    builder = LayerBuilder(blob_dir, known)
+def build_layer(parent: Path | None, child: Path, blob_dir: Path, chunk_size: int = 65536):
+    builder = LayerBuilder(blob_dir)
     builder.add_file(
         "memory.bin",
         diff_files(parent, child, chunk_size),
         size=os.path.getsize(child),
         chunk_size=chunk_size,
-        digest=str(digest_file(child)["blake3"]),
-        parent_digest=None if parent is None else str(digest_file(parent)["blake3"]),
+        digest=file_chunk_tree(child, chunk_size),
+        parent_digest=None if parent is None else file_chunk_tree(parent, chunk_size),
     )
     maps, blobs = builder.finish()
     # what goes on the wire is the serialised map: round-trip it like a client would

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from manifest.chunktree import ChunkList, apply_map, chunk_list_of_file, file_chunk_tree
+from manifest.digest import digest_bytes, digest_file
 from manifest.errors import AssemblyError, DigestMismatch
 from manifest.fileops import allocated_bytes
 from manifest.holes import unsafe_holes
@@ -30,7 +32,13 @@ def test_assemble_of_diff_equals_child(tmp_path_factory, seed, size, new_size, c
         out = tmp / f"out-{base is None}"
         result = assemble(chunk_map, base, out, tmp / "blobs")
         assert same_bytes(out, child)
-        assert result.digests["blake3"] == chunk_map.digest
+        # the chunk tree of the assembled bytes, and the one derived in O(chunks) from the
+        # parent's chunk list and the map, are both the digest the layer declares
+        assert file_chunk_tree(out, chunk_size) == chunk_map.digest
+        derived = (chunk_list_of_file(base, chunk_size) if base else ChunkList(0, chunk_size)).resized(chunk_map.size)
+        derived.apply((e.index, e.digest) for e in chunk_map.entries)
+        assert derived.digest() == chunk_map.digest
+        assert result.digests["blake3"] == str(digest_file(child)["blake3"])
         if base is not None:  # forkd's daemon reads a link's holes as the parent's bytes
             assert unsafe_holes(out, base) == []
 
@@ -45,11 +53,15 @@ def test_chains_of_depth_1_to_5_assemble(tmp_path_factory, seed, depth):
     for i in range(1, depth):
         images.append(mutate_image(images[-1], tmp / f"img{i}", rng, new_size=rng.choice([None, size + rng.randrange(0, 70000)])))
     assembled = None
+    listed = None  # the chunk list a puller derives from the maps alone, link by link, in O(chunks)
     for i, image in enumerate(images):
         chunk_map, _, _ = build_layer(images[i - 1] if i else None, image, tmp / "blobs")
         out = tmp / f"asm{i}"
         assemble(chunk_map, assembled, out, tmp / "blobs")
         assert same_bytes(out, image), f"link {i} of {depth}"
+        listed = apply_map(listed, ((e.index, e.digest) for e in chunk_map.entries), chunk_map.size,
+                           chunk_map.chunk_size)
+        assert listed.digest() == chunk_map.digest == file_chunk_tree(out, chunk_map.chunk_size), f"link {i}"
         assembled = out
 
 
@@ -92,18 +104,22 @@ def test_identical_chunks_at_any_offset_are_stored_once(tmp_path):
     assert len({(e.blob, e.offset) for e in chunk_map.entries}) == 1
 
 
-def test_known_chunks_are_referenced_not_repeated(tmp_path):
+def test_a_layer_is_a_pure_function_of_its_chunks(tmp_path):
+    """Format v2: the same file gives byte-identical chunk maps and data blobs, named by sha256,
+    whatever else exists; each blob lists its frames with their blake3 and chunk digests."""
     cs = 65536
-    a = write_sparse_image(tmp_path / "a", 16 * cs, [(0, os.urandom(4 * cs))])
-    map_a, blobs_a, _ = build_layer(None, a, tmp_path / "blobs")
-    known = {e.digest: __import__("manifest.layer", fromlist=["ChunkLocation"]).ChunkLocation(map_a.blobs[e.blob], e.offset, e.length) for e in map_a.entries}
-    b = write_sparse_image(tmp_path / "b", 16 * cs, [(8 * cs, a.read_bytes()[: 4 * cs]), (0, os.urandom(cs))])
-    map_b, blobs_b, stats = build_layer(None, b, tmp_path / "blobs", known=known)
-    assert stats.reused_chunks == 4 and stats.new_chunks == 1
-    assert set(map_b.blobs) == {blobs_a[0].digest, blobs_b[0].digest}
-    out = tmp_path / "out"
-    assemble(map_b, None, out, tmp_path / "blobs")
-    assert same_bytes(out, b)
+    a = write_sparse_image(tmp_path / "a", 16 * cs, [(0, os.urandom(4 * cs)), (9 * cs, b"x" * cs)])
+    map_1, blobs_1, _ = build_layer(None, a, tmp_path / "one")
+    map_2, blobs_2, _ = build_layer(None, a, tmp_path / "two", )
+    assert map_1.to_json() == map_2.to_json()
+    assert [b.path.read_bytes() for b in blobs_1] == [b.path.read_bytes() for b in blobs_2]
+    blob = blobs_1[0]
+    assert blob.digest == str(digest_bytes(blob.path.read_bytes(), "sha256"))
+    data = blob.path.read_bytes()
+    assert [f.chunk for f in blob.frames] == [e.digest for e in map_1.entries]
+    for f in blob.frames:
+        assert f.digest == str(digest_bytes(data[f.offset : f.offset + f.length]))
+    assert sum(f.length for f in blob.frames) == blob.size
 
 
 def test_corrupted_frame_is_named_and_nothing_left(tmp_path):

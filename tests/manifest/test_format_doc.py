@@ -46,3 +46,33 @@ def test_example_is_valid(kind, body):
         for i, d in enumerate(obj["manifests"]):
             assert Descriptor.from_obj(d, f"manifests[{i}]").artifact_type == mt.LAYER_ARTIFACT
         assert obj["annotations"][mt.ANNOTATION_CHAIN_DEPTH] == str(len(obj["manifests"]))
+
+
+def test_examples_are_format_version_2():
+    kinds = dict(examples())
+    assert ChunkMap.from_json(kinds["chunkmap"].encode()).version == 2
+    assert LayerConfig.from_json(kinds["config"].encode()).version == 2
+    assert LayerManifest.from_json(kinds["manifest"].encode()).version == 2
+
+
+def test_chunk_tree_test_vector_is_what_the_code_computes(tmp_path):
+    """§2's test vector, recomputed from the file it describes."""
+    import blake3
+
+    from manifest.chunktree import ChunkList, file_chunk_tree
+
+    text = DOC.read_text()
+    block = re.search(r"<!-- test-vector: chunktree -->\s*```\n(.*?)```", text, re.S).group(1)
+    values = dict(line.split("=", 1)[0].strip() and (line.split("=")[0].strip(), line.split("=")[-1].strip())
+                  for line in block.strip().splitlines())
+    path = tmp_path / "f"
+    with open(path, "wb") as f:
+        f.truncate(200000)
+        f.write(b"a" * 65536)
+        f.seek(3 * 65536)
+        f.write(b"b" * 3392)
+    assert values["d[0]"] == blake3.blake3(b"a" * 65536).hexdigest()
+    assert values["d[1]"] == "0" * 64
+    assert values["d[3]"] == blake3.blake3(b"b" * 3392).hexdigest()
+    assert values["digest"] == file_chunk_tree(path, 65536)
+    assert ChunkList(0, 65536).digest() in text

@@ -12,10 +12,12 @@ from manifest.model import (
 
 D = "blake3:" + "1" * 64
 E = "blake3:" + "2" * 64
+S = "sha256:" + "7" * 64
+S2 = "sha256:" + "8" * 64
 
 
 def chunk_map(**over):
-    obj = ChunkMap("memory.bin", 10 * 65536, 65536, D, None, (E,), (ChunkEntry(1, D, 0, 0, 100), ChunkEntry(4, None))).to_obj()
+    obj = ChunkMap("memory.bin", 10 * 65536, 65536, D, None, (S,), (ChunkEntry(1, D, 0, 0, 100), ChunkEntry(4, None))).to_obj()
     obj.update(over)
     return json.dumps(obj).encode()
 
@@ -36,7 +38,9 @@ def test_chunk_map_round_trip():
         ({"size": -1}, "size"),
         ({"compression": "gzip"}, "compression"),
         ({"blobs": ["nope"]}, r"blobs\[0\]"),
-        ({"blobs": [E, E]}, "twice"),
+        ({"blobs": [S, S]}, "twice"),
+        ({"blobs": [E]}, "sha256 digest"),
+        ({"digest": S}, "blake3 digest"),
         ({"chunks": [[10, None]]}, "out of range"),
         ({"chunks": [[2, None], [2, None]]}, "strictly increasing"),
         ({"chunks": [[1, D, 1, 0, 10]]}, "blob 1"),
@@ -67,8 +71,8 @@ def test_documents_reject_non_json_and_oversize():
 def config(**over):
     cfg = LayerConfig(
         "2026-11-29T00:00:00Z",
-        {"vmstate": FileInfo(10, D), "memory.bin": FileInfo(65536, E, "sha256:" + "3" * 64, 65536)},
-        ParentRef(D, "base"),
+        {"vmstate": FileInfo(10, D, S), "memory.bin": FileInfo(65536, E, "sha256:" + "3" * 64, 65536)},
+        ParentRef(S, "base"),
         {"vmm": "qemu-microvm", "memMiB": 256},
         {"k": "v"},
     )
@@ -85,7 +89,9 @@ def test_config_round_trip():
 @pytest.mark.parametrize(
     "over, fragment",
     [
-        ({"files": {"memory.bin": {"size": 1, "digest": D}}}, "'vmstate'"),
+        ({"files": {"memory.bin": {"size": 1, "digest": D, "sha256": S, "chunkSize": 65536}}}, "'vmstate'"),
+        ({"files": {"vmstate": {"size": 1, "digest": D}, "memory.bin": {"size": 1, "digest": D}}}, "sha256 is required"),
+        ({"parent": {"digest": D}}, "parent.digest must be a sha256"),
         ({"files": {"../../x": {"size": 1, "digest": D}}}, "unknown file role"),
         ({"files": {"vmstate": {"size": 1, "digest": D, "sha256": D}, "memory.bin": {"size": 1, "digest": D}}}, "sha256 digest"),
         ({"compat": {"memMiB": "256"}}, "compat.memMiB"),
@@ -103,11 +109,11 @@ def test_config_rejects(over, fragment):
 
 def manifest(layers=None):
     layers = layers or [
-        Descriptor(mt.VMSTATE, D, 5),
-        Descriptor(mt.CHUNK_MAP, E, 7, {mt.ANNOTATION_FILE: "memory.bin"}),
-        Descriptor(mt.DATA_BLOB, "blake3:" + "4" * 64, 9),
+        Descriptor(mt.VMSTATE, S, 5),
+        Descriptor(mt.CHUNK_MAP, S2, 7, {mt.ANNOTATION_FILE: "memory.bin"}),
+        Descriptor(mt.DATA_BLOB, "sha256:" + "4" * 64, 9),
     ]
-    return LayerManifest(Descriptor(mt.CONFIG, "blake3:" + "5" * 64, 3), tuple(layers))
+    return LayerManifest(Descriptor(mt.CONFIG, "sha256:" + "5" * 64, 3), tuple(layers))
 
 
 def test_manifest_round_trip_and_digest_over_exact_bytes():
@@ -117,6 +123,22 @@ def test_manifest_round_trip_and_digest_over_exact_bytes():
     pretty = json.dumps(json.loads(data), indent=2).encode()
     assert LayerManifest.from_json(pretty) == m
     assert manifest_digest(pretty) != manifest_digest(data)
+    assert manifest_digest(data).startswith("sha256:")
+
+
+def test_format_version_1_documents_still_parse():
+    """v1 (all blake3, file digest = blake3 of the bytes) is read, and written back unchanged."""
+    m = LayerManifest(Descriptor(mt.CONFIG_V1, D, 3), (
+        Descriptor(mt.VMSTATE_V1, D, 5), Descriptor(mt.CHUNK_MAP_V1, E, 7, {mt.ANNOTATION_FILE: "memory.bin"}),
+        Descriptor(mt.DATA_BLOB_V1, "blake3:" + "4" * 64, 9)), version=1)
+    data = m.to_json()
+    assert json.loads(data)["artifactType"] == mt.LAYER_ARTIFACT_V1
+    assert LayerManifest.from_json(data) == m and LayerManifest.from_json(data).version == 1
+    cm = ChunkMap("memory.bin", 65536, 65536, D, None, (E,), (ChunkEntry(0, D, 0, 0, 100),), version=1)
+    assert ChunkMap.from_json(cm.to_json()) == cm
+    cfg = LayerConfig("2026-11-29T00:00:00Z", {"vmstate": FileInfo(10, D), "memory.bin": FileInfo(65536, E)},
+                      ParentRef(D), version=1)
+    assert LayerConfig.from_json(cfg.to_json()) == cfg
 
 
 @pytest.mark.parametrize(
@@ -131,6 +153,8 @@ def test_manifest_round_trip_and_digest_over_exact_bytes():
         (lambda o: o["layers"][1]["annotations"].update({mt.ANNOTATION_FILE: "/etc/shadow"}), "chunk map needs"),
         (lambda o: o["layers"].append({"mediaType": "application/x-evil", "digest": "blake3:" + "6" * 64, "size": 1}), "not a forkd"),
         (lambda o: o["layers"][0].update(size=-1), "size"),
+        (lambda o: o["layers"][0].update(digest=D), "must be a sha256 digest"),
+        (lambda o: o["layers"][0].update(mediaType=mt.VMSTATE_V1), "not a forkd layer blob type of format version 2"),
         (lambda o: o.update(layers={}), "layers has the wrong type"),
     ],
 )
@@ -151,8 +175,9 @@ def test_chain_index_lists_base_to_head():
 def test_config_forkd_object_round_trips_and_refuses_derived_fields():
     """``forkd``: snapshot.json fields a pull cannot derive, verbatim (docs/manifest-format.md §5)."""
     base = {"mediaType": mt.CONFIG, "created": "2026-11-29T12:00:00Z", "parent": None, "compat": {},
-            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64},
-                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64}}, "annotations": {}}
+            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64, "sha256": S},
+                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64, "sha256": S2, "chunkSize": 65536}},
+            "annotations": {}}
     carried = {"volumes": [{"host_path": "/v.img", "guest_path": "/opt", "read_only": False}], "x": {"y": [1]}}
     config = LayerConfig.from_json(json.dumps({**base, "forkd": carried}).encode())
     assert config.forkd == carried and json.loads(config.to_json())["forkd"] == carried

@@ -12,6 +12,7 @@ from forkd_client.errors import InvalidSnapshotDir
 from forkd_client.hub.client import HubClient
 from forkd_client.hub.errors import DigestInvalid, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
+from forkd_client.hub import push as push_module
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 
@@ -22,22 +23,18 @@ CHUNK = 64 << 10
 
 
 def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
-    """Push chain3 while ``liar``'s memory.bin is claimed to have another blake3: a pusher whose
+    """Push chain3 while ``liar``'s memory.bin is claimed to have another chunk tree: a pusher whose
     chunk map disagrees with its own chunks. The hub cannot tell (it never assembles files)."""
-    record = chain3.verified
-    honest = record.digests
+    honest = push_module.file_chunk_tree
     lie = "blake3:" + blake3(b"not the assembled content").hexdigest()
 
-    def digests(path, algorithms=("blake3",)):
-        found = honest(path, algorithms)
-        if path == chain3.path(liar) / "memory.bin" and "blake3" in found:
-            found = {**found, "blake3": lie}
-        return found
+    def tree(path, chunk_size):
+        return lie if path == chain3.path(liar) / "memory.bin" else honest(path, chunk_size)
 
-    monkeypatch.setattr(record, "digests", digests)
+    monkeypatch.setattr(push_module, "file_chunk_tree", tree)
     token = inproc_hub.token("ci", "push:acme/*")
     push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
-    monkeypatch.setattr(record, "digests", honest)
+    monkeypatch.setattr(push_module, "file_chunk_tree", honest)
     return token, lie
 
 
@@ -136,3 +133,62 @@ def test_two_pulls_racing_for_the_same_chain_both_succeed(chain3, other_store, i
     assert [s.tag for s in other_store.verify_chain("py")] == [link.tag for link in result.links]
     assert (other_store.path("py") / "memory.bin").read_bytes() == (chain3.path("head") / "memory.bin").read_bytes()
     assert not list(other_store.staging_root.iterdir())  # our copies were dropped
+
+
+def test_a_flipped_byte_anywhere_in_a_pulled_chain_is_caught_by_the_deep_check(chain3, other_store, inproc_hub,
+                                                                              monkeypatch, capsys):
+    """``inspect --verify --deep`` hashes every file again in full: a byte flipped where no stat
+    fingerprint shows it (the verified-content record made to vouch for the old digest, as
+    bit rot below the filesystem would) is still reported, whatever the link and offset."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from forkd_client.cli.main import main
+    from forkd_client.errors import FileContentMismatch
+    from forkd_client.install import settle_mtime
+
+    token = inproc_hub.token("ci", "push:acme/*")
+    push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
+    pull(other_store, inproc_hub.client(token), Reference.parse("acme/py:v1"), as_tag="py")
+    links = [s.tag for s in other_store.chain("py")]
+    other_store.verify_files_deep("py")  # intact
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(link=st.sampled_from(links), where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+    def flipped(link, where, bit):
+        path = other_store.path(link) / "memory.bin"
+        recorded = other_store.verified.digests(path, ("blake3",))
+        offset = int(where * path.stat().st_size)
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            byte = f.read(1)[0]
+            f.seek(offset)
+            f.write(bytes([byte ^ (1 << bit)]))
+        try:
+            settle_mtime(path)  # an old mtime, so the record below is trusted (not racy)
+            other_store.verified.record(path, recorded)  # the record now vouches for the old bytes
+            other_store.verify_chain("py")  # the record-based check cannot see it
+            with pytest.raises(FileContentMismatch) as caught:
+                other_store.verify_files_deep("py")
+            assert caught.value.tag == link and caught.value.role == "memory.bin"
+        finally:
+            with open(path, "r+b") as f:
+                f.seek(offset)
+                f.write(bytes([byte]))
+
+    flipped()
+    # and through the CLI, once, in the head (whose sha256 no child's parent_content_hash checks)
+    path = other_store.path(links[-1]) / "memory.bin"
+    recorded = other_store.verified.digests(path, ("blake3",))
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        byte = f.read(1)[0]
+        f.seek(4096)
+        f.write(bytes([byte ^ 1]))
+    settle_mtime(path)
+    other_store.verified.record(path, recorded)
+    monkeypatch.setenv("FORKD_HOME", str(other_store.root))
+    assert main(["inspect", "py", "--verify"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "py", "--verify", "--deep"]) == 1
+    assert f"snapshot {links[-1]!r}: memory.bin hashes to" in capsys.readouterr().err

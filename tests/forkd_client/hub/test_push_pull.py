@@ -115,8 +115,8 @@ def test_auth_errors_are_typed(chain3, other_store, inproc_hub):
 def test_corrupted_chunk_on_the_hub_is_named_and_nothing_installed(chain3, other_store, inproc_hub, tmp_path):
     token = inproc_hub.token("ci", "push:acme/*")
     push(chain3, inproc_hub.client(token), "base", Reference.parse("acme/py:v1"))
-    blobs = sorted((tmp_path / "hub" / "blobs" / "blobs").rglob("*"), key=lambda p: p.stat().st_size if p.is_file() else 0)
-    data_blob = blobs[-1]  # the biggest blob is the base's data blob
+    # format v2: the base's data blob is stored as a recipe over frames, in one pack
+    (data_blob,) = [p for p in (tmp_path / "hub" / "blobs" / "packs").rglob("*") if p.is_file()]
     raw = bytearray(data_blob.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     data_blob.write_bytes(bytes(raw))

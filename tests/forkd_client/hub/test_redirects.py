@@ -1,5 +1,5 @@
-"""Pulls from a hub on S3 follow presigned redirects: the bytes come from the object store, which
-never sees the hub token, and every chunk is still verified."""
+"""Pulls from a hub on S3 follow presigned redirects: the bytes of whole-object blobs come from the
+object store, which never sees the hub token, and every chunk is still verified."""
 
 from __future__ import annotations
 
@@ -70,7 +70,10 @@ def test_pull_follows_presigned_redirects_without_the_token(chain3, other_store,
     wire = capture.sent()
     requests = _requests(wire)
     ranged = [r for r in requests if r[0].startswith("GET") and "range" in r[1]]
-    assert ranged, "data frames were not fetched from the object store"
+    # format v2: chunk maps and vmstates are whole objects, fetched from the store by presigned
+    # redirect; data blobs are recipes over the hub's frame packs, which the hub streams itself
+    # (a direct, presigned pack-range fetch is a follow-up: docs/decisions/0007)
+    assert any(line.startswith("GET") for line, _ in requests), "no blob was fetched from the object store"
     assert all("X-Amz-Signature=" in line for line, _ in requests)
     assert all("authorization" not in headers for _, headers in requests)
     assert token.encode() not in wire and b"Bearer" not in wire

@@ -158,8 +158,8 @@ def test_garbled_upload_and_query_responses_are_hub_errors():
                                                   else 200, json={"found": {"blake3:00": {"blob": 1}}}))
     with pytest.raises(HubError, match="Location"):
         client.start_upload("acme/py")
-    with pytest.raises(HubError, match="chunks/query"):
-        client.query_chunks("acme/py", ["blake3:00"])
+    with pytest.raises(HubError, match="frames/query"):
+        client.query_frames("acme/py", ["blake3:00"])
 
 
 def test_the_token_is_not_sent_to_a_host_that_merely_starts_like_the_hub():
@@ -173,3 +173,11 @@ def test_the_token_is_not_sent_to_a_host_that_merely_starts_like_the_hub():
     client.upload_chunk(client.start_upload("acme/py"), b"x", 0)
     assert sent["hub.test"] == "Bearer fkd_tok"
     assert sent["hub.test.evil.example"] is None
+
+
+def test_a_head_of_a_blob_bigger_than_any_answer_limit_is_not_refused():
+    """A HEAD declares the size a GET would send (a v2 data blob may be ~1 GiB): no body is read."""
+    size = 5 << 30
+    client = _mock(lambda request: httpx.Response(200, headers={"Content-Length": str(size)}))
+    assert client.blob_exists("acme/py", "sha256:" + "0" * 64)
+    assert client.blob_size("acme/py", "sha256:" + "0" * 64) == size

@@ -20,6 +20,7 @@ from manifest.model import Descriptor, chain_index
 from tests.e2e.hubproc import HubProcess
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import (
+    damage_stored_byte,
     CREATED,
     PushClient,
     auth,
@@ -178,9 +179,7 @@ def test_a_damaged_chunk_is_a_clear_error_and_nothing_is_cached(hub: Hub, publis
     _, layers = published
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
-    data = bytearray(layers[1].data_blobs[blob].read_bytes())
-    data[victim.offset + victim.length - 1] ^= 0xFF
-    hub.call(hub.registry.ctx.store.put, blob_key(blob), bytes(data))
+    hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset + victim.length - 1)
 
     detail = expect_error(hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst"), 500, "INTERNAL")
     assert detail == {"digest": layers[1].digest}

@@ -52,8 +52,8 @@ def test_revision_indexes_old_rows_and_triggers_keep_the_index(database_url: str
     async def go() -> None:
         engine = make_engine(database_url)
         try:
-            async with engine.begin() as conn:  # a hub as it was before the catalog: revision 0004, with data
-                await conn.run_sync(_upgrade_to("0004"))
+            async with engine.begin() as conn:  # a hub as it was before the catalog: revision 0007, with data
+                await conn.run_sync(_upgrade_to("0007"))
                 await conn.execute(text(
                     "INSERT INTO repositories (id, namespace, name, public, description, created_at, updated_at) "
                     "VALUES (1, 'acme', 'py-base', :yes, 'A tiny Python guest', :t, :t)"), {"t": NOW, "yes": True})
@@ -63,7 +63,7 @@ def test_revision_indexes_old_rows_and_triggers_keep_the_index(database_url: str
                     {"t": NOW, "a": json.dumps({"org.example.recipe": "numpy wheels"})})
                 await conn.execute(text("INSERT INTO tags (repository_id, name, manifest_digest, updated_at) "
                                         "VALUES (1, 'stable', 'blake3:aa', :t)"), {"t": NOW})
-            assert await upgrade(engine) == ["0005"]
+            assert await upgrade(engine) == ["0008"]
             async with engine.begin() as conn:
                 assert (await conn.execute(text("SELECT pull_count FROM repositories"))).scalar_one() == 0
                 assert await _matches(conn, "tiny") == [1]

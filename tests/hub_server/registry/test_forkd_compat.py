@@ -29,6 +29,7 @@ from hub_server.registry.packbuild import StoreFrames
 from hub_server.registry.paths import blob_key
 from hub_server.storage import validate_key
 from manifest import mediatypes as mt
+from manifest.chunktree import file_chunk_tree
 from manifest.diff import diff_files
 from manifest.digest import digest_bytes, digest_file
 from manifest.forkd_pack import is_safe_pack_tag, is_valid_cli_tag
@@ -36,7 +37,7 @@ from manifest.forkd_unpack import read_pack
 from manifest.layer import LayerBuilder
 from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
 from tests.hub_server.conftest import Hub
-from tests.hub_server.pushing import CHUNK, CREATED, MiB, auth
+from tests.hub_server.pushing import CHUNK, CREATED, MiB, auth, damage_stored_byte
 from tests.manifest.images import mutate_image, random_image, same_bytes
 
 HEX = "ab" * 32
@@ -182,14 +183,13 @@ def push_rootfs_layer(pusher, repo: str, memory: Path, rootfs: Path, vmstate: by
                       parent: tuple[str, str, Path, Path] | None, *, tag: str) -> str:
     """Build and push a layer carrying memory.bin and rootfs.ext4; returns its manifest digest."""
     builder = LayerBuilder(workdir / "blobs")
-    files = {mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate)))}
+    files = {mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256")))}
     for role, path, parent_path in ((mt.MEMORY_FILE, memory, parent and parent[2]),
                                     (mt.ROOTFS_FILE, rootfs, parent and parent[3])):
-        digests = digest_file(path, ("blake3", "sha256"))
+        tree = file_chunk_tree(path, CHUNK)
         builder.add_file(role, diff_files(parent_path, path, CHUNK), size=os.path.getsize(path), chunk_size=CHUNK,
-                         digest=str(digests["blake3"]),
-                         parent_digest=str(digest_file(parent_path)["blake3"]) if parent_path else None)
-        files[role] = FileInfo(os.path.getsize(path), str(digests["blake3"]), str(digests["sha256"]), CHUNK)
+                         digest=tree, parent_digest=file_chunk_tree(parent_path, CHUNK) if parent_path else None)
+        files[role] = FileInfo(os.path.getsize(path), tree, str(digest_file(path, ("sha256",))["sha256"]), CHUNK)
     maps, blobs = builder.finish()
     annotations = {mt.ANNOTATION_DESCRIPTION: "numpy on top", mt.ANNOTATION_BASE_IMAGE: "python:3.12-slim"}
     config_bytes = LayerConfig("2026-02-03T04:05:06Z", files, ParentRef(parent[0], parent[1]) if parent else None,
@@ -197,9 +197,6 @@ def push_rootfs_layer(pusher, repo: str, memory: Path, rootfs: Path, vmstate: by
     vm_blob = zstandard.ZstdCompressor(write_content_size=True).compress(vmstate)
     small = {config_bytes, vm_blob, *(m.to_json() for m in maps.values())}
     sizes = {b.digest: b.size for b in blobs}
-    for role in (mt.MEMORY_FILE, mt.ROOTFS_FILE):  # reused frames live in the parent's blobs
-        for d in maps[role].blobs:
-            sizes.setdefault(d, hub_blob_size(pusher, repo, d))
     layers = [Descriptor.for_bytes(mt.VMSTATE, vm_blob)]
     layers += [Descriptor.for_bytes(mt.CHUNK_MAP, maps[r].to_json(), **{mt.ANNOTATION_FILE: r})
                for r in (mt.MEMORY_FILE, mt.ROOTFS_FILE)]
@@ -207,22 +204,19 @@ def push_rootfs_layer(pusher, repo: str, memory: Path, rootfs: Path, vmstate: by
         d for r in (mt.MEMORY_FILE, mt.ROOTFS_FILE) for d in maps[r].blobs)]
     manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config_bytes), tuple(layers)).to_json()
     for blob in blobs:
-        pusher.ensure_blob(repo, blob.path.read_bytes(), blob.digest)
+        if not pusher.blob_exists(repo, blob.digest):
+            pusher.push_recipe(repo, blob)
     for data in small:
-        pusher.ensure_blob(repo, data, str(digest_bytes(data)))
+        pusher.ensure_blob(repo, data, str(digest_bytes(data, "sha256")))
     pusher.put_manifest(repo, tag, manifest)
-    return str(digest_bytes(manifest))
-
-
-def hub_blob_size(pusher, repo: str, digest: str) -> int:
-    return int(pusher.http.head(f"/v2/{repo}/blobs/{digest}", headers=pusher.headers).headers["Content-Length"])
+    return str(digest_bytes(manifest, "sha256"))
 
 
 def test_frames_are_read_a_window_at_a_time(hub: Hub, images, tmp_path):
     layer = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:1], tmp_path / "p", "v1")[0]
     blob = next(iter(layer.data_blobs))
     data = layer.data_blobs[blob].read_bytes()
-    frames = StoreFrames(hub.registry.ctx.store, window=64 * 1024, keep=1)
+    frames = StoreFrames(hub.registry.ctx, window=64 * 1024, keep=1)
     entries = [e for e in layer.chunk_map.entries if e.digest is not None]
 
     def read_all() -> list[bytes]:
@@ -250,9 +244,8 @@ def test_a_damaged_chunk_fails_the_build_and_caches_nothing(hub: Hub, images, tm
                                                               public=True)
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
-    data = bytearray(layers[1].data_blobs[blob].read_bytes())
-    data[victim.offset + victim.length - 1] ^= 0xFF  # the frame's last byte: its content (or its framing)
-    hub.call(hub.registry.ctx.store.put, blob_key(blob), bytes(data))
+    # the frame's last byte: its content (or its framing), where the hub stores it (its pack)
+    hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset + victim.length - 1)
 
     with pytest.raises(HubError) as caught:
         pack_bytes(hub, service(hub), "acme/vm", "head")

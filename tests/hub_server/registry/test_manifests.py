@@ -63,7 +63,7 @@ def test_corrupted_data_blob_is_rejected_naming_the_chunk(hub: Hub, admin_token,
             raw += b"unverified trailing bytes"
             entries[last] = victim = replace(entries[last], length=entries[last].length + 25)
             cm = replace(cm, entries=tuple(entries))
-        new_digest = str(digest_bytes(bytes(raw)))
+        new_digest = str(digest_bytes(bytes(raw), "sha256"))
         new_path = path.with_name(new_digest.replace(":", "-"))
         new_path.write_bytes(bytes(raw))
         bad = layer.rebuild(chunk_map=replace(cm, blobs=(new_digest,)), data_blobs={new_digest: new_path})
@@ -119,7 +119,6 @@ def test_parent_must_exist_and_be_readable(hub: Hub, admin_token, images, tmp_pa
 
     # Bob may push to bob/* but cannot read alice/private: its parent is unknown to him.
     bob = hub.token("bob", "push:bob/*")
-    assert child.reused_blobs == {}  # everything the child needs besides its parent, Bob can upload
     upload_all(hub.pusher(bob), "bob/vm", child)
     r = put(hub, bob, "bob/vm", "v1", child.manifest)
     detail = expect_error(r, 400, "PARENT_UNKNOWN")
@@ -127,7 +126,7 @@ def test_parent_must_exist_and_be_readable(hub: Hub, admin_token, images, tmp_pa
 
     # A parent that does not exist at all.
     config = LayerConfig.from_json(child.config)
-    ghost = "blake3:" + "0" * 64
+    ghost = "sha256:" + "0" * 64
     orphan = child.rebuild(config=dataclasses.replace(config, parent=ParentRef(ghost, None)).to_json())
     upload_all(pusher, "alice/private", orphan)
     detail = expect_error(put(hub, admin_token, "alice/private", "v2", orphan.manifest), 400, "PARENT_UNKNOWN")
@@ -175,7 +174,7 @@ def test_digest_reference_must_match_the_bytes(hub: Hub, admin_token, images, tm
     pusher = hub.pusher(admin_token)
     layer = pusher.build_layer("acme/vm", *images[0], tmp_path / "0")
     upload_all(pusher, "acme/vm", layer)
-    detail = expect_error(put(hub, admin_token, "acme/vm", "blake3:" + "2" * 64, layer.manifest), 400,
+    detail = expect_error(put(hub, admin_token, "acme/vm", "sha256:" + "2" * 64, layer.manifest), 400,
                           "DIGEST_INVALID")
     assert detail["actual"] == layer.digest
 
@@ -225,7 +224,7 @@ def test_chain_index_keeps_the_chain_together(hub: Hub, admin_token, images, tmp
                    for x in layers]
     index = chain_index(descriptors)
     r = pusher.put_manifest("acme/vm", "chain", index, media_type=mt.OCI_INDEX)
-    assert r.headers["Docker-Content-Digest"] == str(digest_bytes(index))
+    assert r.headers["Docker-Content-Digest"] == str(digest_bytes(index, "sha256"))
     got = hub.client.get("/v2/acme/vm/manifests/chain", headers=auth(admin_token))
     assert got.content == index and got.headers["Content-Type"] == mt.OCI_INDEX
     chain = hub.client.get("/api/v1/repositories/acme/vm/chain/chain", headers=auth(admin_token)).json()

@@ -8,8 +8,8 @@ a repository's row, so every writer keeps the index without knowing it; existing
 indexed here. The SQL is frozen in this file on purpose (a revision never imports code that
 moves on). Read by ``hub_server.registry.search``; described in ``hub_server.db.search_index``.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0008
+Revises: 0007
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0004"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,91 @@
+"""What a pull checks about one link, apart from fetching it (:mod:`.pull`'s checks, in one place).
+
+- :func:`fetch_maps`: a layer's chunk maps, each against its digest and the layer's config;
+- :func:`chunk_lists`: format v2, each file's chunk list from the parent's and the map, O(chunks);
+- :func:`verify_files`: on the verifier thread, each assembled file against its layer (v2: chunk
+  tree from those lists; v1: blake3 of its bytes), made durable;
+- :func:`still_intact`: whether an installed link still holds what its layer describes.
+
+Errors: DigestInvalid (naming layer, tag and file), HubError, OSError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from manifest import mediatypes as mt
+from manifest.assemble import FileAssembler
+from manifest.chunktree import ChunkList, apply_map
+from manifest.errors import AssemblyError, DigestMismatch, ManifestError
+from manifest.model import MAX_CHUNK_MAP_BYTES, ChunkMap, LayerConfig, LayerManifest
+
+from ..install import fsync_path, settle_mtime
+from ..snapdir import LocalSnapshot
+from ..store import SnapshotStore
+from .client import ChainLink, HubClient
+from .errors import DigestInvalid, HubError
+
+__all__ = ["chunk_lists", "fetch_maps", "still_intact", "verify_files"]
+
+
+def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig) -> bool:
+    """Whether an installed link still holds the files its layer describes (VerifiedRecord:
+    no hashing unless a file changed since it was recorded)."""
+    for role, info in config.files.items():
+        path = snap.dir / role
+        if not path.is_file():
+            return False
+        # v2 names a chunked file by its chunk tree: compare the blake3 recorded when it was installed
+        want = info.digest if config.version < 2 or role not in mt.CHUNKED_FILES else \
+            (snap.files[role].digest if role in snap.files else None)
+        if want is None or store.verified.digests(path, ("blake3",))["blake3"] != want:
+            return False
+    return True
+
+
+def fetch_maps(client: HubClient, name: str, link: ChainLink, manifest: LayerManifest,
+                config: LayerConfig) -> dict[str, ChunkMap]:
+    """A layer's chunk maps, each checked against its digest and the config. Raises DigestInvalid, HubError."""
+    maps: dict[str, ChunkMap] = {}
+    for role, desc in manifest.chunk_maps.items():
+        try:
+            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES))
+        except ManifestError as e:
+            raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
+        info = config.files.get(role)
+        if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
+            raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
+    return maps
+
+
+def chunk_lists(parent: dict[str, ChunkList], maps: dict[str, ChunkMap]) -> dict[str, ChunkList]:
+    """Format v2: each file's chunk list, from the parent's and the layer's map (O(chunks)).
+    Raises DigestInvalid when a map cannot apply (a chunk size that changed)."""
+    try:
+        return {role: apply_map(parent.get(role), ((e.index, e.digest) for e in m.entries), m.size, m.chunk_size)
+                for role, m in maps.items()}
+    except (ValueError, IndexError) as e:
+        raise DigestInvalid(f"a chunk map does not apply to its parent's file: {e}") from None
+
+
+def verify_files(assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str,
+                  lists: dict[str, ChunkList]) -> dict[str, dict[str, str]]:
+    """On the verifier thread: check each assembled file (v2: its chunk tree from ``lists``; v1:
+    its whole-file blake3), hash its blake3 for the local record, and make the link's files
+    durable, their mtimes settled first (so installing them later writes nothing more).
+    Returns {role: {algorithm: digest}}; raises DigestInvalid (the files are removed)."""
+    known: dict[str, dict[str, str]] = {}
+    pending = dict(assemblers)
+    try:
+        for role, assembler in assemblers.items():
+            del pending[role]
+            settle_mtime(assembler.out)
+            known[role] = assembler.finish(chunk_list=lists.get(role)).digests
+    except (DigestMismatch, AssemblyError) as e:
+        raise DigestInvalid(f"layer {layer} ({tag}): {e}") from None
+    finally:
+        for assembler in pending.values():
+            assembler.abort()
+    settle_mtime(vmstate)
+    fsync_path(vmstate)
+    return known
