@@ -20,7 +20,7 @@ from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import MAX_CHUNK_MAP_BYTES, ChunkMap, LayerConfig, LayerManifest
 
 from ..install import fsync_path, settle_mtime
-from ..snapdir import LocalSnapshot
+from ..snapdir import LocalSnapshot, read_hub_meta
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
@@ -31,13 +31,17 @@ __all__ = ["chunk_lists", "fetch_maps", "still_intact", "verify_files"]
 def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig) -> bool:
     """Whether an installed link still holds the files its layer describes (VerifiedRecord:
     no hashing unless a file changed since it was recorded)."""
+    meta = read_hub_meta(snap.dir)
     for role, info in config.files.items():
         path = snap.dir / role
         if not path.is_file():
             return False
-        # v2 names a chunked file by its chunk tree: compare the blake3 recorded when it was installed
+        # v2 names a chunked file by its chunk tree: compare the blake3 that forkd-hub.json recorded
+        # at install (not ``snap.files``, which prefers the verified record's digest of the file as
+        # it is now, and so would vouch for a file changed since)
+        recorded = meta.files.get(role) if meta is not None else None
         want = info.digest if config.version < 2 or role not in mt.CHUNKED_FILES else \
-            (snap.files[role].digest if role in snap.files else None)
+            (recorded.digest if recorded is not None else None)
         if want is None or store.verified.digests(path, ("blake3",))["blake3"] != want:
             return False
     return True
