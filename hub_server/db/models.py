@@ -21,7 +21,7 @@
     gc_marks          (kind, digest, unreferenced_since)             when GC first saw an object unreferenced
     alembic_version   (version_num)                                  the schema revision (db/schema.py)
     repository_search (SQLite: an FTS5 table, one row per repository, kept by triggers; revision
-                       0005, see ``db.search_index``)
+                       0008, see ``db.search_index``)
 
 Blob rows exist only for objects that were verified and moved to their content address.
 Digests are ``algorithm:hex`` strings. Timestamps are timezone-aware UTC on every backend.

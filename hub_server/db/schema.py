@@ -47,7 +47,7 @@ _PG_LOCK = 0x666B6468_736368
 
 #: Tables that revisions create without a SQLModel class (e.g. a SQLite FTS5 index and its
 #: shadow tables ``<name>_data``, ``<name>_idx`` …): autogenerate and the model check skip them.
-UNMODELLED_TABLES: frozenset[str] = frozenset({"repository_search"})  # revision 0005, db/search_index.py
+UNMODELLED_TABLES: frozenset[str] = frozenset({"repository_search"})  # revision 0008, db/search_index.py
 
 
 def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001 - alembic's hook signature
