@@ -167,8 +167,8 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
     lambda c: c.search("x"),
     lambda c: c.lineage("a/b", "v1"),
     lambda c: c.get_chain("a/b", "v1"),
-    lambda c: c.query_chunks("a/b", ["blake3:" + "0" * 64]),
-], ids=["repository", "search", "lineage", "chain", "chunks-query"])
+    lambda c: c.query_frames("a/b", ["blake3:" + "0" * 64]),
+], ids=["repository", "search", "lineage", "chain", "frames-query"])
 def test_deeply_nested_answer_is_a_typed_error(call):
     """Issue 16 item 5: a hostile hub's deep JSON is a HubError naming it, not an internal error."""
     c = client_for(lambda request: httpx.Response(200, content=DEEP, headers={"Content-Type": "application/json"}))
