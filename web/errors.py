@@ -15,6 +15,7 @@ from litestar.datastructures import ResponseHeader
 from litestar.response import Template
 
 from hub_server.api.errors import to_hub_error
+from hub_server.auth.errors import Unauthorized
 from web.session import CsrfRejected
 
 __all__ = ["CSP", "HTML_EXCEPTION_HANDLERS", "SECURITY_HEADERS"]
@@ -34,6 +35,10 @@ _TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Not allowed", 404:
 def html_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if isinstance(exc, CsrfRejected):
         status, message = 403, str(exc)
+    elif isinstance(exc, Unauthorized) and exc.reason == "required" and exc.scope is not None:
+        # An anonymous visitor and a repository it may not read, existing or not: the API answers
+        # OCI's 401 challenge; a page says "Not found", as for any page a visitor cannot see.
+        status, message = 404, "no such page, or it is private: sign in to see private repositories"
     else:
         error = to_hub_error(exc, request)
         status, message = error.status, error.message
