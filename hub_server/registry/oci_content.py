@@ -32,6 +32,7 @@ from hub_server.registry.verify import invalid
 from manifest import mediatypes as mt
 from manifest.digest import Digest, digest_bytes
 from manifest.errors import InvalidDigest
+from manifest.jsontext import loads as loads_json
 
 __all__ = [
     "DOCKER_MANIFEST",
@@ -101,8 +102,8 @@ class OciDocument:
 def load_manifest_json(body: bytes) -> dict[str, Any]:
     """The pushed manifest as a JSON object. Raises HubError(MANIFEST_INVALID)."""
     try:
-        obj = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        obj = loads_json(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise invalid(f"manifest is not valid UTF-8 JSON: {e}") from None
     if not isinstance(obj, dict):
         raise invalid("manifest must be a JSON object")

@@ -22,20 +22,20 @@ def test_deep_manifest_is_manifest_invalid(hub: Hub, admin_token: str, body: byt
     assert "nested" in error["message"]
 
 
-def test_deep_chunk_query_is_refused_after_authentication(hub: Hub, admin_token: str) -> None:
+def test_deep_frame_query_is_refused_after_authentication(hub: Hub, admin_token: str) -> None:
     body = b"{\"digests\":" + DEEP_LIST + b"}"
-    anonymous = hub.client.post("/api/v1/repositories/acme/vm/chunks/query", content=body,
+    anonymous = hub.client.post("/api/v1/repositories/acme/vm/frames/query", content=body,
                                 headers={"Content-Type": "application/json"})
     assert anonymous.status_code == 401, anonymous.text
-    bad_token = hub.client.post("/api/v1/repositories/acme/vm/chunks/query", content=body,
+    bad_token = hub.client.post("/api/v1/repositories/acme/vm/frames/query", content=body,
                                 headers={**auth("fkd_bogus"), "Content-Type": "application/json"})
     assert bad_token.status_code == 401, bad_token.text
-    r = hub.client.post("/api/v1/repositories/acme/vm/chunks/query", content=body,
+    r = hub.client.post("/api/v1/repositories/acme/vm/frames/query", content=body,
                         headers={**auth(admin_token), "Content-Type": "application/json"})
     assert r.status_code == 400, r.text
     error = r.json()["errors"][0]
     assert error["code"] == "INVALID_REQUEST"
-    assert error["message"].startswith("chunk query: "), error  # typed decoding names the first wrong field
+    assert error["message"].startswith("frame query: "), error  # typed decoding names the first wrong field
 
 
 def test_deep_repository_patch_is_invalid_request(hub: Hub, admin_token: str) -> None:

@@ -33,9 +33,18 @@ def bomb() -> tuple[bytes, str]:
     return zero_bomb(GIB)
 
 
+def zeros_sha256(size: int) -> str:
+    """The sha256 of ``size`` zero bytes (format v2 configs state a vmstate's sha256 too)."""
+    hasher, block = Hasher("sha256"), bytes(4 << 20)
+    for _ in range(size // len(block)):
+        hasher.update(block)
+    hasher.update(bytes(size % len(block)))
+    return str(hasher.digest())
+
+
 def with_vmstate(layer, blob: bytes, size: int, digest: str):
     config = json.loads(layer.config)
-    config["files"]["vmstate"] = {"size": size, "digest": digest}
+    config["files"]["vmstate"] = {"size": size, "digest": digest, "sha256": zeros_sha256(size)}
     new_config = json.dumps(config, separators=(",", ":")).encode()
     return dataclasses.replace(layer, vmstate_blob=blob).rebuild(config=new_config)
 
