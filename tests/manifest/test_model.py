@@ -200,8 +200,9 @@ def test_deeply_nested_document_is_invalid_manifest(parse):
 def test_a_config_forkd_object_nested_too_deeply_is_refused():
     """Issue 16 item 5: a free-form object the client writes back out as snapshot.json is depth-bounded."""
     base = {"mediaType": mt.CONFIG, "created": "2026-11-29T12:00:00Z", "parent": None, "compat": {},
-            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64},
-                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64}}, "annotations": {}}
+            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64, "sha256": "sha256:" + "c" * 64},
+                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64, "sha256": "sha256:" + "d" * 64,
+                                     "chunkSize": 65536}}, "annotations": {}}
     deep: dict = {}
     cursor = deep
     for _ in range(800):  # parses, but json.dumps from a deeper stack would raise RecursionError
