@@ -17,9 +17,9 @@ import msgspec
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, QueryParameter, RawBody
 
-from hub_server.api.deps import remote_of
+from hub_server.api.deps import decode_json_body, json_body, remote_of
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
 from hub_server.webhooks.service import WebhookInfo, WebhookService
@@ -55,10 +55,12 @@ class WebhookController(Controller):
         principal.require("admin")
         return [info.to_json() for info in await _service(state).list(ns)]
 
-    @post("/", summary="Add a webhook to a namespace (admin)", status_code=201)
-    async def add_webhook(self, ns: FromPath[str], data: JSONBody[WebhookIn], principal: NamedDependency[Principal],
+    @post("/", summary="Add a webhook to a namespace (admin)", status_code=201,
+          operation_class=json_body(WebhookIn, "the webhook: url, secret and optionally events"))
+    async def add_webhook(self, ns: FromPath[str], body: RawBody, principal: NamedDependency[Principal],
                           state: State, request: Request[Any, Any, Any]) -> dict[str, Any]:
         principal.require("admin")
+        data = decode_json_body(body, WebhookIn, "webhook")
         try:
             info = await _service(state).add(ns, data.url, data.secret, data.events)
         except ValueError as e:

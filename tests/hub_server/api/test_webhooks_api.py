@@ -56,3 +56,18 @@ def test_bad_webhooks_are_invalid_requests(hub: Hub):
         assert message in r.json()["errors"][0]["message"]
     expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", json={"secret": "s"}, headers=admin),
                  400, "INVALID_REQUEST")
+
+
+def test_a_webhook_body_is_read_only_after_authorization_and_deep_json_is_refused(hub: Hub):
+    """Issue 16 items 5 and 7 on this route too: no body is parsed before the caller is known to be
+    admin, and a deeply nested one is a typed 400 naming the body, not a 500."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    headers = {"Content-Type": "application/json"}
+    expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers=headers), 401, "UNAUTHORIZED")
+    pusher = auth(hub.token("ci", "push:acme/*"))
+    expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers={**headers, **pusher}),
+                 403, "DENIED")
+    admin = auth(hub.token("admin", "admin"))
+    r = hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers={**headers, **admin})
+    expect_error(r, 400, "INVALID_REQUEST")
+    assert r.json()["errors"][0]["message"].startswith("webhook: ")  # decoded as the route's type, stopped at once
