@@ -5,8 +5,8 @@ links labelled with the child's new and shared bytes, then the tags that build o
 (dependents) below it with dashed edges. Each box links to that layer's page. The SVG carries
 ``role="img"`` with a ``<title>`` and ``<desc>`` naming the chain for screen readers.
 
-Every piece of text goes through ``markupsafe.escape``: names, tags and digests can never become
-markup, in the SVG as anywhere else.
+Every piece of text is escaped by ``Markup.format`` (markupsafe): names, tags and digests can never
+become markup, in the SVG as anywhere else.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from hub_server.registry.layerview import LinkView
 from web.text import human_bytes, short_digest
