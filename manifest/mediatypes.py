@@ -17,6 +17,9 @@ DATA_BLOB = "application/vnd.forkd.chunks.v2+zstd"
 VMSTATE = "application/vnd.forkd.vmstate.v2+zstd"
 #: The native push of a data blob as a recipe over frames (docs/http-api.md).
 RECIPE = "application/vnd.forkd.recipe.v1+json"
+#: A hub's answer to a blob GET saying where a recipe blob's bytes live in the object store
+#: (presigned pack ranges; docs/http-api.md, "Fetch plans").
+BLOB_PLAN = "application/vnd.forkd.blob-plan.v1+json"
 
 #: Format version 1 (read only): every digest was blake3, a file digest the blake3 of its bytes,
 #: and chunk maps could point into data blobs of other layers.

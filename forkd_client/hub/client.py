@@ -20,11 +20,12 @@ import httpx
 
 from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
+from manifest.mediatypes import BLOB_PLAN
 from manifest.model import MAX_MANIFEST_BYTES
 
 from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
                      Unauthorized)
-from .presigned import PresignedCache, merge_spans, slice_spans
+from .presigned import PresignedCache, merge_spans, parse_plan, read_plan, slice_spans
 from .transport import make_http_client
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -38,6 +39,10 @@ REDIRECTS = (301, 302, 303, 307, 308)
 STORE_RANGE_GAP = 256 << 10
 STORE_SPAN_BYTES = 16 << 20
 STORE_PARALLEL = 8
+#: A blob range GET accepts the bytes, a redirect, or (a recipe blob on S3) a fetch plan of pack ranges.
+ACCEPT_RANGES = f"{BLOB_PLAN}, application/octet-stream;q=0.9, */*;q=0.5"
+#: Room for a fetch plan's JSON beyond the bytes asked for (segments of tiny frames can outweigh them).
+PLAN_BYTES = 4 << 20
 ANYWHERE = object()
 """``put_manifest(expect=ANYWHERE)``: move the tag whatever it points at (``forkd push --force``)."""
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -273,8 +278,12 @@ class HubClient:
                     continue
                 except HubError:  # expired or refused: ask the hub again
                     self._presigned.forget(name, digest)
-            r = self._request("GET", f"/v2/{name}/blobs/{digest}", headers={"Range": f"bytes={spec}"},
-                              ok=(200, 206, *REDIRECTS), follow=False, max_bytes=need + 256 * len(batch) + 4096)
+            r = self._request("GET", f"/v2/{name}/blobs/{digest}",
+                              headers={"Range": f"bytes={spec}", "Accept": ACCEPT_RANGES},
+                              ok=(200, 206, *REDIRECTS), follow=False, max_bytes=need + 256 * len(batch) + PLAN_BYTES)
+            if r.status_code == 200 and r.headers.get("content-type", "").startswith(BLOB_PLAN):
+                out.extend(self._ranges_from_plan(_json_object(r, f"the fetch plan of blob {digest}"), batch, digest))
+                continue
             target = _redirect_target(r)
             if target is None:
                 out.extend(_split_ranges(r, batch, digest))
@@ -289,13 +298,22 @@ class HubClient:
         spans = merge_spans(batch, STORE_RANGE_GAP, STORE_SPAN_BYTES)
 
         def get(span: tuple[int, int]) -> memoryview:
-            start, end = span
-            r = self._request("GET", target, headers={"Range": f"bytes={start}-{end - 1}"}, ok=(200, 206),
-                              follow=False, max_bytes=end - start + 4096)
-            return _split_ranges(r, [(start, end - start)], digest)[0]
+            return self._store_range(target, span[0], span[1], digest)
 
         with ThreadPoolExecutor(max_workers=min(STORE_PARALLEL, len(spans))) as pool:
             return slice_spans(batch, spans, list(pool.map(get, spans)))
+
+    def _store_range(self, url: str, start: int, end: int, digest: str) -> memoryview:
+        """Bytes ``[start, end)`` of a presigned object-store URL (never with our token)."""
+        r = self._request("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}, ok=(200, 206),
+                          follow=False, max_bytes=end - start + 4096)
+        return _split_ranges(r, [(start, end - start)], digest)[0]
+
+    def _ranges_from_plan(self, plan: dict[str, Any], batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
+        """``batch`` of a recipe blob, fetched from the pack ranges the hub's fetch plan lists."""
+        checked = parse_plan(plan, digest, batch)
+        return read_plan(checked, batch, STORE_RANGE_GAP, STORE_SPAN_BYTES,
+                         lambda url, start, end: self._store_range(url, start, end, digest), STORE_PARALLEL)
 
     def start_upload(self, name: str) -> str:
         r = self._request("POST", f"/v2/{name}/blobs/uploads/", ok=(202,))

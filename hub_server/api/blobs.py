@@ -1,11 +1,10 @@
 """Blob reads: ``GET``/``HEAD /v2/{ns}/{repo}/blobs/{digest}``, whole or by ``Range`` (one range → 206 with
-``Content-Range``; several → ``multipart/byteranges``), or a 307 to the store's presigned URL."""
+``Content-Range``; several → ``multipart/byteranges``), or a 307 to the store's presigned URL, or (a
+recipe blob, for a client that accepts it) a fetch plan of presigned pack ranges (registry/blobplan.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, head
 from litestar.di import NamedDependency
@@ -15,6 +14,7 @@ from litestar.response import Redirect, Stream
 from hub_server.api.deps import remote_of
 from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
 from hub_server.auth.scopes import Principal
+from hub_server.registry.blobplan import BLOB_PLAN, wants_plan
 from hub_server.registry.blobs import BlobRead
 from hub_server.registry.service import Registry
 
@@ -38,11 +38,16 @@ class BlobController(Controller):
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
         range_header: Annotated[str | None, HeaderParameter(name="range")] = None,
-    ) -> Response[bytes] | Stream | Redirect:
+        accept: Annotated[str | None, HeaderParameter(name="accept")] = None,
+    ) -> Response[Any] | Stream | Redirect:
         blob = await registry.blobs.read(principal, ns, repo, digest, redirect=True)
         if blob.redirect_url is not None:
             return Redirect(blob.redirect_url, status_code=307)
         headers = _headers(blob)
+        if blob.plannable and wants_plan(accept):
+            ranges = [(0, blob.size - 1)] if range_header is None else \
+                parse_range(range_header, blob.size, registry.ctx.limits.ranges_per_request)
+            return Response(await blob.plan(ranges), media_type=BLOB_PLAN, headers={**headers, "Vary": "Accept"})
         if range_header is None:
             headers["Content-Length"] = str(blob.size)
             return Stream(blob.iter_range(), media_type=OCTETS, headers=headers)

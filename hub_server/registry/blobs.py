@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import anyio.to_thread
 from sqlmodel import select
@@ -21,6 +22,7 @@ from hub_server.auth.scopes import Principal
 from hub_server.db.models import Blob, RepositoryBlob
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import find_repository, readable_repository, require, unknown_repository
+from hub_server.registry.blobplan import blob_plan
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository
 from hub_server.registry.paths import blob_key
@@ -69,7 +71,8 @@ async def publish_blob(
 @dataclass(frozen=True)
 class BlobRead:
     """A blob the caller may read, ready to be served (whole, by ranges, or by redirect).
-    ``recipe``: stored as frames in packs (registry/recipes.py), streamed byte-exact all the same."""
+    ``recipe``: stored as frames in packs (registry/recipes.py), streamed byte-exact all the same.
+    ``plannable``: a recipe whose packs the client may fetch directly (:meth:`plan`)."""
 
     digest: str
     size: int
@@ -77,6 +80,11 @@ class BlobRead:
     redirect_url: str | None
     _ctx: RegistryContext
     recipe: bool = False
+    plannable: bool = False
+
+    async def plan(self, ranges: list[tuple[int, int]]) -> dict[str, Any]:
+        """The fetch plan (registry/blobplan.py) for inclusive ``ranges`` of a plannable blob."""
+        return await blob_plan(self._ctx, self.digest, self.size, ranges)
 
     async def iter_range(self, offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:
         """Stream ``length`` bytes from ``offset`` (checked against the size by the caller)."""
@@ -112,9 +120,10 @@ class BlobService:
         url = None
         store = self.ctx.store
         recipe = await has_recipe(self.ctx, digest)
-        if redirect and not recipe and self.ctx.blob_redirects and store.capabilities.supports_redirect:
+        direct = redirect and self.ctx.blob_redirects and store.capabilities.supports_redirect
+        if direct and not recipe:
             url = await store.redirect_url(blob_key(digest), expires_in=self.ctx.redirect_expiry)
-        return BlobRead(digest, row.size, row.media_type, url, self.ctx, recipe)
+        return BlobRead(digest, row.size, row.media_type, url, self.ctx, recipe, plannable=direct and recipe)
 
 
 class BlobUnlinker:
