@@ -8,12 +8,12 @@ The chain is the one of chain_pull_vs_skopeo.py: a base memory.bin of --mem-mib,
 (random 4 MiB blocks, alternately random and text-like), two links each rewriting --dirty of the
 image. One SeaweedFS (``weed server -s3``) holds the blobs; two ``forkd-hub serve`` processes
 share one SQLite database and the same bucket prefix: one answers blob GETs with 307 to a
-presigned URL (the default), the other has FORKD_HUB_BLOB_REDIRECTS=false and streams the bytes
+presigned URL and data-blob range GETs with a fetch plan of presigned pack ranges (the default), the other has FORKD_HUB_BLOB_REDIRECTS=false and streams the bytes
 itself. One run of each (the issue asks for one; the machine is shared and noisy):
 
 pull   ``forkd pull`` of the chain into an empty store through each hub, vs boto3 GETs of every
-       object under the prefix (what a cold pull needs: data blobs, chunk maps, configs,
-       vmstates, manifests), written to files, 4 objects at a time (forkd pulls with 4 requests
+       object under the prefix (what a cold pull needs: the frame packs holding the data blobs'
+       frames, chunk maps, configs, vmstates, manifests), written to files, 4 objects at a time (forkd pulls with 4 requests
        in flight); each object is one GET, big ones boto3's managed download (8 MiB ranged GETs).
 push   ``forkd push`` of the chain through the hub into an empty prefix, vs boto3's managed
        multipart upload (16 MiB parts, 4 threads) of the same objects from local files.
@@ -105,7 +105,8 @@ def main() -> None:
         pusher = ForkdUser(root / "pusher", redirecting.url, token)
         import_chain(pusher, chain)
         push_t = timed(lambda: pusher.run("push", "link2", "acme/chain:v1", "--public"))
-        stored = objects(client, weed.bucket, prefix + "/blobs/")
+        # format v2: data frames live in packs/ (a data blob is a recipe over them), the rest in blobs/
+        stored = objects(client, weed.bucket, prefix + "/blobs/") + objects(client, weed.bucket, prefix + "/packs/")
         stored_bytes = sum(size for _, size in stored)
 
         pulls = {}

@@ -15,9 +15,10 @@ Layout: key ``k`` is the object ``<prefix>/k`` (or ``k`` without a prefix). Stag
 buffered in memory up to ``part_size`` and become a multipart upload beyond that
 (``hub_server.storage.s3_writer``): ``commit`` completes it, ``cancel`` aborts it, and
 ``purge_staging`` aborts multipart uploads under the prefix idle for longer than asked (crash
-leftovers of any replica). Appends start a multipart upload whose first part(s) are a
-server-side copy of the existing object, so appended bytes stay invisible until commit
-(``append_isolated``). ``move`` is copy then delete (``atomic_move=False``). A stream is one
+leftovers of any replica). Appends keep one multipart upload across writers: an append's
+commit is a checkpoint (the parts stay uploaded, the object holds the tail and says so in
+its metadata), the next append resumes it, and the first read, move or copy completes it
+(``s3_writer``); appended bytes stay invisible until commit (``append_isolated``). ``move`` is copy then delete (``atomic_move=False``). A stream is one
 ranged GET pinned to the ETag seen when it opened (``If-Match``), so it reads that version.
 ``redirect_url`` presigns a GET (or HEAD) against ``public_endpoint`` (default ``endpoint``).
 
@@ -28,6 +29,7 @@ throttling and 5xx that outlived the retries → ``StorageUnavailable``, the res
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -39,6 +41,7 @@ import anyio.to_thread
 
 from .base import BlobInfo, BlobStore, BlobStream, BlobWriter, Capabilities, RedirectMethod, checked_range
 from .errors import BlobNotFound, InvalidRange, StorageError, StorageFull, StorageUnavailable, WriterClosed
+from .s3_writer import checkpoint_of, materialize
 
 __all__ = ["S3Config", "S3Store", "translate"]
 
@@ -187,11 +190,27 @@ class S3Store(BlobStore):
 
     async def _stat(self, key: str) -> BlobInfo:
         head = await self.head(key)
-        return BlobInfo(key, int(head["ContentLength"]), _aware(head["LastModified"]))
+        checkpoint = checkpoint_of(head)
+        staged = checkpoint.part_bytes if checkpoint is not None else 0
+        return BlobInfo(key, staged + int(head["ContentLength"]), _aware(head["LastModified"]))
+
+    async def complete_head(self, key: str) -> dict[str, Any]:
+        """``HeadObject`` of ``key`` once it is an ordinary object: a checkpointed append
+        (``s3_writer``) is completed first, so its bytes can be read or copied."""
+        for _ in range(_OPEN_ATTEMPTS):
+            head = await self.head(key)
+            checkpoint = checkpoint_of(head)
+            if checkpoint is None:
+                return head
+            try:
+                await materialize(self, key, head, checkpoint)
+            except (WriterClosed, _Replaced):
+                continue  # completed by someone else meanwhile: look again
+        raise StorageError(f"the staged upload for {key!r} kept changing while being completed")
 
     async def _open(self, key: str, offset: int, length: int | None, chunk_size: int) -> BlobStream:
         for attempt in range(_OPEN_ATTEMPTS):
-            head = await self.head(key)
+            head = await self.complete_head(key)
             selected = checked_range(key, int(head["ContentLength"]), offset, length)
             if selected == 0:
                 return _S3Stream(self, key, offset, 0, chunk_size, None)
@@ -212,16 +231,23 @@ class S3Store(BlobStore):
         if not append:
             return S3Writer(self, key)
         head = await self.head(key)
-        return await S3Writer.appending(self, key, int(head["ContentLength"]), head["ETag"])
+        checkpoint = checkpoint_of(head)
+        size = int(head["ContentLength"]) + (checkpoint.part_bytes if checkpoint is not None else 0)
+        return await S3Writer.appending(self, key, size, head["ETag"], checkpoint)
 
     async def _delete(self, key: str) -> None:
-        await self.head(key)  # S3 deletes are idempotent; the contract wants BlobNotFound
+        head = await self.head(key)  # S3 deletes are idempotent; the contract wants BlobNotFound
         await self.call(key, self.client.delete_object, Bucket=self.bucket, Key=self.object_name(key))
+        checkpoint = checkpoint_of(head)
+        if checkpoint is not None:  # a checkpointed append's parts go with it
+            with contextlib.suppress(WriterClosed):
+                await self.call(key, self.client.abort_multipart_upload, Bucket=self.bucket,
+                                Key=self.object_name(key), UploadId=checkpoint.upload_id)
 
     async def _move(self, src: str, dst: str) -> None:
         from boto3.s3.transfer import TransferConfig
 
-        await self.head(src)
+        await self.complete_head(src)
         source = {"Bucket": self.bucket, "Key": self.object_name(src)}
         transfer = TransferConfig(multipart_threshold=MAX_COPY_PART, multipart_chunksize=self.config.part_size * 8)
         await self.call(dst, self.client.copy, CopySource=source, Bucket=self.bucket, Key=self.object_name(dst),

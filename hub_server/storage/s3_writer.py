@@ -3,21 +3,36 @@
 A writer buffers up to ``part_size`` bytes in memory. A commit below that is one ``PutObject``.
 Beyond it the writer starts a multipart upload and sends each full buffer as a part, up to
 :data:`PARTS_IN_FLIGHT` at once (memory stays under ``(PARTS_IN_FLIGHT + 1) × part_size``); commit
-sends the rest as the last part and completes. An append writer copies the existing object into
-the first part(s) server-side (``UploadPartCopy``, pinned to its ETag) when it is at least 5 MiB,
-else reads it into the buffer, so the old bytes are never rewritten by the client and appended
-bytes stay invisible until commit.
+sends the rest as the last part and completes.
+
+**Appends keep one multipart upload across writers** (an upload session's PATCH requests, on
+any replica). An append writer's commit does not complete its multipart upload: it uploads
+the full parts and puts the tail (under ``part_size``) as the object itself, with user metadata
+:data:`CHECKPOINT_META` = ``"<upload id> <parts> <bytes in parts>"``: a **checkpoint**. The
+next append writer resumes it (the parts from ``ListParts``, the tail read back into its
+buffer), so each request sends only its own bytes: linear, where completing and copying the
+object server-side on every request was quadratic. The object's size is parts + tail
+(``S3Store.stat``); the first read, move or copy completes the upload (:func:`materialize`:
+the tail becomes the last part) and the object is an ordinary one again. Parts a failed
+request sent beyond the checkpoint are never listed in a completion (the next writer
+overwrites them by number); cancelling a resumed writer keeps the checkpoint. A plain object
+of 5 MiB or more is continued by copying it into the first part(s) server-side
+(``UploadPartCopy``, pinned to its ETag), a smaller one is read into the buffer; either way
+appended bytes stay invisible until commit.
 
 :func:`purge_multipart_uploads` aborts multipart uploads under the store's prefix that have been
-idle (no part since) for longer than asked: leftovers of crashed processes of any replica.
+idle (no part since) for longer than asked: leftovers of crashed processes of any replica (a
+session's checkpoint idle that long is dropped with it: its upload session has expired too).
 
-Errors: as ``hub_server.storage.s3`` (``NoSuchUpload`` → ``WriterClosed``).
+Errors: as ``hub_server.storage.s3`` (``NoSuchUpload`` → ``WriterClosed``; a checkpoint whose parts
+are gone → ``StorageError``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +42,77 @@ from .errors import StorageError, WriterClosed
 if TYPE_CHECKING:
     from .s3 import S3Store
 
-__all__ = ["PARTS_IN_FLIGHT", "S3Writer", "purge_multipart_uploads"]
+__all__ = ["CHECKPOINT_META", "PARTS_IN_FLIGHT", "Checkpoint", "S3Writer", "checkpoint_of", "materialize",
+           "purge_multipart_uploads"]
 
 PARTS_IN_FLIGHT = 4
+#: User metadata (``x-amz-meta-…``) of a staged object whose leading bytes are parts of an open upload.
+CHECKPOINT_META = "forkd-staged-parts"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The object is the tail; ``parts`` parts (``part_bytes`` bytes) of ``upload_id`` come before it."""
+
+    upload_id: str
+    parts: int
+    part_bytes: int
+
+    def encode(self) -> dict[str, str]:
+        return {CHECKPOINT_META: f"{self.upload_id} {self.parts} {self.part_bytes}"}
+
+
+def checkpoint_of(head: dict[str, Any]) -> Checkpoint | None:
+    """The checkpoint a ``HeadObject``/``GetObject`` answer records, or None for an ordinary object."""
+    raw = (head.get("Metadata") or {}).get(CHECKPOINT_META)
+    if raw is None:
+        return None
+    upload_id, parts, part_bytes = raw.rsplit(" ", 2)
+    return Checkpoint(upload_id, int(parts), int(part_bytes))
+
+
+async def _listed_parts(store: S3Store, key: str, checkpoint: Checkpoint) -> list[dict[str, Any]]:
+    """Parts 1..checkpoint.parts of the checkpoint's upload, as ``CompleteMultipartUpload`` wants them.
+
+    Raises: WriterClosed (the upload is gone), StorageError (parts missing or of other sizes).
+    """
+    name = store.object_name(key)
+    parts: list[dict[str, Any]] = []
+    marker = 0
+    while True:
+        page = await store.call(key, store.client.list_parts, Bucket=store.bucket, Key=name,
+                                UploadId=checkpoint.upload_id, PartNumberMarker=marker)
+        for part in page.get("Parts", []):
+            if part["PartNumber"] <= checkpoint.parts:
+                parts.append({"PartNumber": part["PartNumber"], "ETag": part["ETag"], "Size": int(part["Size"])})
+        if not page.get("IsTruncated"):
+            break
+        marker = int(page["NextPartNumberMarker"])
+    parts.sort(key=lambda p: p["PartNumber"])
+    if [p["PartNumber"] for p in parts] != list(range(1, checkpoint.parts + 1)) \
+            or sum(p.pop("Size") for p in parts) != checkpoint.part_bytes:
+        raise StorageError(f"the staged upload for {key!r} lost parts of its checkpoint")
+    return parts
+
+
+async def materialize(store: S3Store, key: str, head: dict[str, Any], checkpoint: Checkpoint) -> None:
+    """Complete a checkpointed upload: its parts, then the tail as the last part, become the object.
+
+    Raises: WriterClosed when someone else completed it meanwhile (read it again), storage errors.
+    """
+    name = store.object_name(key)
+    parts = await _listed_parts(store, key, checkpoint)
+    tail = b""
+    if int(head["ContentLength"]):
+        response = await store.call(key, store.client.get_object, Bucket=store.bucket, Key=name, IfMatch=head["ETag"])
+        tail = await store.call(key, response["Body"].read)
+    if tail or not parts:
+        number = checkpoint.parts + 1
+        sent = await store.call(key, store.client.upload_part, Bucket=store.bucket, Key=name,
+                                UploadId=checkpoint.upload_id, PartNumber=number, Body=tail)
+        parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+    await store.call(key, store.client.complete_multipart_upload, Bucket=store.bucket, Key=name,
+                     UploadId=checkpoint.upload_id, MultipartUpload={"Parts": parts})
 
 
 class S3Writer(BlobWriter):
@@ -43,16 +126,32 @@ class S3Writer(BlobWriter):
         self._parts: list[dict[str, Any]] = []
         self._in_flight: list[asyncio.Task[None]] = []
         self.upload_id: str | None = None
+        self._resumed = False  # continuing an upload a previous writer checkpointed: never abort it
         self.idle_since = datetime.now(UTC)
         self._purged = False
         store.track(self, add=True)
 
     @classmethod
-    async def appending(cls, store: S3Store, key: str, size: int, etag: str) -> S3Writer:
-        """A writer continuing the ``size``-byte object at ``key`` (version ``etag``)."""
+    async def appending(cls, store: S3Store, key: str, size: int, etag: str,
+                        checkpoint: Checkpoint | None = None) -> S3Writer:
+        """A writer continuing the ``size``-byte object at ``key`` (version ``etag``), resuming
+        ``checkpoint`` when the object is one."""
         from .s3 import MAX_COPY_PART, MIN_PART
 
         writer = cls(store, key, size=size, append=True)
+        if checkpoint is not None:
+            try:
+                writer._parts = await _listed_parts(store, key, checkpoint)
+                if size > checkpoint.part_bytes:
+                    response = await store.call(key, store.client.get_object, Bucket=store.bucket,
+                                                Key=writer._name, IfMatch=etag)
+                    writer._buffer += await store.call(key, response["Body"].read)
+            except BaseException:
+                writer._fail("its checkpoint could not be resumed")
+                store.track(writer, add=False)
+                raise
+            writer.upload_id, writer._resumed = checkpoint.upload_id, True
+            return writer
         try:
             if size < MIN_PART:
                 if size:
@@ -105,6 +204,14 @@ class S3Writer(BlobWriter):
             if self.upload_id is None:
                 await store.call(self.key, store.client.put_object, Bucket=store.bucket, Key=self._name,
                                  Body=bytes(self._buffer))
+            elif self.append:  # checkpoint: full parts sent, the tail becomes the object (module docstring)
+                await self._drain()
+                parts = len(self._parts)
+                part_bytes = self.size - len(self._buffer)
+                await store.call(self.key, store.client.put_object, Bucket=store.bucket, Key=self._name,
+                                 Body=bytes(self._buffer),
+                                 Metadata=Checkpoint(self.upload_id, parts, part_bytes).encode())
+                self.upload_id = None
             else:
                 if self._buffer or not (self._parts or self._in_flight):
                     await self._send(bytes(self._buffer))
@@ -156,7 +263,7 @@ class S3Writer(BlobWriter):
     async def _abort(self) -> None:
         with contextlib.suppress(Exception):
             await self._drain()
-        if self.upload_id is None:
+        if self.upload_id is None or self._resumed:  # a resumed upload keeps its checkpoint
             return
         store, upload_id, self.upload_id = self._store, self.upload_id, None
         try:

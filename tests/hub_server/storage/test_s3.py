@@ -141,3 +141,67 @@ async def test_a_write_of_whole_parts_commits_without_an_empty_part(store: S3Sto
             await writer.commit()
     assert await store.read("uploads/u") == data
     assert _open_multipart(store) == 0
+
+
+def _count_calls(store: S3Store, operation: str) -> list[int]:
+    """A counter of ``operation`` requests this store's boto3 client sends (a botocore event hook)."""
+    seen = [0]
+
+    def hook(**_: object) -> None:
+        seen[0] += 1
+
+    store.client.meta.events.register(f"before-call.s3.{operation}", hook)
+    return seen
+
+
+async def test_appends_resume_one_multipart_upload_instead_of_copying(seaweedfs, store: S3Store):
+    """An upload session's PATCHes: each append sends only its own bytes (no server-side copy,
+    no completion), any replica resumes the checkpoint, and the first read completes it."""
+    copies, completions = _count_calls(store, "UploadPartCopy"), _count_calls(store, "CompleteMultipartUpload")
+    other = create_store(f"{seaweedfs.storage_spec(prefix=store.config.prefix)} {SMALL_PARTS}")  # another replica
+    assert isinstance(other, S3Store)
+    pieces = [os.urandom(n) for n in (7 << 20, 3 << 20, 6 << 20, 1234)]
+    await store.put("uploads/s", b"")
+    expected = b""
+    for i, piece in enumerate(pieces):
+        replica = (store, other)[i % 2]
+        async with replica.writer("uploads/s", append=True) as writer:
+            assert writer.size == len(expected)
+            await writer.write(piece)
+            await writer.commit()
+        expected += piece
+        assert (await store.stat("uploads/s")).size == len(expected)
+    head = store.client.head_object(Bucket=store.bucket, Key=store.object_name("uploads/s"))
+    assert head["ContentLength"] < 5 << 20  # the object holds only the tail: the parts wait in the upload
+    assert _open_multipart(store) == 1
+    assert copies[0] == 0 and completions[0] == 0
+
+    failed = await store.writer("uploads/s", append=True)  # a request that dies after sending a part
+    await failed.write(os.urandom(6 << 20))
+    await failed.cancel()
+    assert (await other.stat("uploads/s")).size == len(expected) and _open_multipart(store) == 1
+
+    assert await other.read("uploads/s") == expected  # completes the upload, then reads
+    assert _open_multipart(store) == 0
+    await other.close()
+
+
+async def test_deleting_a_checkpointed_append_aborts_its_upload(store: S3Store):
+    await store.put("uploads/d", b"")
+    async with store.writer("uploads/d", append=True) as writer:
+        await writer.write(os.urandom(6 << 20))
+        await writer.commit()
+    assert _open_multipart(store) == 1
+    await store.delete("uploads/d")
+    assert _open_multipart(store) == 0 and not await store.exists("uploads/d")
+
+
+async def test_moving_a_checkpointed_append_moves_every_byte(store: S3Store):
+    data = os.urandom(11 << 20)
+    await store.put("uploads/m", b"")
+    for piece in (data[: 6 << 20], data[6 << 20 :]):
+        async with store.writer("uploads/m", append=True) as writer:
+            await writer.write(piece)
+            await writer.commit()
+    await store.move("uploads/m", "blobs/m")
+    assert await store.read("blobs/m") == data and _open_multipart(store) == 0
