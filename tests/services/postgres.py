@@ -9,6 +9,12 @@ cluster runs as the ``postgres`` system user (``runuser``). Durability is switch
 copies it (``CREATE DATABASE … TEMPLATE``), so each hub in a test gets a fresh, current database
 in a few tens of milliseconds.
 
+``pg_ctl`` detaches the server, so it cannot die with the test process (and a parent-death signal
+would not survive ``runuser``'s change of user). Instead each cluster directory records its owner
+(pid and start time, :data:`OWNER_FILE`, written before ``initdb``), and :func:`reap_orphans`,
+run whenever a :class:`PostgresCluster` is made, stops the server of any cluster whose owner is gone
+(a test run killed before its teardown) and deletes its directory.
+
 Errors: :class:`PostgresUnavailable` when the binaries are missing or the cluster cannot start
 (the message carries the server log's tail).
 """
@@ -21,16 +27,64 @@ import itertools
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from tests.services.ports import free_port
 
-__all__ = ["PostgresCluster", "PostgresUnavailable", "find_bin_dir"]
+__all__ = ["PostgresCluster", "PostgresUnavailable", "find_bin_dir", "reap_orphans"]
 
 USER = "forkd"
 TEMPLATE = "forkd_template"
+PREFIX = "forkd-pg-"
+OWNER_FILE = "owner"
+"""``<pid> <start time in clock ticks since boot>`` of the process that made the cluster."""
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (``/proc/<pid>/stat`` field 22), or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _stop_postmaster(data: Path) -> None:
+    """SIGQUIT (immediate shutdown) to the server of ``data``, SIGKILL if it is still there after 10 s."""
+    try:
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return  # no server running on it
+    if str(data).encode() not in cmdline:
+        return  # the pid was reused by something else
+    os.kill(pid, signal.SIGQUIT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _start_time(pid) is not None:
+        time.sleep(0.05)
+    if _start_time(pid) is not None:
+        os.kill(pid, signal.SIGKILL)
+
+
+def reap_orphans(parent: Path | None = None) -> int:
+    """Stop and delete every throwaway cluster under ``parent`` (the temp dir) whose owner process
+    is gone; returns how many. Directories without an owner record are left alone."""
+    reaped = 0
+    for root in Path(parent or tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            pid, started = (root / OWNER_FILE).read_text().split()
+        except (OSError, ValueError):
+            continue
+        if _start_time(int(pid)) == started:
+            continue
+        _stop_postmaster(root / "data")
+        shutil.rmtree(root, ignore_errors=True)
+        reaped += 1
+    return reaped
 
 
 class PostgresUnavailable(RuntimeError):
@@ -51,7 +105,9 @@ class PostgresCluster:
         if bin_dir is None:
             raise PostgresUnavailable("PostgreSQL is not installed (apt-get install postgresql)")
         self.bin_dir = bin_dir
-        self.root = Path(tempfile.mkdtemp(prefix="forkd-pg-"))
+        reap_orphans()
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (self.root / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid())}")
         self.port = free_port()
         self._runas: list[str] = []
         self._counter = itertools.count()
