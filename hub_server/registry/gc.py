@@ -71,6 +71,7 @@ from hub_server.registry.paths import (
     upload_key,
 )
 from hub_server.registry.sql import batched
+from hub_server.registry.usage import stored_bytes
 from hub_server.storage import BlobNotFound
 from manifest import mediatypes as mt
 
@@ -135,7 +136,7 @@ class GarbageCollector:
                     await release_lease(session, holder)
         self.ctx.metrics.record_gc("dry_run" if dry_run else "ok", 0 if dry_run else report.bytes_freed)
         if not dry_run:
-            self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
+            self.ctx.metrics.storage_used_bytes.set(await stored_bytes(self.ctx))
         await self.ctx.audit.record(actor, "gc", detail={
             "dryRun": dry_run, "manifests": len(report.manifests), "blobs": len(report.blobs),
             "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects), "packs": len(report.packs),

@@ -24,6 +24,7 @@ from hub_server.registry.manifests import ManifestService
 from hub_server.registry.referrers import ReferrerService
 from hub_server.registry.tags import TagService
 from hub_server.registry.uploads import UploadService
+from hub_server.registry.usage import stored_bytes
 
 __all__ = ["HealthReport", "Registry"]
 
@@ -72,13 +73,14 @@ class Registry:
     async def refresh_gauges(self, max_age: float = GAUGE_MAX_AGE) -> None:
         """Update the storage and repository gauges (before ``/metrics`` renders), at most every ``max_age`` s.
 
-        Measuring storage walks the whole store, so scrapes in quick succession reuse the last value.
+        Storage is read from the database (registry/usage.py: no walk of the store, cheap on S3);
+        scrapes in quick succession still reuse the last values.
         """
         now = time.monotonic()
         if self._gauges_at is not None and now - self._gauges_at < max_age:
             return
         self._gauges_at = now
-        self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
+        self.ctx.metrics.storage_used_bytes.set(await stored_bytes(self.ctx))
         async with self.ctx.sessions() as session:
             rows = (await session.exec(select(Repository.public, func.count()).group_by(Repository.public))).all()  # type: ignore[call-overload]
         counts = {bool(public): n for public, n in rows}
