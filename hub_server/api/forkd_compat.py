@@ -1,7 +1,8 @@
 """forkd compatibility: ``GET /registry.json`` and ``GET /packs/{ns}/{repo}/{ref}.forkd-snapshot.tar.zst``.
 
 What an unmodified ``forkd pull --hub <hub>/registry.json owner/name[@version]`` fetches. URLs in
-registry.json are absolute: ``--public-url`` when set, else the base URL of the request.
+registry.json are absolute: ``--public-url`` when set, else the base URL of the request. On a store
+that presigns (S3, redirects on) a built pack is a 307 to its presigned URL.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from litestar import Controller, Request, Response, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath
-from litestar.response import Stream
+from litestar.response import Redirect, Stream
 
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
@@ -59,11 +60,14 @@ class ForkdCompatController(Controller):
         file: FromPath[str],
         principal: NamedDependency[Principal],
         forkd: NamedDependency[ForkdCompatService],
-    ) -> Stream:
+    ) -> Stream | Redirect:
         if not file.endswith(PACK_SUFFIX) or file == PACK_SUFFIX:
             raise HubError(ErrorCode.NOT_FOUND, f"pack file names are <tag>{PACK_SUFFIX} or @<digest>{PACK_SUFFIX}",
                            {"file": file[:200]})
         pack = await forkd.pack(principal, ns, repo, file.removesuffix(PACK_SUFFIX))
-        headers = {"Content-Length": str(pack.size), "ETag": f'"sha256:{pack.sha256}"',
-                   "X-Checksum-Sha256": pack.sha256}
+        headers = {"ETag": f'"sha256:{pack.sha256}"', "X-Checksum-Sha256": pack.sha256}
+        url = await forkd.redirect_url(pack)  # on S3: the bytes come from the store
+        if url is not None:
+            return Redirect(url, status_code=307, headers=headers, media_type="text/plain")
+        headers["Content-Length"] = str(pack.size)
         return Stream(pack.iter_bytes(), media_type=PACK_MEDIA_TYPE, headers=headers)

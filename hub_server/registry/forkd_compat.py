@@ -345,6 +345,15 @@ class ForkdCompatService:
             return None
         return PackDownload(repository, digest, key, info[0], info[1], self.ctx.store)
 
+    async def redirect_url(self, pack: PackDownload) -> str | None:
+        """A presigned URL of the built pack when the store can serve it and redirects are on
+        (``FORKD_HUB_BLOB_REDIRECTS``), else None (stream it). forkd's client follows redirects
+        (as it does for GitHub release assets). Raises: StorageError."""
+        store = self.ctx.store
+        if not (self.ctx.blob_redirects and store.capabilities.supports_redirect):
+            return None
+        return await store.redirect_url(pack.key, expires_in=self.ctx.redirect_expiry)
+
     # -- housekeeping -----------------------------------------------------------------------
 
     async def prune(self) -> list[str]:

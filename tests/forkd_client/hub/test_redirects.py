@@ -5,10 +5,12 @@ fetch plan; every chunk is still verified."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from forkd_client.hub.client import HubClient
@@ -122,3 +124,18 @@ def test_a_tampered_object_in_the_store_is_caught_by_the_client(chain3, other_st
     asyncio.run(store.close())
     with pytest.raises(DigestInvalid):
         pull(other_store, s3_hub.client(token), ref, as_tag="py")
+
+
+def test_forkd_packs_are_redirected_to_the_store(chain3, s3_hub, capture):
+    token = s3_hub.token("ci", "push:acme/*")
+    push(chain3, s3_hub.client(token), "head", Reference.parse("acme/py:v1"))
+    with httpx.Client(timeout=120) as http:
+        first = http.get(f"{s3_hub.url}/packs/acme/py/v1.forkd-snapshot.tar.zst",
+                         headers={"Authorization": f"Bearer {token}"})
+        assert first.status_code == 307
+        location = first.headers["location"]
+        assert location.startswith(capture.url) and "X-Amz-Signature=" in location
+        body = http.get(location).content  # what forkd's client does: follow, without our token
+    assert hashlib.sha256(body).hexdigest() == first.headers["x-checksum-sha256"]
+    assert body[:4] == b"\x28\xb5\x2f\xfd"  # a zstd stream (the .tar.zst pack)
+    assert token.encode() not in capture.sent()
