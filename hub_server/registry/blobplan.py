@@ -30,7 +30,7 @@ from hub_server.registry.context import RegistryContext
 from hub_server.registry.recipes import segments
 from manifest.mediatypes import BLOB_PLAN
 
-__all__ = ["BLOB_PLAN", "blob_plan", "wants_plan"]
+__all__ = ["BLOB_PLAN", "blob_plan", "plan_segments", "wants_plan"]
 
 
 def wants_plan(accept: str | None) -> bool:
@@ -51,14 +51,10 @@ def _union(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-async def blob_plan(ctx: RegistryContext, digest: str, size: int, ranges: Sequence[tuple[int, int]]) -> dict[str, Any]:
-    """The fetch plan of recipe blob ``digest`` (``size`` bytes) for inclusive ``ranges``.
-
-    One query for the frames under the ranges' hull, one presigned URL per pack touched (the
-    store signs locally: no request to it).
-
-    Raises: StorageError from presigning.
-    """
+async def plan_segments(ctx: RegistryContext, digest: str, ranges: Sequence[tuple[int, int]]
+                        ) -> tuple[list[str], list[list[int]]]:
+    """``(pack keys, segments)`` of recipe blob ``digest`` for inclusive ``ranges``: segments as in
+    the plan, their source an index into the pack keys. One query for the frames under the ranges' hull."""
     wanted = _union(ranges)
     stored = await segments(ctx, digest, wanted[0][0], wanted[-1][1]) if wanted else []
     sources: dict[str, int] = {}
@@ -74,6 +70,16 @@ async def blob_plan(ctx: RegistryContext, digest: str, size: int, ranges: Sequen
             source = sources.setdefault(seg.pack, len(sources))
             out.append([lo, hi - lo, source, seg.pack_offset + (lo - seg.offset)])
             j += 1
-    urls = [await ctx.store.redirect_url(pack, expires_in=ctx.redirect_expiry) for pack in sources]
+    return list(sources), out
+
+
+async def blob_plan(ctx: RegistryContext, digest: str, size: int, ranges: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """The fetch plan of recipe blob ``digest`` (``size`` bytes) for inclusive ``ranges``, one presigned
+    URL per pack touched (the store signs locally: no request to it).
+
+    Raises: StorageError from presigning.
+    """
+    packs, out = await plan_segments(ctx, digest, ranges)
+    urls = [await ctx.store.redirect_url(pack, expires_in=ctx.redirect_expiry) for pack in packs]
     return {"mediaType": BLOB_PLAN, "digest": digest, "size": size, "expiresIn": ctx.redirect_expiry,
             "sources": urls, "segments": out}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from forkd_client.hub.presigned import MAX_REUSE_SECONDS, PresignedCache, merge_spans, slice_spans
+from forkd_client.hub.errors import HubError
+from forkd_client.hub.presigned import (MAX_REUSE_SECONDS, PresignedCache, merge_spans, parse_plan, read_plan,
+                                        slice_spans)
 
 
 def test_spans_merge_neighbours_within_the_gap_and_the_size_limit():
@@ -44,3 +46,45 @@ def test_urls_without_a_stated_life_are_not_reused_and_forget_drops_one():
     cache.remember("acme/py", "blake3:aa", "http://s3.test/b/k?X-Amz-Expires=300")
     cache.forget("acme/py", "blake3:aa")
     assert cache.get("acme/py", "blake3:aa") is None
+
+
+# -- fetch plans (a recipe blob's bytes as ranges of pack objects) ---------------------------------
+
+PACKS = {"http://s3.test/p/a?X-Amz-Signature=1": bytes(range(256)) * 4,
+         "http://s3.test/p/b?X-Amz-Signature=2": bytes(reversed(range(256))) * 4}
+A, B = PACKS
+# blob bytes [0, 100) = a[500:600], [100, 150) = b[10:60], [150, 300) = a[0:150]
+PLAN = {"digest": "sha256:" + "0" * 64, "sources": [A, B],
+        "segments": [[0, 100, 0, 500], [100, 50, 1, 10], [150, 150, 0, 0]]}
+BLOB = PACKS[A][500:600] + PACKS[B][10:60] + PACKS[A][0:150]
+
+
+def _get(calls: list[tuple[str, int, int]]):
+    def get(url: str, start: int, end: int) -> memoryview:
+        calls.append((url, start, end))
+        return memoryview(PACKS[url][start:end])
+    return get
+
+
+def test_a_plan_is_fetched_from_its_sources_and_cut_back_into_the_ranges_asked():
+    batch = [(120, 60), (0, 10), (90, 20), (200, 100)]  # two ranges straddle segments of two packs
+    calls: list[tuple[str, int, int]] = []
+    plan = parse_plan(PLAN, PLAN["digest"], batch)
+    got = read_plan(plan, batch, gap=1 << 10, max_span=1 << 20, get=_get(calls), parallel=4)
+    assert [bytes(piece) for piece in got] == [BLOB[o : o + n] for o, n in batch]
+    # pack a's two segments are close: one GET covers them; pack b: one GET
+    assert sorted(calls) == sorted([(A, 0, 600), (B, 10, 60)])
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"digest": "sha256:" + "1" * 64}, "not a plan for this blob"),
+    ({"sources": ["file:///etc/passwd", B]}, "not http"),
+    ({"segments": [[0, 100, 2, 0]]}, "malformed segment"),
+    ({"segments": [[0, 100, 0, 0], [50, 100, 0, 0]]}, "overlapping"),
+    ({"segments": [[0, 100, 0, 0], [101, 199, 0, 0]]}, "does not cover bytes 100-"),
+    ({"segments": [[0, 0, 0, 0]]}, "malformed segment"),
+    ({"segments": "all of it"}, "no segment list"),
+])
+def test_a_broken_plan_is_refused_naming_what_is_wrong(change, message):
+    with pytest.raises(HubError, match=message):
+        parse_plan({**PLAN, **change}, PLAN["digest"], [(0, 300)])
