@@ -21,8 +21,9 @@ of 5 MiB or more is continued by copying it into the first part(s) server-side
 appended bytes stay invisible until commit.
 
 :func:`purge_multipart_uploads` aborts multipart uploads under the store's prefix that have been
-idle (no part since) for longer than asked: leftovers of crashed processes of any replica (a
-session's checkpoint idle that long is dropped with it: its upload session has expired too).
+idle (no part since) for longer than asked: leftovers of crashed processes of any replica. An
+upload a checkpoint names is an open upload session's, not abandoned: it is kept, and goes when
+the session's object is deleted (the session finished, was cancelled or expired: GC).
 
 Errors: as ``hub_server.storage.s3`` (``NoSuchUpload`` → ``WriterClosed``; a checkpoint whose parts
 are gone → ``StorageError``).
@@ -67,8 +68,11 @@ def checkpoint_of(head: dict[str, Any]) -> Checkpoint | None:
     raw = (head.get("Metadata") or {}).get(CHECKPOINT_META)
     if raw is None:
         return None
-    upload_id, parts, part_bytes = raw.rsplit(" ", 2)
-    return Checkpoint(upload_id, int(parts), int(part_bytes))
+    try:
+        upload_id, parts, part_bytes = raw.rsplit(" ", 2)
+        return Checkpoint(upload_id, int(parts), int(part_bytes))
+    except ValueError:
+        raise StorageError(f"unreadable staged-upload checkpoint {raw[:100]!r}") from None
 
 
 async def _listed_parts(store: S3Store, key: str, checkpoint: Checkpoint) -> list[dict[str, Any]]:
@@ -284,7 +288,8 @@ async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
     while True:
         page = await store.call(prefix or "(bucket)", store.client.list_multipart_uploads, **kwargs)
         for upload in page.get("Uploads", []):
-            if _aware(upload["Initiated"]) <= cutoff and await _idle_since(store, upload) <= cutoff:
+            if _aware(upload["Initiated"]) <= cutoff and await _idle_since(store, upload) <= cutoff \
+                    and not await _checkpointed(store, upload["Key"], upload["UploadId"]):
                 stale.append((upload["Key"], upload["UploadId"]))
         if not page.get("IsTruncated"):
             break
@@ -298,6 +303,17 @@ async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
             continue  # completed or aborted meanwhile
         purged += 1
     return purged
+
+
+async def _checkpointed(store: S3Store, name: str, upload_id: str) -> bool:
+    """Whether object ``name`` is a checkpoint of upload ``upload_id``: an upload session's staged
+    bytes between requests, which go when the session does (``delete``), not as abandoned staging."""
+    try:
+        head = await store.call(name, store.client.head_object, Bucket=store.bucket, Key=name)
+    except StorageError:  # BlobNotFound included: no object, so no checkpoint
+        return False
+    checkpoint = checkpoint_of(head)
+    return checkpoint is not None and checkpoint.upload_id == upload_id
 
 
 async def _idle_since(store: S3Store, upload: dict[str, Any]) -> datetime:
