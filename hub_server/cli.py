@@ -126,8 +126,11 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_one(config(), None)
     from hub_server.workers import run_workers
 
-    sock = uvicorn.Config("hub_server.app:create_app", host=settings.host, port=settings.port).bind_socket()
-    return run_workers(lambda shared: _serve_one(config(), shared), sock, settings.workers)
+    try:
+        return run_workers(lambda own: _serve_one(config(), own), settings.host, settings.port, settings.workers)
+    except OSError as e:
+        print(f"forkd-hub: error: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 def _serve_one(config: Any, sock: socket.socket | None) -> int:
