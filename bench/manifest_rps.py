@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Manifest GET requests per second and p50/p99 latency: forkd-hub vs docker-registry, same bytes, same load.
 
-Usage: python bench/manifest_rps.py [--concurrency 1,8,32] [--seconds 5] [--repeat 3] [--dir DIR]
+Usage: python bench/manifest_rps.py [--concurrency 1,8,32] [--seconds 5] [--repeat 3] [--hub-workers 2] [--dir DIR]
 
 forkd-hub serves one of our layer manifests (a base pushed with ``forkd push --public``);
 Debian's docker-registry (distribution 2.8) serves an OCI image manifest padded with an
@@ -13,8 +13,9 @@ line per request at their default level, to a file.
 The load generator is ``wrk`` (Debian) with ``-c C`` connections on ``min(C, 2)`` threads, for
 --seconds per run after a 1 s warm-up, each run a fresh wrk; without wrk, an asyncio httpx
 generator sends a fixed number of requests. Everything shares the 2 cores: the generator takes
-CPU from the server under test. The hub runs one uvicorn worker (one event loop); the
-registry is Go and uses both cores. Ratios are hub / registry, measured in the same run.
+CPU from the server under test. The hub runs ``forkd-hub serve --workers N`` (default 2, one
+per core; its read caches at their defaults); the registry is Go and uses both cores. Ratios are
+hub / registry, measured in the same run.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5, help="length of one wrk run")
     ap.add_argument("--requests", type=int, default=5000, help="requests per run for the httpx fallback")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hub-workers", type=int, default=2, help="forkd-hub serve --workers (default 2)")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -145,7 +147,8 @@ def main() -> None:
         src.mkdir()
         make_memory_image(src / "memory.bin", 64 * MiB, 16 * MiB, seed=7)
         make_vmstate(src / "vmstate", seed=7)
-        hub = stack.enter_context(HubServer(root / "hub", root / "hub.log"))
+        hub = stack.enter_context(HubServer(root / "hub", root / "hub.log",
+                                            env={"FORKD_HUB_WORKERS": str(args.hub_workers)}))
         user = ForkdUser(root / "alice", hub.url, hub.token("alice", "push:acme/*"))
         user.run("import", str(src), "base")
         user.run("push", "base", "acme/mem:v1", "--public", "--json")
@@ -187,8 +190,8 @@ def main() -> None:
         return median([r[key] for r in results[(name, c)]])
 
     gen = f"wrk, {args.seconds:g} s per run" if use_wrk else f"asyncio httpx, {args.requests} requests per run"
-    print(f"manifest_rps: GET of a {size}-byte manifest (hub: forkd layer manifest; registry: OCI manifest padded "
-          f"to the same size); {gen}; median of {args.repeat}; {MACHINE_NOTE}")
+    print(f"manifest_rps: GET of a {size}-byte manifest (hub: forkd layer manifest, {args.hub_workers} worker(s); "
+          f"registry: OCI manifest padded to the same size); {gen}; median of {args.repeat}; {MACHINE_NOTE}")
     rows = []
     for c in levels:
         h, r, t = (med("hub", c, "rps"), med("registry", c, "rps"), med("hub+token", c, "rps"))

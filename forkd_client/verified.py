@@ -15,6 +15,8 @@ filesystems), else 50 ms (covers a jiffy of the kernel's coarse clock). Files th
 writes itself never hit this: it moves their mtime into the past before recording them.
 
 Digests are ``algorithm:hex`` strings (``blake3:…``, ``sha256:…``), see :mod:`manifest.digest`.
+A row also keeps the file's chunk-tree digest (format v2, :mod:`manifest.chunktree`) for one
+chunk size, so a push does not read an unchanged parent or base again (:meth:`chunk_tree`).
 
 Errors: OSError when a file cannot be read or stat'ed; ``manifest.errors.InvalidDigest``
 for an unknown algorithm or a malformed digest given to :meth:`VerifiedRecord.record`;
@@ -29,6 +31,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from manifest.chunktree import file_chunk_tree
 from manifest.digest import ALGORITHMS, digest_file, parse_digest
 from manifest.errors import InvalidDigest
 
@@ -42,9 +45,12 @@ CREATE TABLE IF NOT EXISTS verified (
     ctime_ns    INTEGER NOT NULL,
     recorded_ns INTEGER NOT NULL,
     blake3      TEXT,
-    sha256      TEXT
+    sha256      TEXT,
+    chunk_tree  TEXT
 )
 """
+_TREE = "chunktree"
+"""Key of the chunk-tree digest in a row's digests: stored as ``"<chunk size> blake3:<hex>"``."""
 _FINE_WINDOW_NS = 50_000_000
 _COARSE_WINDOW_NS = 2_000_000_000
 
@@ -86,6 +92,12 @@ class VerifiedRecord:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(verified)")}
+        if "chunk_tree" not in columns:  # a record written before chunk trees were kept
+            try:
+                self._db.execute("ALTER TABLE verified ADD COLUMN chunk_tree TEXT")
+            except sqlite3.OperationalError:  # another process added it first
+                pass
 
     def close(self) -> None:
         self._db.close()
@@ -110,7 +122,28 @@ class VerifiedRecord:
         row = self._row(key)
         if row is None or row[0] != _fingerprint(st) or _is_racy(st.st_mtime_ns, row[1]):
             return {}
-        return dict(row[2])
+        return {a: v for a, v in row[2].items() if a != _TREE}
+
+    def chunk_tree(self, path: str | os.PathLike[str], chunk_size: int) -> str:
+        """The chunk-tree digest (``blake3:…``) of ``path`` cut in ``chunk_size`` chunks, reading the
+        file only when no trusted row holds it for that chunk size; what is read is recorded.
+
+        Raises OSError (file missing or unreadable), InvalidChunkSize.
+        """
+        key = _key(path)
+        before = os.stat(key)
+        fp = _fingerprint(before)
+        row = self._row(key)
+        trusted = row is not None and row[0] == fp and not _is_racy(before.st_mtime_ns, row[1])
+        known = dict(row[2]) if trusted and row is not None else {}
+        size, _, recorded = known.get(_TREE, "").partition(" ")
+        if recorded and size == str(chunk_size):
+            return recorded
+        tree = file_chunk_tree(key, chunk_size)
+        if _fingerprint(os.stat(key)) == fp:
+            known[_TREE] = f"{chunk_size} {tree}"
+            self._store(key, fp, known)
+        return tree
 
     def digests(self, path: str | os.PathLike[str], algorithms: Iterable[str] = ("blake3",)) -> dict[str, str]:
         """``{algorithm: "algorithm:hex"}`` for ``path``, hashing only what is not already trusted.
@@ -132,7 +165,7 @@ class VerifiedRecord:
             known = dict(row[2])
         elif row is not None and row[0] == fp:
             # racy: re-verify everything the row claims, so no stale digest survives
-            algorithms = tuple(dict.fromkeys((*algorithms, *row[2])))
+            algorithms = tuple(dict.fromkeys((*algorithms, *(a for a in row[2] if a != _TREE))))
         missing = tuple(a for a in algorithms if a not in known)
         if missing:
             fresh = {a: str(d) for a, d in digest_file(key, missing).items()}
@@ -194,19 +227,20 @@ class VerifiedRecord:
 
     def _row(self, key: str) -> tuple[Fingerprint, int, dict[str, str]] | None:
         row = self._db.execute(
-            "SELECT dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256 FROM verified WHERE path = ?",
+            "SELECT dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256, chunk_tree FROM verified"
+            " WHERE path = ?",
             (key,),
         ).fetchone()
         if row is None:
             return None
-        digests = {a: v for a, v in (("blake3", row[6]), ("sha256", row[7])) if v}
+        digests = {a: v for a, v in (("blake3", row[6]), ("sha256", row[7]), (_TREE, row[8])) if v}
         return tuple(row[:5]), row[5], digests  # type: ignore[return-value]
 
     def _store(self, key: str, fp: Fingerprint, digests: Mapping[str, str]) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO verified (path, dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (key, *fp, time.time_ns(), digests.get("blake3"), digests.get("sha256")),
+            "INSERT OR REPLACE INTO verified (path, dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256,"
+            " chunk_tree) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, *fp, time.time_ns(), digests.get("blake3"), digests.get("sha256"), digests.get(_TREE)),
         )
 
     def _delete(self, key: str) -> None:

@@ -35,10 +35,10 @@ from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
 from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
-from hub_server.settings import Settings
+from hub_server.settings import Settings, load_settings
 import web
 
-__all__ = ["create_app", "route_handlers"]
+__all__ = ["create_app", "create_app_from_environment", "route_handlers"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,20 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
     app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))  # type: ignore[arg-type]
     return app
+
+
+def create_app_from_environment() -> Litestar:
+    """The app for another ASGI server than ``forkd-hub serve`` (``granian --factory
+    hub_server.app:create_app_from_environment``): settings from the ``FORKD_HUB_*`` variables,
+    JSON log lines on stderr as ``serve`` writes them. The schema must already be current.
+
+    Raises: SettingsError.
+    """
+    from hub_server.logs import configure_logging
+
+    settings = load_settings()
+    configure_logging(settings.log_level.upper())
+    return create_app(settings)
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,7 @@ import json
 import logging
 import re
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
@@ -27,7 +28,8 @@ from hub_server.settings import Settings, SettingsError, env_name, load_settings
 
 __all__ = ["build_parser", "main"]
 
-_SERVER_FLAGS = ("host", "port", "public_url", "forwarded_allow_ips", "log_level", "gc_interval")
+_SERVER_FLAGS = ("host", "port", "public_url", "forwarded_allow_ips", "log_level", "gc_interval", "workers",
+                 "cache_ttl")
 _STORE_FLAGS = ("data_dir", "storage", "database_url")
 _SECRET_PARAM = re.compile(r"secret|password|token|key", re.IGNORECASE)
 
@@ -54,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "log_level", "critical|error|warning|info|debug (default info)", metavar="LEVEL")
     _add(serve, "gc_interval", "run garbage collection every SECONDS (e.g. 3600 or 6h; default off)",
          metavar="SECONDS")
+    _add(serve, "workers", "server processes sharing the port, one per core (default 1)", metavar="N")
+    _add(serve, "cache_ttl", "seconds another worker or replica may serve a moved tag, a repository made private "
+         "or a revoked token (default 2; 0: no caching)", metavar="SECONDS")
     serve.set_defaults(func=_serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
@@ -103,17 +108,35 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level.upper())
     asyncio.run(_open_and_close(settings))  # fail fast with one line (bad store, database, schema), not a traceback
     _log_start(settings)
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,  # keep our JSON logging
-        access_log=False,  # hub_server.logs writes one line per request instead
-        proxy_headers=True,
-        forwarded_allow_ips=settings.forwarded_allow_ips,
-        timeout_graceful_shutdown=30,
-        lifespan="on",
-    )
+
+    def config() -> uvicorn.Config:
+        return uvicorn.Config(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,  # keep our JSON logging
+            access_log=False,  # hub_server.logs writes one line per request instead
+            proxy_headers=True,
+            forwarded_allow_ips=settings.forwarded_allow_ips,
+            timeout_graceful_shutdown=30,
+            lifespan="on",
+        )
+
+    if settings.workers == 1:
+        return _serve_one(config(), None)
+    from hub_server.workers import run_workers
+
+    try:
+        return run_workers(lambda own: _serve_one(config(), own), settings.host, settings.port, settings.workers)
+    except OSError as e:
+        print(f"forkd-hub: error: cannot listen on {settings.host}:{settings.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+
+
+def _serve_one(config: Any, sock: socket.socket | None) -> int:
+    """Run one uvicorn server (on ``sock`` when a parent bound it for several workers); the exit status."""
+    import uvicorn
+
     # uvicorn stops gracefully on SIGTERM/SIGINT, restores the handlers it found and re-raises the
     # signal; with the default handlers that would end the process as "killed". Ours only note it,
     # so a requested stop (lifespan shut down, database and store closed) exits with status 0.
@@ -122,7 +145,7 @@ def _serve(args: argparse.Namespace) -> int:
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     server = uvicorn.Server(config)
     try:
-        server.run()
+        server.run(sockets=None if sock is None else [sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -148,6 +171,7 @@ def _log_start(settings: Settings) -> None:
     release = _release()
     url = f"http://{settings.host}:{settings.port}" if settings.port else f"http://{settings.host} (a free port)"
     public = f" (public URL {settings.public_url})" if settings.public_url else ""
+    public += f" with {settings.workers} workers" if settings.workers > 1 else ""
     database = redacted_url(settings.database_url)
     storage = " ".join(f"{word.split('=', 1)[0]}=***" if "=" in word and _SECRET_PARAM.search(word.split("=", 1)[0])
                        else word for word in settings.storage.split())

@@ -40,6 +40,7 @@ from hub_server.db.schema import SchemaMismatch, ensure_current
 from hub_server.db.schema import state as schema_state
 from hub_server.metrics import HubMetrics
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.readcache import ReadCache
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings, SettingsError
 from hub_server.storage import BlobStore, StorageError
@@ -116,12 +117,14 @@ async def open_hub(
             registry = Registry(RegistryContext(
                 sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
                 blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
+                cache=ReadCache(ttl=settings.cache_ttl),
             ))
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
             tokens = TokenService(sessions)
+            authenticator = Authenticator(tokens, RegistryTokenService(sessions), cache_ttl=settings.cache_ttl)
             yield HubServices(settings=settings, engine=engine, sessions=sessions, store=store, tokens=tokens,
-                              authenticator=Authenticator(tokens, RegistryTokenService(sessions)), audit=audit,
+                              authenticator=authenticator, audit=audit,
                               metrics=metrics, registry=registry, webhooks=webhooks, deliverer=deliverer,
                               migrations_applied=applied)
         finally:

@@ -89,6 +89,11 @@ class Settings:
     """Seconds one delivery attempt may take (connect and response)."""
     webhook_poll: float = 2.0
     """Seconds between checks for due deliveries in ``serve``."""
+    cache_ttl: float = 2.0
+    """Seconds another process (worker or replica) may serve a tag, a repository's visibility or a
+    token's validity after it changed; 0 turns those caches off (docs/deployment.md, "Caches")."""
+    workers: int = 1
+    """``serve`` processes sharing the listening socket (each with its own caches)."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -213,6 +218,8 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "webhook_backoff": (_positive(_seconds), False),
     "webhook_timeout": (_positive(_seconds), False),
     "webhook_poll": (_positive(_seconds), False),
+    "cache_ttl": (_seconds, False),
+    "workers": (_positive(int), False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
-from manifest.chunktree import file_chunk_tree
 from manifest.layer import DataBlob
 
 from ..snapdir import LocalSnapshot, carried_fields
@@ -112,12 +111,10 @@ def push(
     expect = ANYWHERE if force else client.tag_digest(name, layer_tag)
     parent: LocalSnapshot | None = None
     parent_digest: str | None = None
-    trees: dict[tuple[Path, int], str] = {}
 
     def chunk_tree(path: Path, size: int) -> str:
-        if (path, size) not in trees:
-            trees[(path, size)] = file_chunk_tree(path, size)
-        return trees[(path, size)]
+        # kept in the verified record: an unchanged parent or base is not read again, here or next push
+        return store.verified.chunk_tree(path, size)
 
     for snap in chain:
         key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"

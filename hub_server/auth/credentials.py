@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
+from collections.abc import Callable
 
 from hub_server.auth.errors import Unauthorized
 from hub_server.auth.registry_tokens import ANONYMOUS_TOKEN, REGISTRY_TOKEN_PREFIX, RegistryTokenService
@@ -32,11 +34,25 @@ def bearer_challenge(realm: str, service: str, scope: str | None = None, error: 
 
 
 class Authenticator:
-    """Turns an ``Authorization`` header into a :class:`Principal`."""
+    """Turns an ``Authorization`` header into a :class:`Principal`.
 
-    def __init__(self, tokens: TokenService, registry_tokens: RegistryTokenService) -> None:
+    Accepted headers are remembered for ``cache_ttl`` seconds (never past the token's own
+    expiry), so a client polling with one token costs one database lookup per TTL, not one per
+    request. A token revoked elsewhere (``forkd-hub token revoke`` is another process) is
+    refused at most ``cache_ttl`` seconds later; ``cache_ttl=0`` checks every request.
+    Refusals are never remembered.
+    """
+
+    MAX_CACHED = 10_000
+    """Accepted headers kept at most (all forgotten when full: a flood of valid tokens only costs lookups)."""
+
+    def __init__(self, tokens: TokenService, registry_tokens: RegistryTokenService, *, cache_ttl: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.tokens = tokens
         self.registry_tokens = registry_tokens
+        self.cache_ttl = cache_ttl
+        self._clock = clock
+        self._accepted: dict[str, tuple[Principal, float]] = {}
 
     async def principal(self, authorization: str | None) -> Principal:
         """The caller for any accepted header (``None``: anonymous).
@@ -47,12 +63,25 @@ class Authenticator:
         """
         if authorization is None:
             return Principal.anonymous()
+        now = self._clock()
+        hit = self._accepted.get(authorization)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        principal, left = await self._authenticate(authorization)
+        if self.cache_ttl > 0:
+            if len(self._accepted) >= self.MAX_CACHED:
+                self._accepted.clear()
+            self._accepted[authorization] = (principal, now + min(self.cache_ttl, self.cache_ttl if left is None
+                                                                  else left))
+        return principal
+
+    async def _authenticate(self, authorization: str) -> tuple[Principal, float | None]:
         scheme, credentials = _split(authorization)
         if scheme == "basic":
-            return await self.tokens.authenticate(_basic_password(credentials))
+            return await self.tokens.authenticate_with_lifetime(_basic_password(credentials))
         if credentials == ANONYMOUS_TOKEN or credentials.startswith(REGISTRY_TOKEN_PREFIX):
-            return await self.registry_tokens.authenticate(credentials)
-        return await self.tokens.authenticate(credentials)
+            return await self.registry_tokens.authenticate_with_lifetime(credentials)
+        return await self.tokens.authenticate_with_lifetime(credentials)
 
     async def api_token_principal(self, authorization: str | None) -> Principal:
         """The caller of the token endpoint: an API token as Basic password or bearer, or anonymous.

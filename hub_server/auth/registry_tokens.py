@@ -92,8 +92,15 @@ class RegistryTokenService:
             Unauthorized: ``malformed``, ``unknown``, ``expired`` (the token or its parent) or
                 ``revoked`` (its parent).
         """
+        return (await self.authenticate_with_lifetime(secret))[0]
+
+    async def authenticate_with_lifetime(self, secret: str) -> tuple[Principal, float | None]:
+        """:meth:`authenticate`, and the seconds until the token or its parent expires (``None``: never).
+
+        Raises: as :meth:`authenticate`.
+        """
         if secret == ANONYMOUS_TOKEN:
-            return Principal.anonymous()
+            return Principal.anonymous(), None
         if not _SECRET.fullmatch(secret):
             raise Unauthorized("malformed registry token", "malformed")
         digest = hash_secret(secret)
@@ -110,5 +117,6 @@ class RegistryTokenService:
             raise Unauthorized("the token has been revoked", "revoked")
         if issued.expires_at <= now or (parent.expires_at is not None and parent.expires_at <= now):
             raise Unauthorized("the token has expired", "expired")
+        ends = issued.expires_at if parent.expires_at is None else min(issued.expires_at, parent.expires_at)
         return Principal(parent.name, tuple(Scope.parse(s) for s in json.loads(issued.scopes)),
-                         grantable=tuple(Scope.parse(s) for s in parent.scope_list))
+                         grantable=tuple(Scope.parse(s) for s in parent.scope_list)), (ends - now).total_seconds()

@@ -239,6 +239,13 @@ class TokenService:
             Unauthorized: ``reason`` is ``malformed`` (not a forkd-hub token), ``unknown``,
                 ``revoked`` or ``expired``. Messages never mention other tokens.
         """
+        return (await self.authenticate_with_lifetime(secret))[0]
+
+    async def authenticate_with_lifetime(self, secret: str) -> tuple[Principal, float | None]:
+        """:meth:`authenticate`, and the seconds the token has left (``None``: it never expires).
+
+        Raises: as :meth:`authenticate`.
+        """
         if not isinstance(secret, str) or not _SECRET.fullmatch(secret):
             raise Unauthorized("malformed token: expected 'fkd_' followed by 43 characters", "malformed")
         digest = hash_secret(secret)
@@ -256,7 +263,8 @@ class TokenService:
             raise Unauthorized("the token has expired", "expired")
         if row.last_used_at is None or now - row.last_used_at >= _LAST_USED_GRANULARITY:
             await self._touch(row.id, now)
-        return Principal(row.name, tuple(Scope.parse(s) for s in row.scope_list))
+        left = None if row.expires_at is None else (row.expires_at - now).total_seconds()
+        return Principal(row.name, tuple(Scope.parse(s) for s in row.scope_list)), left
 
     async def principal_from_header(self, authorization: str | None) -> Principal:
         """The principal for an ``Authorization`` header value.

@@ -14,6 +14,7 @@ Errors: ``HubError(NAME_UNKNOWN / NAME_INVALID)``, ``auth.errors.Unauthorized``/
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -27,6 +28,7 @@ from hub_server.registry.sql import batched, insert_ignore
 
 __all__ = [
     "can_read",
+    "check_readable",
     "ensure_repository",
     "find_repository",
     "readable_linking",
@@ -37,7 +39,17 @@ __all__ = [
 ]
 
 
-def can_read(principal: Principal, repo: Repository) -> bool:
+class _Readable(Protocol):
+    public: bool
+
+    @property
+    def full_name(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_Readable)
+
+
+def can_read(principal: Principal, repo: _Readable) -> bool:
     return repo.public or principal.can("pull", repo.full_name)
 
 
@@ -63,7 +75,14 @@ async def readable_repository(session: AsyncSession, principal: Principal, names
     there whose API token has it; else HubError(NAME_INVALID / NAME_UNKNOWN).
     """
     full = check_repository(namespace, name)
-    repo = await find_repository(session, namespace, name)
+    return check_readable(principal, full, await find_repository(session, namespace, name))
+
+
+def check_readable(principal: Principal, full: str, repo: _R | None) -> _R:
+    """``repo`` (the repository ``full``, or None when it does not exist) if ``principal`` may read it.
+
+    Raises: as :func:`readable_repository`.
+    """
     if repo is None or not can_read(principal, repo):
         if principal.is_anonymous:  # the client should authenticate; says nothing about existence
             raise Unauthorized(f"authentication required to read {full}", "required", repository_scope(full, "pull"))

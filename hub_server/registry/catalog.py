@@ -123,6 +123,7 @@ class CatalogService:
                 repo.updated_at = self.ctx.clock()
                 session.add(repo)
                 await session.commit()
+                self.ctx.cache.forget_repository(namespace, name)  # made private: no cached read may outlive it
             detail = await _detail(session, repo)
         if changes:
             action = "visibility" if "public" in changes else "update"

@@ -12,6 +12,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.audit import AuditLog
 from hub_server.db.models import utcnow
 from hub_server.metrics import HubMetrics
+from hub_server.registry.readcache import ReadCache
 from hub_server.settings import Limits
 from hub_server.storage import BlobStore
 
@@ -30,3 +31,5 @@ class RegistryContext:
     clock: Callable[[], datetime] = utcnow
     blob_redirects: bool = True
     redirect_expiry: int = 300
+    cache: ReadCache = field(default_factory=ReadCache)
+    """Manifest reads kept in memory; every write path calls ``cache.forget_repository`` after its commit."""

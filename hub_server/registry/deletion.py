@@ -97,6 +97,8 @@ class DeleteService:
             repo.updated_at = self.ctx.clock()
             session.add(repo)
             await session.commit()
+        for r in removed:  # tags and links gone, here and (cascade) in other repositories
+            self.ctx.cache.forget_repository(*r.repository.split("/", 1))
         for r in removed:
             await self.ctx.audit.record(principal.actor, "delete", repository=r.repository, digest=r.digest,
                                         reference=",".join(r.tags) or None, remote=remote,

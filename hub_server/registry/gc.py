@@ -132,6 +132,7 @@ class GarbageCollector:
             raise
         finally:
             if not dry_run:
+                self.ctx.cache.forget_all()  # links may be gone from any repository
                 async with self.ctx.sessions() as session:
                     await release_lease(session, holder)
         self.ctx.metrics.record_gc("dry_run" if dry_run else "ok", 0 if dry_run else report.bytes_freed)

@@ -36,12 +36,13 @@ from hub_server.db.models import (
     Tag,
 )
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.access import ensure_repository, find_repository, readable_repository, require
+from hub_server.registry.access import check_readable, ensure_repository, find_repository, require
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import Reference, check_repository, parse_reference
 from hub_server.registry.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
 from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
+from hub_server.registry.readcache import CachedManifest
 from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
 from hub_server.registry.sql import batched, insert_ignore
@@ -137,6 +138,7 @@ class ManifestService:
             await self.ctx.store.put(key, body)
         created, previous = await self._commit(namespace, name, digest, len(body), plan, reference, public,
                                                expect_tag)
+        self.ctx.cache.forget_repository(namespace, name)  # tag moved, manifest linked, maybe made public
 
         if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
             await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
@@ -153,16 +155,40 @@ class ManifestService:
     async def get(
         self, principal: Principal, namespace: str, name: str, ref: str, *, with_body: bool = True
     ) -> StoredManifest:
-        """The exact bytes pushed for ``ref`` in ``namespace/name`` (``data`` is None without ``with_body``)."""
+        """The exact bytes pushed for ``ref`` in ``namespace/name`` (``data`` is None without ``with_body``).
+
+        Served from ``ctx.cache`` when it can (readcache: manifests by digest, repository facts
+        for the TTL); the access check runs on every call. Raises: as :func:`readable_repository`,
+        HubError(MANIFEST_UNKNOWN).
+        """
         reference = parse_reference(ref)
-        async with self.ctx.sessions() as session:
-            repo = await readable_repository(session, principal, namespace, name)
-            digest = await resolve_reference(session, repo, reference)
-            row = await session.get(Manifest, digest)
-        if row is None:  # pragma: no cover - links reference existing manifests (foreign key)
-            raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"manifest {digest} is unknown", {"digest": digest})
-        data = await self.ctx.store.read(blob_key(digest)) if with_body else None
-        return StoredManifest(digest, row.media_type, row.size, data)
+        cache = self.ctx.cache
+        epoch = cache.epoch
+        facts = cache.repository(namespace, name)
+        if facts is None:
+            full = check_repository(namespace, name)
+            async with self.ctx.sessions() as session:
+                repo = await find_repository(session, namespace, name)
+            check_readable(principal, full, repo)
+            assert repo is not None and repo.id is not None
+            facts = cache.remember_repository(repo.id, namespace, name, repo.public, epoch)
+        else:
+            check_readable(principal, facts.full_name, facts)
+        digest = facts.tags.get(reference.tag) if reference.tag is not None else (
+            reference.digest if reference.digest in facts.linked else None)
+        if digest is None:
+            async with self.ctx.sessions() as session:
+                digest = await resolve_reference(session, facts, reference)  # type: ignore[arg-type]
+            cache.remember_reference(facts, reference.tag, digest, epoch)
+        manifest = cache.manifest(digest)
+        if manifest is None:
+            async with self.ctx.sessions() as session:
+                row = await session.get(Manifest, digest)
+            if row is None:  # pragma: no cover - links reference existing manifests (foreign key)
+                raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"manifest {digest} is unknown", {"digest": digest})
+            manifest = CachedManifest(digest, row.media_type, row.size, await self.ctx.store.read(blob_key(digest)))
+            cache.remember_manifest(manifest)
+        return StoredManifest(digest, manifest.media_type, manifest.size, manifest.data if with_body else None)
 
     async def _commit(
         self, namespace: str, name: str, digest: str, size: int, plan: PushPlan, reference: Reference, public: bool,

@@ -154,3 +154,44 @@ def test_missing_file_raises_oserror(record: VerifiedRecord, tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError):
         record.digests(tmp_path / "nope")
     assert record.cached(tmp_path / "nope") == {}
+
+
+def test_chunk_tree_is_read_once_then_trusted_with_the_other_digests(record: VerifiedRecord, old_file: Path,
+                                                                     monkeypatch) -> None:
+    from manifest.chunktree import file_chunk_tree
+
+    expected = file_chunk_tree(old_file, 65536)
+    digests = record.digests(old_file, ("blake3", "sha256"))
+    assert record.chunk_tree(old_file, 65536) == expected
+    monkeypatch.setattr(verified_mod, "file_chunk_tree", no_hashing)
+    monkeypatch.setattr(verified_mod, "digest_file", no_hashing)
+    assert record.chunk_tree(old_file, 65536) == expected
+    assert record.digests(old_file, ("blake3", "sha256")) == digests  # kept beside the tree
+    assert record.cached(old_file) == digests  # the tree is not an algorithm: cached() never lists it
+    with VerifiedRecord(record.db_path) as other:
+        assert other.chunk_tree(old_file, 65536) == expected
+
+
+def test_chunk_tree_of_another_chunk_size_or_a_changed_file_is_read_again(record: VerifiedRecord, old_file: Path,
+                                                                          monkeypatch) -> None:
+    from manifest.chunktree import file_chunk_tree
+
+    first = record.chunk_tree(old_file, 65536)
+    assert record.chunk_tree(old_file, 4096) == file_chunk_tree(old_file, 4096) != first
+    scribble(old_file)
+    age(old_file)
+    assert record.chunk_tree(old_file, 65536) == file_chunk_tree(old_file, 65536) != first
+
+
+def test_a_record_from_before_chunk_trees_gains_the_column(tmp_path: Path, old_file: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE verified (path TEXT PRIMARY KEY, dev INTEGER NOT NULL, ino INTEGER NOT NULL, "
+                     "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, "
+                     "recorded_ns INTEGER NOT NULL, blake3 TEXT, sha256 TEXT)")
+    with VerifiedRecord(db) as old:
+        digests = old.digests(old_file, ("blake3",))
+        assert old.chunk_tree(old_file, 65536).startswith("blake3:")
+        assert old.digests(old_file, ("blake3",)) == digests
