@@ -116,6 +116,7 @@ async def open_hub(
             registry = Registry(RegistryContext(
                 sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
                 blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
+                immutable_tags=settings.immutable_tags, immutable_exempt=settings.immutable_exempt,
             ))
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)

@@ -30,3 +30,7 @@ class RegistryContext:
     clock: Callable[[], datetime] = utcnow
     blob_redirects: bool = True
     redirect_expiry: int = 300
+    immutable_tags: bool = False
+    """Hub-wide default of the immutable-tags policy (``registry/policy.py``)."""
+    immutable_exempt: str = "latest"
+    """Hub-wide default: tag globs exempt from immutability."""
