@@ -34,7 +34,7 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
               ["forkd-hub audit --action push --since 24h", "forkd-hub audit --verify",
                "forkd-hub audit --verify --expect-head 1042:<sha256>"]),
     "webhook": ("HTTP webhooks on push, tag move and delete, per namespace: signed, retried, logged.",
-                {"webhook_command": "add, list, remove or deliveries"},
+                {"webhook_command": "add, list, remove, deliveries or prune"},
                 ["forkd-hub webhook add acme https://ci.example.com/hook", "forkd-hub webhook deliveries"]),
     "webhook add": ("Call URL for the events of every repository of NAMESPACE; the signing secret is generated "
                     "and printed once unless given on stdin.",
@@ -55,6 +55,9 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                      "forkd-hub repo policy acme/py --no-retention --immutable-tags default --json"]),
     "webhook deliveries": ("Show the delivery log, newest first, with every attempt.", {},
                            ["forkd-hub webhook deliveries --webhook 3 --limit 20"]),
+    "webhook prune": ("Remove finished deliveries (and their attempts) beyond the newest N per webhook or older "
+                      "than AGE; pending ones stay. serve prunes the same way every 10 minutes.", {},
+                      ["forkd-hub webhook prune --keep 100 --max-age 7d"]),
 }
 
 
