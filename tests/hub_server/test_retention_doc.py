@@ -19,7 +19,7 @@ from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import auth, check
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "retention.md"
-EXAMPLE = re.compile(r"<!-- json-example: ([\w-]+) -->\s*```json\n(.*?)```", re.S)
+EXAMPLE = re.compile(r"<!-- json-example: ([\w-]+) -->\s*```json\n(.*?)```", re.DOTALL)
 
 
 def examples() -> dict[str, object]:

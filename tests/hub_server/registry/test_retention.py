@@ -3,6 +3,7 @@ matching tags beyond its rules, a dry run deletes nothing, and what a kept tag c
 
 from __future__ import annotations
 
+import hashlib
 import os
 from datetime import datetime, timedelta
 
@@ -108,7 +109,7 @@ def test_keep_days_expires_old_tags_and_a_kept_tag_on_the_same_digest_holds_it(h
 def test_a_tag_moved_after_planning_is_not_expired(hub: Hub, admin_token, images, tmp_path):
     from hub_server.registry.retention import expire_tags, plan_retention
 
-    pusher, layers, lone = _nightlies(hub, admin_token, images, tmp_path)
+    pusher, layers, _ = _nightlies(hub, admin_token, images, tmp_path)
     check(hub.client.patch("/api/v1/repositories/acme/ci", json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
                            headers=auth(admin_token)), 200)
     ctx = hub.registry.ctx
@@ -118,3 +119,24 @@ def test_a_tag_moved_after_planning_is_not_expired(hub: Hub, admin_token, images
     assert [e.tag for e in done] == ["nightly-1", "nightly-2"]
     assert "nightly-0" in _tags(hub)
 
+
+
+def test_referrers_of_kept_manifests_stay(hub: Hub, admin_token, images, tmp_path):
+    from tests.hub_server.registry.test_oci_content import artifact, upload
+
+    pusher, layers, _ = _nightlies(hub, admin_token, images, tmp_path)
+    upload(hub, admin_token, "acme/ci", b"{}")
+    head = layers[2]
+    subject = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": head.digest,
+               "size": len(head.manifest)}
+    signature = artifact(subject=subject)
+    r = hub.client.put(f"/v2/acme/ci/manifests/sha256:{hashlib.sha256(signature).hexdigest()}",
+                       content=signature, headers={**auth(admin_token),
+                                                   "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    check(r, 201)
+    check(hub.client.patch("/api/v1/repositories/acme/ci", json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
+                           headers=auth(admin_token)), 200)
+    gc(hub, later=True)
+    referrers = check(hub.client.get(f"/v2/acme/ci/referrers/{head.digest}", headers=auth(admin_token)), 200).json()
+    assert [m["digest"] for m in referrers["manifests"]] == [r.headers["docker-content-digest"]]
+    assert pusher.blob("acme/ci", referrers["manifests"][0]["digest"]) == signature

@@ -10,10 +10,15 @@ import pytest
 from sqlmodel import select
 
 from hub_server.webhooks.logprune import prune_deliveries
-from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
+from hub_server.webhooks.models import (
+    DeliveryState,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+)
 
 
-def _seed(hub) -> dict[str, list[str]]:  # noqa: ANN001
+def _seed(hub) -> dict[str, list[str]]:
     """Two webhooks; per webhook 5 delivered (a day apart, newest first) and one old pending delivery."""
     ids: dict[str, list[str]] = {}
 
@@ -44,7 +49,7 @@ def _seed(hub) -> dict[str, list[str]]:  # noqa: ANN001
     return ids
 
 
-def _left(hub) -> tuple[set[str], int]:  # noqa: ANN001
+def _left(hub) -> tuple[set[str], int]:
     async def go():
         async with hub.registry.ctx.sessions() as session:
             deliveries = set((await session.exec(select(WebhookDelivery.id))).all())

@@ -24,7 +24,7 @@ def self_signed(directory: Path, name: str = "hooks.test") -> tuple[str, str]:
     """A self-signed certificate for 127.0.0.1 (and ``name``) made with ``cryptography``: (cert, key) files."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=5))
             .not_valid_after(now + timedelta(days=1))
