@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hub_server import cli_tokens, cli_webhooks
+from hub_server import cli_repos, cli_tokens, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
@@ -29,7 +29,7 @@ from hub_server.settings import Settings, SettingsError, env_name, load_settings
 __all__ = ["build_parser", "main"]
 
 _SERVER_FLAGS = ("host", "port", "public_url", "forwarded_allow_ips", "log_level", "gc_interval", "workers",
-                 "cache_ttl")
+                 "cache_ttl", "immutable_tags", "immutable_exempt")
 _STORE_FLAGS = ("data_dir", "storage", "database_url")
 _SECRET_PARAM = re.compile(r"secret|password|token|key", re.IGNORECASE)
 
@@ -59,15 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "workers", "server processes sharing the port, one per core (default 1)", metavar="N")
     _add(serve, "cache_ttl", "seconds another worker or replica may serve a moved tag, a repository made private "
          "or a revoked token (default 2; 0: no caching)", metavar="SECONDS")
+    _add(serve, "immutable_tags", "true: tags never move to another digest once set, unless a repository "
+         "says otherwise (default false)", metavar="BOOL")
+    _add(serve, "immutable_exempt", "tag globs that stay movable under immutable tags (default latest)",
+         metavar="GLOBS")
     serve.set_defaults(func=_serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _store_args(migrate)
     migrate.set_defaults(func=_migrate)
 
-    gc = commands.add_parser("gc", help="delete what no tag reaches (older than the grace period)")
+    gc = commands.add_parser("gc", help="apply retention policies, delete what no tag reaches (older than the "
+                             "grace period)")
     _store_args(gc)
-    gc.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    gc.add_argument("--dry-run", action="store_true", help="report what would be deleted (tags retention would "
+                    "expire included), delete nothing")
     gc.add_argument("--grace", default=None, help=f"only delete what is older than this (default 1h) "
                     f"[env {env_name('gc_grace')}]")
     gc.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -75,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_tokens.register(commands)
     cli_webhooks.register(commands)
+    cli_repos.register(commands)
     document(parser, HELP)
     return parser
 
@@ -217,6 +224,7 @@ def _gc(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
         return 0
     verb = "would delete" if report.dry_run else "deleted"
+    print_retention(report.retention, report.retention_manifests, report.dry_run)
     for kind, items in (("manifest", report.manifests), ("blob", report.blobs), ("upload", report.uploads),
                         ("orphan object", report.orphan_objects)):
         for item in items:
@@ -225,6 +233,21 @@ def _gc(args: argparse.Namespace) -> int:
           f"upload(s), {len(report.orphan_objects)} orphan object(s): {report.bytes_freed} bytes; kept "
           f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)")
     return 0
+
+
+def print_retention(expired: list[dict[str, Any]], released: list[str], dry_run: bool) -> None:
+    """The tags retention policies expire(d), as a table, and the manifests only they reached."""
+    if not expired:
+        return
+    print(f"retention {'would remove' if dry_run else 'removed'} {len(expired)} tag(s):")
+    rows = [("REPOSITORY", "TAG", "DIGEST", "SET", "WHY")] + [
+        (e["repository"], e["tag"], e["digest"][:19] + "…", e["updated"][:19].replace("T", " "), e["reason"])
+        for e in expired]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    for digest in released:
+        print(f"manifest {digest} is reached only by these tags: it goes once unreferenced for the grace period")
 
 
 async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool):  # noqa: ANN202

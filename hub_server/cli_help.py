@@ -15,8 +15,9 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                "FORKD_HUB_STORAGE='filesystem root=/srv/blobs' forkd-hub serve --host 0.0.0.0 --port 8080"]),
     "migrate": ("Create the hub's database schema, or upgrade it to this version's.", {},
                 ["forkd-hub migrate --data-dir /var/lib/forkd-hub"]),
-    "gc": ("Delete what no tag reaches and is older than the grace period (untagged manifests, unreferenced "
-           "blobs, stale uploads). The report goes to stdout.", {},
+    "gc": ("Apply the repositories' retention policies (remove the tags they expire), then delete what no tag "
+           "reaches and is older than the grace period (untagged manifests, unreferenced blobs, stale uploads). "
+           "The report goes to stdout; --dry-run shows what retention and the sweep would remove.", {},
            ["forkd-hub gc --data-dir /var/lib/forkd-hub --dry-run", "forkd-hub gc --grace 0s --json"]),
     "token": ("Create, list and revoke API tokens (hashed at rest, scoped, expiring).",
               {"token_command": "create, list or revoke"},
@@ -33,7 +34,7 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
               ["forkd-hub audit --action push --since 24h", "forkd-hub audit --verify",
                "forkd-hub audit --verify --expect-head 1042:<sha256>"]),
     "webhook": ("HTTP webhooks on push, tag move and delete, per namespace: signed, retried, logged.",
-                {"webhook_command": "add, list, remove or deliveries"},
+                {"webhook_command": "add, list, remove, deliveries or prune"},
                 ["forkd-hub webhook add acme https://ci.example.com/hook", "forkd-hub webhook deliveries"]),
     "webhook add": ("Call URL for the events of every repository of NAMESPACE; the signing secret is generated "
                     "and printed once unless given on stdin.",
@@ -44,8 +45,19 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                      ["forkd-hub webhook list", "forkd-hub webhook list --namespace acme --json"]),
     "webhook remove": ("Remove a webhook and its delivery log.", {"id": "the webhook's id (from webhook list)"},
                        ["forkd-hub webhook remove 3"]),
+    "repo": ("Repository settings kept by the hub: immutable tags and retention.",
+             {"repo_command": "policy"}, ["forkd-hub repo policy acme/python-numpy"]),
+    "repo policy": ("Show a repository's immutable-tags and retention policy, or change it (flags given). "
+                    "Retention is applied by 'forkd-hub gc' (and the periodic GC of serve).",
+                    {"repository": "the repository, namespace/name"},
+                    ["forkd-hub repo policy acme/py --immutable-tags on --immutable-exempt 'latest,dev-*'",
+                     "forkd-hub repo policy acme/py --keep-last 10 --retention-pattern 'nightly-*'",
+                     "forkd-hub repo policy acme/py --no-retention --immutable-tags default --json"]),
     "webhook deliveries": ("Show the delivery log, newest first, with every attempt.", {},
                            ["forkd-hub webhook deliveries --webhook 3 --limit 20"]),
+    "webhook prune": ("Remove finished deliveries (and their attempts) beyond the newest N per webhook or older "
+                      "than AGE; pending ones stay. serve prunes the same way every 10 minutes.", {},
+                      ["forkd-hub webhook prune --keep 100 --max-age 7d"]),
 }
 
 

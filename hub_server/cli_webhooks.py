@@ -1,4 +1,4 @@
-"""``forkd-hub webhook …``: add, list and remove webhooks, and show their delivery log.
+"""``forkd-hub webhook …``: add, list and remove webhooks, show and prune their delivery log.
 
 Like ``forkd-hub token``, each command builds its settings from ``--data-dir``,
 ``--database-url``, ``--storage`` (or their ``FORKD_HUB_*`` variables), enters
@@ -64,6 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_store_args(deliveries)
     deliveries.set_defaults(func=lambda args: _run(args, _deliveries))
 
+    prune = commands.add_parser("prune", help="prune the delivery log (serve also does it every few minutes)")
+    prune.add_argument("--keep", default=None, metavar="N",
+                       help="finished deliveries kept per webhook [env FORKD_HUB_WEBHOOK_LOG_KEEP, default 1000]")
+    prune.add_argument("--max-age", default=None, metavar="AGE",
+                       help="remove finished deliveries older than this, e.g. 30d "
+                            "[env FORKD_HUB_WEBHOOK_LOG_MAX_AGE, default 30d]")
+    add_store_args(prune)
+    prune.set_defaults(func=lambda args: _run(args, _prune))
+
 
 def main_for_tests(argv: Sequence[str]) -> int:
     """Parse ``argv`` with a parser holding only this command and run it; return the status."""
@@ -78,7 +87,9 @@ def main_for_tests(argv: Sequence[str]) -> int:
 
 def _run(args: argparse.Namespace, command: Command) -> int:
     try:
-        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS})
+        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS}
+                                 | {"webhook_log_keep": getattr(args, "keep", None),
+                                    "webhook_log_max_age": getattr(args, "max_age", None)})
     except SettingsError as e:
         print(f"forkd-hub: error: {e}", file=sys.stderr)
         return 1
@@ -150,6 +161,14 @@ async def _deliveries(hub: HubServices, args: argparse.Namespace) -> int:
         table.append([row["id"], str(row["webhook"]), row["event"], row["repository"], row["state"],
                       str(len(row["attempts"])), outcome])
     _table(["DELIVERY", "WEBHOOK", "EVENT", "REPOSITORY", "STATE", "ATTEMPTS", "LAST OUTCOME"], table)
+    return 0
+
+
+async def _prune(hub: HubServices, args: argparse.Namespace) -> int:
+    pruned = await hub.deliverer.prune_log()
+    policy = hub.deliverer.policy
+    print(f"pruned {pruned} finished deliveries (kept at most {policy.log_keep} per webhook, none older than "
+          f"{policy.log_max_age / 86400:g} day(s))")
     return 0
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -118,6 +119,7 @@ async def open_hub(
                 sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
                 blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
                 cache=ReadCache(ttl=settings.cache_ttl),
+                immutable_tags=settings.immutable_tags, immutable_exempt=settings.immutable_exempt,
             ))
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
@@ -140,8 +142,12 @@ def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) ->
         raise SettingsError(f"{ALLOW_ENV}: {e}") from None
     policy = DeliveryPolicy(allow, attempts=settings.webhook_attempts,
                             backoff=settings.webhook_backoff, timeout=settings.webhook_timeout,
-                            poll=settings.webhook_poll)
-    deliverer = Deliverer(sessions, policy)
+                            poll=settings.webhook_poll, ca_file=settings.webhook_ca,
+                            log_keep=settings.webhook_log_keep, log_max_age=settings.webhook_log_max_age)
+    try:
+        deliverer = Deliverer(sessions, policy)
+    except (OSError, ssl.SSLError) as e:
+        raise SettingsError(f"FORKD_HUB_WEBHOOK_CA: cannot load {settings.webhook_ca}: {e}") from None
     webhooks = WebhookService(sessions)
     webhooks.on_queued(deliverer.wake)
     return webhooks, deliverer

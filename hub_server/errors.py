@@ -38,6 +38,7 @@ class ErrorCode(StrEnum):
     DENIED = "DENIED"
     HAS_DEPENDENTS = "HAS_DEPENDENTS"
     TAG_CONFLICT = "TAG_CONFLICT"
+    TAG_IMMUTABLE = "TAG_IMMUTABLE"
     UNSUPPORTED = "UNSUPPORTED"
     INVALID_REQUEST = "INVALID_REQUEST"
     NOT_FOUND = "NOT_FOUND"
@@ -72,6 +73,7 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.DENIED: ErrorSpec(403, "requested access to the resource is denied"),
     ErrorCode.HAS_DEPENDENTS: ErrorSpec(409, "other manifests chain on this one"),
     ErrorCode.TAG_CONFLICT: ErrorSpec(409, "the tag no longer points where the push expected"),
+    ErrorCode.TAG_IMMUTABLE: ErrorSpec(409, "the tag is immutable and points at another digest"),
     ErrorCode.UNSUPPORTED: ErrorSpec(400, "the operation is unsupported"),
     ErrorCode.INVALID_REQUEST: ErrorSpec(400, "malformed request"),
     ErrorCode.NOT_FOUND: ErrorSpec(404, "no such route"),

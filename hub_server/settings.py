@@ -94,6 +94,16 @@ class Settings:
     token's validity after it changed; 0 turns those caches off (docs/deployment.md, "Caches")."""
     workers: int = 1
     """``serve`` processes sharing the listening socket (each with its own caches)."""
+    webhook_ca: Path | None = None
+    """A PEM file of extra CA certificates trusted for HTTPS deliveries (besides the system's)."""
+    webhook_log_keep: int = 1000
+    """Finished deliveries kept in the log per webhook (older ones are pruned)."""
+    webhook_log_max_age: float = 30 * 86400.0
+    """Seconds a finished delivery stays in the log at most."""
+    immutable_tags: bool = False
+    """Hub-wide default: a tag, once set, never moves to another digest (a repository may override)."""
+    immutable_exempt: str = "latest"
+    """Hub-wide default: comma-separated tag globs that stay movable under immutable tags."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -189,6 +199,22 @@ def _allow_list(text: str) -> str:
     return str(text).strip()
 
 
+def _existing_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise SettingsError(f"no such file: {text!r}")
+    return path
+
+
+def _tag_globs(text: str) -> str:
+    from hub_server.registry.tagglobs import TagGlobError, TagGlobs
+
+    try:
+        return str(TagGlobs.parse(text))
+    except TagGlobError as e:
+        raise SettingsError(str(e)) from None
+
+
 def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
@@ -220,6 +246,11 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "webhook_poll": (_positive(_seconds), False),
     "cache_ttl": (_seconds, False),
     "workers": (_positive(int), False),
+    "webhook_ca": (_existing_file, False),
+    "webhook_log_keep": (_positive(int), False),
+    "webhook_log_max_age": (_positive(_seconds), False),
+    "immutable_tags": (_bool, False),
+    "immutable_exempt": (_tag_globs, False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),

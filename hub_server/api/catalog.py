@@ -58,7 +58,8 @@ class CatalogController(Controller):
     ) -> RepositoryOut:
         return RepositoryOut.from_detail(await registry.catalog.repository(principal, ns, repo))
 
-    @patch("/repositories/{ns:str}/{repo:str}", summary="Change visibility or description (push or admin)",
+    @patch("/repositories/{ns:str}/{repo:str}",
+           summary="Change visibility or description (push or admin), or the tag policies (admin)",
            operation_class=json_body(RepositoryPatch, "the fields to change"))
     async def update(
         self,
@@ -71,5 +72,6 @@ class CatalogController(Controller):
     ) -> RepositoryOut:
         change = decode_json_body(body, RepositoryPatch, "repository change")
         detail = await registry.catalog.update(principal, ns, repo, public=change.public,
-                                               description=change.description, remote=remote_of(request))
+                                               description=change.description, policy=change.policy_change(),
+                                               remote=remote_of(request))
         return RepositoryOut.from_detail(detail)

@@ -13,11 +13,12 @@ from hub_server.registry.catalog import RepositoryDetail, RepositoryPage
 from hub_server.registry.chunks import FrameQueryResult
 from hub_server.registry.deletion import DeleteResult
 from hub_server.registry.lineage import Chain, Lineage
+from hub_server.registry.policy import UNCHANGED, PolicyChange
 
 __all__ = [
     "ChainLinkOut", "ChainOut", "DeleteOut", "DependentOut", "FrameFoundOut", "FrameQuery", "FrameQueryOut",
-    "HealthOut", "LineageOut", "LinkRefOut", "NamespacesOut", "RemovalOut", "RepositoriesOut", "RepositoryOut",
-    "RepositoryPatch", "RepositorySummaryOut", "TagListOut", "TagOut",
+    "HealthOut", "LineageOut", "LinkRefOut", "NamespacesOut", "PolicyOut", "RemovalOut", "RepositoriesOut", "RepositoryOut",
+    "RepositoryPatch", "RepositorySummaryOut", "RetentionOut", "RetentionPatch", "TagListOut", "TagOut",
 ]
 
 
@@ -128,6 +129,20 @@ class TagOut(_Wire):
     updated: datetime
 
 
+class RetentionOut(_Wire):
+    keep_last: int | None
+    keep_days: int | None
+    pattern: str
+
+
+class PolicyOut(_Wire):
+    immutable_tags: bool
+    immutable_exempt: str
+    immutable_source: str
+    """``repository`` (set on this repository) or ``hub`` (the hub-wide default)."""
+    retention: RetentionOut | None
+
+
 class RepositoryOut(_Wire):
     name: str
     public: bool
@@ -135,18 +150,45 @@ class RepositoryOut(_Wire):
     created: datetime
     updated: datetime
     tags: list[TagOut]
+    policy: PolicyOut | None = None
 
     @classmethod
     def from_detail(cls, d: RepositoryDetail) -> RepositoryOut:
         return cls(name=d.name, public=d.public, description=d.description, created=d.created, updated=d.updated,
                    tags=[TagOut(name=t.name, digest=t.digest, media_type=t.media_type, size=t.size,
                                 logical_size=t.logical_size, stored_size=t.stored_size, created=t.created,
-                                updated=t.updated) for t in d.tags])
+                                updated=t.updated) for t in d.tags],
+                   policy=None if d.policy is None else msgspec.convert(d.policy.to_json(), PolicyOut))
 
 
-class RepositoryPatch(_Wire):
+class RetentionPatch(_Wire, forbid_unknown_fields=True):
+    keep_last: int | None = None
+    keep_days: int | None = None
+    pattern: str | None = None
+
+
+class RepositoryPatch(_Wire, forbid_unknown_fields=True):
     public: bool | None = None
     description: str | None = None
+    immutable_tags: bool | None | msgspec.UnsetType = msgspec.UNSET
+    """true/false on this repository; null: follow the hub default."""
+    immutable_exempt: str | None | msgspec.UnsetType = msgspec.UNSET
+    """Comma-separated tag globs that stay movable; null: the hub default."""
+    retention: RetentionPatch | None | msgspec.UnsetType = msgspec.UNSET
+    """Retention rules (replacing the current ones); null: no retention."""
+
+    def policy_change(self) -> PolicyChange:
+        def field(value: object) -> object:
+            return UNCHANGED if value is msgspec.UNSET else value
+
+        retention = self.retention
+        return PolicyChange(
+            immutable_tags=field(self.immutable_tags),  # type: ignore[arg-type]
+            immutable_exempt=field(self.immutable_exempt),  # type: ignore[arg-type]
+            retention=UNCHANGED if retention is msgspec.UNSET else None if retention is None else {
+                "keepLast": retention.keep_last, "keepDays": retention.keep_days,  # type: ignore[union-attr]
+                "pattern": retention.pattern},  # type: ignore[union-attr]
+        )
 
 
 class TagListOut(_Wire):

@@ -22,6 +22,7 @@ MODEL_MODULES = (
     "hub_server.auth.models",
     "hub_server.audit",
     "hub_server.webhooks.models",
+    "hub_server.db.models_policy",
 )
 
 

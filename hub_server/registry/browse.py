@@ -30,6 +30,7 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import readable_repository
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.layerview import LayerView, layer_view
+from hub_server.registry.policy import EffectivePolicy, effective_policy
 from hub_server.registry.search import (
     Facets,
     RepoCard,
@@ -85,6 +86,8 @@ class RepositoryView:
     tag_total: int
     page: int
     per_page: int
+    policy: EffectivePolicy | None = None
+    """Immutable tags and retention (``registry/policy.py``)."""
 
     @property
     def full_name(self) -> str:
@@ -153,10 +156,11 @@ class BrowseService:
                 .limit(TAGS_PER_PAGE).offset((page - 1) * TAGS_PER_PAGE)
             )).all()
             pushers = await _pushers(session, repo.full_name, [(t.name, t.manifest_digest) for t, _ in rows])
+            policy = await effective_policy(session, self.ctx, repo.id)  # type: ignore[arg-type]
         tags = [TagRow(t.name, t.manifest_digest, t.updated_at, pushers.get(t.name), m.logical_size, m.stored_size,
                        m.shared_with_parent, dict(m.compat), m.parent_digest is not None) for t, m in rows]
         return RepositoryView(repo.namespace, repo.name, repo.public, repo.description, repo.created_at,
-                              repo.updated_at, repo.pull_count, tags, total, page, TAGS_PER_PAGE)
+                              repo.updated_at, repo.pull_count, tags, total, page, TAGS_PER_PAGE, policy)
 
     async def layer(self, principal: Principal, namespace: str, name: str, ref: str) -> LayerView:
         """The layer page of ``namespace/name`` at ``ref`` (tag or digest)."""

@@ -18,8 +18,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Manifest, Repository, Tag
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.access import can_read, readable_repository, writable_repository
+from hub_server.registry.access import can_read, readable_repository, require, writable_repository
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.policy import PolicyChange, apply_policy_change, effective_policy
 from hub_server.registry.tags import Page, page_size
 
 __all__ = ["CatalogService", "RepositoryDetail", "RepositoryPage", "RepositorySummary", "TagDetail"]
@@ -62,6 +63,8 @@ class RepositoryDetail:
     created: datetime
     updated: datetime
     tags: list[TagDetail]
+    policy: EffectivePolicy | None = None
+    """Immutable tags and retention (``registry/policy.py``)."""
 
 
 class CatalogService:
@@ -102,29 +105,38 @@ class CatalogService:
         """One repository with its tags (digest, sizes, times)."""
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
-            return await _detail(session, repo)
+            return await _detail(session, repo, self.ctx)
 
     async def update(
         self, principal: Principal, namespace: str, name: str, *, public: bool | None = None,
-        description: str | None = None, remote: str | None = None,
+        description: str | None = None, policy: PolicyChange | None = None, remote: str | None = None,
     ) -> RepositoryDetail:
-        """Change visibility and/or description (needs push or admin on the repository)."""
+        """Change visibility and/or description (needs push or admin on the repository), and the
+        tag policies (needs admin: ``registry/policy.py``). All or nothing: a bad field changes nothing."""
         if description is not None and len(description) > MAX_DESCRIPTION:
             raise HubError(ErrorCode.INVALID_REQUEST, f"description is over {MAX_DESCRIPTION} characters",
                            {"field": "description", "limit": MAX_DESCRIPTION})
         async with self.ctx.sessions() as session:
             repo = await writable_repository(session, principal, namespace, name)
-            changes = {}
+            changes: dict = {}
+            policy_changes: dict = {}
+            if policy is not None and not policy.empty:
+                require(principal, "admin", repo.full_name)
+                policy_changes = await apply_policy_change(session, self.ctx, repo, policy)
             if public is not None and public != repo.public:
                 repo.public = changes["public"] = public  # type: ignore[assignment]
             if description is not None and description != repo.description:
                 repo.description = changes["description"] = description  # type: ignore[assignment]
-            if changes:
+            if changes or policy_changes:
                 repo.updated_at = self.ctx.clock()
                 session.add(repo)
-                await session.commit()
+            await session.commit()
+            if changes or policy_changes:
                 self.ctx.cache.forget_repository(namespace, name)  # made private: no cached read may outlive it
-            detail = await _detail(session, repo)
+            detail = await _detail(session, repo, self.ctx)
+        if policy_changes:
+            await self.ctx.audit.record(principal.actor, "policy", repository=repo.full_name, remote=remote,
+                                        detail=policy_changes)
         if changes:
             action = "visibility" if "public" in changes else "update"
             await self.ctx.audit.record(principal.actor, action, repository=repo.full_name, remote=remote,
@@ -149,9 +161,11 @@ async def _tag_names(session: AsyncSession, repo_ids: list[int]) -> dict[int, li
     return out
 
 
-async def _detail(session: AsyncSession, repo: Repository) -> RepositoryDetail:
+async def _detail(session: AsyncSession, repo: Repository, ctx: RegistryContext) -> RepositoryDetail:
     rows = await session.exec(select(Tag, Manifest).join(Manifest, Manifest.digest == Tag.manifest_digest)  # type: ignore[arg-type]
                               .where(Tag.repository_id == repo.id).order_by(col(Tag.name)))
     tags = [TagDetail(t.name, m.digest, m.media_type, m.size, m.logical_size, m.stored_size, m.created_at, t.updated_at)
             for t, m in rows.all()]
-    return RepositoryDetail(repo.full_name, repo.public, repo.description, repo.created_at, repo.updated_at, tags)
+    policy = await effective_policy(session, ctx, repo.id)  # type: ignore[arg-type]
+    return RepositoryDetail(repo.full_name, repo.public, repo.description, repo.created_at, repo.updated_at, tags,
+                            policy)

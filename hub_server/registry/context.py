@@ -33,3 +33,7 @@ class RegistryContext:
     redirect_expiry: int = 300
     cache: ReadCache = field(default_factory=ReadCache)
     """Manifest reads kept in memory; every write path calls ``cache.forget_repository`` after its commit."""
+    immutable_tags: bool = False
+    """Hub-wide default of the immutable-tags policy (``registry/policy.py``)."""
+    immutable_exempt: str = "latest"
+    """Hub-wide default: tag globs exempt from immutability."""

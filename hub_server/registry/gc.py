@@ -1,4 +1,9 @@
-"""Garbage collection: mark from tags (following parents), sweep what nothing reaches.
+"""Garbage collection: apply retention, mark from tags (following parents), sweep what nothing reaches.
+
+Retention first (``registry/retention.py``): every tag a repository's retention policy expires
+is removed (``dry_run``: only listed, and left out of the roots below so the report shows what
+it would release). What only those tags kept alive — ``retention_manifests`` — then goes like
+any unreferenced manifest, after the grace period; everything a kept tag reaches stays.
 
 Mark: every tagged manifest is a root, and so is every generic OCI manifest (not a forkd layer
 or chain index) still linked to a repository: OCI clients push index children, signatures and
@@ -29,7 +34,8 @@ just uploaded but has not referenced yet:
 - the store's own abandoned staging (``purge_staging``).
 
 Rows go first, in one transaction that re-checks each blob is still unreferenced; bytes go
-after, so a crash leaves at worst an orphan object, collected on the next run.
+after, so a crash leaves at worst an orphan object, collected on the next run. A swept manifest
+still linked to a repository is audited there as a ``delete`` (webhooks deliver it).
 ``dry_run`` reports the same lists without deleting anything.
 
 Errors: storage and database errors propagate (the run is counted as failed in the metrics).
@@ -54,6 +60,7 @@ from hub_server.db.models import (
     ManifestBlob,
     Pack,
     RecipeFrame,
+    Repository,
     RepositoryBlob,
     RepositoryManifest,
     Tag,
@@ -70,6 +77,7 @@ from hub_server.registry.paths import (
     is_pack_key,
     upload_key,
 )
+from hub_server.registry.retention import ExpiredTag, expire_tags, plan_retention
 from hub_server.registry.sql import batched
 from hub_server.registry.usage import stored_bytes
 from hub_server.storage import BlobNotFound
@@ -102,6 +110,10 @@ class GcReport:
     """Cached forkd packs pruned (registry/forkd_compat.py)."""
     pack_objects: list[str] = field(default_factory=list)
     """Frame packs deleted: none of their frames is in a live recipe (registry/packs.py)."""
+    retention: list[dict[str, Any]] = field(default_factory=list)
+    """Tags retention policies removed (would remove): repository, tag, digest, updated, reason."""
+    retention_manifests: list[str] = field(default_factory=list)
+    """Manifests only those tags reached: swept once unreferenced for the grace period."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -126,7 +138,11 @@ class GarbageCollector:
             async with self.ctx.sessions() as session:
                 await acquire_lease(session, holder, self.ctx.clock())  # GcBusy: another replica sweeps
         try:
-            await self._collect(report, now - grace, now - self.ctx.limits.upload_lifetime, grace)
+            expired = await plan_retention(self.ctx, now)
+            if not dry_run:
+                expired = await expire_tags(self.ctx, expired, actor)
+            report.retention = [e.to_json() for e in expired]
+            await self._collect(report, now - grace, now - self.ctx.limits.upload_lifetime, grace, expired, actor)
         except BaseException:
             self.ctx.metrics.record_gc("error")
             raise
@@ -141,7 +157,7 @@ class GarbageCollector:
         await self.ctx.audit.record(actor, "gc", detail={
             "dryRun": dry_run, "manifests": len(report.manifests), "blobs": len(report.blobs),
             "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects), "packs": len(report.packs),
-            "packObjects": len(report.pack_objects),
+            "packObjects": len(report.pack_objects), "retentionTags": len(report.retention),
             "bytesFreed": report.bytes_freed,
         })
         log.info("gc %s: %d manifests, %d blobs, %d uploads, %d orphan objects, %d bytes",
@@ -149,7 +165,8 @@ class GarbageCollector:
                  len(report.orphan_objects), report.bytes_freed)
         return report
 
-    async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime, grace: timedelta) -> None:
+    async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime, grace: timedelta,
+                       expired: list[ExpiredTag], actor: str) -> None:
         async with self.ctx.sessions() as session:
             rows = (await session.exec(select(Manifest.digest, Manifest.parent_digest, Manifest.created_at,
                                               Manifest.artifact_type))).all()
@@ -158,7 +175,9 @@ class GarbageCollector:
             linked = set((await session.exec(select(RepositoryManifest.manifest_digest).distinct())).all())
             references = (await session.exec(select(ManifestBlob.manifest_digest, ManifestBlob.blob_digest,
                                                      ManifestBlob.role))).all()
-            tagged = set((await session.exec(select(Tag.manifest_digest))).all())
+            gone = {(e.repository_id, e.tag) for e in expired}  # already deleted, unless a dry run
+            tagged = {d for r, n, d in (await session.exec(select(Tag.repository_id, Tag.name, Tag.manifest_digest)))
+                      .all() if (r, n) not in gone}
             blob_rows = await session.exec(select(Blob.digest, Blob.size, Blob.created_at))
             blobs = {d: (s, c) for d, s, c in blob_rows.all()}
             uploads = {u.id: u for u in (await session.exec(select(Upload))).all()}
@@ -171,6 +190,8 @@ class GarbageCollector:
         # The young are protected by their marks' grace period instead; generic OCI content by its links.
         roots = (set(tagged) | (generic & linked)) & set(manifests)
         marked = _reach(roots, manifests, children)
+        released = _reach(roots | {e.digest for e in expired}, manifests, children) - marked
+        report.retention_manifests = sorted(released)
         tagged_blobs = set(marked) | {b for m, b, _ in references if m in marked}
         async with self.ctx.sessions() as session:
             due = await settle_marks(session, "manifest", set(manifests) - marked, report.started, grace,
@@ -196,7 +217,10 @@ class GarbageCollector:
             report.bytes_freed = sum(blobs[d][0] for d in report.blobs)
             return
 
-        report.blobs = await self._delete_rows(report, marked_blobs)
+        report.blobs, unlinked = await self._delete_rows(report, marked_blobs)
+        for repository, digest in unlinked:
+            await self.ctx.audit.record(actor, "delete", repository=repository, digest=digest,
+                                        detail={"gc": True})
         report.pack_objects = await self._delete_dead_packs(cutoff)
         freed = 0
         for key in report.pack_objects:
@@ -235,10 +259,17 @@ class GarbageCollector:
                     out.append(key)
         return out
 
-    async def _delete_rows(self, report: GcReport, marked_blobs: set[str]) -> list[str]:
-        """Delete the swept rows in one transaction; return the blobs actually deleted."""
+    async def _delete_rows(self, report: GcReport, marked_blobs: set[str]) -> tuple[list[str], list[tuple[str, str]]]:
+        """Delete the swept rows in one transaction; return the blobs actually deleted and the
+        (repository, manifest) links the swept manifests had."""
+        unlinked: list[tuple[str, str]] = []
         async with self.ctx.sessions() as session:
             for batch in batched(report.manifests):
+                links = await session.exec(select(Repository.namespace, Repository.name,
+                                                  RepositoryManifest.manifest_digest)
+                                           .join(Repository, col(Repository.id) == RepositoryManifest.repository_id)
+                                           .where(col(RepositoryManifest.manifest_digest).in_(batch)))
+                unlinked.extend((f"{ns}/{name}", digest) for ns, name, digest in links.all())
                 await session.exec(delete(ManifestBlob).where(col(ManifestBlob.manifest_digest).in_(batch)))
                 await session.exec(delete(RepositoryManifest).where(col(RepositoryManifest.manifest_digest).in_(batch)))
                 await session.exec(delete(Manifest).where(col(Manifest.digest).in_(batch)))
@@ -259,7 +290,7 @@ class GarbageCollector:
                 await session.exec(delete(Blob).where(col(Blob.digest).in_(gone)))
                 deleted.extend(gone)
             await session.commit()
-        return deleted
+        return deleted, sorted(unlinked)
 
     async def _delete_dead_packs(self, cutoff: datetime) -> list[str]:
         """Delete the rows of frames no recipe lists, then of packs (older than ``cutoff``) with no

@@ -10,7 +10,8 @@ of the digest reference; for a tag, sha256 (blake3 for a format-v1 layer).
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
-``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, ``TAG_CONFLICT``), ``Unauthorized``/``Forbidden``.
+``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, ``TAG_CONFLICT``, ``TAG_IMMUTABLE``),
+``Unauthorized``/``Forbidden``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from hub_server.registry.oci_content import OciDocument, is_forkd_document, load
 from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
 from hub_server.registry.readcache import CachedManifest
+from hub_server.registry.policy import tag_is_immutable
 from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
 from hub_server.registry.sql import batched, insert_ignore
@@ -242,7 +244,9 @@ class ManifestService:
         if reference.tag is not None:
             previous = (await session.exec(select(Tag.manifest_digest).where(
                 Tag.repository_id == repo.id, Tag.name == reference.tag))).first()
-            await move_tag(session, repo.id, reference.tag, digest, now, expect_tag)  # type: ignore[arg-type]
+            immutable = await tag_is_immutable(session, self.ctx, repo.id, reference.tag)  # type: ignore[arg-type]
+            await move_tag(session, repo.id, reference.tag, digest, now, expect_tag,  # type: ignore[arg-type]
+                           immutable=immutable, repository=repo.full_name)
         repo.updated_at = now
         session.add(repo)
         return created, previous

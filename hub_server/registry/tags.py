@@ -5,8 +5,12 @@ with an expectation (``expected`` a digest, or :data:`ABSENT`) the tag moves onl
 points there (``UPDATE … WHERE manifest_digest = expected`` / ``INSERT … ON CONFLICT DO
 NOTHING``); without one (:data:`ANY`) it is an upsert, last writer wins.
 
+An immutable tag (``registry/policy.py``) is only ever inserted (``ON CONFLICT DO NOTHING``),
+whatever the expectation: of two concurrent pushes exactly one sets it, and the other — like any
+later push of another digest — gets ``TAG_IMMUTABLE``; pushing the digest it names is a no-op.
+
 Errors: ``HubError(MANIFEST_UNKNOWN)``, ``HubError(NAME_UNKNOWN / NAME_INVALID)``,
-``HubError(TAG_CONFLICT)``.
+``HubError(TAG_CONFLICT)``, ``HubError(TAG_IMMUTABLE)``.
 """
 
 from __future__ import annotations
@@ -63,12 +67,22 @@ async def resolve_reference(session: AsyncSession, repo: Repository, reference: 
 
 
 async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, now: datetime,
-                   expected: str = ANY) -> None:
+                   expected: str = ANY, *, immutable: bool = False, repository: str = "") -> None:
     """Point tag ``name`` at ``digest`` if it still points at ``expected`` (a digest, ABSENT or ANY).
 
-    A tag already at ``digest`` satisfies any expectation (the same push, retried).
-    Raises: HubError(TAG_CONFLICT) naming what the tag points at now.
+    A tag already at ``digest`` satisfies any expectation (the same push, retried). An
+    ``immutable`` tag is only ever created, never moved.
+    Raises: HubError(TAG_CONFLICT) naming what the tag points at now; HubError(TAG_IMMUTABLE)
+    when an immutable tag points at another digest.
     """
+    if immutable and expected not in (ANY, ABSENT):
+        actual = await _tag_digest(session, repo_id, name)
+        if actual == digest:
+            return
+        if actual is not None:
+            raise _immutable(repository, name, actual, digest)
+    if immutable:
+        expected = ABSENT
     table = Tag.__table__  # type: ignore[attr-defined]
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table).values(
@@ -85,14 +99,27 @@ async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, 
         ).values(manifest_digest=digest, updated_at=now))).rowcount
     if moved == 1:
         return
-    actual = (await session.exec(select(Tag.manifest_digest).where(
-        Tag.repository_id == repo_id, Tag.name == name))).first()
+    actual = await _tag_digest(session, repo_id, name)
     if actual == digest:
         return
+    if immutable and actual is not None:
+        raise _immutable(repository, name, actual, digest)
     raise HubError(ErrorCode.TAG_CONFLICT,
                    f"tag {name!r} points at {actual or 'nothing'}, not {'nothing' if expected == ABSENT else expected} "
                    "as this push expected: another push moved it",
                    {"tag": name, "expected": None if expected == ABSENT else expected, "actual": actual})
+
+
+async def _tag_digest(session: AsyncSession, repo_id: int, name: str) -> str | None:
+    return (await session.exec(select(Tag.manifest_digest).where(
+        Tag.repository_id == repo_id, Tag.name == name))).first()
+
+
+def _immutable(repository: str, name: str, actual: str, digest: str) -> HubError:
+    where = f"{repository}:{name}" if repository else repr(name)
+    return HubError(ErrorCode.TAG_IMMUTABLE,
+                    f"tag {where} is immutable and already points at {actual}; it cannot be moved to {digest}: "
+                    "push under a new tag", {"tag": name, "actual": actual, "digest": digest})
 
 
 async def tags_by_digest(session: AsyncSession, repo_id: int, digests: list[str]) -> dict[str, list[str]]:

@@ -15,6 +15,10 @@ the same attempt — and sends them concurrently. Each attempt:
    else is retried after ``backoff × 2^(attempt-1)`` until ``FORKD_HUB_WEBHOOK_ATTEMPTS``
    attempts were made, then it ends ``failed``.
 
+HTTPS destinations are verified against the system's CA certificates (certifi's bundle) plus
+``FORKD_HUB_WEBHOOK_CA`` (a PEM file: a private CA, or a receiver's self-signed certificate). The
+loop also prunes the delivery log (:mod:`hub_server.webhooks.logprune`) every few minutes.
+
 Nothing here raises into a request: a failing loop iteration is logged and retried.
 """
 
@@ -23,11 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
+import certifi
 import httpx
 from sqlalchemy import or_, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -36,6 +43,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.models import utcnow
 from hub_server.webhooks.guard import AllowList, Destination, DestinationRefused, check_url
+from hub_server.webhooks.logprune import PRUNE_EVERY, prune_deliveries
 from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
 from hub_server.webhooks.payload import SIGNATURE_HEADER, signature
 
@@ -56,6 +64,19 @@ class DeliveryPolicy:
     timeout: float = 5.0
     poll: float = 2.0
     batch: int = 20
+    ca_file: Path | None = None
+    """Extra CA certificates (PEM) trusted for HTTPS deliveries."""
+    log_keep: int = 1000
+    """Finished deliveries kept per webhook when the loop prunes the log."""
+    log_max_age: float = 30 * 86400.0
+    """Seconds a finished delivery stays in the log at most."""
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The context HTTPS deliveries verify with. Raises ``OSError``/``ssl.SSLError`` for an unreadable CA file."""
+        context = ssl.create_default_context(cafile=certifi.where())
+        if self.ca_file is not None:
+            context.load_verify_locations(cafile=str(self.ca_file))
+        return context
 
     @property
     def lease(self) -> timedelta:
@@ -84,6 +105,8 @@ class Deliverer:
         self.policy = policy
         self._clock = clock
         self._wake: asyncio.Event | None = None
+        self._tls = policy.tls_context()
+        self._pruned_at: datetime | None = None
 
     def wake(self) -> None:
         """Look for due deliveries now rather than at the next poll (no-op when not running)."""
@@ -94,7 +117,7 @@ class Deliverer:
         """Claim the due deliveries (at most ``policy.batch``), attempt each once; return how many."""
         claimed = await self._claim()
         if claimed:
-            async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:
+            async with httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self._tls) as client:
                 await asyncio.gather(*(self._attempt(client, d, h) for d, h in claimed))
         return len(claimed)
 
@@ -127,10 +150,24 @@ class Deliverer:
             try:
                 while await self.run_due() == self.policy.batch and not stop.is_set():
                     pass  # a full batch: more may be due
+                await self._prune_now_and_then()
             except Exception:  # noqa: BLE001 - logged; the next poll tries again
                 log.exception("webhook delivery loop failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), self.policy.poll)
+
+    async def prune_log(self) -> int:
+        """Prune the delivery log to the policy's limits now; return how many deliveries went."""
+        return await prune_deliveries(self._sessions, keep=self.policy.log_keep,
+                                      max_age=timedelta(seconds=self.policy.log_max_age), now=self._clock())
+
+    async def _prune_now_and_then(self) -> None:
+        now = self._clock()
+        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
+            self._pruned_at = now
+            pruned = await self.prune_log()
+            if pruned:
+                log.info("pruned %d finished webhook deliveries from the log", pruned)
 
     async def _claim(self) -> list[tuple[WebhookDelivery, Webhook]]:
         now = self._clock()

@@ -189,3 +189,15 @@ def test_private_repositories_stay_private(hub: Hub, catalog: Catalog) -> None:
     # a hostile annotation in the private repository is escaped too
     assert dangers(page(hub, "/r/beta/secret/t/v1")) == []
     hub.client.cookies.clear()
+
+
+def test_repository_page_shows_the_tag_policies(hub: Hub, catalog: Catalog) -> None:
+    assert "immutable tags" not in page(hub, "/r/acme/py-numpy")  # nothing set: nothing shown
+    r = hub.client.patch("/api/v1/repositories/acme/py-numpy", headers=auth(catalog.admin), json={
+        "immutableTags": True, "immutableExempt": "latest,dev-*", "retention": {"keepLast": 5, "keepDays": 1,
+                                                                              "pattern": "nightly-*"}})
+    assert r.status_code == 200, r.text
+    html = page(hub, "/r/acme/py-numpy")
+    assert '<span class="badge">immutable tags</span> except latest,dev-*' in html
+    assert ('<span class="badge">retention</span> of nightly-*: keep the last 5 and those set within 1 day'
+            in html)

@@ -13,6 +13,14 @@ from tests.hub_server.webhooks.receiver import Receiver
 FAST = {"webhook_allow": "127.0.0.1/32", "webhook_backoff": 0.2, "webhook_poll": 0.1, "webhook_timeout": 3.0}
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def new_database(request: pytest.FixtureRequest) -> Callable[[], str | None]:
+    """The webhook suite runs on both databases (claims, leases and pruning are SQL)."""
+    if request.param == "sqlite":
+        return lambda: None
+    return request.getfixturevalue("postgres").create_database
+
+
 @pytest.fixture
 def make_receiver() -> Iterator[Callable[..., Receiver]]:
     receivers: list[Receiver] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -34,7 +35,9 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, host: str = "127.0.0.1", statuses: list[int] | None = None, default: int = 200) -> None:
+    def __init__(self, host: str = "127.0.0.1", statuses: list[int] | None = None, default: int = 200,
+                 tls: tuple[str, str] | None = None) -> None:
+        """``tls``: (certificate file, key file) to serve HTTPS."""
         self.statuses = list(statuses or [])
         self.default = default
         self.received: list[Received] = []
@@ -58,7 +61,12 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.url = f"http://{host}:{self.server.server_address[1]}/hook"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://{host}:{self.server.server_address[1]}/hook"
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()

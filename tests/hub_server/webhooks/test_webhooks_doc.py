@@ -64,6 +64,6 @@ def test_the_signature_example_and_the_snippet_verify():
 
 
 def test_every_documented_setting_exists():
-    documented = set(re.findall(r"`(FORKD_HUB_WEBHOOK_[A-Z]+)`", DOC.read_text()))
+    documented = set(re.findall(r"`(FORKD_HUB_WEBHOOK_[A-Z_]+)`", DOC.read_text()))
     fields = {env_name(f) for f in Settings.__dataclass_fields__ if f.startswith("webhook_")}
     assert documented == fields

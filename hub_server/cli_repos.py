@@ -1,0 +1,112 @@
+"""``forkd-hub repo policy NS/REPO``: show or change a repository's immutable-tags and retention policy.
+
+Like ``forkd-hub webhook``, it builds its settings from ``--data-dir``, ``--database-url``,
+``--storage`` (or their ``FORKD_HUB_*`` variables), enters ``compose.open_hub`` and runs once,
+as an operator with admin rights (audited as ``policy``, actor ``cli:<login user>``). Over HTTP
+the same change is ``PATCH /api/v1/repositories/{ns}/{repo}`` with an admin token.
+
+Exit status: 0 success, 1 a rejected change (unknown repository, bad value: the message names it), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from hub_server.auth.scopes import Principal
+from hub_server.cli_tokens import STORE_FLAGS, add_store_args, cli_actor
+from hub_server.compose import HubStartError, open_hub
+from hub_server.errors import HubError
+from hub_server.registry.policy import UNCHANGED, EffectivePolicy, PolicyChange
+from hub_server.settings import SettingsError, load_settings
+
+__all__ = ["register"]
+
+_DEFAULT = "default"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``repo`` command (``policy``)."""
+    repo = subparsers.add_parser("repo", help="repository settings: immutable tags, retention")
+    commands = repo.add_subparsers(dest="repo_command", metavar="COMMAND", required=True)
+    policy = commands.add_parser("policy", help="show or change a repository's immutable-tags and retention policy")
+    policy.add_argument("repository", metavar="NS/REPO")
+    policy.add_argument("--immutable-tags", choices=("on", "off", _DEFAULT),
+                        help="tags never move once set (on), may move (off), or follow the hub's default")
+    policy.add_argument("--immutable-exempt", metavar="GLOBS",
+                        help="comma-separated tag globs that stay movable, or 'default' (the hub's)")
+    policy.add_argument("--keep-last", type=int, metavar="N", help="retention: keep the N most recently set tags")
+    policy.add_argument("--keep-days", type=int, metavar="D", help="retention: keep the tags set within D days")
+    policy.add_argument("--retention-pattern", metavar="GLOBS",
+                        help="retention applies to the tags matching these globs (default every tag)")
+    policy.add_argument("--no-retention", action="store_true", help="remove the retention policy")
+    policy.add_argument("--json", action="store_true", help="print the resulting policy as JSON")
+    add_store_args(policy)
+    policy.set_defaults(func=_policy)
+
+
+def _change(args: argparse.Namespace) -> PolicyChange:
+    retention_flags = (args.keep_last, args.keep_days, args.retention_pattern)
+    if args.no_retention and any(v is not None for v in retention_flags):
+        raise ValueError("--no-retention cannot be combined with --keep-last, --keep-days or --retention-pattern")
+    retention: Any = UNCHANGED
+    if args.no_retention:
+        retention = None
+    elif any(v is not None for v in retention_flags):
+        retention = {"keepLast": args.keep_last, "keepDays": args.keep_days, "pattern": args.retention_pattern}
+    immutable: Any = UNCHANGED if args.immutable_tags is None else {"on": True, "off": False}.get(args.immutable_tags)
+    exempt: Any = UNCHANGED if args.immutable_exempt is None else (
+        None if args.immutable_exempt == _DEFAULT else args.immutable_exempt)
+    return PolicyChange(immutable_tags=immutable, immutable_exempt=exempt, retention=retention)
+
+
+def describe(policy: EffectivePolicy) -> list[str]:
+    """The policy as a few human lines."""
+    source = "this repository" if policy.immutable_source == "repository" else "the hub default"
+    lines = [f"immutable tags: {'on' if policy.immutable_tags else 'off'} ({source})"
+             + (f", exempt: {policy.immutable_exempt or '(none)'}" if policy.immutable_tags else "")]
+    if policy.retention is None:
+        lines.append("retention: none")
+    else:
+        rules = [f"the last {policy.retention.keep_last}" if policy.retention.keep_last is not None else "",
+                 f"those set within {policy.retention.keep_days} day(s)" if policy.retention.keep_days is not None
+                 else ""]
+        lines.append(f"retention: of the tags matching {policy.retention.pattern}, keep "
+                     + " and ".join(r for r in rules if r) + "; GC removes the others")
+    return lines
+
+
+def _policy(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS})
+        change = _change(args)
+        namespace, _, name = args.repository.partition("/")
+        if not name:
+            raise ValueError(f"{args.repository!r} is not NS/REPO")
+    except (SettingsError, ValueError) as e:
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
+
+    async def go() -> EffectivePolicy:
+        async with open_hub(settings, create=False) as hub:
+            operator = Principal.with_scopes(cli_actor(), ["admin"])
+            if change.empty:
+                detail = await hub.registry.catalog.repository(operator, namespace, name)
+            else:
+                detail = await hub.registry.catalog.update(operator, namespace, name, policy=change)
+            assert detail.policy is not None
+            return detail.policy
+
+    try:
+        policy = asyncio.run(go())
+    except (HubError, HubStartError) as e:
+        print(f"forkd-hub: error: {getattr(e, 'message', e)}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(policy.to_json(), indent=2))
+    else:
+        print("\n".join(describe(policy)))
+    return 0
