@@ -9,7 +9,8 @@
 3. the parent manifest exists and is readable (``PARENT_UNKNOWN``), and the chain is no deeper
    than the limit (``CHAIN_TOO_DEEP``);
 4. every chunk map parses and agrees with the manifest, the config and the parent's config;
-5. the chunk frames not verified before are listed for :func:`verify.verify_frames`.
+5. format v2: every file digest is proven from the chunk digests (:mod:`filetrees`, O(chunks));
+6. the chunk frames not verified before are listed for :func:`verify.verify_frames`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import readable_linking
 from hub_server.registry.blobs import read_blob_bytes
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.filetrees import prove_file_digests
 from hub_server.registry.sql import batched
 from hub_server.registry.verify import (
     ChainIndex,
@@ -120,6 +122,7 @@ async def plan_layer(
         if used != data_blobs:
             raise invalid(f"data blobs {sorted(data_blobs - used)} are listed but no chunk map uses them",
                           field="layers")
+        await prove_file_digests(ctx, session, maps, ancestors)
 
     frames = plan_frames(maps)
     known = await _verified_locations(session, frames)
