@@ -73,7 +73,9 @@ def test_every_command_is_registered():
 
 
 @pytest.mark.parametrize("argv", [["token", "list"], ["token", "create", "ci", "--scope", "admin"],
-                                  ["token", "revoke", "ci"], ["audit"], ["audit", "--verify"], ["gc", "--dry-run"]])
+                                  ["token", "revoke", "ci"], ["audit"], ["audit", "--verify"], ["gc", "--dry-run"],
+                                  ["webhook", "list"], ["webhook", "add", "acme", "http://127.0.0.1:9/"],
+                                  ["webhook", "remove", "1"], ["webhook", "deliveries"]])
 def test_commands_refuse_a_data_dir_without_a_hub_and_create_nothing(tmp_path, capsys, argv):
     """Issue 16 item 12: a typo in --data-dir is refused with one line, never a new empty hub."""
     missing = tmp_path / "typo"
