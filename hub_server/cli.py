@@ -1,4 +1,5 @@
-"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token``, ``audit``, ``webhook``).
+"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token``, ``audit``, ``webhook``,
+``verify``).
 
 Every setting comes from a flag or its ``FORKD_HUB_*`` variable (``hub_server.settings``; table
 in docs/deployment.md). ``serve`` runs the app under uvicorn: one JSON log line per request,
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hub_server import cli_tokens, cli_webhooks
+from hub_server import cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_tokens.register(commands)
     cli_webhooks.register(commands)
+    cli_verify.register(commands)
     document(parser, HELP)
     return parser
 

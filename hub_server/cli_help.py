@@ -44,6 +44,12 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                      ["forkd-hub webhook list", "forkd-hub webhook list --namespace acme --json"]),
     "webhook remove": ("Remove a webhook and its delivery log.", {"id": "the webhook's id (from webhook list)"},
                        ["forkd-hub webhook remove 3"]),
+    "verify": ("Re-hash every stored object (blobs, recipes, pack frames) against its digest and check the "
+               "database against the store (rows without objects, objects without rows). Exit 0: all verified; "
+               "3: problems found; 1: could not run. --quarantine moves what is wrong to quarantine/ and marks it, "
+               "never deleting.", {},
+               ["forkd-hub verify --data-dir /var/lib/forkd-hub", "forkd-hub verify --quarantine --json",
+                "forkd-hub verify --clear-marks"]),
     "webhook deliveries": ("Show the delivery log, newest first, with every attempt.", {},
                            ["forkd-hub webhook deliveries --webhook 3 --limit 20"]),
 }
