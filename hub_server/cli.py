@@ -25,6 +25,7 @@ from hub_server import cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
+from hub_server.units import human_size
 
 __all__ = ["build_parser", "main"]
 
@@ -200,7 +201,7 @@ def _gc(args: argparse.Namespace) -> int:
         for item in items:
             print(f"{verb} {kind} {item}")
     print(f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
-          f"upload(s), {len(report.orphan_objects)} orphan object(s): {report.bytes_freed} bytes; kept "
+          f"upload(s), {len(report.orphan_objects)} orphan object(s): {human_size(report.bytes_freed)}; kept "
           f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)")
     return 0
 
