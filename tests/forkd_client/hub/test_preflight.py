@@ -1,4 +1,5 @@
-"""Issue 16 item 11: a pull refuses what it can before transferring, and uses the layers this host has."""
+"""Issue 16 item 11: a pull refuses what it can before transferring, uses the layers this host has, and on a
+failure leaves only resumable state (which ``forkd prune`` clears)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import pytest
 
 from forkd_client.errors import InvalidTag, SnapshotExists
 from forkd_client.hub.client import HubClient
+from forkd_client.hub.errors import DigestInvalid
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.prune import prune
 
 from ..snapshots import make_base_source
+from .test_pull_integrity import _lying_push
 
 REF = Reference.parse("acme/py:v1")
 
@@ -51,3 +55,13 @@ def test_pulling_what_this_host_just_pushed_transfers_no_chunk(chain3, inproc_hu
     assert (chain3.path("py") / "memory.bin").read_bytes() == (chain3.path("head") / "memory.bin").read_bytes()
     assert chain3.get("py").parent_tag == "mid"  # built on the local parent, not a second copy of it
     assert len(chain3.verify_chain("py")) == 3
+
+
+def test_a_failed_pull_leaves_only_resumable_state_and_prune_clears_it(chain3, other_store, inproc_hub, monkeypatch):
+    token, _ = _lying_push(chain3, inproc_hub, monkeypatch, liar="mid")
+    with pytest.raises(DigestInvalid):  # test_pull_integrity checks the message
+        pull(other_store, inproc_hub.client(token), Reference.parse("acme/py:v1"), as_tag="py")
+    left = [p.name for p in other_store.staging_root.iterdir()]
+    assert left and all(name.startswith("resume-pull-") for name in left), left
+    assert sorted(prune(other_store).staging) == sorted(left)
+    assert list(other_store.staging_root.iterdir()) == []
