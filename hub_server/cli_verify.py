@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from hub_server.cli_tokens import add_store_args
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.registry.damage import clear_marks
-from hub_server.registry.scrub import ScrubReport, Scrubber
+from hub_server.registry.scrub import Scrubber, ScrubReport
 from hub_server.settings import SettingsError, load_settings, parse_duration
 from hub_server.storage import StorageError
 from hub_server.units import human_size

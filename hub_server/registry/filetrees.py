@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from functools import partial
 
 import anyio.to_thread
 from sqlmodel import col, select
@@ -35,7 +36,7 @@ from manifest.chunktree import DIGEST_BYTES, ChunkList, apply_map
 from manifest.errors import ManifestError
 from manifest.model import ChunkMap
 
-__all__ = ["ChunkListCache", "prove_file_digests", "chunk_lists"]
+__all__ = ["ChunkListCache", "chunk_lists", "prove_file_digests"]
 
 #: Digest bytes the shared cache keeps (64 MiB: the lists of ~8 files of 16 GiB at 64 KiB chunks).
 CACHE_BYTES = 64 << 20
@@ -116,7 +117,7 @@ async def _maps_of(ctx: RegistryContext, session: AsyncSession, manifest: str) -
     for digest in rows.all():
         raw = await read_blob_bytes(ctx, digest, limit, "chunk map")
         try:
-            maps.append(await anyio.to_thread.run_sync(lambda r=raw: ChunkMap.from_json(r, limit=limit)))
+            maps.append(await anyio.to_thread.run_sync(partial(ChunkMap.from_json, raw, limit=limit)))
         except ManifestError as e:
             raise HubError(ErrorCode.MANIFEST_INVALID, f"stored chunk map {digest} of layer {manifest} is "
                            f"unreadable: {e}", {"digest": digest}) from None
