@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
-from ..errors import SnapshotExists, SnapshotNotFound
+from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
 from ..snapdir import FILE_ROLES, LocalSnapshot, validate_tag
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
@@ -81,7 +81,7 @@ def plan_pull(store: SnapshotStore, parsed: list[tuple[ChainLink, LayerManifest,
 
     Raises SnapshotExists (the head's tag holds another snapshot, without ``force``).
     """
-    local = [s for s in store.list() if s.dir.is_dir()]
+    local: list[LocalSnapshot] | None = None  # listed only when a link is not installed
     plan = PullPlan(list(tags))
     below: str | None = None  # the local tag standing for the previous link
     for i, (link, _, config) in enumerate(parsed):
@@ -98,6 +98,8 @@ def plan_pull(store: SnapshotStore, parsed: list[tuple[ChainLink, LayerManifest,
         if current is not None and not force:
             raise SnapshotExists(tag, f"local snapshot {tag!r} already exists and holds something else than "
                                       f"{link.digest}: pull with --as ANOTHER_TAG, or --force to replace it")
+        if local is None:
+            local = _readable_snapshots(store)
         holder = next((s for s in local if s.parent_tag == below and holds(store, s, config)), None)
         if holder is not None and not head:
             plan.tags[i] = holder.tag
@@ -127,6 +129,17 @@ def index_held_head(store: SnapshotStore, client: HubClient, name: str, plan: Pu
                        for e in chunk_map.entries if e.digest is not None))
     finally:
         index.close()
+
+
+def _readable_snapshots(store: SnapshotStore) -> list[LocalSnapshot]:
+    """Every local snapshot whose metadata reads (an unrelated damaged one is no reason to refuse a pull)."""
+    out = []
+    for tag in store.tags():
+        try:
+            out.append(store.get(tag))
+        except (SnapshotNotFound, InvalidSnapshotDir):
+            continue
+    return out
 
 
 def _get(store: SnapshotStore, tag: str) -> LocalSnapshot | None:
