@@ -225,6 +225,14 @@ class VerifiedRecord:
                 (new_key, len(old_key) + 1, old_key, old_key + "/", old_key + "0"),
             )
 
+    def forget_missing(self, *, dry_run: bool = False) -> int:
+        """Drop (or with ``dry_run`` only count) the records of files that no longer exist; return how many."""
+        gone = [p for (p,) in self._db.execute("SELECT path FROM verified") if not os.path.lexists(p)]
+        if not dry_run:
+            for key in gone:
+                self._delete(key)
+        return len(gone)
+
     def _row(self, key: str) -> tuple[Fingerprint, int, dict[str, str]] | None:
         row = self._db.execute(
             "SELECT dev, ino, size, mtime_ns, ctime_ns, recorded_ns, blake3, sha256, chunk_tree FROM verified"

@@ -1,4 +1,5 @@
-"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token``, ``audit``, ``webhook``).
+"""``forkd-hub``: the server's command line (``serve``, ``migrate``, ``gc``, plus ``token``, ``audit``, ``webhook``,
+``verify``).
 
 Every setting comes from a flag or its ``FORKD_HUB_*`` variable (``hub_server.settings``; table
 in docs/deployment.md). ``serve`` runs the app under uvicorn: one JSON log line per request,
@@ -21,10 +22,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from hub_server import cli_repos, cli_tokens, cli_webhooks
+
+from hub_server import cli_repos, cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
+from hub_server.units import human_size
 
 __all__ = ["build_parser", "main"]
 
@@ -82,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_tokens.register(commands)
     cli_webhooks.register(commands)
     cli_repos.register(commands)
+    cli_verify.register(commands)
     document(parser, HELP)
     return parser
 
@@ -230,7 +234,7 @@ def _gc(args: argparse.Namespace) -> int:
         for item in items:
             print(f"{verb} {kind} {item}")
     print(f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
-          f"upload(s), {len(report.orphan_objects)} orphan object(s): {report.bytes_freed} bytes; kept "
+          f"upload(s), {len(report.orphan_objects)} orphan object(s): {human_size(report.bytes_freed)}; kept "
           f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)")
     return 0
 

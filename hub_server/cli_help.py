@@ -53,6 +53,12 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                     ["forkd-hub repo policy acme/py --immutable-tags on --immutable-exempt 'latest,dev-*'",
                      "forkd-hub repo policy acme/py --keep-last 10 --retention-pattern 'nightly-*'",
                      "forkd-hub repo policy acme/py --no-retention --immutable-tags default --json"]),
+    "verify": ("Re-hash every stored object (blobs, recipes, pack frames) against its digest and check the "
+               "database against the store (rows without objects, objects without rows). Exit 0: all verified; "
+               "3: problems found; 1: could not run. --quarantine moves what is wrong to quarantine/ and marks it, "
+               "never deleting.", {},
+               ["forkd-hub verify --data-dir /var/lib/forkd-hub", "forkd-hub verify --quarantine --json",
+                "forkd-hub verify --clear-marks"]),
     "webhook deliveries": ("Show the delivery log, newest first, with every attempt.", {},
                            ["forkd-hub webhook deliveries --webhook 3 --limit 20"]),
     "webhook prune": ("Remove finished deliveries (and their attempts) beyond the newest N per webhook or older "

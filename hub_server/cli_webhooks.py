@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace, command: Command) -> int:
         return 1
 
     async def go() -> int:
-        async with open_hub(settings) as hub:
+        async with open_hub(settings, create=False) as hub:  # never creates a hub by mistake (issue 16)
             return await command(hub, args)
 
     try:

@@ -1,4 +1,5 @@
-"""Session fixtures that start real services once per test run: PostgreSQL and SeaweedFS (S3)."""
+"""Session fixtures that start real services once per test run: PostgreSQL and SeaweedFS (S3); and the
+traceback scan of every passing test's captured output and logs (issue 16, "Done means")."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.logscan import MARKER
 from tests.services.postgres import PostgresCluster, find_bin_dir
 from tests.services.seaweedfs import SeaweedFS, find_weed
 
@@ -46,3 +48,28 @@ def seaweedfs() -> Iterator[SeaweedFS]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+#: Where the scan runs (checked green there); tests/e2e scans its real processes' output itself.
+SCANNED = ("tests/hub_server/", "tests/forkd_client/", "tests/manifest/")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Fail a passing test whose captured stdout, stderr or log holds a Python traceback: an expected
+    event never shows one (the e2e tests scan real processes' output too, tests/e2e/logscan.py).
+    A test that provokes one on purpose says so with ``@pytest.mark.traceback_expected``."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.passed or item.get_closest_marker("traceback_expected"):
+        return
+    if not item.nodeid.startswith(SCANNED) and not item.get_closest_marker("traceback_scanned"):
+        return
+    for name, content in report.sections:
+        at = content.find(MARKER)
+        if at >= 0:
+            report.outcome = "failed"
+            report.longrepr = (f"{name} holds a Python traceback (an expected event must not show one; "
+                               f"mark the test traceback_expected if it provokes one on purpose):\n"
+                               f"{content[max(0, at - 300):at + 3000]}")
+            return

@@ -21,6 +21,10 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                 ["forkd inspect py-numpy", "forkd inspect py-numpy --verify --json"]),
     "tag": ("Make DST a new snapshot with SRC's content (reflinked where the filesystem can).",
             {"src": "existing local snapshot", "dst": "new local tag"}, ["forkd tag py-numpy py-numpy-backup"]),
+    "prune": ("Remove what interrupted transfers left: staged files of pulls no process is using (the state a pull "
+              "resumes from), scratch directories of dead processes, resumable upload records, and records of files "
+              "that are gone. Never removes a snapshot.", {},
+              ["forkd prune --dry-run", "forkd prune --json"]),
     "rmi": ("Remove local snapshots. A snapshot others chain on needs --cascade (remove them too) or --force.",
             {"tags": "local snapshot tag(s) to remove"}, ["forkd rmi py-old", "forkd rmi py-base --cascade"]),
     "import": ("Install a directory holding vmstate and memory.bin (and optionally rootfs.ext4) as a snapshot, "

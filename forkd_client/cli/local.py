@@ -1,10 +1,11 @@
-"""Making snapshots from local files: ``import`` and ``snapshot-compact``."""
+"""Local housekeeping: ``import`` and ``snapshot-compact`` (snapshots from local files), ``prune`` (leftovers)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from ..prune import prune
 from .output import Context, human_size
 
 
@@ -28,6 +29,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--to", dest="dst", required=True, metavar="D", help="tag of the new base snapshot")
     p.set_defaults(func=run_compact)
 
+    p = sub.add_parser(
+        "prune", parents=[common],
+        help="remove what interrupted pulls and pushes left behind, and records of files that are gone",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run_prune)
+
 
 def run_import(args: argparse.Namespace, ctx: Context) -> int:
     with ctx.store() as store:
@@ -42,4 +51,19 @@ def run_compact(args: argparse.Namespace, ctx: Context) -> int:
         depth = store.depth(args.src)
         snap = store.compact(args.src, args.dst)
     ctx.print(f"Compacted {args.src} (chain depth {depth}) into base {snap.tag}")
+    return 0
+
+
+def run_prune(args: argparse.Namespace, ctx: Context) -> int:
+    with ctx.store() as store:
+        report = prune(store, dry_run=args.dry_run)
+    if args.json:
+        ctx.json(report.to_obj())
+        return 0
+    verb = "would remove" if report.dry_run else "removed"
+    for name in report.staging:
+        ctx.print(f"{verb} .staging/{name}")
+    ctx.print(f"{verb} {len(report.staging)} staged director{'y' if len(report.staging) == 1 else 'ies'} "
+              f"({human_size(report.bytes_freed)}), {len(report.transfer_entries)} resumable upload record(s), "
+              f"{report.chunk_index_rows + report.verified_rows} record(s) of files that are gone")
     return 0

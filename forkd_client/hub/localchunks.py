@@ -44,6 +44,16 @@ class LocalChunkIndex:
             self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)",
                                  ((d, key, o, n) for d, o, n in chunks))
 
+    def forget_missing(self, *, dry_run: bool = False) -> int:
+        """Drop (or with ``dry_run`` only count) the rows of files that no longer exist; return how many."""
+        paths = [p for (p,) in self._db.execute("SELECT DISTINCT path FROM chunks") if not Path(p).is_file()]
+        count = 0
+        for path in paths:
+            count += self._db.execute("SELECT count(*) FROM chunks WHERE path = ?", (path,)).fetchone()[0]
+            if not dry_run:
+                self._db.execute("DELETE FROM chunks WHERE path = ?", (path,))
+        return count
+
     def known(self, digests: Iterable[str]) -> set[str]:
         """Which of ``digests`` have a recorded location (one query per 500; nothing is read)."""
         wanted = list(dict.fromkeys(digests))

@@ -49,6 +49,7 @@ from .errors import DigestInvalid, DiskFull, HubError
 from .fill import fill_link
 from .linkcheck import chunk_lists, fetch_maps, still_intact, verify_files
 from .localchunks import LocalChunkIndex
+from .preflight import check_arguments, index_held_head, plan_pull
 from .progress import NullProgress, Progress
 from .reference import Reference
 
@@ -100,13 +101,16 @@ def pull(
     progress: Progress | None = None,
 ) -> PullResult:
     progress = progress or NullProgress()
+    check_arguments(as_tag)  # preflight: everything that can be refused is, before any transfer
     received_before = client.bytes_received
     chain = client.get_chain(ref.name, ref.ref)
     parsed = [_parse_link(link) for link in chain]
     _check_chain(client, ref, parsed)
     head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
                           else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
-    tags = _local_tags(store, parsed, head_tag)
+    plan = plan_pull(store, parsed, _local_tags(store, parsed, head_tag), force=force)
+    tags = plan.tags
+    index_held_head(store, client, _repository_of(parsed[-1][0], ref), plan, parsed[-1])
     result = PullResult(str(ref), chain[-1].digest, head_tag)
     # Links are pipelined: while one link's files are fsynced and hashed on the verifier thread,
     # the next link is cloned from them and filled. Links are installed strictly base first,
@@ -122,7 +126,7 @@ def pull(
         backlog: list[tuple[ChainLink, LayerManifest, LayerConfig]] = []  # reused links not in ``lists`` yet
         try:
             for (link, manifest, config), tag in zip(parsed, tags):
-                existing = _installed(store, tag, link.digest)
+                existing = _installed(store, tag, link.digest) or plan.existing(tag)
                 if existing is not None and not still_intact(store, existing, config):
                     if not force:
                         raise InvalidSnapshotDir(

@@ -57,3 +57,12 @@ class TransferState:
     def delete(self, key: str) -> None:
         with self._locked() as data:
             data.pop(key, None)
+
+    def remove_prefixed(self, prefixes: tuple[str, ...], *, dry_run: bool = False) -> list[str]:
+        """Remove (or with ``dry_run`` only list) the keys starting with one of ``prefixes``; return them sorted."""
+        with self._locked() as data:
+            keys = sorted(k for k in data if k.startswith(prefixes))
+            if not dry_run:
+                for key in keys:
+                    del data[key]
+            return keys

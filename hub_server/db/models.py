@@ -19,6 +19,9 @@
     uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until)
     gc_leases         (name, holder, expires_at)                     one GC sweeps at a time (replicas)
     gc_marks          (kind, digest, unreferenced_since)             when GC first saw an object unreferenced
+    damage            (key PK, kind, reason, found_at, moved_to)     stored content found damaged: a forkd
+                                                                     pack that cannot be built, an object
+                                                                     ``forkd-hub verify`` failed (revision 0010)
     alembic_version   (version_num)                                  the schema revision (db/schema.py)
     repository_search (SQLite: an FTS5 table, one row per repository, kept by triggers; revision
                        0008, see ``db.search_index``)
@@ -32,7 +35,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 # One timestamp type for every table (aware UTC in Python on SQLite and PostgreSQL alike).
@@ -42,6 +45,7 @@ __all__ = [
     "Blob",
     "BlobRole",
     "Chunk",
+    "Damage",
     "Frame",
     "GcLease",
     "GcMark",
@@ -266,3 +270,20 @@ class GcMark(SQLModel, table=True):
     kind: str = Field(sa_column=Column(String(16), primary_key=True))
     digest: str = Field(sa_column=Column(DIGEST_TYPE, primary_key=True))
     unreferenced_since: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False))
+
+
+class Damage(SQLModel, table=True):
+    """Stored content found damaged, by storage key: refused cheaply afterwards, never silently deleted.
+
+    ``kind``: ``forkd-pack`` (a forkd pack whose build failed on damaged content, ``registry/forkd_compat.py``),
+    or what ``forkd-hub verify`` checked (``blob``, ``recipe``, ``pack``, ``frame``); ``moved_to``: where
+    ``verify --quarantine`` moved the object (None: left in place, or nothing to move).
+    """
+
+    __tablename__ = "damage"
+
+    key: str = Field(sa_column=Column(String(255), primary_key=True))
+    kind: str = Field(sa_column=Column(String(16), nullable=False))
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    found_at: datetime = _time()
+    moved_to: str | None = Field(default=None, sa_column=Column(String(255), nullable=True))

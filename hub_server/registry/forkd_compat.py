@@ -18,12 +18,16 @@ it reads ``packages["owner/name"].versions[version or "latest"]``, downloads ``u
   and serves it from there ever after, so the sha256 a registry.json published stays true.
   The pack's bytes depend only on the stored chain and the repository's name: link names
   come from the configs' parent tags (:func:`link_names`), times from the configs' ``created``.
+  Builds are bounded (``max_pack_bytes``, :data:`MAX_CONCURRENT_BUILDS` at once), single-flight
+  (one per pack in a process) and cached, failures too: a build that fails on damaged content
+  marks the pack (:mod:`registry.damage`) and later requests are refused from the mark at once.
 - Reads follow pull rules: a private repository the caller cannot read is 404 ``NAME_UNKNOWN``.
 
 Errors: ``HubError`` — ``NAME_INVALID``/``NAME_UNKNOWN``/``MANIFEST_UNKNOWN``/``DIGEST_INVALID``
 (the reference), ``TOO_LARGE`` (the pack would exceed ``max_pack_bytes``), ``INTERNAL`` with a
-message naming the file and chunk (stored content does not match its digests: nothing is
-cached), ``UNAVAILABLE`` (no space to build); storage errors (``StorageUnavailable``, ``StorageFull``).
+message naming the file and chunk (stored content does not match its digests: no pack is stored,
+the damage is marked), ``UNAVAILABLE`` (no space to build); storage errors (``StorageUnavailable``,
+``StorageFull``).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from hub_server.db.models import (
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.damage import find_mark, mark
 from hub_server.registry.lineage import ChainLink, LineageService
 from hub_server.registry.packbuild import BuiltPack, LinkSource, StoreFrames, build_pack
 from hub_server.registry.paths import blob_key
@@ -254,6 +259,9 @@ class ForkdCompatService:
             cached = await self._cached(repository, chain.digest)
             if cached is not None:
                 return cached
+            damaged = await find_mark(self.ctx, key)
+            if damaged is not None:  # refused cheaply: the build failed on damaged content before
+                raise _damaged(repository, chain.digest, damaged.reason)
             return await self._build(repository, name, chain.digest, chain.links)
 
     async def _build(self, repository: str, name: str, digest: str, chain: list[ChainLink]) -> PackDownload:
@@ -265,9 +273,10 @@ class ForkdCompatService:
                 raise HubError(ErrorCode.TOO_LARGE, f"the forkd pack of {repository}@{digest} is too large: {e}",
                                {"digest": digest}) from None
             except (ManifestError, BlobNotFound, InvalidRange) as e:
-                log.error("cannot build the forkd pack of %s@%s: %s", repository, digest, e)
-                raise HubError(ErrorCode.INTERNAL, f"cannot build the forkd pack of {repository}@{digest}: "
-                               f"stored content is damaged: {e}", {"digest": digest}) from None
+                log.error("cannot build the forkd pack of %s@%s: %s (marked damaged)", repository, digest, e)
+                with anyio.CancelScope(shield=True):
+                    await mark(self.ctx, pack_key(repository, digest), "forkd-pack", str(e))
+                raise _damaged(repository, digest, str(e)) from None
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise HubError(ErrorCode.UNAVAILABLE, "no space left to build the forkd pack; retry later",
@@ -359,6 +368,11 @@ class ForkdCompatService:
     async def prune(self) -> list[str]:
         """Delete cached packs whose manifest is no longer in their repository (see :func:`prune_packs`)."""
         return await prune_packs(self.ctx)
+
+
+def _damaged(repository: str, digest: str, reason: str) -> HubError:
+    return HubError(ErrorCode.INTERNAL, f"cannot build the forkd pack of {repository}@{digest}: stored content is "
+                    f"damaged: {reason}", {"digest": digest, "damaged": True})
 
 
 async def prune_packs(ctx: RegistryContext, *, dry_run: bool = False) -> list[str]:

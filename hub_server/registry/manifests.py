@@ -1,7 +1,8 @@
 """Manifests: push (verify, store exact bytes, commit in one transaction) and fetch.
 
 A push runs, in order: the size limit, parsing (a layer manifest or a chain index), the
-database checks of :mod:`pushplan`, the chunk frame verification of :mod:`verify`, then
+database checks of :mod:`pushplan`, the chunk frame verification of :mod:`verify`, the proof of
+format-v2 file digests from those chunks (:mod:`filetrees`), then
 stores the exact bytes received as a blob and commits every row in one transaction — links
 to the repository (the document's blobs and the chain below it, so the whole chain is
 pullable through this repository), verified chunk locations, and the tag. Nothing is written
@@ -39,6 +40,7 @@ from hub_server.db.models import (
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import check_readable, ensure_repository, find_repository, require
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.filetrees import prove_file_digests
 from hub_server.registry.names import Reference, check_repository, parse_reference
 from hub_server.registry.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
 from hub_server.registry.oci_plan import plan_generic
@@ -134,6 +136,9 @@ class ManifestService:
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
         await verify_frames(partial(read_blob_range, self.ctx), plan.frames, plan.blob_sizes)
+        if plan.proven_maps:  # format v2: the chunk digests hold, so the file digests can be proven from them
+            async with self.ctx.sessions() as session:
+                await prove_file_digests(self.ctx, session, plan.proven_maps, plan.ancestors)
 
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):

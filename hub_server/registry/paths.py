@@ -19,6 +19,9 @@
                                     lists its frames in order (registry/packs.py, recipes.py).
                                     ``<id>`` is 32 lowercase hex (the upload session's uuid).
     forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst|.json   forkd pack of manifest <alg>:<hex> and its {sha256, size}, built once (registry/forkd_compat.py)
+    quarantine/<key>                an object ``forkd-hub verify --quarantine`` found damaged or
+                                    orphaned, moved aside from ``<key>`` (never deleted by the hub;
+                                    table ``damage`` says why, registry/scrub.py)
 
 Publication is atomic: bytes are staged under ``uploads/`` (or a backend's own staging),
 verified against their digest, moved to ``blobs/…``, and only then is metadata committed.
@@ -30,12 +33,13 @@ import re
 
 from manifest.digest import Digest
 
-__all__ = ["BLOBS_PREFIX", "FRAME_PACKS_PREFIX", "UPLOADS_PREFIX", "blob_key", "digest_from_blob_key", "is_pack_key",
-           "pack_key", "upload_key"]
+__all__ = ["BLOBS_PREFIX", "FRAME_PACKS_PREFIX", "QUARANTINE_PREFIX", "UPLOADS_PREFIX", "blob_key",
+           "digest_from_blob_key", "is_pack_key", "pack_key", "quarantine_key", "upload_key"]
 
 BLOBS_PREFIX = "blobs"
 UPLOADS_PREFIX = "uploads"
 FRAME_PACKS_PREFIX = "packs"
+QUARANTINE_PREFIX = "quarantine"
 _PACK_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -75,3 +79,8 @@ def is_pack_key(key: str) -> bool:
     parts = key.split("/")
     return len(parts) == 3 and parts[0] == FRAME_PACKS_PREFIX and bool(_PACK_ID.fullmatch(parts[2])) \
         and parts[1] == parts[2][:2]
+
+
+def quarantine_key(key: str) -> str:
+    """``quarantine/<key>``: where ``forkd-hub verify --quarantine`` moves the object at ``key``."""
+    return f"{QUARANTINE_PREFIX}/{key}"

@@ -9,7 +9,8 @@
 3. the parent manifest exists and is readable (``PARENT_UNKNOWN``), and the chain is no deeper
    than the limit (``CHAIN_TOO_DEEP``);
 4. every chunk map parses and agrees with the manifest, the config and the parent's config;
-5. the chunk frames not verified before are listed for :func:`verify.verify_frames`.
+5. the chunk frames not verified before are listed for :func:`verify.verify_frames`, and (format
+   v2) the chunk maps whose file digests are proven after them (:mod:`filetrees`, O(chunks)).
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class PushPlan:
     reused_frames: int = 0
     subject_digest: str | None = None
     """The manifest a generic OCI manifest refers to (``subject``: the referrers API)."""
+    proven_maps: list[ChunkMap] = field(default_factory=list)
+    """Format v2: the chunk maps whose file digests :func:`filetrees.prove_file_digests` proves
+    once the frames are verified."""
 
 
 async def plan_layer(
@@ -139,6 +143,7 @@ async def plan_layer(
         frames=new,
         blob_sizes={d: b.size for d, b in blobs.items()},
         reused_frames=len(frames) - len(new),
+        proven_maps=maps if manifest.version >= 2 else [],
     )
 
 

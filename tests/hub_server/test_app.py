@@ -93,6 +93,7 @@ def test_routing_and_validation_errors_use_the_envelope(hub: Hub):
     expect_error(hub.client.get("/v2/UPPER/vm/tags/list"), 400, "NAME_INVALID")
 
 
+@pytest.mark.traceback_expected  # an unexpected error is logged with its traceback, never answered
 def test_unexpected_errors_are_internal_without_details(hub: Hub, monkeypatch, caplog):
     async def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("secret internals")

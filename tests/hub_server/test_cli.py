@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 
 import pytest
@@ -43,6 +44,7 @@ def test_gc_dry_run_then_for_real(tmp_path, capsys, images):
     out = capsys.readouterr()
     assert out.out.count("would delete manifest ") == 1 and "would delete blob " in out.out
     assert "would delete 1 manifest(s)" in out.out and out.err == ""  # a report: stdout (issue 16 item 14)
+    assert re.search(r"orphan object\(s\): \d+\.\d (KiB|MiB); kept", out.out), out.out  # IEC, not raw bytes
 
     def objects() -> int:  # blob objects and frame packs
         return sum(1 for d in ("blobs", "packs") for p in (data / "blobs" / d).rglob("*") if p.is_file())
@@ -73,7 +75,9 @@ def test_every_command_is_registered():
 
 
 @pytest.mark.parametrize("argv", [["token", "list"], ["token", "create", "ci", "--scope", "admin"],
-                                  ["token", "revoke", "ci"], ["audit"], ["audit", "--verify"], ["gc", "--dry-run"]])
+                                  ["token", "revoke", "ci"], ["audit"], ["audit", "--verify"], ["gc", "--dry-run"],
+                                  ["webhook", "list"], ["webhook", "add", "acme", "http://127.0.0.1:9/"],
+                                  ["webhook", "remove", "1"], ["webhook", "deliveries"]])
 def test_commands_refuse_a_data_dir_without_a_hub_and_create_nothing(tmp_path, capsys, argv):
     """Issue 16 item 12: a typo in --data-dir is refused with one line, never a new empty hub."""
     missing = tmp_path / "typo"

@@ -27,6 +27,15 @@ def clean_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def existing_hub(tmp_path, capsys):
+    """``webhook`` commands need an existing hub (issue 16): make one where every test points."""
+    from hub_server.cli import main
+
+    assert main(["migrate", "--data-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+
+
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main_for_tests(list(argv))
     out, err = capsys.readouterr()

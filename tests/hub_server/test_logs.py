@@ -42,6 +42,7 @@ def test_records_are_json_with_extra_fields(root_stream):
     assert record["ts"].endswith("+00:00")
 
 
+@pytest.mark.traceback_expected  # the JSON log line carries the exception on purpose
 def test_exceptions_and_unencodable_values(root_stream):
     try:
         raise ValueError("bad thing")

@@ -10,7 +10,7 @@ from blake3 import blake3
 
 from forkd_client.errors import InvalidSnapshotDir
 from forkd_client.hub.client import HubClient
-from forkd_client.hub.errors import DigestInvalid, HubUnreachable
+from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
 from forkd_client.hub import push as push_module
 from forkd_client.hub.push import push
@@ -24,7 +24,11 @@ CHUNK = 64 << 10
 
 def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
     """Push chain3 while ``liar``'s memory.bin is claimed to have another chunk tree: a pusher whose
-    chunk map disagrees with its own chunks. The hub cannot tell (it never assembles files)."""
+    chunk map disagrees with its own chunks. Our hub proves file digests at push (issue 16 item 1)
+    and refuses it; a hub without that proof (older, or hostile) would serve it, so the proof is
+    switched off here to give the client that hub: the client must still catch the lie."""
+    from hub_server.registry import manifests as hub_manifests
+
     honest = push_module.file_chunk_tree
     lie = "blake3:" + blake3(b"not the assembled content").hexdigest()
 
@@ -33,6 +37,13 @@ def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
 
     monkeypatch.setattr(push_module, "file_chunk_tree", tree)
     token = inproc_hub.token("ci", "push:acme/*")
+    with pytest.raises(HubError, match="memory.bin declares digest .* could never be pulled"):
+        push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
+
+    async def unproven(*args, **kwargs):
+        return None
+
+    monkeypatch.setattr(hub_manifests, "prove_file_digests", unproven)
     push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
     monkeypatch.setattr(push_module, "file_chunk_tree", honest)
     return token, lie

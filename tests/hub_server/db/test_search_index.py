@@ -63,7 +63,7 @@ def test_revision_indexes_old_rows_and_triggers_keep_the_index(database_url: str
                     {"t": NOW, "a": json.dumps({"org.example.recipe": "numpy wheels"})})
                 await conn.execute(text("INSERT INTO tags (repository_id, name, manifest_digest, updated_at) "
                                         "VALUES (1, 'stable', 'blake3:aa', :t)"), {"t": NOW})
-            applied = await upgrade(engine)  # 0008, then any later revision (0009: repository policies)
+            applied = await upgrade(engine)  # 0008, then any later revision (0009 repository policies, 0010 damage marks, ...)
             assert applied[0] == "0008" and applied[-1] == head_revision() and len(applied) == len(set(applied))
             async with engine.begin() as conn:
                 assert (await conn.execute(text("SELECT pull_count FROM repositories"))).scalar_one() == 0

@@ -255,6 +255,37 @@ def test_a_damaged_chunk_fails_the_build_and_caches_nothing(hub: Hub, images, tm
     assert list((hub.settings.data_dir / "tmp").iterdir()) == []
 
 
+def test_a_damaged_build_is_marked_once_and_refused_from_the_mark(hub: Hub, images, tmp_path, caplog):
+    """Issue 16 item 1: failures are cached too; the mark outlives a repair until it is cleared."""
+    from hub_server.registry.damage import clear_marks, list_marks
+
+    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:2], tmp_path / "p", "head",
+                                                              public=True)
+    victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
+    blob = layers[1].chunk_map.blobs[victim.blob]
+    hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset)
+    forkd = service(hub)
+
+    async def together() -> list:
+        return await asyncio.gather(*(forkd.pack(Principal.anonymous(), "acme", "vm", "head") for _ in range(3)),
+                                    return_exceptions=True)
+
+    with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd_compat"):
+        answers = hub.call(together) + [hub.call(together)[0]]
+    assert all(isinstance(a, HubError) and a.code is ErrorCode.INTERNAL and a.detail["damaged"] for a in answers)
+    assert all(f"chunk {victim.index}" in a.message for a in answers)  # the mark keeps the reason
+    assert sum("cannot build the forkd pack" in r.getMessage() for r in caplog.records) == 1  # built once
+    marks = hub.call(list_marks, hub.registry.ctx)
+    assert [(m.key, m.kind) for m in marks] == [(pack_key("acme/vm", layers[1].digest), "forkd-pack")]
+    assert stored_pack_keys(hub) == []
+
+    hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset)  # repaired: the mark still answers
+    with pytest.raises(HubError):
+        pack_bytes(hub, forkd, "acme/vm", "head")
+    assert hub.call(clear_marks, hub.registry.ctx) == 1
+    assert pack_bytes(hub, forkd, "acme/vm", "head")  # built now
+
+
 def test_prune_removes_packs_of_manifests_gone_from_their_repository(hub: Hub, images, tmp_path):
     admin = hub.token("admin", "admin")
     layers = hub.pusher(admin).push_chain("acme/vm", images[:2], tmp_path / "p", "head", public=True)

@@ -1,0 +1,84 @@
+"""``forkd-hub verify``: re-hash stored objects and check the database against the store (``registry/scrub.py``).
+
+Output: one line per problem on stdout (kind, key, reason, action), then a summary with sizes in
+IEC units; ``--json`` prints the report (``ScrubReport.to_json``) instead. ``--quarantine`` moves
+what is wrong aside and marks it (never deletes); ``--clear-marks`` forgets every damage mark after
+a repair (a forkd pack marked damaged is then built again on its next request).
+
+Exit status: 0 everything verified, 3 problems found (reported, or quarantined with
+``--quarantine``), 1 the check could not run (no hub there, storage or database unreachable), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from hub_server.cli_tokens import add_store_args
+from hub_server.compose import HubStartError, open_hub, redacted_url
+from hub_server.registry.damage import clear_marks
+from hub_server.registry.scrub import Scrubber, ScrubReport
+from hub_server.settings import SettingsError, load_settings, parse_duration
+from hub_server.storage import StorageError
+from hub_server.units import human_size
+
+__all__ = ["PROBLEMS_FOUND", "register"]
+
+#: The exit status when something is wrong (0: all verified; 1: could not run; 2: usage).
+PROBLEMS_FOUND = 3
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    verify = subparsers.add_parser("verify", help="re-hash stored objects, check the database against the store")
+    add_store_args(verify)
+    verify.add_argument("--quarantine", action="store_true",
+                        help="move damaged and orphan objects to quarantine/ and mark them (nothing is deleted)")
+    verify.add_argument("--grace", default="1h",
+                        help="objects without a row younger than this are not orphans yet (default 1h)")
+    verify.add_argument("--clear-marks", action="store_true",
+                        help="forget every damage mark (after a repair), then verify")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.set_defaults(func=_verify)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings({name: getattr(args, name, None) for name in ("data_dir", "storage", "database_url")})
+        grace = parse_duration(args.grace)
+    except (SettingsError, ValueError) as e:
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
+
+    async def go() -> tuple[int, ScrubReport]:
+        async with open_hub(settings, create=False) as hub:
+            cleared = await clear_marks(hub.registry.ctx) if args.clear_marks else 0
+            return cleared, await Scrubber(hub.registry.ctx, quarantine=args.quarantine, grace=grace).run()
+
+    try:
+        cleared, report = asyncio.run(go())
+    except (HubStartError, StorageError, OSError) as e:
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as e:
+        print(f"forkd-hub: database error ({redacted_url(settings.database_url)}): {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({**report.to_json(), "marksCleared": cleared}, indent=2))
+    else:
+        _print(report, cleared)
+    return 0 if report.clean else PROBLEMS_FOUND
+
+
+def _print(report: ScrubReport, cleared: int) -> None:
+    if cleared:
+        print(f"forgot {cleared} damage mark(s)")
+    for p in report.problems:
+        where = f" -> {p.moved_to}" if p.moved_to else ""
+        print(f"{p.kind:8} {p.key}: {p.reason} [{p.action}{where}]")
+    print(f"checked {report.blobs} blob(s), {report.recipes} recipe(s), {report.packs} pack(s) holding "
+          f"{report.frames} frame(s): {human_size(report.bytes_hashed)} hashed; "
+          + ("everything verified" if report.clean else f"{len(report.problems)} problem(s)"))
