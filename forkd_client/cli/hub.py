@@ -167,10 +167,10 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                                           f"{args.local_tag} {args.ref}' again to resume from there"):
                 result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
                               force=args.force)
-        except TagConflict as e:
-            ctx.error(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to retry, "
-                      "or use --force to move the tag anyway")
-            return 1
+        except TagConflict as e:  # exits 4 (conflict), like every 409
+            raise TagConflict(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
+                              "retry, or use --force to move the tag anyway", code=e.code, status=e.status,
+                              detail=e.detail) from None
     if args.json:
         ctx.json(result.to_obj())
         return 0
@@ -269,10 +269,10 @@ def run_delete(args: argparse.Namespace, ctx: Context) -> int:
     with _client(ref, ctx=None if args.json else ctx) as client:
         try:
             body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
-        except HasDependents as e:
+        except HasDependents as e:  # exits 4 (conflict), like every 409
             names = ", ".join(f"{d.get('repository')}:{d.get('tag') or d.get('digest')}" for d in e.dependents)
-            ctx.error(f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force")
-            return 1
+            raise HasDependents(f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force",
+                                code=e.code, status=e.status, detail=e.detail) from None
     if args.json:
         ctx.json(body)
     else:

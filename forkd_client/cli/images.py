@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import ClientError, InvalidSnapshotDir
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
+from .exitcodes import exit_code_for
 from .output import Context, human_size
 
 
@@ -82,7 +83,7 @@ def run_images(args: argparse.Namespace, ctx: Context) -> int:
 def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
     with ctx.store() as store:
         snap = store.get(args.tag)
-        problem: str | None = None
+        problem: ClientError | None = None
         chain: list[str] | None = None
         try:
             chain = [s.tag for s in store.chain(args.tag)]
@@ -93,12 +94,12 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
                 if args.deep:
                     store.verify_files_deep(args.tag)
         except ClientError as e:
-            problem = str(e)
+            problem = e
         info = snap.to_obj()
         info["depth"] = len(chain) if chain else None
         info["ancestors"] = chain[:-1] if chain else []
         info["dependents"] = store.dependents(args.tag)
-        info["chain_error"] = problem
+        info["chain_error"] = str(problem) if problem is not None else None
         if args.verify:
             info["verified"] = problem is None
     if args.json:
@@ -106,8 +107,8 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
     else:
         _print_inspect(ctx, snap, info)
     if problem is not None:
-        ctx.error(problem)
-        return 1
+        ctx.error(str(problem))
+        return exit_code_for(problem)  # 6 when a parent's content changed, 1 for a broken chain
     return 0
 
 
@@ -157,7 +158,7 @@ def run_rmi(args: argparse.Namespace, ctx: Context) -> int:
                 removed = store.remove(tag, cascade=args.cascade, force=args.force)
             except ClientError as e:
                 ctx.error(str(e))
-                status = 1
+                status = exit_code_for(e)
                 continue
             for t in removed:
                 ctx.print(f"Removed: {t}")
