@@ -17,8 +17,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     p.set_defaults(func=run_images)
 
-    p = sub.add_parser("inspect", parents=[common], help="show one snapshot, its chain and its files")
-    p.add_argument("tag")
+    p = sub.add_parser("inspect", parents=[common],
+                       help="show one snapshot, its chain and its files (or, for ns/repo[:tag], what a hub holds)")
+    p.add_argument("tag", metavar="TAG_OR_REF")
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     p.add_argument("--verify", action="store_true",
                    help="also check every link's parent_content_hash (hashes only files not verified before)")
@@ -81,6 +82,10 @@ def run_images(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
+    if "/" in args.tag:  # a hub reference: no local tag has a '/'
+        from .inspect_remote import run_inspect_remote
+
+        return run_inspect_remote(args, ctx)
     with ctx.store() as store:
         snap = store.get(args.tag)
         problem: ClientError | None = None

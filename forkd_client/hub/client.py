@@ -204,6 +204,16 @@ class HubClient:
             return None
         return r.headers.get("docker-content-digest")
 
+    def referrers(self, name: str, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
+        """Descriptors of the manifests in ``name`` whose subject is ``digest`` (OCI referrers API),
+        only those of ``artifact_type`` when given. Raises HubError on a malformed answer."""
+        params = {"artifactType": artifact_type} if artifact_type else {}
+        r = self._request("GET", f"/v2/{name}/referrers/{digest}", params=params)
+        found = _json_object(r, f"referrers of {name}@{digest}").get("manifests", [])
+        if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
+            raise HubError(f"hub sent a malformed referrers index for {name}@{digest}")
+        return found
+
     def get_chain(self, name: str, ref: str) -> list[ChainLink]:
         """The chain base → head, each manifest's bytes verified against its digest."""
         r = self._request("GET", f"/api/v1/repositories/{name}/chain/{ref}")

@@ -3,7 +3,9 @@
 The transfer engine only calls :class:`Progress`'s four methods, so tests pass
 :class:`NullProgress` (or a recording one) and the CLI picks with :func:`make_progress`.
 Sizes are IEC (MiB). Piped output (logs, CI) gets a line every ``FORKD_PROGRESS_INTERVAL``
-seconds (default 5) while a task runs, not only at its end. ``close(finished=False)`` (an
+seconds (default 5) while a task runs, not only at its end: a ticker thread prints it even when
+no byte moved since (one upload request of a big layer on a slow link, a stalled hub), so a CI
+log never goes quiet long enough to look hung. ``close(finished=False)`` (an
 interrupt) leaves every bar where it was instead of filling it.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -56,6 +59,17 @@ class LineProgress(Progress):
         self._desc: str | None = None
         self._total = self._done = 0
         self._start = self._last = 0.0
+        self._lock = threading.Lock()  # the ticker thread and the transfer both print
+        self._closed = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def _tick(self) -> None:
+        """Print an ``at`` line whenever a task ran ``interval`` seconds without one."""
+        while not self._closed.wait(min(self.interval, 1.0) / 2):
+            with self._lock:
+                if self._desc is not None and time.monotonic() - self._last >= self.interval:
+                    self._last = time.monotonic()
+                    self._line("at")
 
     def _line(self, state: str) -> None:
         seconds = max(time.monotonic() - self._start, 1e-9)
@@ -69,22 +83,32 @@ class LineProgress(Progress):
         self._desc = None
 
     def task(self, description: str, total: int) -> None:
-        self._finish()
-        self._desc, self._total, self._done = description, total, 0
-        self._start = self._last = time.monotonic()
+        with self._lock:
+            self._finish()
+            self._desc, self._total, self._done = description, total, 0
+            self._start = self._last = time.monotonic()
+        if self._ticker is None and not self._closed.is_set():
+            self._ticker = threading.Thread(target=self._tick, name="forkd-progress", daemon=True)
+            self._ticker.start()
 
     def advance(self, nbytes: int) -> None:
-        self._done += nbytes
-        now = time.monotonic()
-        if self._desc is not None and now - self._last >= self.interval:
-            self._last = now
-            self._line("at")
+        with self._lock:
+            self._done += nbytes
+            now = time.monotonic()
+            if self._desc is not None and now - self._last >= self.interval:
+                self._last = now
+                self._line("at")
 
     def log(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
+        with self._lock:
+            print(message, file=self.stream, flush=True)
 
     def close(self, *, finished: bool = True) -> None:
-        self._finish(finished)
+        self._closed.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        with self._lock:
+            self._finish(finished)
 
 
 class RichProgress(Progress):
