@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "automatically under GitHub Actions, GitLab CI or CI=true)")
     p.add_argument("--no-provenance", action="store_true",
                    help="attach no provenance referrer, even in CI or with --annotation")
+    p.add_argument("--progress", action="store_true",
+                   help="show progress on stderr even with --json (CI logs: a line every FORKD_PROGRESS_INTERVAL s)")
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
@@ -169,7 +171,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     user_annotations = parse_annotations(args.annotation)  # a malformed one is a usage error, before any transfer
     annotations = {} if args.no_provenance else ci_annotations(os.environ)
     started = now_rfc3339()
-    progress = make_progress(quiet=args.quiet or args.json)
+    progress = make_progress(quiet=args.quiet or (args.json and not args.progress))
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         try:
             with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "

@@ -104,6 +104,11 @@ class HubClient:
                 forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
                 response = self._send(method, _redirect_target(response), forwarded, max_bytes,  # type: ignore[arg-type]
                                       **{k: v for k, v in kw.items() if k != "json"})
+            if method == "HEAD" and response.status_code == 401:
+                # a HEAD answer has no body: ask once with GET for the envelope that says why (expired,
+                # revoked, unknown token), so a CI log does not just say "HTTP 401"
+                probe = self._send("GET", self.url(path), headers, 64 << 10, **kw)
+                response = probe if probe.status_code == 401 else response
         except httpx.TimeoutException as e:
             raise HubUnreachable(f"hub {self.base_url} timed out on {method} {path}: {e}") from None
         except httpx.TransportError as e:
