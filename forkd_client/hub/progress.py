@@ -39,6 +39,10 @@ class Progress:
     def advance(self, nbytes: int) -> None:
         """``nbytes`` more bytes done in the current task."""
 
+    def busy(self, description: str) -> None:
+        """Begin a step whose length is unknown (computing a layer); it ends with the next task.
+        Piped output says it is still working every interval; bars show nothing."""
+
     def log(self, message: str) -> None:
         """A line worth showing even without a bar (skipped link, reused chunks…)."""
 
@@ -57,6 +61,7 @@ class LineProgress(Progress):
         self.stream = stream
         self.interval = line_interval() if interval is None else interval
         self._desc: str | None = None
+        self._busy = False
         self._total = self._done = 0
         self._start = self._last = 0.0
         self._lock = threading.Lock()  # the ticker thread and the transfer both print
@@ -73,6 +78,10 @@ class LineProgress(Progress):
 
     def _line(self, state: str) -> None:
         seconds = max(time.monotonic() - self._start, 1e-9)
+        if self._busy:
+            said = {"at": "still working after", "done,": "done in"}.get(state, "interrupted after")
+            print(f"{self._desc}: {said} {seconds:.1f}s", file=self.stream, flush=True)
+            return
         of = f" of {human_size(self._total)}" if self._total else ""
         print(f"{self._desc}: {state} {human_size(self._done)}{of} in {seconds:.1f}s "
               f"({human_size(self._done / seconds)}/s)", file=self.stream, flush=True)
@@ -82,10 +91,10 @@ class LineProgress(Progress):
             self._line("done," if finished else "interrupted at")
         self._desc = None
 
-    def task(self, description: str, total: int) -> None:
+    def task(self, description: str, total: int, *, busy: bool = False) -> None:
         with self._lock:
             self._finish()
-            self._desc, self._total, self._done = description, total, 0
+            self._desc, self._total, self._done, self._busy = description, total, 0, busy
             self._start = self._last = time.monotonic()
         if self._ticker is None and not self._closed.is_set():
             self._ticker = threading.Thread(target=self._tick, name="forkd-progress", daemon=True)
@@ -98,6 +107,9 @@ class LineProgress(Progress):
             if self._desc is not None and now - self._last >= self.interval:
                 self._last = now
                 self._line("at")
+
+    def busy(self, description: str) -> None:
+        self.task(description, 0, busy=True)
 
     def log(self, message: str) -> None:
         with self._lock:

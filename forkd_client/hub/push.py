@@ -177,6 +177,7 @@ def _push_link(
     work.mkdir(parents=True)
     try:
         progress.log(f"{snap.tag}: computing layer against {parent.tag if parent else 'nothing (base)'}")
+        progress.busy(f"{snap.tag}: computing layer")  # piped: "still working" lines on a big layer
         layer = build_layer(snap, parent, parent_digest, work, digests, chunk_tree, chunk_size=chunk_size)
         uploaded, new_frames, held_frames, held_bytes = _upload_blobs(client, state, name, layer, progress, snap.tag)
         if not client.manifest_exists(name, layer.digest):

@@ -41,3 +41,16 @@ def test_no_line_between_tasks_and_an_interrupt_says_where_it_stopped():
     progress.close(finished=False)
     lines = [line for line in out.getvalue().splitlines() if ": at " not in line]
     assert lines[0].startswith("push a: done, 100 B of 100 B") and lines[-1].startswith("push b: interrupted at 40 B")
+
+
+def test_a_step_of_unknown_length_says_it_is_still_working():
+    """Computing a big layer (hashing, compressing) moves no bytes yet: the log still hears from it."""
+    out = io.StringIO()
+    progress = LineProgress(out, interval=0.1)
+    progress.busy("base: computing layer")
+    assert _wait_for(lambda: out.getvalue().count("base: computing layer: still working after") >= 2), out.getvalue()
+    progress.task("push base", 100)
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("base: computing layer: done in ") for line in lines)
+    assert lines[-1].startswith("push base: done, 0 B of 100 B")
