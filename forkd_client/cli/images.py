@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="also check every link's parent_content_hash (hashes only files not verified before)")
     p.add_argument("--deep", action="store_true",
                    help="--verify, and hash every file of the chain again in full, trusting no record")
+    p.add_argument("--remote", action="store_true",
+                   help="for a tag pulled from a hub: show what that hub holds for its layer (annotations, provenance)")
     p.set_defaults(func=run_inspect)
 
     p = sub.add_parser("tag", parents=[common], help="make DST a copy of SRC (reflinked where possible)")
@@ -82,7 +84,7 @@ def run_images(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
-    if "/" in args.tag:  # a hub reference: no local tag has a '/'
+    if "/" in args.tag or args.remote:  # a hub reference (no local tag has a '/'), or where a tag came from
         from .inspect_remote import run_inspect_remote
 
         return run_inspect_remote(args, ctx)

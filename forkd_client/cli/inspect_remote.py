@@ -3,8 +3,9 @@ snapshot's own annotations (its config), and the referrers attached to it (prove
 signatures), with each provenance statement read back and verified against its digest.
 
 ``forkd inspect`` calls :func:`run_inspect_remote` when its argument is a hub reference (it has
-a ``/``, which no local tag has). Errors: the HubError family, UsageError (``--verify``/``--deep``,
-which check local files).
+a ``/``, which no local tag has), or with ``--remote`` for a local tag pulled from a hub (its
+origin names the hub and the layer). Errors: the HubError family, UsageError (``--verify``/``--deep``,
+which check local files; ``--remote`` on a tag that was not pulled).
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ def run_inspect_remote(args: argparse.Namespace, ctx: Context) -> int:
     if args.verify or args.deep:
         raise UsageError(f"{args.tag}: --verify and --deep check a local snapshot's files; "
                          "pull it first, then inspect its local tag")
-    ref = Reference.parse(args.tag)
-    with _client(ref, ctx=None if args.json else ctx) as client:
+    if "/" in args.tag:
+        ref, hub = Reference.parse(args.tag), None
+    else:
+        ref, hub = _origin(args, ctx)
+    with _client(ref, hub, ctx=None if args.json else ctx) as client:
         info = remote_inspection(client, ref)
     if args.json:
         ctx.json(info)
@@ -58,6 +62,16 @@ def run_inspect_remote(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print(f"Provenance {p['digest']}: builder {run.get('builder', {}).get('id', '-')}, "
                   f"run {run.get('metadata', {}).get('invocationId', '-')}")
     return 0
+
+
+def _origin(args: argparse.Namespace, ctx: Context) -> tuple[Reference, str]:
+    """The hub reference (``ns/repo@digest``) and hub URL a local tag was pulled from."""
+    with ctx.store() as store:
+        origin = store.get(args.tag).origin or {}
+    if not origin.get("hub") or not origin.get("reference"):
+        raise UsageError(f"--remote: snapshot {args.tag!r} was not pulled from a hub (it has no origin); "
+                         "inspect a hub reference instead, e.g. forkd inspect acme/python:numpy")
+    return Reference.parse(str(origin["reference"])), str(origin["hub"])
 
 
 def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:

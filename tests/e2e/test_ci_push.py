@@ -233,6 +233,10 @@ def test_ci_provenance_is_a_referrer_that_inspect_shows(hub, tmp_path):
     assert statement["predicate"]["runDetails"]["metadata"]["invocationId"].endswith("/-/pipelines/77")
     text = reader.run("inspect", "acme/env:v1").stdout
     assert "dev.forkd.ci.system: gitlab-ci" in text and "org.example.team: ml" in text
+    reader.run("pull", "acme/env:v1", "--as", "env")  # a local tag knows where it came from
+    assert reader.json("inspect", "env", "--remote")["referrers"] == seen["referrers"]
+    never_pulled = ci.run("inspect", "numpy", "--remote", check=False)
+    assert never_pulled.returncode == EXIT_USAGE and "was not pulled from a hub" in never_pulled.stderr
 
     # the layers themselves carry no CI facts: the same chain pushed without CI has the same digest
     plain = ci_runner(tmp_path / "ci", hub, token)  # the same machine, outside CI
