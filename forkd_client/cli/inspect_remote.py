@@ -78,19 +78,21 @@ def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:
     """What ``forkd inspect REF --json`` prints (docs/cli.md). Raises the HubError family."""
     data, digest = client.get_manifest(ref.name, ref.ref)
     manifest = _object(data)
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    config: dict[str, Any] = manifest["config"] if isinstance(manifest.get("config"), dict) else {}
     snapshot_annotations: dict[str, str] = {}
     if config.get("mediaType") in (mt.CONFIG, mt.CONFIG_V1) and isinstance(config.get("digest"), str):
-        blob = client.get_blob(ref.name, config["digest"], config.get("size") if isinstance(config.get("size"), int)
-                               else None, limit=MAX_CONFIG_BYTES)
+        size = config.get("size")
+        blob = client.get_blob(ref.name, config["digest"], size if isinstance(size, int) else None,
+                               limit=MAX_CONFIG_BYTES)
         snapshot_annotations = _strings(_object(blob).get("annotations"))
-    referrers = [{"digest": str(r.get("digest")), "artifactType": r.get("artifactType"),
-                  "annotations": _strings(r.get("annotations"))} for r in list_referrers(client, ref.name, digest)]
+    referrers: list[dict[str, Any]] = [
+        {"digest": str(r.get("digest")), "artifactType": r.get("artifactType"), "annotations": _strings(r.get("annotations"))}
+        for r in list_referrers(client, ref.name, digest)]
     provenance = []
     for r in referrers:
         if r["artifactType"] != ARTIFACT_TYPE:
             continue
-        statements = [_object(d.data) for d in fetch_documents(client, ref.name, r["digest"])
+        statements = [_object(d.data) for d in fetch_documents(client, ref.name, str(r["digest"]))
                       if d.media_type == ARTIFACT_TYPE]
         statement = next((s for s in statements if s.get("predicateType") == PREDICATE_TYPE), None)
         provenance.append({"digest": r["digest"], "annotations": r["annotations"], "statement": statement})
