@@ -3,7 +3,7 @@
 Every error the client raises on purpose derives from :class:`ClientError`, and also from
 the stdlib class that says the same thing, so callers may catch either. Messages always
 name the snapshot tag, file or path involved; the CLI prints them as
-``forkd: error: <message>`` and exits 1.
+``forkd: error: <message>`` and exits with the code of their class (forkd_client.cli.exitcodes).
 
     ClientError(Exception)
     ├── InvalidTag               (also ValueError) a tag breaks [A-Za-z0-9_][A-Za-z0-9_-]{0,63}
@@ -15,6 +15,9 @@ name the snapshot tag, file or path involved; the CLI prints them as
     ├── UnsafeLinkHoles          a link's memory.bin has holes where its parent holds data (forkd maps the parent's bytes)
     ├── FileContentMismatch      a file's bytes no longer hash to what was recorded for it (deep check)
     ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
+    ├── UsageError               (also ValueError) an argument or option value is malformed (CLI exit 2)
+    ├── VerificationFailed       content is not what its digest, parent record or signature says (CLI exit 6);
+    │                            ParentContentMismatch, FileContentMismatch and hub.errors.DigestInvalid are ones
     └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
 
 ``Interrupted`` (a ``KeyboardInterrupt``, not a ClientError) carries what can be resumed after
@@ -36,6 +39,14 @@ class ClientError(Exception):
 
 class InvalidTag(ClientError, ValueError):
     """A snapshot tag does not follow the tag rules."""
+
+
+class UsageError(ClientError, ValueError):
+    """An argument or option value is malformed (e.g. ``--annotation`` without ``=``)."""
+
+
+class VerificationFailed(ClientError):
+    """Content is not what its digest, its child's parent record or its signature says it must be."""
 
 
 class SnapshotNotFound(ClientError, LookupError):
@@ -79,7 +90,7 @@ class ChainBroken(ClientError):
         self.missing = missing
 
 
-class ParentContentMismatch(ClientError):
+class ParentContentMismatch(VerificationFailed):
     """A parent's memory.bin no longer hashes to what its child recorded.
 
     ``expected`` is the child's ``parent_content_hash`` (lowercase hex sha256; None when the
@@ -103,7 +114,7 @@ class ParentContentMismatch(ClientError):
         self.actual = actual
 
 
-class FileContentMismatch(ClientError):
+class FileContentMismatch(VerificationFailed):
     """A snapshot file's bytes, hashed again in full, are not what its forkd-hub.json records."""
 
     def __init__(self, tag: str, role: str, expected: str, actual: str) -> None:

@@ -17,8 +17,10 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "images": ("List the local snapshots: tag, parent, sizes and where they came from.", {},
                ["forkd images", "forkd images --json"]),
     "inspect": ("Show one snapshot: its chain base to head, its files and their digests; --verify re-checks "
-                "every link's parent content hash.", {"tag": _TAG},
-                ["forkd inspect py-numpy", "forkd inspect py-numpy --verify --json"]),
+                "every link's parent content hash. Given a hub reference (ns/repo[:tag|@digest]), show what the "
+                "hub holds: annotations, provenance and other referrers.",
+                {"tag": _TAG + ", or a hub reference [HOST/]ns/repo[:tag|@digest]"},
+                ["forkd inspect py-numpy", "forkd inspect py-numpy --verify --json", "forkd inspect acme/python:numpy"]),
     "tag": ("Make DST a new snapshot with SRC's content (reflinked where the filesystem can).",
             {"src": "existing local snapshot", "dst": "new local tag"}, ["forkd tag py-numpy py-numpy-backup"]),
     "prune": ("Remove what interrupted transfers left: staged files of pulls no process is using (the state a pull "
@@ -47,7 +49,8 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                {"url": "hub URL (default: the default hub)"}, ["forkd logout", "forkd logout https://hub.example.com"]),
     "push": ("Push a local snapshot chain to a hub: only the chunks the hub lacks are sent, and an interrupted "
              "push resumes where it stopped.", {"local_tag": "local snapshot to push (its chain comes along)"},
-             ["forkd push py-numpy acme/python:numpy", "forkd push py-base 127.0.0.1:8080/acme/python:base --public"]),
+             ["forkd push py-numpy acme/python:numpy", "forkd push py-base 127.0.0.1:8080/acme/python:base --public",
+              "forkd push py-numpy acme/python:nightly --json --annotation org.opencontainers.image.revision=$GIT_SHA"]),
     "pull": ("Pull a snapshot chain from a hub: every chunk is verified on arrival and every file after "
              "assembly; an interrupted pull resumes where it stopped.", {},
              ["forkd pull acme/python:numpy", "forkd pull acme/python@blake3:<digest> --as py-pinned"]),

@@ -18,6 +18,7 @@ from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
 from ..hub.forkd_registry import pull_from_registry
 from ..hub.progress import Progress, make_progress
+from ..hub.provenance import attach_provenance, ci_annotations, now_rfc3339, parse_annotations
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
@@ -48,6 +49,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--quiet", "-q", action="store_true",
                    help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
+                   help="record this annotation in the push's provenance (repeatable; CI facts are added "
+                        "automatically under GitHub Actions, GitLab CI or CI=true)")
+    p.add_argument("--no-provenance", action="store_true",
+                   help="attach no provenance referrer, even in CI or with --annotation")
+    p.add_argument("--progress", action="store_true",
+                   help="show progress on stderr even with --json (CI logs: a line every FORKD_PROGRESS_INTERVAL s)")
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
@@ -160,17 +168,25 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     if ref.digest is not None:
         raise InvalidReference(f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
                                f"e.g. {ref.name}:{ref.tag or 'latest'}")
-    progress = make_progress(quiet=args.quiet or args.json)
+    user_annotations = parse_annotations(args.annotation)  # a malformed one is a usage error, before any transfer
+    annotations = {} if args.no_provenance else ci_annotations(os.environ)
+    started = now_rfc3339()
+    progress = make_progress(quiet=args.quiet or (args.json and not args.progress))
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         try:
             with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
                                           f"{args.local_tag} {args.ref}' again to resume from there"):
                 result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
                               force=args.force)
-        except TagConflict as e:
-            ctx.error(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to retry, "
-                      "or use --force to move the tag anyway")
-            return 1
+                if (annotations or user_annotations) and not args.no_provenance:
+                    progress.log(f"{ref.name}: attaching provenance to {result.digest[:19]}…")
+                    result.provenance = attach_provenance(
+                        client, ref.name, result.tag, [link.digest for link in result.links], annotations=annotations,
+                        user_annotations=user_annotations, started=started, forkd_version=forkd_version())
+        except TagConflict as e:  # exits 4 (conflict), like every 409
+            raise TagConflict(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
+                              "retry, or use --force to move the tag anyway", code=e.code, status=e.status,
+                              detail=e.detail) from None
     if args.json:
         ctx.json(result.to_obj())
         return 0
@@ -180,7 +196,19 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     new = sum(1 for link in result.links if not link.skipped)
     ctx.print(f"{ref.name}:{ref.tag or 'latest'}: digest: {result.digest}")
     ctx.print(f"pushed {new} of {len(result.links)} layer(s), {human_size(result.bytes_sent)} sent")
+    if result.provenance:
+        ctx.print(f"provenance: {result.provenance['digest']} ({len(result.provenance['annotations'])} annotation(s))")
     return 0
+
+
+def forkd_version() -> str:
+    """This client's version, for provenance ("unknown" in a source tree without metadata)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("forkd-hub")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without metadata
+        return "unknown"
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
@@ -269,10 +297,10 @@ def run_delete(args: argparse.Namespace, ctx: Context) -> int:
     with _client(ref, ctx=None if args.json else ctx) as client:
         try:
             body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
-        except HasDependents as e:
+        except HasDependents as e:  # exits 4 (conflict), like every 409
             names = ", ".join(f"{d.get('repository')}:{d.get('tag') or d.get('digest')}" for d in e.dependents)
-            ctx.error(f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force")
-            return 1
+            raise HasDependents(f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force",
+                                code=e.code, status=e.status, detail=e.detail) from None
     if args.json:
         ctx.json(body)
     else:

@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import ClientError, InvalidSnapshotDir
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
+from .exitcodes import exit_code_for
 from .output import Context, human_size
 
 
@@ -16,13 +17,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     p.set_defaults(func=run_images)
 
-    p = sub.add_parser("inspect", parents=[common], help="show one snapshot, its chain and its files")
-    p.add_argument("tag")
+    p = sub.add_parser("inspect", parents=[common],
+                       help="show one snapshot, its chain and its files (or, for ns/repo[:tag], what a hub holds)")
+    p.add_argument("tag", metavar="TAG_OR_REF")
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     p.add_argument("--verify", action="store_true",
                    help="also check every link's parent_content_hash (hashes only files not verified before)")
     p.add_argument("--deep", action="store_true",
                    help="--verify, and hash every file of the chain again in full, trusting no record")
+    p.add_argument("--remote", action="store_true",
+                   help="for a tag pulled from a hub: show what that hub holds for its layer (annotations, provenance)")
     p.set_defaults(func=run_inspect)
 
     p = sub.add_parser("tag", parents=[common], help="make DST a copy of SRC (reflinked where possible)")
@@ -80,9 +84,13 @@ def run_images(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
+    if "/" in args.tag or args.remote:  # a hub reference (no local tag has a '/'), or where a tag came from
+        from .inspect_remote import run_inspect_remote
+
+        return run_inspect_remote(args, ctx)
     with ctx.store() as store:
         snap = store.get(args.tag)
-        problem: str | None = None
+        problem: ClientError | None = None
         chain: list[str] | None = None
         try:
             chain = [s.tag for s in store.chain(args.tag)]
@@ -93,12 +101,12 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
                 if args.deep:
                     store.verify_files_deep(args.tag)
         except ClientError as e:
-            problem = str(e)
+            problem = e
         info = snap.to_obj()
         info["depth"] = len(chain) if chain else None
         info["ancestors"] = chain[:-1] if chain else []
         info["dependents"] = store.dependents(args.tag)
-        info["chain_error"] = problem
+        info["chain_error"] = str(problem) if problem is not None else None
         if args.verify:
             info["verified"] = problem is None
     if args.json:
@@ -106,8 +114,8 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
     else:
         _print_inspect(ctx, snap, info)
     if problem is not None:
-        ctx.error(problem)
-        return 1
+        ctx.error(str(problem))
+        return exit_code_for(problem)  # 6 when a parent's content changed, 1 for a broken chain
     return 0
 
 
@@ -157,7 +165,7 @@ def run_rmi(args: argparse.Namespace, ctx: Context) -> int:
                 removed = store.remove(tag, cascade=args.cascade, force=args.force)
             except ClientError as e:
                 ctx.error(str(e))
-                status = 1
+                status = exit_code_for(e)
                 continue
             for t in removed:
                 ctx.print(f"Removed: {t}")

@@ -5,9 +5,10 @@ module exposes ``register(subparsers, common)`` and sets ``func(args, ctx) -> in
 every parser it adds. Adding a group (login, push, pull, snapshot, fork …) is one new
 module and one line below.
 
-Exit codes: 0 success, 1 an error the user can act on (printed as
-``forkd: error: <message>``), 2 a usage error (argparse), 130 interrupted.
-Tracebacks never reach users; set ``FORKD_DEBUG=1`` to see them for unexpected errors.
+Exit codes: one per class of failure (:mod:`.exitcodes`: 1 error, 2 usage, 3 auth, 4 conflict,
+5 network, 6 verification, 130 interrupted), chosen here for every command from the error it
+raised; messages are printed as ``forkd: error: <message>``. Tracebacks never reach users; set
+``FORKD_DEBUG=1`` to see them for unexpected errors.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from types import ModuleType
 from manifest.errors import ManifestError
 
 from ..config import forkd_home
-from ..errors import ClientError, InvalidTag
+from ..errors import ClientError, InvalidTag, UsageError
 from ..hub.errors import InvalidReference
 from . import guest, hub, images, local, packs, vmcmds
+from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from .helptext import HELP, document
 from .output import Context
 
@@ -69,28 +71,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2)
-        return e.code if isinstance(e.code, int) else 2
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
     home = getattr(args, "home", None) or forkd_home()
     ctx = Context(home=Path(home), stdout=sys.stdout, stderr=sys.stderr)
     try:
         return int(args.func(args, ctx))
     except KeyboardInterrupt as e:  # Interrupted says what can be resumed
         ctx.error(str(e) or "interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except (ClientError, ManifestError) as e:
         ctx.error(str(e))
         usage = getattr(args, "command_usage", None)
-        if isinstance(e, InvalidReference | InvalidTag) and usage is not None:  # an argument was wrong
+        if isinstance(e, InvalidReference | InvalidTag | UsageError) and usage is not None:  # an argument was wrong
             ctx.stderr.write(usage())
-        return 1
+        return exit_code_for(e)
     except OSError as e:
         ctx.error(_describe_os_error(e))
-        return 1
+        return EXIT_ERROR
     except Exception as e:  # a bug: say so plainly, keep the traceback for FORKD_DEBUG
         if os.environ.get("FORKD_DEBUG"):
             raise
         ctx.error(f"internal error ({type(e).__name__}: {e}); rerun with FORKD_DEBUG=1 for details")
-        return 1
+        return EXIT_ERROR
 
 
 def _describe_os_error(e: OSError) -> str:

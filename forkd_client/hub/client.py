@@ -109,6 +109,11 @@ class HubClient:
                 forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
                 response = self._send(method, _redirect_target(response), forwarded, max_bytes,  # type: ignore[arg-type]
                                       **{k: v for k, v in kw.items() if k != "json"})
+            if method == "HEAD" and response.status_code == 401:
+                # a HEAD answer has no body: ask once with GET for the envelope that says why (expired,
+                # revoked, unknown token), so a CI log does not just say "HTTP 401"
+                probe = self._send("GET", self.url(path), headers, 64 << 10, **kw)
+                response = probe if probe.status_code == 401 else response
         except httpx.TimeoutException as e:
             raise HubUnreachable(f"hub {self.base_url} timed out on {method} {path}: {e}") from None
         except httpx.TransportError as e:
@@ -208,6 +213,16 @@ class HubClient:
         except NotFound:
             return None
         return r.headers.get("docker-content-digest")
+
+    def referrers(self, name: str, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
+        """Descriptors of the manifests in ``name`` whose subject is ``digest`` (OCI referrers API),
+        only those of ``artifact_type`` when given. Raises HubError on a malformed answer."""
+        params = {"artifactType": artifact_type} if artifact_type else {}
+        r = self._request("GET", f"/v2/{name}/referrers/{digest}", params=params)
+        found = _json_object(r, f"referrers of {name}@{digest}").get("manifests", [])
+        if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
+            raise HubError(f"hub sent a malformed referrers index for {name}@{digest}")
+        return found
 
     def get_chain(self, name: str, ref: str) -> list[ChainLink]:
         """The chain base → head, each manifest's bytes verified against its digest."""

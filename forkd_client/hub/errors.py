@@ -7,7 +7,7 @@
         ├── Forbidden            403: the token lacks the scope
         ├── NotFound             404: repository, manifest, blob or upload unknown (or private)
         ├── HasDependents        409: delete refused; ``.dependents`` lists them
-        ├── DigestInvalid        bytes did not match their digest (hub side or on arrival here)
+        ├── DigestInvalid        (also VerificationFailed) bytes did not match their digest (hub side or on arrival here)
         ├── DiskFull             (also OSError) the pull cannot fit on the local disk
         └── InvalidReference     (also ValueError) a ``[host/]ns/repo[:tag][@digest]`` string is malformed
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ClientError
+from ..errors import ClientError, VerificationFailed
 
 
 class HubError(ClientError):
@@ -61,7 +61,7 @@ class TagConflict(HubError):
     """409: another push moved the tag since this push read it (push again, or ``--force``)."""
 
 
-class DigestInvalid(HubError):
+class DigestInvalid(HubError, VerificationFailed):
     """Content does not match its digest."""
 
 

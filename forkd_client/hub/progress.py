@@ -3,7 +3,9 @@
 The transfer engine only calls :class:`Progress`'s four methods, so tests pass
 :class:`NullProgress` (or a recording one) and the CLI picks with :func:`make_progress`.
 Sizes are IEC (MiB). Piped output (logs, CI) gets a line every ``FORKD_PROGRESS_INTERVAL``
-seconds (default 5) while a task runs, not only at its end. ``close(finished=False)`` (an
+seconds (default 5) while a task runs, not only at its end: a ticker thread prints it even when
+no byte moved since (one upload request of a big layer on a slow link, a stalled hub), so a CI
+log never goes quiet long enough to look hung. ``close(finished=False)`` (an
 interrupt) leaves every bar where it was instead of filling it.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -36,6 +39,10 @@ class Progress:
     def advance(self, nbytes: int) -> None:
         """``nbytes`` more bytes done in the current task."""
 
+    def busy(self, description: str) -> None:
+        """Begin a step whose length is unknown (computing a layer); it ends with the next task.
+        Piped output says it is still working every interval; bars show nothing."""
+
     def log(self, message: str) -> None:
         """A line worth showing even without a bar (skipped link, reused chunks…)."""
 
@@ -54,11 +61,27 @@ class LineProgress(Progress):
         self.stream = stream
         self.interval = line_interval() if interval is None else interval
         self._desc: str | None = None
+        self._busy = False
         self._total = self._done = 0
         self._start = self._last = 0.0
+        self._lock = threading.Lock()  # the ticker thread and the transfer both print
+        self._closed = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def _tick(self) -> None:
+        """Print an ``at`` line whenever a task ran ``interval`` seconds without one."""
+        while not self._closed.wait(min(self.interval, 1.0) / 2):
+            with self._lock:
+                if self._desc is not None and time.monotonic() - self._last >= self.interval:
+                    self._last = time.monotonic()
+                    self._line("at")
 
     def _line(self, state: str) -> None:
         seconds = max(time.monotonic() - self._start, 1e-9)
+        if self._busy:
+            said = {"at": "still working after", "done,": "done in"}.get(state, "interrupted after")
+            print(f"{self._desc}: {said} {seconds:.1f}s", file=self.stream, flush=True)
+            return
         of = f" of {human_size(self._total)}" if self._total else ""
         print(f"{self._desc}: {state} {human_size(self._done)}{of} in {seconds:.1f}s "
               f"({human_size(self._done / seconds)}/s)", file=self.stream, flush=True)
@@ -68,23 +91,36 @@ class LineProgress(Progress):
             self._line("done," if finished else "interrupted at")
         self._desc = None
 
-    def task(self, description: str, total: int) -> None:
-        self._finish()
-        self._desc, self._total, self._done = description, total, 0
-        self._start = self._last = time.monotonic()
+    def task(self, description: str, total: int, *, busy: bool = False) -> None:
+        with self._lock:
+            self._finish()
+            self._desc, self._total, self._done, self._busy = description, total, 0, busy
+            self._start = self._last = time.monotonic()
+        if self._ticker is None and not self._closed.is_set():
+            self._ticker = threading.Thread(target=self._tick, name="forkd-progress", daemon=True)
+            self._ticker.start()
 
     def advance(self, nbytes: int) -> None:
-        self._done += nbytes
-        now = time.monotonic()
-        if self._desc is not None and now - self._last >= self.interval:
-            self._last = now
-            self._line("at")
+        with self._lock:
+            self._done += nbytes
+            now = time.monotonic()
+            if self._desc is not None and now - self._last >= self.interval:
+                self._last = now
+                self._line("at")
+
+    def busy(self, description: str) -> None:
+        self.task(description, 0, busy=True)
 
     def log(self, message: str) -> None:
-        print(message, file=self.stream, flush=True)
+        with self._lock:
+            print(message, file=self.stream, flush=True)
 
     def close(self, *, finished: bool = True) -> None:
-        self._finish(finished)
+        self._closed.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        with self._lock:
+            self._finish(finished)
 
 
 class RichProgress(Progress):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,18 +61,31 @@ class LinkPushed:
     new_chunks: int = 0
     reused_chunks: int = 0
     changed_bytes: int = 0
+    reused_bytes: int = 0
 
 
 @dataclass
 class PushResult:
+    """What a push did: the summary ``forkd push --json`` prints (docs/cli.md)."""
+
     reference: str
     digest: str
     links: list[LinkPushed] = field(default_factory=list)
     bytes_sent: int = 0
+    hub: str = ""
+    tag: str = "latest"
+    duration_seconds: float = 0.0
+    #: the provenance referrer and the annotations it carries (set by the CLI; None when not recorded)
+    provenance: dict | None = None
 
     def to_obj(self) -> dict:
-        return {"reference": self.reference, "digest": self.digest, "bytes_sent": self.bytes_sent,
-                "links": [vars(link) for link in self.links]}
+        return {"reference": self.reference, "hub": self.hub, "tag": self.tag, "digest": self.digest,
+                "bytes_sent": self.bytes_sent,
+                "bytes_reused": sum(link.reused_bytes for link in self.links),
+                "chunks_uploaded": sum(link.new_chunks for link in self.links),
+                "chunks_reused": sum(link.reused_chunks for link in self.links),
+                "duration_seconds": round(self.duration_seconds, 3),
+                "links": [vars(link) for link in self.links], "provenance": self.provenance}
 
 
 def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str | None) -> str:
@@ -102,12 +116,13 @@ def push(
     the digest it pointed at then); otherwise TagConflict, unless ``force``.
     """
     progress = progress or NullProgress()
+    started = time.monotonic()
     state = TransferState(store.root / "transfers.json")
     chain = store.chain(local_tag)
     name = ref.name
     sent_before = client.bytes_sent
-    result = PushResult(str(ref), "")
     layer_tag = ref.tag or "latest"
+    result = PushResult(str(ref), "", hub=client.base_url, tag=layer_tag)
     expect = ANYWHERE if force else client.tag_digest(name, layer_tag)
     parent: LocalSnapshot | None = None
     parent_digest: str | None = None
@@ -131,6 +146,7 @@ def push(
     manifest, _ = client.get_manifest(name, parent_digest)  # type: ignore[arg-type]
     result.digest = client.put_manifest(name, layer_tag, manifest, public=public, expect=expect)
     result.bytes_sent = client.bytes_sent - sent_before
+    result.duration_seconds = time.monotonic() - started
     return result
 
 
@@ -158,19 +174,22 @@ def _push_link(
     work.mkdir(parents=True)
     try:
         progress.log(f"{snap.tag}: computing layer against {parent.tag if parent else 'nothing (base)'}")
+        progress.busy(f"{snap.tag}: computing layer")  # piped: "still working" lines on a big layer
         layer = build_layer(snap, parent, parent_digest, work, digests, chunk_tree, chunk_size=chunk_size)
-        uploaded, new_frames, held_frames = _upload_blobs(client, state, name, layer, progress, snap.tag)
+        uploaded, new_frames, held_frames, held_bytes = _upload_blobs(client, state, name, layer, progress, snap.tag)
         if not client.manifest_exists(name, layer.digest):
             client.put_manifest(name, layer.digest, layer.manifest, public=public)
         return LinkPushed(snap.tag, layer.digest, skipped=False, bytes_uploaded=uploaded,
-                          new_chunks=new_frames, reused_chunks=held_frames, changed_bytes=layer.changed_bytes)
+                          new_chunks=new_frames, reused_chunks=held_frames, changed_bytes=layer.changed_bytes,
+                          reused_bytes=held_bytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _upload_blobs(client: HubClient, state: TransferState, name: str, layer: BuiltLayer, progress: Progress,
-                  tag: str) -> tuple[int, int, int]:
-    """Upload what the hub lacks; return (bytes sent, frames uploaded, frames the hub already held)."""
+                  tag: str) -> tuple[int, int, int, int]:
+    """Upload what the hub lacks; return (bytes sent, frames uploaded, frames the hub already held,
+    bytes of those held frames)."""
     missing = [d for d in layer.blobs if not client.blob_exists(name, d)]
     recipes = {d: _RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing
                if d in layer.data_blobs}
@@ -184,7 +203,8 @@ def _upload_blobs(client: HubClient, state: TransferState, name: str, layer: Bui
             sent += _upload_one(client, state, name, digest, layer.blobs[digest], progress)
     new = sum(len(r.inline) for r in recipes.values())
     held = sum(len(r.blob.frames) - len(r.inline) for r in recipes.values())
-    return sent, new, held
+    held_bytes = sum(f.length for r in recipes.values() for f in r.blob.frames if f.digest not in r.inline)
+    return sent, new, held, held_bytes
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The layer page's read model: one layer's chain (base → head) with each link's sizes, the
-readable tags whose chains include it, its files, compatibility metadata, annotations and the
+readable tags whose chains include it, its files, compatibility metadata, annotations, the
+referrers attached to it (provenance, signatures: artifact type, digest, annotations) and the
 raw manifest and config, pretty-printed.
 
 Sizes per link: ``logical`` (the files' full sizes), ``stored`` (bytes of data blobs first
@@ -24,6 +25,7 @@ from hub_server.registry.context import RegistryContext
 from hub_server.registry.lineage import Dependent, LinkRef, locate_links, readable_dependents, resolve_layers
 from hub_server.registry.names import parse_reference
 from hub_server.registry.paths import blob_key
+from hub_server.registry.referrers import ReferrerService
 from hub_server.registry.search import visible
 from hub_server.registry.tags import resolve_reference
 from hub_server.storage.errors import StorageError
@@ -70,6 +72,8 @@ class LayerView:
     files: list[FileRow]
     manifest_text: str
     config_text: str
+    #: OCI referrers of the layer (``digest``, ``artifactType``, ``annotations``), oldest first
+    referrers: list[dict[str, Any]]
 
     @property
     def full_name(self) -> str:
@@ -93,6 +97,7 @@ async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str,
                       r.created_at) for r, p in zip(rows, places, strict=True)]
     manifest = await _document(ctx, head.digest)
     config = await _document(ctx, head.config_digest) if head.config_digest else None
+    referrers = await ReferrerService(ctx).list(principal, repo.namespace, repo.name, head.digest)
     return LayerView(
         namespace=repo.namespace, name=repo.name, public=repo.public, ref=ref, digest=head.digest,
         index_digest=named if named != head.digest else None, media_type=head.media_type,
@@ -100,6 +105,7 @@ async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str,
         dependents=[d for d in dependents if d.digest != head.digest],
         compat=dict(head.compat), annotations=dict(head.annotations), files=_files(manifest, config),
         manifest_text=_pretty(manifest), config_text=_pretty(config) if config is not None else "",
+        referrers=referrers,
     )
 
 

@@ -38,7 +38,7 @@ def test_login_errors_say_what_happened(hub, tmp_path):
     assert empty.returncode == 1
     assert "--token-stdin: standard input was empty" in empty.stderr
     bad = user.run("login", hub.url, "--token-stdin", input="fkd_" + "x" * 43 + "\n", check=False)
-    assert bad.returncode == 1 and f"{hub.url} refused this token" in bad.stderr
+    assert bad.returncode == 3 and f"{hub.url} refused this token" in bad.stderr
     assert "run 'forkd login'" not in bad.stderr  # that is what the user just did
     assert "Traceback" not in empty.stderr + bad.stderr
 
@@ -59,7 +59,7 @@ def test_an_anonymous_read_of_a_private_repository_says_to_log_in(hub, tmp_path)
     assert re.fullmatch(r"(blake3|sha256):[0-9a-f]{64}\n", quiet.stdout) and quiet.stderr == ""
     stranger = newcomer(tmp_path / "stranger", hub)
     gone = stranger.run("pull", f"127.0.0.1:{hub.port}/acme/private:v1", check=False)
-    assert gone.returncode == 1
+    assert gone.returncode == 3  # auth: the hub challenged an anonymous read
     assert "authentication required to read acme/private (run 'forkd login' or set FORKD_TOKEN)" in gone.stderr
     assert f"Using hub {hub.url} (named in the reference, anonymous)" in gone.stderr
     logged_in_elsewhere = owner.run("pull", "acme/nothing:v1", check=False)  # with a token: no such hint
@@ -72,9 +72,9 @@ def test_push_refuses_a_digest_and_references_follow_dockers_host_rule(hub, tmp_
     user = newcomer(tmp_path, hub)
     user.run("login", hub.url, "--token-stdin", input=hub.token("u", "push:acme/*") + "\n")
     pinned = user.run("push", "base", "acme/py@blake3:" + "a" * 64, check=False)
-    assert pinned.returncode == 1 and "push to a tag, not a digest" in pinned.stderr
+    assert pinned.returncode == 2 and "push to a tag, not a digest" in pinned.stderr
     three = user.run("pull", "hub/acme/py", check=False)
-    assert three.returncode == 1 and "'hub' is not a host" in three.stderr
+    assert three.returncode == 2 and "'hub' is not a host" in three.stderr
 
 
 def test_a_second_login_does_not_change_the_default_hub(hub, tmp_path):

@@ -182,7 +182,7 @@ def test_search_and_delete_with_dependents(hub, tmp_path):
     found = alice.json("search", "py")
     assert [r["name"] for r in found] == ["acme/py"]
     refused = alice.run("delete", "acme/py:base", check=False)
-    assert refused.returncode == 1
+    assert refused.returncode == 4  # conflict: dependents exist
     assert "has dependents" in refused.stderr and "acme/py:numpy" in refused.stderr
     both = alice.run("delete", "acme/py:base", "--cascade", "--force", check=False)
     assert both.returncode == 2  # usage error

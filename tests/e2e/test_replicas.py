@@ -1,7 +1,7 @@
 """Two ``forkd-hub serve`` replicas on one PostgreSQL and one S3 (SeaweedFS), driven by ``forkd`` processes.
 
 Nothing that matters lives in a replica: links pushed through one pull through the other, a tag
-pushed through both at once has one winner (the loser's ``forkd push`` exits 1 saying so), and
+pushed through both at once has one winner (the loser's ``forkd push`` exits 4, a conflict, saying so), and
 garbage collection on one replica while a push runs on the other loses nothing.
 """
 
@@ -114,9 +114,9 @@ def test_one_tag_pushed_through_both_replicas_at_once_has_one_winner(replicas, t
     pushes = _both(*(lambda i=i: users[i].run("push", "base", replicas.ref(i, "acme/race:v1"), "--json", check=False)
                      for i in range(2)))
     codes = sorted(p.returncode for p in pushes)
-    assert codes == [0, 1], [(p.returncode, p.stderr[-500:]) for p in pushes]
+    assert codes == [0, 4], [(p.returncode, p.stderr[-500:]) for p in pushes]
     winner = next(p for p in pushes if p.returncode == 0)
-    loser = next(p for p in pushes if p.returncode == 1)
+    loser = next(p for p in pushes if p.returncode == 4)
     assert "another push moved it" in loser.stderr and "--force" in loser.stderr
     assert "Traceback" not in loser.stderr and loser.stderr.count("\n") == 1
     digest = json.loads(winner.stdout)["digest"]

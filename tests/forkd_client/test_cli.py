@@ -68,7 +68,7 @@ def test_inspect_text(chain: Path, capsys) -> None:
 
 def test_rmi_refuses_then_cascades(chain: Path, capsys) -> None:
     code, out, err = run(capsys, "rmi", "base")
-    assert code == 1 and out == ""
+    assert code == 4 and out == ""  # conflict: others chain on it
     assert err.startswith("forkd: error: snapshot 'base' is the parent of 1 chained snapshot(s): mid")
     code, _, err = run(capsys, "rmi", "base", "--cascade", "--force")
     assert code == 2 and "not allowed with" in err
@@ -92,7 +92,7 @@ def test_inspect_verify_reports_a_changed_parent(chain: Path, capsys) -> None:
     scribble(chain / "snapshots" / "mid" / "memory.bin")
     assert run(capsys, "inspect", "head")[0] == 0  # without --verify nothing is hashed
     code, out, err = run(capsys, "inspect", "head", "--verify", "--json")
-    assert code == 1 and json.loads(out)["verified"] is False
+    assert code == 6 and json.loads(out)["verified"] is False  # verification
     assert "snapshot 'head' expects its parent 'mid' to have memory.bin blake3:" in err
 
 
@@ -112,16 +112,16 @@ def test_tag_compact_pack_unpack(chain: Path, capsys, tmp_path: Path) -> None:
         assert (other / "snapshots" / name / "memory.bin").read_bytes() == (
             chain / "snapshots" / name / "memory.bin").read_bytes()
     code, _, err = run(capsys, "unpack", str(pack), "--home", str(other))  # --home after the command too
-    assert code == 1 and "already exists" in err
+    assert code == 4 and "already exists" in err  # conflict
     code, _, err = run(capsys, "unpack", str(pack), "--tag", "x", "--home", str(other))
-    assert code == 1 and "--tag cannot rename a chain" in err
+    assert code == 2 and "--tag cannot rename a chain" in err  # usage: --tag does not fit this pack
 
 
-def test_typed_errors_print_one_line_and_exit_1(home: Path, capsys, tmp_path: Path) -> None:
+def test_typed_errors_print_one_line_and_exit_with_their_class(home: Path, capsys, tmp_path: Path) -> None:
     code, out, err = run(capsys, "inspect", "nope")
     assert (code, out, err) == (1, "", "forkd: error: snapshot 'nope' not found\n")
     code, _, err = run(capsys, "import", str(tmp_path), "bad/tag")
-    assert code == 1 and err.startswith("forkd: error: invalid tag 'bad/tag'")
+    assert code == 2 and err.startswith("forkd: error: invalid tag 'bad/tag'")  # usage
     code, _, err = run(capsys, "import", str(tmp_path), "t")
     assert code == 1 and "has no vmstate" in err
     (tmp_path / "junk.tar.zst").write_bytes(b"not a pack")

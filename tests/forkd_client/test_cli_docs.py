@@ -18,7 +18,8 @@ EXAMPLE = re.compile(r"<!-- json-example: (\w+) -->\s*```json\n(.*?)```", re.S)
 
 def examples() -> dict[str, object]:
     found = {name: json.loads(body) for name, body in EXAMPLE.findall(DOC.read_text())}
-    assert set(found) == {"images", "inspect", "push", "pull"}  # push/pull: tests/forkd_client/hub/test_cli_docs_hub.py
+    # push/pull/inspect_remote: tests/forkd_client/hub/test_cli_docs_hub.py
+    assert set(found) == {"images", "inspect", "push", "pull", "inspect_remote"}
     return found
 
 

@@ -53,7 +53,7 @@ def test_version(capsys):
 
 
 def test_an_invalid_argument_shows_the_subcommands_usage(capsys, tmp_path):
-    assert main(["--home", str(tmp_path), "pull", "Bad/ref"]) == 1
+    assert main(["--home", str(tmp_path), "pull", "Bad/ref"]) == 2  # usage
     err = capsys.readouterr().err
     assert "forkd: error: invalid reference 'Bad/ref'" in err
     assert "usage: forkd pull " in err

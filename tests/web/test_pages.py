@@ -201,3 +201,40 @@ def test_repository_page_shows_the_tag_policies(hub: Hub, catalog: Catalog) -> N
     assert '<span class="badge">immutable tags</span> except latest,dev-*' in html
     assert ('<span class="badge">retention</span> of nightly-*: keep the last 5 and those set within 1 day'
             in html)
+
+
+def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> None:
+    """Issue 14: a provenance artifact attached to a layer (an OCI referrer, as ``forkd push`` in CI
+    attaches it) is listed on the layer's page with its annotations, escaped."""
+    import json
+
+    from manifest.digest import digest_bytes
+    from tests.web.seeding import HOSTILE
+
+    assert "No provenance or signature attached" in page(hub, "/r/acme/py-numpy/t/1.26")
+    pusher = hub.pusher(catalog.admin)
+    numpy = catalog.layers["numpy"]
+    statement = json.dumps({"_type": "https://in-toto.io/Statement/v1"}).encode()
+    for data in (b"{}", statement):
+        pusher.ensure_blob("acme/py-numpy", data, str(digest_bytes(data, "sha256")))
+    referrer = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.in-toto+json",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": str(digest_bytes(b"{}", "sha256")),
+                   "size": 2},
+        "layers": [{"mediaType": "application/vnd.in-toto+json", "digest": str(digest_bytes(statement, "sha256")),
+                    "size": len(statement)}],
+        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": numpy.digest,
+                    "size": len(numpy.manifest)},
+        "annotations": {"dev.forkd.ci.run-url": "https://github.com/acme/envs/actions/runs/4242",
+                        "org.opencontainers.image.revision": "0123abcd", "dev.forkd.ci.runner": HOSTILE},
+    }).encode()
+    digest = str(digest_bytes(referrer, "sha256"))
+    pusher.put_manifest("acme/py-numpy", digest, referrer)
+    html = page(hub, "/r/acme/py-numpy/t/1.26")
+    section = html.split('id="provenance-h"', 1)[1].split("</section>", 1)[0]
+    assert "application/vnd.in-toto+json" in section and f'/v2/acme/py-numpy/manifests/{digest}"' in section
+    assert "<dt>dev.forkd.ci.run-url</dt><dd>https://github.com/acme/envs/actions/runs/4242</dd>" in section
+    assert "<dt>org.opencontainers.image.revision</dt><dd>0123abcd</dd>" in section
+    assert dangers(html) == []
+    assert "No provenance or signature attached" in page(hub, "/r/acme/py-base/t/3.12")  # the parent has none

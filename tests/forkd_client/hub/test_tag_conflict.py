@@ -1,5 +1,5 @@
 """``forkd push`` moves its tag only from where it found it: a push that lost a race gets TagConflict
-(the CLI exits 1 saying so) unless it was forced."""
+(the CLI exits 4, a conflict, saying so) unless it was forced."""
 
 from __future__ import annotations
 

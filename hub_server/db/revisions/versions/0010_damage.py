@@ -1,7 +1,7 @@
 """Damage marks: a forkd pack whose build failed on damaged content, objects ``forkd-hub verify`` found wrong.
 
 Revision ID: 0010
-Revises: 0008 (the lead relinks the chain at merge time)
+Revises: 0009
 """
 
 from __future__ import annotations
