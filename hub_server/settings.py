@@ -89,6 +89,8 @@ class Settings:
     """Seconds one delivery attempt may take (connect and response)."""
     webhook_poll: float = 2.0
     """Seconds between checks for due deliveries in ``serve``."""
+    signature_policy: Path | None = None
+    """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0008-signatures.md)."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -213,6 +215,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "webhook_backoff": (_positive(_seconds), False),
     "webhook_timeout": (_positive(_seconds), False),
     "webhook_poll": (_positive(_seconds), False),
+    "signature_policy": (lambda t: Path(t).expanduser(), False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),

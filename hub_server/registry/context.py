@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -14,6 +15,9 @@ from hub_server.db.models import utcnow
 from hub_server.metrics import HubMetrics
 from hub_server.settings import Limits
 from hub_server.storage import BlobStore
+
+if TYPE_CHECKING:
+    from hub_server.registry.signature_policy import SignaturePolicy
 
 __all__ = ["RegistryContext"]
 
@@ -30,3 +34,5 @@ class RegistryContext:
     clock: Callable[[], datetime] = utcnow
     blob_redirects: bool = True
     redirect_expiry: int = 300
+    signatures: SignaturePolicy | None = None
+    """Namespaces whose tags move only onto signed manifests (``FORKD_HUB_SIGNATURE_POLICY``)."""

@@ -1,0 +1,120 @@
+"""Namespaces that require signed tags: the hub moves a tag there only onto a manifest that has a
+signature referrer made by one of the namespace's registered keys (docs/decisions/0008-signatures.md).
+
+The policy is a JSON file named by ``FORKD_HUB_SIGNATURE_POLICY`` (``--signature-policy``), read
+once at start::
+
+    {"namespaces": {"team": {"keys": ["keys/team-ci.pub", "/etc/forkd-hub/release.pub"]}}}
+
+Key paths are relative to the file; each is an Ed25519 public key in PEM (``forkd keygen`` writes
+one). A tag PUT in a listed namespace is refused with ``SIGNATURE_REQUIRED`` unless a manifest in
+the same repository whose subject is the tagged digest, of artifactType
+``application/vnd.forkd.signature.v1+json``, holds an envelope that verifies for exactly that digest
+and repository (:func:`manifest.signature.verify_envelope`). Pushing by digest is never refused:
+that is how the signed manifest and its signature get there before the tag moves.
+
+Errors: :class:`SignaturePolicyError` (a ``ValueError``) for an unusable policy file;
+``HubError(SIGNATURE_REQUIRED)`` from :meth:`SignaturePolicy.check_tag`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlmodel import col, select
+
+from hub_server.db.models import Manifest, ManifestSubject, RepositoryManifest
+from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.context import RegistryContext
+from hub_server.registry.paths import blob_key
+from hub_server.storage import StorageError
+from manifest.signature import (MAX_ENVELOPE_BYTES, SIGNATURE_ARTIFACT, SignatureError, envelope_digest_of,
+                                fingerprint, load_public_key, verify_envelope)
+
+__all__ = ["SignaturePolicy", "SignaturePolicyError"]
+
+
+class SignaturePolicyError(ValueError):
+    """The policy file cannot be used (names the file and what is wrong)."""
+
+
+@dataclass(frozen=True)
+class SignaturePolicy:
+    """namespace → the public keys one of which must have signed a manifest before a tag moves to it."""
+
+    keys: dict[str, list[Ed25519PublicKey]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> SignaturePolicy:
+        """Read the policy file. Raises SignaturePolicyError."""
+        try:
+            doc = json.loads(path.read_text())
+            namespaces = doc["namespaces"]
+            if not isinstance(namespaces, dict):
+                raise TypeError("'namespaces' must be an object")
+            keys: dict[str, list[Ed25519PublicKey]] = {}
+            for namespace, entry in namespaces.items():
+                paths = entry["keys"]
+                if not isinstance(paths, list) or not paths:
+                    raise TypeError(f"namespace {namespace!r}: 'keys' must be a non-empty list of paths")
+                keys[namespace] = [load_public_key(path.parent / str(p)) for p in paths]
+        except OSError as e:
+            raise SignaturePolicyError(f"signature policy {path}: {e.strerror or e}: {e.filename or path}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, SignatureError) as e:
+            raise SignaturePolicyError(f"signature policy {path}: {type(e).__name__}: {e}") from None
+        return cls(keys)
+
+    def requires(self, namespace: str) -> bool:
+        return namespace in self.keys
+
+    def describe(self) -> dict[str, list[str]]:
+        """namespace → key fingerprints (for logs and docs)."""
+        return {ns: [fingerprint(k) for k in keys] for ns, keys in self.keys.items()}
+
+    async def check_tag(self, ctx: RegistryContext, repository_id: int | None, namespace: str, name: str,
+                        digest: str) -> str | None:
+        """Before a tag in ``namespace/name`` moves to ``digest``: the fingerprint of the registered
+        key whose signature referrer verifies, or None when the namespace requires none.
+
+        Raises:
+            HubError(SIGNATURE_REQUIRED): no referrer of ``digest`` in the repository verifies (the
+                detail names the digest, the keys wanted and why each candidate failed).
+        """
+        keys = self.keys.get(namespace)
+        if keys is None:
+            return None
+        full = f"{namespace}/{name}"
+        reasons: list[str] = []
+        for artifact in await _signature_referrers(ctx, repository_id, digest):
+            try:
+                manifest = await ctx.store.read(blob_key(artifact))
+                envelope_digest = envelope_digest_of(manifest, digest)
+                envelope = await ctx.store.read(blob_key(envelope_digest), 0, MAX_ENVELOPE_BYTES + 1)
+                return verify_envelope(envelope, digest, full, keys)
+            except (SignatureError, StorageError, FileNotFoundError) as e:
+                reasons.append(f"{artifact}: {e}")
+        wanted = [fingerprint(k) for k in keys]
+        raise HubError(ErrorCode.SIGNATURE_REQUIRED,
+                       f"namespace {namespace!r} requires a signature by a registered key on {digest} before a tag "
+                       f"moves to it: {'; '.join(reasons) if reasons else 'it has no signature referrer'} "
+                       "(push the manifest by digest, then its signature, then the tag: forkd push --sign KEY)",
+                       {"digest": digest, "keys": wanted, "refused": reasons})
+
+
+async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, digest: str) -> list[str]:
+    """Digests of the signature artifacts linked to the repository whose subject is ``digest``."""
+    if repository_id is None:
+        return []
+    async with ctx.sessions() as session:
+        rows = await session.exec(
+            select(Manifest.digest)
+            .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
+            .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
+            .where(col(RepositoryManifest.repository_id) == repository_id,
+                   col(ManifestSubject.subject_digest) == digest,
+                   col(Manifest.artifact_type) == SIGNATURE_ARTIFACT)
+            .order_by(col(Manifest.created_at).desc()))
+        return list(rows.all())
