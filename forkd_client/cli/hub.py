@@ -12,6 +12,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+from manifest.signature import load_private_key
 
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
@@ -21,6 +24,7 @@ from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
+from ..hub.signing import TrustedKeys, load_keys
 from ..errors import ClientError, Interrupted
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
@@ -48,6 +52,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--quiet", "-q", action="store_true",
                    help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--sign", type=Path, metavar="KEYFILE",
+                   help="sign the head with this Ed25519 private key (forkd keygen) before the tag moves")
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
@@ -62,6 +68,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--quiet", "-q", action="store_true",
                    help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--verify-key", action="append", type=Path, default=[], metavar="PUBKEY",
+                   help="refuse the chain unless its head is signed by this public key (repeatable; also the "
+                        "namespace's keys in $XDG_CONFIG_HOME/forkd/trusted-keys.json)")
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("search", parents=[common], help="search repositories on a hub")
@@ -160,13 +169,14 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     if ref.digest is not None:
         raise InvalidReference(f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
                                f"e.g. {ref.name}:{ref.tag or 'latest'}")
+    key = load_private_key(args.sign.expanduser()) if args.sign else None  # a bad key fails before any upload
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         try:
             with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
                                           f"{args.local_tag} {args.ref}' again to resume from there"):
                 result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
-                              force=args.force)
+                              force=args.force, sign=key)
         except TagConflict as e:
             ctx.error(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to retry, "
                       "or use --force to move the tag anyway")
@@ -180,6 +190,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     new = sum(1 for link in result.links if not link.skipped)
     ctx.print(f"{ref.name}:{ref.tag or 'latest'}: digest: {result.digest}")
     ctx.print(f"pushed {new} of {len(result.links)} layer(s), {human_size(result.bytes_sent)} sent")
+    if result.signature:
+        ctx.print(f"signed: {result.signature} (a referrer of {result.digest[:19]}…)")
     return 0
 
 
@@ -187,11 +199,14 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.hub or args.ref.startswith(("http://", "https://")):
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
+    key_files = [p.expanduser() for p in args.verify_key] + TrustedKeys().for_namespace(ref.namespace)
+    verify_keys = load_keys(key_files) or None  # unreadable key files fail before anything is fetched
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         with _interruptible(progress, f"pull interrupted: installed links and verified chunks are kept; run "
                                       f"'forkd pull {args.ref}' again to resume from there"):
-            result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
+            result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress,
+                          verify_keys=verify_keys)
     with ctx.store() as store:
         warning = compat_warning(store.get(result.tag))
     if warning:
@@ -202,6 +217,8 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.quiet:  # -q: only what a script needs, the digest
         ctx.print(result.digest)
         return 0
+    if result.signed_by is not None:
+        ctx.print(f"{ref}: signed by key {result.signed_by.key}")
     if result.up_to_date:
         ctx.print(f"{ref}: already up to date as {result.tag} ({result.digest})")
         return 0

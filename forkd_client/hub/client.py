@@ -22,8 +22,8 @@ from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
 from manifest.model import MAX_MANIFEST_BYTES
 
-from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
-                     Unauthorized)
+from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, SignatureRequired,
+                     TagConflict, Unauthorized)
 from .presigned import PresignedCache, merge_spans, slice_spans
 from .transport import make_http_client
 
@@ -203,6 +203,15 @@ class HubClient:
         except NotFound:
             return None
         return r.headers.get("docker-content-digest")
+
+    def referrers(self, name: str, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
+        """Descriptors of the manifests in ``name`` whose subject is ``digest`` (OCI referrers API)."""
+        params = {"artifactType": artifact_type} if artifact_type else {}
+        r = self._request("GET", f"/v2/{name}/referrers/{digest}", params=params)
+        manifests = _json_object(r, f"referrers of {name}@{digest}").get("manifests", [])
+        if not isinstance(manifests, list) or not all(isinstance(m, dict) for m in manifests):
+            raise HubError(f"hub sent a malformed referrers index for {name}@{digest}")
+        return manifests
 
     def get_chain(self, name: str, ref: str) -> list[ChainLink]:
         """The chain base → head, each manifest's bytes verified against its digest."""
@@ -459,7 +468,9 @@ def _error_from(response: httpx.Response, method: str, path: str, *, anonymous: 
         pass
     status = response.status_code
     cls: type[HubError] = HubError
-    if status == 401:
+    if code == "SIGNATURE_REQUIRED":
+        cls = SignatureRequired
+    elif status == 401:
         cls = Unauthorized
         message += LOGIN_HINT
     elif status == 403:

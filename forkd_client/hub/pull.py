@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
 from manifest.chunktree import ChunkList
@@ -51,6 +53,7 @@ from .linkcheck import chunk_lists, fetch_maps, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .progress import NullProgress, Progress
 from .reference import Reference
+from .signing import Verified, verify_head
 
 RESUME_MARKER = ".resume.json"
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -74,14 +77,18 @@ class PullResult:
     tag: str
     links: list[LinkPulled] = field(default_factory=list)
     bytes_received: int = 0
+    signed_by: Verified | None = None
 
     @property
     def up_to_date(self) -> bool:
         return all(link.reused for link in self.links)
 
     def to_obj(self) -> dict:
-        return {"reference": self.reference, "digest": self.digest, "tag": self.tag, "up_to_date": self.up_to_date,
-                "bytes_received": self.bytes_received, "links": [vars(link) for link in self.links]}
+        out = {"reference": self.reference, "digest": self.digest, "tag": self.tag, "up_to_date": self.up_to_date,
+               "bytes_received": self.bytes_received, "links": [vars(link) for link in self.links]}
+        if self.signed_by is not None:
+            out["signature"] = self.signed_by.to_obj()
+        return out
 
 
 def local_tag_for(name: str) -> str:
@@ -98,16 +105,22 @@ def pull(
     as_tag: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    verify_keys: list[Ed25519PublicKey] | None = None,
 ) -> PullResult:
+    """Pull ``ref`` into ``store``. With ``verify_keys``, the head must carry a signature by one of
+    them (:func:`.signing.verify_head`, before anything is fetched), and no link is installed
+    until every link passed its check. Raises SignatureInvalid and the errors of the module."""
     progress = progress or NullProgress()
     received_before = client.bytes_received
     chain = client.get_chain(ref.name, ref.ref)
     parsed = [_parse_link(link) for link in chain]
     _check_chain(client, ref, parsed)
+    verified = verify_head(client, ref.name, chain[-1].digest, verify_keys) if verify_keys else None
+    defer = verified is not None  # all or nothing: install only once every link is checked
     head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
                           else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
     tags = _local_tags(store, parsed, head_tag)
-    result = PullResult(str(ref), chain[-1].digest, head_tag)
+    result = PullResult(str(ref), chain[-1].digest, head_tag, signed_by=verified)
     # Links are pipelined: while one link's files are fsynced and hashed on the verifier thread,
     # the next link is cloned from them and filled. Links are installed strictly base first,
     # each once its check passed; on any error what is not installed yet stays staged, and
@@ -144,12 +157,16 @@ def pull(
                 except Exception:
                     # A failed check of an earlier link (its files removed under this one) is the
                     # cause to report, not this link's missing parent: settle those checks first.
-                    _install_checked(store, client, index, waiting, force, progress, block=True)
+                    if defer:
+                        _raise_failed_check(waiting)
+                    else:
+                        _install_checked(store, client, index, waiting, force, progress, block=True)
                     raise
                 lists = fetched.lists
                 result.links.append(fetched.stats)
                 waiting.append(fetched)
-                _install_checked(store, client, index, waiting, force, progress, block=False)
+                if not defer:
+                    _install_checked(store, client, index, waiting, force, progress, block=False)
                 parent = _Parent(store, tag, config, fetched)
             _install_checked(store, client, index, waiting, force, progress, block=True)
         finally:
@@ -171,6 +188,17 @@ def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkI
         for fetched in waiting:
             (fetched.staged / RESUME_MARKER).unlink(missing_ok=True)
         raise
+
+
+def _raise_failed_check(waiting: list["_Fetched"]) -> None:
+    """Deferred installs: re-raise the first failed check of the waiting links (their staged files
+    are then not resumed), so it is reported rather than what it caused downstream."""
+    for fetched in waiting:
+        error = fetched.verification.exception()
+        if error is not None:
+            for later in waiting:
+                (later.staged / RESUME_MARKER).unlink(missing_ok=True)
+            raise error
 
 
 @dataclass

@@ -24,10 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.chunktree import file_chunk_tree
 from manifest.layer import DataBlob
+from manifest.signature import fingerprint
 
 from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
@@ -36,6 +39,7 @@ from .errors import DigestInvalid, HubError, NotFound
 from .layers import BuiltLayer, build_layer
 from .progress import NullProgress, Progress
 from .reference import Reference
+from .signing import push_signature
 from .state import TransferState
 
 UPLOAD_PART = 16 << 20
@@ -69,10 +73,15 @@ class PushResult:
     digest: str
     links: list[LinkPushed] = field(default_factory=list)
     bytes_sent: int = 0
+    signature: str | None = None
+    """With ``sign``: the digest of the signature artifact pushed as a referrer of the head."""
 
     def to_obj(self) -> dict:
-        return {"reference": self.reference, "digest": self.digest, "bytes_sent": self.bytes_sent,
-                "links": [vars(link) for link in self.links]}
+        out = {"reference": self.reference, "digest": self.digest, "bytes_sent": self.bytes_sent,
+               "links": [vars(link) for link in self.links]}
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
 
 
 def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str | None) -> str:
@@ -96,11 +105,13 @@ def push(
     progress: Progress | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     force: bool = False,
+    sign: Ed25519PrivateKey | None = None,
 ) -> PushResult:
     """Push the chain of ``local_tag`` to ``ref`` (``ns/repo[:tag]``); returns the head's digest.
 
     The tag moves only if no other push moved it since this one started (the final PUT carries
-    the digest it pointed at then); otherwise TagConflict, unless ``force``.
+    the digest it pointed at then); otherwise TagConflict, unless ``force``. With ``sign``, the
+    head's signature is pushed as its referrer before the tag moves (:mod:`.signing`).
     """
     progress = progress or NullProgress()
     state = TransferState(store.root / "transfers.json")
@@ -131,6 +142,9 @@ def push(
                                            progress, chunk_size, chunk_tree))
             state.set(key, result.links[-1].digest)
         parent, parent_digest = snap, result.links[-1].digest
+    if sign is not None:  # every link is on the hub by digest; the tag has not moved yet
+        progress.log(f"signing {parent_digest} with key {fingerprint(sign.public_key())[:23]}…")
+        result.signature = push_signature(client, name, parent_digest, sign)  # type: ignore[arg-type]
     manifest, _ = client.get_manifest(name, parent_digest)  # type: ignore[arg-type]
     result.digest = client.put_manifest(name, layer_tag, manifest, public=public, expect=expect)
     result.bytes_sent = client.bytes_sent - sent_before
