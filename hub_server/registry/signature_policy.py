@@ -90,9 +90,8 @@ class SignaturePolicy:
         reasons: list[str] = []
         for artifact in await _signature_referrers(ctx, repository_id, digest):
             try:
-                manifest = await ctx.store.read(blob_key(artifact))
-                envelope_digest = envelope_digest_of(manifest, digest)
-                envelope = await ctx.store.read(blob_key(envelope_digest), 0, MAX_ENVELOPE_BYTES + 1)
+                manifest = await _read_small(ctx, blob_key(artifact))
+                envelope = await _read_small(ctx, blob_key(envelope_digest_of(manifest, digest)))
                 return verify_envelope(envelope, digest, full, keys)
             except (SignatureError, StorageError, FileNotFoundError) as e:
                 reasons.append(f"{artifact}: {e}")
@@ -102,6 +101,14 @@ class SignaturePolicy:
                        f"moves to it: {'; '.join(reasons) if reasons else 'it has no signature referrer'} "
                        "(push the manifest by digest, then its signature, then the tag: forkd push --sign KEY)",
                        {"digest": digest, "keys": wanted, "refused": reasons})
+
+
+async def _read_small(ctx: RegistryContext, key: str) -> bytes:
+    """A signature artifact or envelope: small, else refused before it is read."""
+    size = (await ctx.store.stat(key)).size
+    if size > MAX_ENVELOPE_BYTES:
+        raise SignatureError(f"{key}: {size:,} bytes, over the {MAX_ENVELOPE_BYTES:,} a signature may take")
+    return await ctx.store.read(key)
 
 
 async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, digest: str) -> list[str]:
