@@ -34,7 +34,10 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 
 from .errors import ManifestError
 from .mediatypes import OCI_MANIFEST
@@ -49,9 +52,21 @@ ANNOTATION_KEY = "dev.forkd.signature.key"
 MAX_ENVELOPE_BYTES = 64 << 10
 
 __all__ = [
-    "ANNOTATION_KEY", "EMPTY_CONFIG", "EMPTY_CONFIG_BYTES", "MAX_ENVELOPE_BYTES", "SIGNATURE_ARTIFACT",
-    "SignatureError", "SignedArtifact", "canonical_payload", "fingerprint", "load_private_key", "load_public_key",
-    "public_key_pem", "signature_artifact", "sign_digest", "verify_envelope",
+    "ANNOTATION_KEY",
+    "EMPTY_CONFIG",
+    "EMPTY_CONFIG_BYTES",
+    "MAX_ENVELOPE_BYTES",
+    "SIGNATURE_ARTIFACT",
+    "SignatureError",
+    "SignedArtifact",
+    "canonical_payload",
+    "fingerprint",
+    "load_private_key",
+    "load_public_key",
+    "public_key_pem",
+    "sign_digest",
+    "signature_artifact",
+    "verify_envelope",
 ]
 
 

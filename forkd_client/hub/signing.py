@@ -28,11 +28,24 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 
-from manifest.signature import (EMPTY_CONFIG, EMPTY_CONFIG_BYTES, MAX_ENVELOPE_BYTES, SIGNATURE_ARTIFACT,
-                                SignatureError, envelope_digest_of, fingerprint, load_public_key,
-                                signature_artifact, sign_digest, verify_envelope)
+from manifest.signature import (
+    EMPTY_CONFIG,
+    EMPTY_CONFIG_BYTES,
+    MAX_ENVELOPE_BYTES,
+    SIGNATURE_ARTIFACT,
+    SignatureError,
+    envelope_digest_of,
+    fingerprint,
+    load_public_key,
+    sign_digest,
+    signature_artifact,
+    verify_envelope,
+)
 
 from .client import HubClient
 from .credentials import config_dir
@@ -51,7 +64,8 @@ def push_signature(client: HubClient, name: str, digest: str, key: Ed25519Privat
     media_type = _media_type(head)
     envelope = sign_digest(key, digest, name)
     artifact = signature_artifact(envelope, fingerprint(key.public_key()), digest, len(head), media_type)
-    for blob, blob_digest in ((EMPTY_CONFIG_BYTES, EMPTY_CONFIG["digest"]), (envelope, artifact.envelope_digest)):
+    blobs: list[tuple[bytes, str]] = [(EMPTY_CONFIG_BYTES, str(EMPTY_CONFIG["digest"])), (envelope, artifact.envelope_digest)]
+    for blob, blob_digest in blobs:
         if not client.blob_exists(name, blob_digest):
             location = client.start_upload(name)
             location = client.upload_chunk(location, blob, 0)

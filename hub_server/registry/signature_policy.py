@@ -1,7 +1,7 @@
 """Namespaces that require signed tags: the hub moves a tag there only onto a manifest that has a
 signature referrer made by one of the namespace's registered keys (docs/decisions/0008-signatures.md).
 
-The policy is a JSON file named by ``FORKD_HUB_SIGNATURE_POLICY`` (``--signature-policy``), read
+The policy is a JSON file named by ``FORKD_HUB_SIGNATURE_POLICY``, read
 once at start::
 
     {"namespaces": {"team": {"keys": ["keys/team-ci.pub", "/etc/forkd-hub/release.pub"]}}}
@@ -31,8 +31,15 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.paths import blob_key
 from hub_server.storage import StorageError
-from manifest.signature import (MAX_ENVELOPE_BYTES, SIGNATURE_ARTIFACT, SignatureError, envelope_digest_of,
-                                fingerprint, load_public_key, verify_envelope)
+from manifest.signature import (
+    MAX_ENVELOPE_BYTES,
+    SIGNATURE_ARTIFACT,
+    SignatureError,
+    envelope_digest_of,
+    fingerprint,
+    load_public_key,
+    verify_envelope,
+)
 
 __all__ = ["SignaturePolicy", "SignaturePolicyError"]
 

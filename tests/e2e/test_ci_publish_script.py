@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "examples" / "ci-publ
 
 
 def run_script(env: dict[str, str], **overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT)], env={**env, **overrides}, capture_output=True, text=True, timeout=600)
+    return subprocess.run(["bash", str(SCRIPT)], check=False, env={**env, **overrides}, capture_output=True, text=True, timeout=600)
 
 
 def robot_token(hub: HubProcess) -> str:
@@ -31,7 +31,7 @@ def test_the_ci_script_bakes_signs_and_pushes_and_the_pull_verifies(tmp_path):
     policy = tmp_path / "policy"
     policy.mkdir()
     key = tmp_path / "ci.key"
-    keygen = subprocess.run(["forkd", "keygen", str(key), "--json"], capture_output=True, text=True, timeout=60,
+    keygen = subprocess.run(["forkd", "keygen", str(key), "--json"], check=False, capture_output=True, text=True, timeout=60,
                             env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     assert keygen.returncode == 0, keygen.stderr
     fingerprint = json.loads(keygen.stdout)["fingerprint"]

@@ -26,7 +26,7 @@ def skopeo_copy(source: HubProcess, dest: HubProcess, creds: str, src: str, dst:
     return subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
                            "--dest-creds", creds, f"docker://{source.url.removeprefix('http://')}/{src}",
                            f"docker://{dest.url.removeprefix('http://')}/{dst}"],
-                          capture_output=True, text=True, timeout=120)
+                          check=False, capture_output=True, text=True, timeout=120)
 
 
 def test_a_signature_survives_a_skopeo_copy_and_verifies_on_the_second_hub(tmp_path):

@@ -8,8 +8,16 @@ import json
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from manifest.signature import (SIGNATURE_ARTIFACT, SignatureError, canonical_payload, envelope_digest_of,
-                                fingerprint, signature_artifact, sign_digest, verify_envelope)
+from manifest.signature import (
+    SIGNATURE_ARTIFACT,
+    SignatureError,
+    canonical_payload,
+    envelope_digest_of,
+    fingerprint,
+    sign_digest,
+    signature_artifact,
+    verify_envelope,
+)
 
 A = "sha256:" + "a" * 64
 B = "sha256:" + "b" * 64

@@ -16,7 +16,13 @@ from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 from forkd_client.hub.signing import TrustedKeys, verify_head
 from forkd_client.store import SnapshotStore
-from manifest.signature import SIGNATURE_ARTIFACT, SignatureError, fingerprint, signature_artifact, sign_digest
+from manifest.signature import (
+    SIGNATURE_ARTIFACT,
+    SignatureError,
+    fingerprint,
+    sign_digest,
+    signature_artifact,
+)
 
 from ..snapshots import make_link_source
 

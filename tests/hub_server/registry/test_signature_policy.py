@@ -14,8 +14,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hub_server.registry.signature_policy import SignaturePolicy, SignaturePolicyError
 from hub_server.settings import load_settings
 from manifest import mediatypes as mt
-from manifest.signature import (EMPTY_CONFIG, EMPTY_CONFIG_BYTES, fingerprint, public_key_pem, signature_artifact,
-                                sign_digest)
+from manifest.signature import (
+    EMPTY_CONFIG,
+    EMPTY_CONFIG_BYTES,
+    fingerprint,
+    public_key_pem,
+    sign_digest,
+    signature_artifact,
+)
 from tests.e2e.hubproc import forkd_hub
 from tests.e2e.logscan import assert_no_traceback
 from tests.hub_server.pushing import BuiltLayer, PushClient, expect_error
@@ -118,7 +124,7 @@ def test_the_policy_file_is_checked_at_start(tmp_path, keys):
 def test_an_unusable_policy_stops_the_hub_with_one_line(tmp_path):
     (tmp_path / "bad.json").write_text("not json")
     env = {**os.environ, "FORKD_HUB_DATA_DIR": str(tmp_path / "data"), "FORKD_HUB_SIGNATURE_POLICY": str(tmp_path / "bad.json")}
-    result = subprocess.run(forkd_hub("serve", "--port", "0"), env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(forkd_hub("serve", "--port", "0"), env=env, check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "FORKD_HUB_SIGNATURE_POLICY" in result.stderr and "bad.json" in result.stderr
     assert_no_traceback(result.stdout + result.stderr, "forkd-hub serve")
