@@ -163,6 +163,8 @@ def pull(
                         _install_checked(store, client, index, waiting, force, progress, block=True)
                     raise
                 lists = fetched.lists
+                if verified is not None and link is chain[-1]:  # ``forkd inspect`` shows who signed it
+                    fetched.origin_extra = {"signed_by": verified.key, "signature": verified.artifact}
                 result.links.append(fetched.stats)
                 waiting.append(fetched)
                 if not defer:
@@ -217,6 +219,7 @@ class _Fetched:
     verification: Future
     lists: dict[str, ChunkList] = field(default_factory=dict)
     installed: bool = False
+    origin_extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -394,7 +397,8 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
     store.prepare(
         fetched.staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
         parent_digest=parent_digest, compat=config.compat, annotations=config.annotations, created=config.created,
-        origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest},
+        origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest,
+                **fetched.origin_extra},
         known_digests=known, snapshot_json=dict(config.forkd or {"volumes": []}), algorithms=("blake3",),
     )
     try:

@@ -64,6 +64,7 @@ def test_a_signature_survives_a_skopeo_copy_and_verifies_on_the_second_hub(tmp_p
         pulled = bob.json("pull", "team/py:v1", "--as", "numpy", "--verify-key", str(tmp_path / "ci.key.pub"))
         assert pulled["digest"] == head
         assert pulled["signature"] == {"key": ci_key["fingerprint"], "artifact": signature}
+        assert f"verified at pull: key {ci_key['fingerprint']} (artifact {signature})" in bob.run("inspect", "numpy").stdout
         assert (bob.home / "snapshots" / "numpy" / "memory.bin").read_bytes() == (sources[1] / "memory.bin").read_bytes()
     finally:
         assert a.stop() == 0 and b.stop() == 0

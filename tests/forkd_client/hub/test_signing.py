@@ -52,6 +52,10 @@ def test_a_signed_chain_pulls_and_names_its_key(chain3, other_store, client, key
     assert pulled.signed_by is not None and pulled.signed_by.key == fingerprint(key.public_key())
     assert pulled.to_obj()["signature"] == {"key": fingerprint(key.public_key()), "artifact": pushed.signature}
     assert len(other_store.chain("py")) == 3
+    # the head records who signed it (``forkd inspect`` shows it); the links below carry no claim of their own
+    assert other_store.get("py").origin["signed_by"] == fingerprint(key.public_key())
+    assert other_store.get("py").origin["signature"] == pushed.signature
+    assert "signed_by" not in other_store.chain("py")[0].origin
 
 
 def test_an_unsigned_chain_is_refused_before_anything_is_fetched(chain3, other_store, client, key):
