@@ -11,7 +11,7 @@ Errors: ``HubError`` (``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from hub_server.registry.lineage import Dependent, LinkRef, locate_links, readab
 from hub_server.registry.names import parse_reference
 from hub_server.registry.paths import blob_key
 from hub_server.registry.search import visible
+from hub_server.registry.signature_policy import SignatureClaim, signature_claims
 from hub_server.registry.tags import resolve_reference
 from hub_server.storage.errors import StorageError
 from manifest import mediatypes as mt
@@ -70,6 +71,7 @@ class LayerView:
     files: list[FileRow]
     manifest_text: str
     config_text: str
+    signatures: list[SignatureClaim] = field(default_factory=list)
 
     @property
     def full_name(self) -> str:
@@ -100,6 +102,7 @@ async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str,
         dependents=[d for d in dependents if d.digest != head.digest],
         compat=dict(head.compat), annotations=dict(head.annotations), files=_files(manifest, config),
         manifest_text=_pretty(manifest), config_text=_pretty(config) if config is not None else "",
+        signatures=await signature_claims(ctx, repo.id, repo.namespace, repo.name, head.digest),  # type: ignore[arg-type]
     )
 
 

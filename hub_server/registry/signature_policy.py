@@ -32,6 +32,7 @@ from hub_server.registry.context import RegistryContext
 from hub_server.registry.paths import blob_key
 from hub_server.storage import StorageError
 from manifest.signature import (
+    ANNOTATION_KEY,
     MAX_ENVELOPE_BYTES,
     SIGNATURE_ARTIFACT,
     SignatureError,
@@ -41,7 +42,7 @@ from manifest.signature import (
     verify_envelope,
 )
 
-__all__ = ["SignaturePolicy", "SignaturePolicyError"]
+__all__ = ["SignatureClaim", "SignaturePolicy", "SignaturePolicyError", "signature_claims"]
 
 
 class SignaturePolicyError(ValueError):
@@ -108,6 +109,37 @@ class SignaturePolicy:
                        f"moves to it: {'; '.join(reasons) if reasons else 'it has no signature referrer'} "
                        "(push the manifest by digest, then its signature, then the tag: forkd push --sign KEY)",
                        {"digest": digest, "keys": wanted, "refused": reasons})
+
+
+@dataclass(frozen=True)
+class SignatureClaim:
+    """A signature referrer as the web catalog shows it: the key it names and whether this hub checked it
+    (``verified`` is None when the namespace has no registered keys: the hub cannot tell)."""
+
+    artifact: str
+    key: str
+    verified: bool | None
+
+
+async def signature_claims(ctx: RegistryContext, repository_id: int, namespace: str, name: str,
+                           digest: str) -> list[SignatureClaim]:
+    """The signature referrers of ``digest`` in the repository, newest first, each checked against the
+    namespace's registered keys when the policy has some. Never raises for a bad artifact (it is
+    listed as not verified)."""
+    keys = ctx.signatures.keys.get(namespace) if ctx.signatures is not None else None
+    claims = []
+    for artifact in await _signature_referrers(ctx, repository_id, digest):
+        key, verified = "unknown", False if keys else None
+        try:
+            manifest = await _read_small(ctx, blob_key(artifact))
+            key = str(json.loads(manifest).get("annotations", {}).get(ANNOTATION_KEY) or key)
+            if keys:
+                envelope = await _read_small(ctx, blob_key(envelope_digest_of(manifest, digest)))
+                key, verified = verify_envelope(envelope, digest, f"{namespace}/{name}", keys), True
+        except (SignatureError, StorageError, FileNotFoundError, ValueError, AttributeError):
+            pass
+        claims.append(SignatureClaim(artifact, key, verified))
+    return claims
 
 
 async def _read_small(ctx: RegistryContext, key: str) -> bytes:
