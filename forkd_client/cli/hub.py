@@ -197,6 +197,9 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.hub or args.ref.startswith(("http://", "https://")):
+        if args.verify_key:  # forkd's registry has no signatures: never let a requested check pass silently
+            ctx.error("--verify-key needs a hub reference (NS/REPO[:TAG]); forkd's registry.json packs carry no signatures")
+            return 2
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
     key_files = [p.expanduser() for p in args.verify_key] + TrustedKeys().for_namespace(ref.namespace)

@@ -41,3 +41,9 @@ def test_push_with_a_public_key_as_signing_key_is_a_clear_error(tmp_path: Path, 
     capsys.readouterr()
     assert main(["push", "nothing", "127.0.0.1:9/team/py:v1", "--sign", str(path) + ".pub"]) == 1
     assert "not an unencrypted PEM private key" in capsys.readouterr().err
+
+
+def test_verify_key_with_a_forkd_registry_pull_is_refused(tmp_path: Path, capsys, home) -> None:
+    """forkd's registry.json packs are unsigned: a requested verification must not silently not happen."""
+    assert main(["pull", "--hub", "http://127.0.0.1:9/registry.json", "acme/py", "--verify-key", "k.pub"]) == 2
+    assert "--verify-key needs a hub reference" in capsys.readouterr().err

@@ -64,6 +64,7 @@ def test_an_unsigned_chain_is_refused_before_anything_is_fetched(chain3, other_s
     with pytest.raises(SignatureInvalid, match="is not signed"):
         pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
     assert installed(other_store) == []
+    assert not list((other_store.root / ".staging").glob("*"))  # nothing staged either
     assert client.bytes_received - before < 100_000  # the chain's manifests and configs, no chunk
 
 
