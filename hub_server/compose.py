@@ -43,6 +43,7 @@ from hub_server.metrics import HubMetrics
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.readcache import ReadCache
 from hub_server.registry.service import Registry
+from hub_server.registry.signature_policy import SignaturePolicy, SignaturePolicyError
 from hub_server.settings import Settings, SettingsError
 from hub_server.storage import BlobStore, StorageError
 from hub_server.storage.factory import create_store
@@ -120,6 +121,7 @@ async def open_hub(
                 blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
                 cache=ReadCache(ttl=settings.cache_ttl),
                 immutable_tags=settings.immutable_tags, immutable_exempt=settings.immutable_exempt,
+                signatures=_signature_policy(settings),
             ))
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
@@ -151,6 +153,15 @@ def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) ->
     webhooks = WebhookService(sessions)
     webhooks.on_queued(deliverer.wake)
     return webhooks, deliverer
+
+
+def _signature_policy(settings: Settings) -> SignaturePolicy | None:
+    if settings.signature_policy is None:
+        return None
+    try:
+        return SignaturePolicy.load(settings.signature_policy)
+    except SignaturePolicyError as e:
+        raise SettingsError(f"FORKD_HUB_SIGNATURE_POLICY: {e}") from None
 
 
 def _make_data_dir(settings: Settings) -> None:

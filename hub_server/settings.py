@@ -104,6 +104,8 @@ class Settings:
     """Hub-wide default: a tag, once set, never moves to another digest (a repository may override)."""
     immutable_exempt: str = "latest"
     """Hub-wide default: comma-separated tag globs that stay movable under immutable tags."""
+    signature_policy: Path | None = None
+    """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0008-signatures.md)."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -251,6 +253,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "webhook_log_max_age": (_positive(_seconds), False),
     "immutable_tags": (_bool, False),
     "immutable_exempt": (_tag_globs, False),
+    "signature_policy": (lambda t: Path(t).expanduser(), False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),

@@ -5,7 +5,8 @@
          none of the classes below covers, an internal error)
     2    usage: a malformed argument or option (argparse's own errors, a bad reference, tag or
          ``--annotation``)
-    3    auth: the hub refused the token (401: missing, wrong or expired; 403: outside its scope)
+    3    auth: the hub refused the token (401: missing, wrong or expired; 403: outside its scope, or a
+         namespace whose signature policy refuses an unsigned push)
     4    conflict: the state moved under the command (409: a tag moved by another push or immutable,
          dependents exist; locally: the tag exists, others chain on it)
     5    network: no answer from the hub (refused, DNS, timeout) or a 502/503/504 from a gateway in
@@ -56,6 +57,8 @@ def exit_code_for(error: BaseException) -> int:
     if isinstance(error, SnapshotExists | DependentsExist):
         return EXIT_CONFLICT
     if isinstance(error, HubError):
+        if error.status == 403:  # e.g. SIGNATURE_REQUIRED: the hub's policy refuses what this push may do
+            return EXIT_AUTH
         if error.status == 409:
             return EXIT_CONFLICT
         if error.status in _GATEWAY_STATUSES:

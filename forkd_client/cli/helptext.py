@@ -50,10 +50,15 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "push": ("Push a local snapshot chain to a hub: only the chunks the hub lacks are sent, and an interrupted "
              "push resumes where it stopped.", {"local_tag": "local snapshot to push (its chain comes along)"},
              ["forkd push py-numpy acme/python:numpy", "forkd push py-base 127.0.0.1:8080/acme/python:base --public",
-              "forkd push py-numpy acme/python:nightly --json --annotation org.opencontainers.image.revision=$GIT_SHA"]),
+              "forkd push py-numpy acme/python:nightly --json --annotation org.opencontainers.image.revision=$GIT_SHA",
+              "forkd push py-numpy team/python:numpy --sign ci-signing.key"]),
     "pull": ("Pull a snapshot chain from a hub: every chunk is verified on arrival and every file after "
              "assembly; an interrupted pull resumes where it stopped.", {},
-             ["forkd pull acme/python:numpy", "forkd pull acme/python@blake3:<digest> --as py-pinned"]),
+             ["forkd pull acme/python:numpy", "forkd pull acme/python@blake3:<digest> --as py-pinned",
+              "forkd pull team/python:numpy --verify-key ci-signing.key.pub"]),
+    "keygen": ("Make an Ed25519 key pair for 'forkd push --sign': the private key (mode 0600, never overwritten) "
+               "and PATH.pub beside it, whose holders verify with 'forkd pull --verify-key'.", {},
+               ["forkd keygen", "forkd keygen ci-signing.key --json"]),
     "search": ("Search the repositories of a hub you may read.",
                {"query": "words to look for in names and descriptions (default: list all)",
                 "limit": "at most N repositories (default 100)"},

@@ -12,6 +12,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+from manifest.signature import load_private_key
 
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
@@ -22,6 +25,7 @@ from ..hub.provenance import attach_provenance, ci_annotations, now_rfc3339, par
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
+from ..hub.signing import TrustedKeys, load_keys
 from ..errors import ClientError, Interrupted
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
@@ -56,6 +60,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="attach no provenance referrer, even in CI or with --annotation")
     p.add_argument("--progress", action="store_true",
                    help="show progress on stderr even with --json (CI logs: a line every FORKD_PROGRESS_INTERVAL s)")
+    p.add_argument("--sign", type=Path, metavar="KEYFILE",
+                   help="sign the head with this Ed25519 private key (forkd keygen) before the tag moves")
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
@@ -70,6 +76,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--quiet", "-q", action="store_true",
                    help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--verify-key", action="append", type=Path, default=[], metavar="PUBKEY",
+                   help="refuse the chain unless its head is signed by this public key (repeatable; also the "
+                        "namespace's keys in $XDG_CONFIG_HOME/forkd/trusted-keys.json)")
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("search", parents=[common], help="search repositories on a hub")
@@ -168,6 +177,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     if ref.digest is not None:
         raise InvalidReference(f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
                                f"e.g. {ref.name}:{ref.tag or 'latest'}")
+    key = load_private_key(args.sign.expanduser()) if args.sign else None  # a bad key fails before any upload
     user_annotations = parse_annotations(args.annotation)  # a malformed one is a usage error, before any transfer
     annotations = {} if args.no_provenance else ci_annotations(os.environ)
     started = now_rfc3339()
@@ -177,7 +187,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
             with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
                                           f"{args.local_tag} {args.ref}' again to resume from there"):
                 result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
-                              force=args.force)
+                              force=args.force, sign=key)
                 if (annotations or user_annotations) and not args.no_provenance:
                     progress.log(f"{ref.name}: attaching provenance to {result.digest[:19]}…")
                     result.provenance = attach_provenance(
@@ -198,6 +208,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(f"pushed {new} of {len(result.links)} layer(s), {human_size(result.bytes_sent)} sent")
     if result.provenance:
         ctx.print(f"provenance: {result.provenance['digest']} ({len(result.provenance['annotations'])} annotation(s))")
+    if result.signature:
+        ctx.print(f"signed: {result.signature} (a referrer of {result.digest[:19]}…)")
     return 0
 
 
@@ -213,13 +225,19 @@ def forkd_version() -> str:
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.hub or args.ref.startswith(("http://", "https://")):
+        if args.verify_key:  # forkd's registry has no signatures: never let a requested check pass silently
+            ctx.error("--verify-key needs a hub reference (NS/REPO[:TAG]); forkd's registry.json packs carry no signatures")
+            return 2
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
+    key_files = [p.expanduser() for p in args.verify_key] + TrustedKeys().for_namespace(ref.namespace)
+    verify_keys = load_keys(key_files) or None  # unreadable key files fail before anything is fetched
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         with _interruptible(progress, f"pull interrupted: installed links and verified chunks are kept; run "
                                       f"'forkd pull {args.ref}' again to resume from there"):
-            result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress)
+            result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress,
+                          verify_keys=verify_keys)
     with ctx.store() as store:
         warning = compat_warning(store.get(result.tag))
     if warning:
@@ -230,6 +248,8 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.quiet:  # -q: only what a script needs, the digest
         ctx.print(result.digest)
         return 0
+    if result.signed_by is not None:
+        ctx.print(f"{ref}: signed by key {result.signed_by.key}")
     if result.up_to_date:
         ctx.print(f"{ref}: already up to date as {result.tag} ({result.digest})")
         return 0

@@ -136,6 +136,9 @@ def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> N
     ]
     if info.get("verified"):
         lines.append(("Chain verified", "yes"))
+    origin = snap.origin or {}
+    if origin.get("signed_by"):  # recorded by pull --verify-key (forkd_client.hub.signing)
+        lines.append(("Signature", f"verified at pull: key {origin['signed_by']} (artifact {origin.get('signature', '-')})"))
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         ctx.print(f"{key + ':':<{width + 1}} {value}")

@@ -23,8 +23,8 @@ from manifest.jsontext import loads as loads_json
 from manifest.mediatypes import BLOB_PLAN
 from manifest.model import MAX_MANIFEST_BYTES
 
-from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, TagConflict,
-                     Unauthorized)
+from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, SignatureRequired,
+                     TagConflict, Unauthorized)
 from .presigned import PresignedCache, merge_spans, parse_plan, read_plan, slice_spans
 from .transport import make_http_client
 
@@ -492,7 +492,9 @@ def _error_from(response: httpx.Response, method: str, path: str, *, anonymous: 
         pass
     status = response.status_code
     cls: type[HubError] = HubError
-    if status == 401:
+    if code == "SIGNATURE_REQUIRED":
+        cls = SignatureRequired
+    elif status == 401:
         cls = Unauthorized
         message += LOGIN_HINT
     elif status == 403:

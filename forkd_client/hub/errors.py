@@ -8,6 +8,8 @@
         ├── NotFound             404: repository, manifest, blob or upload unknown (or private)
         ├── HasDependents        409: delete refused; ``.dependents`` lists them
         ├── DigestInvalid        (also VerificationFailed) bytes did not match their digest (hub side or on arrival here)
+        │   └── SignatureInvalid a chain is unsigned, or not signed for this digest by a trusted key
+        ├── SignatureRequired    403: the hub's policy wants a signature before this tag moves
         ├── DiskFull             (also OSError) the pull cannot fit on the local disk
         └── InvalidReference     (also ValueError) a ``[host/]ns/repo[:tag][@digest]`` string is malformed
 
@@ -63,6 +65,14 @@ class TagConflict(HubError):
 
 class DigestInvalid(HubError, VerificationFailed):
     """Content does not match its digest."""
+
+
+class SignatureInvalid(DigestInvalid):
+    """``pull --verify-key``: no signature referrer of the head verifies for it with a trusted key."""
+
+
+class SignatureRequired(HubError):
+    """403 ``SIGNATURE_REQUIRED``: the namespace requires a signature by a registered key (``push --sign``)."""
 
 
 class DiskFull(HubError, OSError):

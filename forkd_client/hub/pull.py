@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
 from manifest.chunktree import ChunkList
@@ -52,6 +54,7 @@ from .localchunks import LocalChunkIndex
 from .preflight import check_arguments, index_held_head, plan_pull
 from .progress import NullProgress, Progress
 from .reference import Reference
+from .signing import Verified, verify_head
 
 RESUME_MARKER = ".resume.json"
 _SAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -75,14 +78,18 @@ class PullResult:
     tag: str
     links: list[LinkPulled] = field(default_factory=list)
     bytes_received: int = 0
+    signed_by: Verified | None = None
 
     @property
     def up_to_date(self) -> bool:
         return all(link.reused for link in self.links)
 
     def to_obj(self) -> dict:
-        return {"reference": self.reference, "digest": self.digest, "tag": self.tag, "up_to_date": self.up_to_date,
-                "bytes_received": self.bytes_received, "links": [vars(link) for link in self.links]}
+        out = {"reference": self.reference, "digest": self.digest, "tag": self.tag, "up_to_date": self.up_to_date,
+               "bytes_received": self.bytes_received, "links": [vars(link) for link in self.links]}
+        if self.signed_by is not None:
+            out["signature"] = self.signed_by.to_obj()
+        return out
 
 
 def local_tag_for(name: str) -> str:
@@ -99,19 +106,25 @@ def pull(
     as_tag: str | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    verify_keys: list[Ed25519PublicKey] | None = None,
 ) -> PullResult:
+    """Pull ``ref`` into ``store``. With ``verify_keys``, the head must carry a signature by one of
+    them (:func:`.signing.verify_head`, before anything is fetched), and no link is installed
+    until every link passed its check. Raises SignatureInvalid and the errors of the module."""
     progress = progress or NullProgress()
     check_arguments(as_tag)  # preflight: everything that can be refused is, before any transfer
     received_before = client.bytes_received
     chain = client.get_chain(ref.name, ref.ref)
     parsed = [_parse_link(link) for link in chain]
     _check_chain(client, ref, parsed)
+    verified = verify_head(client, ref.name, chain[-1].digest, verify_keys) if verify_keys else None
+    defer = verified is not None  # all or nothing: install only once every link is checked
     head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
                           else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
     plan = plan_pull(store, parsed, _local_tags(store, parsed, head_tag), force=force)
     tags = plan.tags
     index_held_head(store, client, _repository_of(parsed[-1][0], ref), plan, parsed[-1])
-    result = PullResult(str(ref), chain[-1].digest, head_tag)
+    result = PullResult(str(ref), chain[-1].digest, head_tag, signed_by=verified)
     # Links are pipelined: while one link's files are fsynced and hashed on the verifier thread,
     # the next link is cloned from them and filled. Links are installed strictly base first,
     # each once its check passed; on any error what is not installed yet stays staged, and
@@ -148,12 +161,18 @@ def pull(
                 except Exception:
                     # A failed check of an earlier link (its files removed under this one) is the
                     # cause to report, not this link's missing parent: settle those checks first.
-                    _install_checked(store, client, index, waiting, force, progress, block=True)
+                    if defer:
+                        _raise_failed_check(waiting)
+                    else:
+                        _install_checked(store, client, index, waiting, force, progress, block=True)
                     raise
                 lists = fetched.lists
+                if verified is not None and link is chain[-1]:  # ``forkd inspect`` shows who signed it
+                    fetched.origin_extra = {"signed_by": verified.key, "signature": verified.artifact}
                 result.links.append(fetched.stats)
                 waiting.append(fetched)
-                _install_checked(store, client, index, waiting, force, progress, block=False)
+                if not defer:
+                    _install_checked(store, client, index, waiting, force, progress, block=False)
                 parent = _Parent(store, tag, config, fetched)
             _install_checked(store, client, index, waiting, force, progress, block=True)
         finally:
@@ -177,6 +196,17 @@ def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkI
         raise
 
 
+def _raise_failed_check(waiting: list["_Fetched"]) -> None:
+    """Deferred installs: re-raise the first failed check of the waiting links (their staged files
+    are then not resumed), so it is reported rather than what it caused downstream."""
+    for fetched in waiting:
+        error = fetched.verification.exception()
+        if error is not None:
+            for later in waiting:
+                (later.staged / RESUME_MARKER).unlink(missing_ok=True)
+            raise error
+
+
 @dataclass
 class _Fetched:
     """A link whose changed chunks are written into its staged files, waiting for the
@@ -193,6 +223,7 @@ class _Fetched:
     verification: Future
     lists: dict[str, ChunkList] = field(default_factory=dict)
     installed: bool = False
+    origin_extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -370,7 +401,8 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
     store.prepare(
         fetched.staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
         parent_digest=parent_digest, compat=config.compat, annotations=config.annotations, created=config.created,
-        origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest},
+        origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest,
+                **fetched.origin_extra},
         known_digests=known, snapshot_json=dict(config.forkd or {"volumes": []}), algorithms=("blake3",),
     )
     try:

@@ -25,9 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.layer import DataBlob
+from manifest.signature import fingerprint
 
 from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
@@ -36,6 +39,7 @@ from .errors import DigestInvalid, HubError, NotFound
 from .layers import BuiltLayer, build_layer
 from .progress import NullProgress, Progress
 from .reference import Reference
+from .signing import push_signature
 from .state import TransferState
 
 UPLOAD_PART = 16 << 20
@@ -77,15 +81,20 @@ class PushResult:
     duration_seconds: float = 0.0
     #: the provenance referrer and the annotations it carries (set by the CLI; None when not recorded)
     provenance: dict | None = None
+    signature: str | None = None
+    """With ``sign``: the digest of the signature artifact pushed as a referrer of the head."""
 
     def to_obj(self) -> dict:
-        return {"reference": self.reference, "hub": self.hub, "tag": self.tag, "digest": self.digest,
-                "bytes_sent": self.bytes_sent,
-                "bytes_reused": sum(link.reused_bytes for link in self.links),
-                "chunks_uploaded": sum(link.new_chunks for link in self.links),
-                "chunks_reused": sum(link.reused_chunks for link in self.links),
-                "duration_seconds": round(self.duration_seconds, 3),
-                "links": [vars(link) for link in self.links], "provenance": self.provenance}
+        out = {"reference": self.reference, "hub": self.hub, "tag": self.tag, "digest": self.digest,
+               "bytes_sent": self.bytes_sent,
+               "bytes_reused": sum(link.reused_bytes for link in self.links),
+               "chunks_uploaded": sum(link.new_chunks for link in self.links),
+               "chunks_reused": sum(link.reused_chunks for link in self.links),
+               "duration_seconds": round(self.duration_seconds, 3),
+               "links": [vars(link) for link in self.links], "provenance": self.provenance}
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
 
 
 def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str | None) -> str:
@@ -109,11 +118,13 @@ def push(
     progress: Progress | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     force: bool = False,
+    sign: Ed25519PrivateKey | None = None,
 ) -> PushResult:
     """Push the chain of ``local_tag`` to ``ref`` (``ns/repo[:tag]``); returns the head's digest.
 
     The tag moves only if no other push moved it since this one started (the final PUT carries
-    the digest it pointed at then); otherwise TagConflict, unless ``force``.
+    the digest it pointed at then); otherwise TagConflict, unless ``force``. With ``sign``, the
+    head's signature is pushed as its referrer before the tag moves (:mod:`.signing`).
     """
     progress = progress or NullProgress()
     started = time.monotonic()
@@ -143,6 +154,9 @@ def push(
                                            progress, chunk_size, chunk_tree))
             state.set(key, result.links[-1].digest)
         parent, parent_digest = snap, result.links[-1].digest
+    if sign is not None:  # every link is on the hub by digest; the tag has not moved yet
+        progress.log(f"signing {parent_digest} with key {fingerprint(sign.public_key())[:23]}…")
+        result.signature = push_signature(client, name, parent_digest, sign)  # type: ignore[arg-type]
     manifest, _ = client.get_manifest(name, parent_digest)  # type: ignore[arg-type]
     result.digest = client.put_manifest(name, layer_tag, manifest, public=public, expect=expect)
     result.bytes_sent = client.bytes_sent - sent_before

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -15,6 +16,9 @@ from hub_server.metrics import HubMetrics
 from hub_server.registry.readcache import ReadCache
 from hub_server.settings import Limits
 from hub_server.storage import BlobStore
+
+if TYPE_CHECKING:
+    from hub_server.registry.signature_policy import SignaturePolicy
 
 __all__ = ["RegistryContext"]
 
@@ -37,3 +41,5 @@ class RegistryContext:
     """Hub-wide default of the immutable-tags policy (``registry/policy.py``)."""
     immutable_exempt: str = "latest"
     """Hub-wide default: tag globs exempt from immutability."""
+    signatures: SignaturePolicy | None = None
+    """Namespaces whose tags move only onto signed manifests (``FORKD_HUB_SIGNATURE_POLICY``)."""

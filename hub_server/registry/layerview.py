@@ -12,7 +12,7 @@ Errors: ``HubError`` (``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from hub_server.registry.names import parse_reference
 from hub_server.registry.paths import blob_key
 from hub_server.registry.referrers import ReferrerService
 from hub_server.registry.search import visible
+from hub_server.registry.signature_policy import SignatureClaim, signature_claims
 from hub_server.registry.tags import resolve_reference
 from hub_server.storage.errors import StorageError
 from manifest import mediatypes as mt
@@ -74,6 +75,7 @@ class LayerView:
     config_text: str
     #: OCI referrers of the layer (``digest``, ``artifactType``, ``annotations``), oldest first
     referrers: list[dict[str, Any]]
+    signatures: list[SignatureClaim] = field(default_factory=list)
 
     @property
     def full_name(self) -> str:
@@ -106,6 +108,7 @@ async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str,
         compat=dict(head.compat), annotations=dict(head.annotations), files=_files(manifest, config),
         manifest_text=_pretty(manifest), config_text=_pretty(config) if config is not None else "",
         referrers=referrers,
+        signatures=await signature_claims(ctx, repo.id, repo.namespace, repo.name, head.digest),  # type: ignore[arg-type]
     )
 
 

@@ -1,13 +1,21 @@
 """Every JSON example in docs/manifest-format.md is parsed and validated by the code."""
 
+import hashlib
 import json
 import re
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from manifest import mediatypes as mt
 from manifest.model import ChunkMap, Descriptor, LayerConfig, LayerManifest
+from manifest.signature import (
+    EMPTY_CONFIG,
+    SIGNATURE_ARTIFACT,
+    envelope_digest_of,
+    verify_envelope,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "manifest-format.md"
 BLOCK = re.compile(r"<!-- example: (?P<kind>[\w-]+) -->\s*```json\n(?P<body>.*?)```", re.S)
@@ -21,7 +29,8 @@ def examples():
 
 
 def test_doc_has_all_kinds():
-    assert {k for k, _ in examples()} == {"chunkmap", "config", "manifest", "chain-index"}
+    assert {k for k, _ in examples()} == {"chunkmap", "config", "manifest", "chain-index", "signature",
+                                          "signature-envelope"}
 
 
 @pytest.mark.parametrize("kind, body", examples(), ids=[k for k, _ in examples()])
@@ -40,6 +49,18 @@ def test_example_is_valid(kind, body):
         m = LayerManifest.from_json(data)
         assert set(m.chunk_maps) == {"memory.bin"} and len(m.data_blobs) == 2
         assert json.loads(m.to_json()) == json.loads(data)
+    elif kind == "signature":
+        obj = json.loads(data)
+        assert obj["artifactType"] == obj["layers"][0]["mediaType"] == SIGNATURE_ARTIFACT
+        assert obj["config"] == EMPTY_CONFIG
+        assert envelope_digest_of(data, obj["subject"]["digest"]) == obj["layers"][0]["digest"]
+    elif kind == "signature-envelope":
+        signature = json.loads(dict(examples())["signature"])
+        assert "sha256:" + hashlib.sha256(data.strip()).hexdigest() == signature["layers"][0]["digest"]
+        assert len(data.strip()) == signature["layers"][0]["size"]
+        key = Ed25519PrivateKey.from_private_bytes(bytes(range(32))).public_key()
+        assert verify_envelope(data.strip(), signature["subject"]["digest"], "team/python", [key]) == \
+            signature["annotations"]["dev.forkd.signature.key"]
     else:
         obj = json.loads(data)
         assert obj["mediaType"] == mt.OCI_INDEX and obj["artifactType"] == mt.CHAIN_ARTIFACT

@@ -1,0 +1,165 @@
+"""Signing a pushed chain and verifying a chain before it is pulled (docs/ci-publishing.md).
+
+``push --sign KEY``: once every link is on the hub by digest and before the tag moves,
+:func:`push_signature` uploads the envelope (:func:`manifest.signature.sign_digest`) and the empty
+config, and PUTs the signature artifact by digest: an OCI referrer of the head, so a hub that
+requires signatures finds it when the tag moves, and OCI copies can carry it along.
+
+``pull --verify-key PUB`` (and the trusted keys of :class:`TrustedKeys`): :func:`verify_head` asks
+the hub for the referrers of the head of artifactType ``application/vnd.forkd.signature.v1+json``,
+fetches each (manifest and envelope verified against their digests), checks that its ``subject`` is
+the head and that the envelope signs exactly that digest and repository with a trusted key. Any
+failure raises before a single chunk is fetched.
+
+Trusted keys per namespace live in ``$XDG_CONFIG_HOME/forkd/trusted-keys.json``::
+
+    {"namespaces": {"team": ["keys/team-ci.pub"], "*": ["/etc/forkd/release.pub"]}}
+
+Paths are relative to that directory; ``"*"`` applies to every namespace. A pull of a namespace
+with trusted keys is verified even without ``--verify-key``.
+
+Errors: SignatureInvalid (unsigned or wrongly signed), HubError family, SignatureError (a key file
+is unusable; a ValueError), OSError.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from manifest.signature import (
+    EMPTY_CONFIG,
+    EMPTY_CONFIG_BYTES,
+    MAX_ENVELOPE_BYTES,
+    SIGNATURE_ARTIFACT,
+    SignatureError,
+    envelope_digest_of,
+    fingerprint,
+    load_public_key,
+    sign_digest,
+    signature_artifact,
+    verify_envelope,
+)
+
+from .client import HubClient
+from .credentials import config_dir
+from .errors import DigestInvalid, NotFound, SignatureInvalid
+
+__all__ = ["TrustedKeys", "Verified", "load_keys", "push_signature", "verify_head"]
+
+TRUSTED_KEYS_FILE = "trusted-keys.json"
+MAX_CANDIDATES = 32
+
+
+def push_signature(client: HubClient, name: str, digest: str, key: Ed25519PrivateKey) -> str:
+    """Sign ``digest`` (a manifest already in ``name``) and push the signature as its referrer;
+    return the signature artifact's digest. Raises HubError family."""
+    head, _ = client.get_manifest(name, digest)
+    media_type = _media_type(head)
+    envelope = sign_digest(key, digest, name)
+    artifact = signature_artifact(envelope, fingerprint(key.public_key()), digest, len(head), media_type)
+    blobs: list[tuple[bytes, str]] = [(EMPTY_CONFIG_BYTES, str(EMPTY_CONFIG["digest"])), (envelope, artifact.envelope_digest)]
+    for blob, blob_digest in blobs:
+        if not client.blob_exists(name, blob_digest):
+            location = client.start_upload(name)
+            location = client.upload_chunk(location, blob, 0)
+            client.finish_upload(location, blob_digest)
+    if not client.manifest_exists(name, artifact.digest):
+        client.put_manifest(name, artifact.digest, artifact.manifest)
+    return artifact.digest
+
+
+def _media_type(manifest: bytes) -> str:
+    try:
+        return str(json.loads(manifest).get("mediaType") or "application/vnd.oci.image.manifest.v1+json")
+    except (ValueError, AttributeError):
+        return "application/vnd.oci.image.manifest.v1+json"
+
+
+@dataclass(frozen=True)
+class Verified:
+    """Which key signed the head, by which signature artifact."""
+
+    key: str
+    artifact: str
+
+    def to_obj(self) -> dict[str, str]:
+        return {"key": self.key, "artifact": self.artifact}
+
+
+def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519PublicKey]) -> Verified:
+    """Check that the hub holds a signature of ``digest`` in ``name`` by one of ``keys``.
+
+    Raises:
+        SignatureInvalid: there is no signature referrer, or none verifies (the message says why
+            for each one: another subject, another digest or repository, an untrusted key, a
+            signature that does not match, bytes that do not match their digest).
+        HubError: the hub could not be asked.
+    """
+    if not keys:
+        raise ValueError("verify_head needs at least one trusted key")
+    try:
+        found = client.referrers(name, digest, SIGNATURE_ARTIFACT)
+    except NotFound:
+        found = []
+    reasons: list[str] = []
+    for descriptor in found[:MAX_CANDIDATES]:
+        artifact = str(descriptor.get("digest", ""))
+        if descriptor.get("artifactType") not in (None, SIGNATURE_ARTIFACT):
+            continue  # a hub that ignores the filter lists other referrers too
+        try:
+            manifest, _ = client.get_manifest(name, artifact)
+            envelope_digest = envelope_digest_of(manifest, digest)
+            envelope = client.get_blob(name, envelope_digest, limit=MAX_ENVELOPE_BYTES)
+            return Verified(verify_envelope(envelope, digest, name, keys), artifact)
+        except (SignatureError, DigestInvalid, NotFound) as e:  # this candidate fails; others may verify
+            reasons.append(f"{artifact[:19]}…: {e}")
+    trusted = ", ".join(fingerprint(k)[:23] + "…" for k in keys)
+    if not reasons:
+        raise SignatureInvalid(f"{name}@{digest} is not signed (no signature referrer on the hub); "
+                               f"refusing it (trusted keys: {trusted})")
+    raise SignatureInvalid(f"{name}@{digest} has no valid signature by a trusted key ({trusted}): "
+                           + "; ".join(reasons))
+
+
+@dataclass
+class TrustedKeys:
+    """The client config's trusted keys per namespace (``trusted-keys.json``; path injectable)."""
+
+    path: Path = field(default_factory=lambda: config_dir() / TRUSTED_KEYS_FILE)
+
+    def for_namespace(self, namespace: str) -> list[Path]:
+        """Key files trusted for ``namespace`` (its own list plus ``"*"``). Raises SignatureError."""
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as e:
+            raise SignatureError(f"{self.path}: unreadable trusted-keys file: {e}") from None
+        namespaces = doc.get("namespaces") if isinstance(doc, dict) else None
+        if not isinstance(namespaces, dict):
+            raise SignatureError(f"{self.path}: want {{\"namespaces\": {{NAMESPACE: [KEY_FILE, …]}}}}")
+        paths: list[Path] = []
+        for entry in (namespace, "*"):
+            listed = namespaces.get(entry, [])
+            if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+                raise SignatureError(f"{self.path}: namespace {entry!r} must list key file paths")
+            paths += [self.path.parent / p for p in listed]
+        return paths
+
+
+def load_keys(paths: list[Path]) -> list[Ed25519PublicKey]:
+    """Public keys from files; a missing file is a SignatureError naming it (not a silent skip)."""
+    keys = []
+    for path in paths:
+        try:
+            keys.append(load_public_key(path))
+        except OSError as e:
+            raise SignatureError(f"verify key {path}: {e.strerror or e}") from None
+    return keys

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# ci-publish.sh: bake a base snapshot, add a link with snapshot-diff, sign both and push them to a hub.
+# Works in any CI (and by hand); docs/ci-publishing.md explains every step and the GitHub Actions version.
+#
+# Required environment:
+#   FORKD_HUB_URL        the hub, e.g. https://hub.example.com
+#   FORKD_TOKEN          a robot token: forkd-hub token create ci-team --scope 'push:team/*' --expires 90d
+#   FORKD_SIGNING_KEY    path to the Ed25519 private key (forkd keygen), or instead
+#   FORKD_SIGNING_KEY_PEM  the key's PEM text (a CI secret); written to a 0600 temp file, removed at exit
+#   REPO                 namespace/repo to publish to, e.g. team/python
+#   BASE_EXEC            command run in the guest before the base is snapshotted, e.g. 'echo base ready'
+#   LINK_EXEC            command run on the base for the link, e.g. 'pip install numpy'
+# Optional:
+#   TAG                  tag of the link (default: the commit's short SHA from GITHUB_SHA/CI_COMMIT_SHA, else latest)
+#   BASE_TAG             tag of the base on the hub (default: base)
+#   MEM_MIB              guest memory of the base (default 256)
+#   FORKD_HOME           local store (cache it between runs to skip re-baking an unchanged base)
+#   FORKD_PUSH_ARGS      extra arguments for both pushes (e.g. --json or --annotation k=v, where supported)
+#
+# Prints the pushed link as REPO@DIGEST on the last line. Exit status: 0 published; otherwise that of
+# the failing forkd command (its message on stderr says what was wrong).
+set -euo pipefail
+
+die() { echo "ci-publish: $*" >&2; exit 2; }
+[ -n "${FORKD_HUB_URL:-}" ] || die "set FORKD_HUB_URL"
+[ -n "${FORKD_TOKEN:-}" ] || die "set FORKD_TOKEN (a robot token scoped push:NAMESPACE/*)"
+[ -n "${REPO:-}" ] || die "set REPO (namespace/repo)"
+[ -n "${BASE_EXEC:-}" ] || die "set BASE_EXEC"
+[ -n "${LINK_EXEC:-}" ] || die "set LINK_EXEC"
+sha="${GITHUB_SHA:-${CI_COMMIT_SHA:-}}"
+TAG="${TAG:-${sha:+${sha:0:12}}}"
+TAG="${TAG:-latest}"
+BASE_TAG="${BASE_TAG:-base}"
+MEM_MIB="${MEM_MIB:-256}"
+FORKD="${FORKD:-forkd}"
+# shellcheck disable=SC2206  # word splitting of the extra arguments is intended
+extra=(${FORKD_PUSH_ARGS:-})
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+key="${FORKD_SIGNING_KEY:-}"
+if [ -z "$key" ]; then
+  [ -n "${FORKD_SIGNING_KEY_PEM:-}" ] || die "set FORKD_SIGNING_KEY (a path) or FORKD_SIGNING_KEY_PEM (the key)"
+  (umask 077 && printf '%s\n' "$FORKD_SIGNING_KEY_PEM" > "$work/signing.key")
+  key="$work/signing.key"
+fi
+
+name="${REPO##*/}"
+local_base="$name-$BASE_TAG"
+local_link="$name-$TAG"
+
+# 1. the base: baked once, reused while the cached store still holds it
+if "$FORKD" inspect "$local_base" >/dev/null 2>&1; then
+  echo "ci-publish: reusing the cached base $local_base" >&2
+else
+  "$FORKD" snapshot --tag "$local_base" --mem-mib "$MEM_MIB" --exec "$BASE_EXEC" >&2
+fi
+
+# 2. the link: rebuilt every run (a nightly rebuild changes a little; only changed chunks travel)
+"$FORKD" rmi "$local_link" >/dev/null 2>&1 || true
+"$FORKD" snapshot-diff --from "$local_base" --tag "$local_link" --exec "$LINK_EXEC" >&2
+
+# 3. sign and push: each head is signed before its tag moves (a hub may require it for the namespace)
+"$FORKD" push "$local_base" "$REPO:$BASE_TAG" --sign "$key" "${extra[@]}" >&2
+digest="$("$FORKD" push "$local_link" "$REPO:$TAG" --sign "$key" --quiet)"
+echo "$REPO@$digest"

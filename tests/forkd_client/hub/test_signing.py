@@ -1,0 +1,158 @@
+"""``push --sign`` / ``pull --verify-key`` against a real in-process hub: a chain pulls only when its head
+carries a signature, by a trusted key, made for exactly that digest; otherwise nothing is installed."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from forkd_client.hub.errors import DigestInvalid, SignatureInvalid
+from forkd_client.hub.pull import pull
+from forkd_client.hub.push import push
+from forkd_client.hub.reference import Reference
+from forkd_client.hub.signing import TrustedKeys, verify_head
+from forkd_client.store import SnapshotStore
+from manifest.signature import (
+    SIGNATURE_ARTIFACT,
+    SignatureError,
+    fingerprint,
+    sign_digest,
+    signature_artifact,
+)
+
+from ..snapshots import make_link_source
+
+REF = Reference.parse("team/py:v1")
+
+
+@pytest.fixture
+def key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture
+def client(inproc_hub):
+    return inproc_hub.client(inproc_hub.token("ci", "push:team/*"))
+
+
+def installed(store: SnapshotStore) -> list[str]:
+    return sorted(p.name for p in (store.root / "snapshots").iterdir()) if (store.root / "snapshots").is_dir() else []
+
+
+def test_a_signed_chain_pulls_and_names_its_key(chain3, other_store, client, key):
+    pushed = push(chain3, client, "head", REF, sign=key)
+    assert pushed.signature is not None
+    listed = client.referrers("team/py", pushed.digest, SIGNATURE_ARTIFACT)
+    assert [d["digest"] for d in listed] == [pushed.signature]
+    pulled = pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
+    assert pulled.signed_by is not None and pulled.signed_by.key == fingerprint(key.public_key())
+    assert pulled.to_obj()["signature"] == {"key": fingerprint(key.public_key()), "artifact": pushed.signature}
+    assert len(other_store.chain("py")) == 3
+    # the head records who signed it (``forkd inspect`` shows it); the links below carry no claim of their own
+    assert other_store.get("py").origin["signed_by"] == fingerprint(key.public_key())
+    assert other_store.get("py").origin["signature"] == pushed.signature
+    assert "signed_by" not in other_store.chain("py")[0].origin
+
+
+def test_an_unsigned_chain_is_refused_before_anything_is_fetched(chain3, other_store, client, key):
+    push(chain3, client, "head", REF)
+    before = client.bytes_received
+    with pytest.raises(SignatureInvalid, match="is not signed"):
+        pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+    assert not list((other_store.root / ".staging").glob("*"))  # nothing staged either
+    assert client.bytes_received - before < 100_000  # the chain's manifests and configs, no chunk
+
+
+def test_a_chain_signed_by_another_key_is_refused(chain3, other_store, client, key):
+    push(chain3, client, "head", REF, sign=Ed25519PrivateKey.generate())
+    with pytest.raises(SignatureInvalid, match="which is not a trusted key"):
+        pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+
+
+def test_a_changed_layer_pushed_over_the_signed_tag_is_refused(chain3, other_store, client, key, tmp_path):
+    """Someone with push rights but not the key replaces the head: its new digest has no signature."""
+    push(chain3, client, "head", REF, sign=key)
+    evil = make_link_source(tmp_path / "evil", chain3.path("mid") / "memory.bin", seed=99)
+    chain3.import_snapshot(evil, "evil", parent="mid")
+    push(chain3, client, "evil", REF)
+    with pytest.raises(SignatureInvalid, match="is not signed"):
+        pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+
+
+def test_a_signature_moved_onto_another_head_never_verifies(chain3, other_store, client, key, tmp_path):
+    """The referrer link is forged: a genuine envelope (signing chain A) in an artifact whose subject is B."""
+    a = push(chain3, client, "head", Reference.parse("team/py:a"), sign=key)
+    other = make_link_source(tmp_path / "other", chain3.path("mid") / "memory.bin", seed=7)
+    chain3.import_snapshot(other, "other", parent="mid")
+    b = push(chain3, client, "other", Reference.parse("team/py:b"))
+    envelope = sign_digest(key, a.digest, "team/py")
+    head_b, _ = client.get_manifest("team/py", b.digest)
+    forged = signature_artifact(envelope, fingerprint(key.public_key()), b.digest, len(head_b))
+    location = client.upload_chunk(client.start_upload("team/py"), envelope, 0)
+    if not client.blob_exists("team/py", forged.envelope_digest):
+        client.finish_upload(location, forged.envelope_digest)
+    client.put_manifest("team/py", forged.digest, forged.manifest)
+    with pytest.raises(SignatureInvalid, match=f"the signature is for team/py@{a.digest}, not team/py@{b.digest}"):
+        pull(other_store, client, Reference.parse("team/py:b"), as_tag="b", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+
+
+def test_a_tampered_signature_is_refused(chain3, other_store, client, key):
+    pushed = push(chain3, client, "head", REF)
+    doc = json.loads(sign_digest(key, pushed.digest, "team/py"))
+    raw = bytearray(base64.b64decode(doc["signature"]))
+    raw[10] ^= 0x40
+    doc["signature"] = base64.b64encode(bytes(raw)).decode()
+    envelope = json.dumps(doc).encode()
+    head, _ = client.get_manifest("team/py", pushed.digest)
+    artifact = signature_artifact(envelope, fingerprint(key.public_key()), pushed.digest, len(head))
+    client.finish_upload(client.upload_chunk(client.start_upload("team/py"), envelope, 0), artifact.envelope_digest)
+    location = client.upload_chunk(client.start_upload("team/py"), b"{}", 0)
+    client.finish_upload(location, "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
+    client.put_manifest("team/py", artifact.digest, artifact.manifest)
+    with pytest.raises(SignatureInvalid, match="does not verify"):
+        verify_head(client, "team/py", pushed.digest, [key.public_key()])
+    with pytest.raises(SignatureInvalid):
+        pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+
+
+def test_a_tampered_layer_blob_on_the_hub_installs_nothing(chain3, other_store, client, key, tmp_path):
+    """The head's vmstate blob is corrupted in the hub's store: the pull fails on it, and with
+    --verify-key the base and middle links (already fetched and checked) are not installed either."""
+    pushed = push(chain3, client, "head", REF, sign=key)
+    head, _ = client.get_manifest("team/py", pushed.digest)
+    vmstate = json.loads(head)["layers"]
+    digest = next(layer["digest"] for layer in vmstate if layer["mediaType"].startswith("application/vnd.forkd.vmstate"))
+    algorithm, hexdigest = digest.split(":")
+    path = tmp_path / "hub" / "blobs" / "blobs" / algorithm / hexdigest[:2] / hexdigest
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(DigestInvalid):
+        pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+    # without verification the pull installs base links as they pass (the behaviour --verify-key changes)
+    with pytest.raises(DigestInvalid):
+        pull(other_store, client, REF, as_tag="py")
+    assert installed(other_store) != []
+
+
+def test_trusted_keys_per_namespace_from_the_client_config(tmp_path: Path, key):
+    config = tmp_path / "cfg" / "forkd" / "trusted-keys.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"namespaces": {"team": ["keys/team.pub"], "*": ["/etc/release.pub"]}}))
+    trusted = TrustedKeys(config)
+    assert trusted.for_namespace("team") == [config.parent / "keys/team.pub", Path("/etc/release.pub")]
+    assert trusted.for_namespace("other") == [Path("/etc/release.pub")]
+    assert TrustedKeys(tmp_path / "missing.json").for_namespace("team") == []
+    config.write_text('{"namespaces": {"team": "keys/team.pub"}}')
+    with pytest.raises(SignatureError, match="namespace 'team' must list key file paths"):
+        trusted.for_namespace("team")
