@@ -22,6 +22,7 @@ from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import MEMORY_FILE, VMSTATE_FILE
 
 from .errors import InvalidSnapshotDir, InvalidTag, SnapshotExists, SnapshotNotFound
+from .install import BOTH_DIGESTS, clone_into
 from .snapdir import (
     FILE_ROLES,
     SNAPSHOT_JSON,
@@ -31,7 +32,6 @@ from .snapdir import (
     read_parent,
     validate_tag,
 )
-from .install import BOTH_DIGESTS, clone_into
 from .vmmcompat import to_manifest_compat
 
 if TYPE_CHECKING:

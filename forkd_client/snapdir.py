@@ -37,7 +37,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def is_existing_tag(name: str) -> bool:
 
 def rfc3339(timestamp: float | None = None) -> str:
     """UTC RFC 3339 with second resolution, e.g. ``2026-06-14T10:00:00Z`` (forkd's format)."""
-    moment = datetime.now(timezone.utc) if timestamp is None else datetime.fromtimestamp(timestamp, timezone.utc)
+    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -130,7 +130,7 @@ class HubMeta:
         return obj
 
     @classmethod
-    def from_obj(cls, obj: Any, where: str) -> "HubMeta":
+    def from_obj(cls, obj: Any, where: str) -> HubMeta:
         """Parse a decoded forkd-hub.json; raises InvalidSnapshotDir naming ``where``."""
         def bad(what: str) -> InvalidSnapshotDir:
             return InvalidSnapshotDir(f"{where}: {what}")

@@ -30,6 +30,7 @@ the filesystem.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from collections.abc import Mapping
@@ -201,7 +202,7 @@ class SnapshotStore(StoreBase):
         child, parent, expected and actual hash, UnsafeLinkHoles, and whatever :meth:`chain` raises.
         """
         chain = self.chain(tag)
-        for parent, child in zip(chain, chain[1:]):
+        for parent, child in itertools.pairwise(chain):
             memory = parent.dir / MEMORY_FILE
             if child.parent_digest is not None:
                 trusted = self.verified.cached(memory)  # one stat and one row when nothing changed
@@ -214,7 +215,7 @@ class SnapshotStore(StoreBase):
             if child.parent_content_hash != actual:
                 raise ParentContentMismatch(child.tag, parent.tag, child.parent_content_hash, actual)
         if forkd_hashes:
-            for parent, child in zip(chain, chain[1:]):
+            for parent, child in itertools.pairwise(chain):
                 unsafe = unsafe_holes(child.dir / MEMORY_FILE, parent.dir / MEMORY_FILE)
                 if unsafe:
                     raise UnsafeLinkHoles(child.tag, parent.tag, unsafe)

@@ -90,7 +90,7 @@ class VerifiedRecord:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "VerifiedRecord":
+    def __enter__(self) -> VerifiedRecord:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -25,6 +25,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ControllerRouterHandler
 
+import web
 from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES, reject_bad_token
 from hub_server.api.errors import EXCEPTION_HANDLERS
@@ -36,7 +37,6 @@ from hub_server.metrics import HubMetrics, metrics_middleware
 from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings
-import web
 
 __all__ = ["create_app", "route_handlers"]
 

@@ -14,6 +14,7 @@ Errors are plain ``OSError`` (``ENOSPC`` and friends): these are filesystem fact
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -21,7 +22,7 @@ import fcntl
 import functools
 import os
 from collections.abc import Iterator
-from enum import Enum
+from enum import StrEnum
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int) from linux/fs.h (forkd's 0x40209409 is wrong)
 _FALLOC_FL_KEEP_SIZE = 0x01
@@ -31,7 +32,7 @@ _COPY_STEP = 64 << 20
 _NO_CLONE = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EBADF, errno.EPERM}
 
 
-class CloneMethod(str, Enum):
+class CloneMethod(StrEnum):
     """How :func:`clone_file` produced the copy."""
 
     REFLINK = "reflink"
@@ -113,10 +114,8 @@ def start_writeback(fd: int) -> None:
     """Start writing the file's dirty pages to disk without waiting (Linux ``sync_file_range``
     with ``SYNC_FILE_RANGE_WRITE``), so a later ``fsync`` has less to wait for. Durability
     still needs that ``fsync``. Best effort: does nothing where unsupported."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         _libc().sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-    except (OSError, AttributeError):
-        pass
 
 
 def clone_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> CloneMethod:
@@ -143,10 +142,8 @@ def clone_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Clon
         except BaseException:
             os.close(dfd)
             dfd = -1
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(dst)
-            except FileNotFoundError:
-                pass
             raise
         finally:
             if dfd >= 0:

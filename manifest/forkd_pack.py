@@ -34,7 +34,7 @@ import stat
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -201,7 +201,7 @@ def write_pack(
     """
     links = tuple(links)
     _check_links(links)
-    created_at = created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created_at = created_at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     mtime = _mtime_of(created_at)
     partial = out.with_name(out.name + ".partial")
     try:
@@ -218,7 +218,7 @@ def write_pack(
             compressor = zstandard.ZstdCompressor(level=level)
             with compressor.stream_writer(raw, closefd=False) as zst:
                 _append(zst, MANIFEST_NAME, io.BytesIO(manifest), len(manifest), mtime)
-                for link, files in zip(links, sources):
+                for link, files in zip(links, sources, strict=False):
                     for src in files:
                         name = f"{link.tag}/{src.name}" if v2 else src.name
                         _append_source(zst, name, src, mtime)
@@ -331,7 +331,7 @@ def _manifest_toml(
     parts = [tomli_w.dumps({k: v}) for k, v in scalars.items() if v is not None]
     if v2:
         parts.append(tomli_w.dumps({"files": []}))
-        for link, files, parent_hash in zip(links, sources, parent_hashes):
+        for link, files, parent_hash in zip(links, sources, parent_hashes, strict=False):
             meta = {"tag": link.tag, "parent_tag": link.parent_tag, "parent_content_hash": parent_hash}
             parts.append("\n[[chain]]\n" + tomli_w.dumps({k: v for k, v in meta.items() if v is not None}))
             parts.extend("\n[[chain.files]]\n" + _file_toml(src) for src in files)
@@ -349,7 +349,7 @@ def _mtime_of(created_at: str) -> int:
     try:
         return max(0, int(datetime.fromisoformat(created_at).timestamp()))
     except ValueError:
-        return int(datetime.now(timezone.utc).timestamp())
+        return int(datetime.now(UTC).timestamp())
 
 
 def _append(zst: BinaryIO, name: str, data: BinaryIO, size: int, mtime: int) -> None:

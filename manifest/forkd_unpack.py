@@ -23,8 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
-
-from manifest.tarstream import BLOCK, ZEROS, TarEntry, TarReader, ZstdStream
 from manifest.forkd_pack import (
     MANIFEST_NAME,
     PACK_VERSION_V1,
@@ -46,6 +44,7 @@ from manifest.forkd_pack import (
     is_sha256_hex,
     is_valid_cli_tag,
 )
+from manifest.tarstream import BLOCK, ZEROS, TarEntry, TarReader, ZstdStream
 
 _HOLE = 64 << 10  # zero runs this long stay holes (guest RAM is mostly zero pages)
 _ZERO_HOLE = ZEROS[:_HOLE]

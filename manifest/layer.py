@@ -33,9 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import zstandard
-
 import blake3
+import zstandard
 
 from .diff import ChunkChange
 from .digest import Hasher
@@ -219,7 +218,7 @@ class LayerBuilder:
 
     def _open_blob(self) -> _OpenBlob:
         path = self.out_dir / f".blob-{len(self._blobs)}.partial"
-        blob = _OpenBlob(path, open(path, "wb"), Hasher(BLOB_ALGORITHM))
+        blob = _OpenBlob(path, open(path, "wb"), Hasher(BLOB_ALGORITHM))  # noqa: SIM115 - open across appends, closed by finish/abort
         self._blobs.append(blob)
         self._current = blob
         return blob

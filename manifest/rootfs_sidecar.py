@@ -44,7 +44,7 @@ class RootfsInfo:
         return {"target_path": self.target_path, "sha256": self.sha256, "size": self.size}
 
     @classmethod
-    def from_table(cls, table: object) -> "RootfsInfo":
+    def from_table(cls, table: object) -> RootfsInfo:
         """Parse manifest.toml's ``rootfs``; raises PackManifestInvalid naming what is wrong."""
         if not isinstance(table, dict):
             raise PackManifestInvalid("manifest.toml: rootfs must be a table")
@@ -134,4 +134,4 @@ def install_sidecar(sidecar: Path, dest: Path, info: RootfsInfo) -> None:
         raise
 
 
-__all__ = ["RootfsInfo", "SIDECAR_SUFFIX", "file_sha256", "install_sidecar", "sidecar_name", "write_sidecar"]
+__all__ = ["SIDECAR_SUFFIX", "RootfsInfo", "file_sha256", "install_sidecar", "sidecar_name", "write_sidecar"]

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 
+from ..errors import ClientError, Interrupted
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
@@ -21,7 +22,6 @@ from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
-from ..errors import ClientError, Interrupted
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
 

@@ -28,10 +28,7 @@ def config_dir() -> Path:
 def normalize_url(url: str) -> str:
     """``http(s)://host[:port][/path]`` without a trailing slash; a bare host gets ``https://``."""
     url = url.strip()
-    if "://" in url:
-        url = url.split("://", 1)[0] + "://" + url.split("://", 1)[1].rstrip("/")
-    else:
-        url = url.rstrip("/")
+    url = url.split("://", 1)[0] + "://" + url.split("://", 1)[1].rstrip("/") if "://" in url else url.rstrip("/")
     if "://" not in url:
         host = url.split("/")[0].rsplit(":", 1)[0]
         url = ("http://" if host in ("localhost",) or host.startswith("127.") else "https://") + url

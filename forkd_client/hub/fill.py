@@ -93,7 +93,7 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
     def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
         blob, ranges = request
         count = nbytes = 0
-        for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges)):
+        for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges), strict=False):
             frames = offsets[blob]
             for offset in frames[bisect.bisect_left(frames, start) : bisect.bisect_left(frames, start + size)]:
                 flen, digest, length, places = wanted[blob][offset]

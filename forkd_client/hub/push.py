@@ -150,7 +150,7 @@ def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_dige
 def _push_link(
     store: SnapshotStore, client: HubClient, state: TransferState, snap: LocalSnapshot,
     parent: LocalSnapshot | None, parent_digest: str | None, name: str, public: bool,
-    progress: Progress, chunk_size: int, chunk_tree: "Callable[[Path, int], str]",
+    progress: Progress, chunk_size: int, chunk_tree: Callable[[Path, int], str],
 ) -> LinkPushed:
     def digests(path: Path) -> dict[str, str]:
         return store.verified.digests(path, ("blake3", "sha256"))
@@ -204,7 +204,7 @@ class _RecipeUpload:
         return sum(f.length for f in self.blob.frames if f.digest in self.inline)
 
     @classmethod
-    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> "_RecipeUpload":
+    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> _RecipeUpload:
         """Resume the selection of an interrupted upload, or ask the hub which frames it holds."""
         key = f"recipe|{client.base_url}|{name}|{blob.digest}"
         saved = state.get(key)
@@ -319,7 +319,7 @@ class _BytesReader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
 
-    def __enter__(self) -> "_BytesReader":
+    def __enter__(self) -> _BytesReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -334,4 +334,4 @@ class _BytesReader:
         return out
 
 
-__all__ = ["PushResult", "LinkPushed", "push"]
+__all__ = ["LinkPushed", "PushResult", "push"]

@@ -12,9 +12,9 @@ import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 class TransferState:
@@ -36,7 +36,7 @@ class TransferState:
             before = dict(data)
             yield data
             if data != before:
-                tmp = tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, prefix=".transfers-")
+                tmp = tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, prefix=".transfers-")  # noqa: SIM115
                 with tmp:
                     json.dump(data, tmp, indent=1, sort_keys=True)
                     tmp.flush()

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, head
 from litestar.di import NamedDependency

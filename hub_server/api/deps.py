@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
-
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
-from litestar.handlers.base import BaseRouteHandler
 from litestar.di import Provide
+from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
 
 from hub_server.auth.credentials import Authenticator

@@ -79,8 +79,8 @@ async def settle_marks(session: AsyncSession, kind: str, unreferenced: Iterable[
     With ``dry_run`` nothing is written; objects seen for the first time are not due.
     """
     unreferenced = set(unreferenced)
-    marks = {d: since for d, since in (await session.exec(
-        select(GcMark.digest, GcMark.unreferenced_since).where(GcMark.kind == kind))).all()}
+    marks = dict((await session.exec(
+        select(GcMark.digest, GcMark.unreferenced_since).where(GcMark.kind == kind))).all())
     if not dry_run:
         referenced_again = [d for d in marks if d not in unreferenced]
         for batch in batched(referenced_again):

@@ -42,8 +42,8 @@ from hub_server.registry.names import Reference, check_repository, parse_referen
 from hub_server.registry.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
 from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
-from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
+from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference
 from hub_server.registry.verify import ChainIndex, parse_document, verify_frames

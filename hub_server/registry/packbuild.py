@@ -37,8 +37,8 @@ from manifest import mediatypes as mt
 from manifest.assemble import FrameSource, assemble_file
 from manifest.digest import Hasher
 from manifest.errors import AssemblyError, DigestMismatch
-from manifest.forkd_pack import PackLink, write_pack
 from manifest.forkd_fields import FORKD_DERIVED
+from manifest.forkd_pack import PackLink, write_pack
 from manifest.model import ChunkMap, LayerConfig
 
 __all__ = ["BuiltPack", "LinkSource", "StoreFrames", "build_pack", "snapshot_json"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -290,10 +290,8 @@ class UploadService:
         return info.size
 
     async def _drop(self, upload_id: str) -> None:
-        try:
+        with suppress(BlobNotFound):
             await self.ctx.store.delete(upload_key(upload_id))
-        except BlobNotFound:
-            pass
         async with self.ctx.sessions() as session:
             row = await session.get(Upload, upload_id)
             if row is not None:

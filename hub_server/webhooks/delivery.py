@@ -39,7 +39,7 @@ from hub_server.webhooks.guard import AllowList, Destination, DestinationRefused
 from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
 from hub_server.webhooks.payload import SIGNATURE_HEADER, signature
 
-__all__ = ["DeliveryPolicy", "Deliverer"]
+__all__ = ["Deliverer", "DeliveryPolicy"]
 
 log = logging.getLogger(__name__)
 USER_AGENT = "forkd-hub-webhook/1"

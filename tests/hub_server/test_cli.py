@@ -7,7 +7,6 @@ import os
 import sqlite3
 
 import pytest
-
 from litestar.testing import TestClient
 
 from hub_server.app import create_app

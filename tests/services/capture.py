@@ -3,6 +3,7 @@ byte the clients sent (``sent()``), so a test can read the real requests on the 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -53,10 +54,8 @@ class CaptureRelay:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self._closing = True

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ class FirecrackerApi:
             conn.request(method, path, body=payload, headers=headers)
             response = conn.getresponse()
             raw = response.read()
-        except (OSError, TimeoutError, socket.timeout, http.client.HTTPException) as exc:
+        except (OSError, TimeoutError, http.client.HTTPException) as exc:
             raise VmmProtocolError(f"Firecracker API {method} {path}: {exc}") from exc
         finally:
             conn.close()

@@ -209,8 +209,7 @@ class QemuMicrovmDriver(Driver):
                     child_dir = Path(work_dir) / f"child-{i}"
                     child_dir.mkdir(parents=True, exist_ok=True)
                 disk = disks[i] if disks else self._child_disk(snap, child_dir)
-                argv = self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir,
-                                  disk=disk) + ["-incoming", "defer"]
+                argv = [*self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir, disk=disk), "-incoming", "defer"]
                 vms.append(self._start(argv, child_dir, snap.memory, snap.compat, disk,
                                        owns=work_dir is None, error=RestoreFailed))
             with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
@@ -257,7 +256,7 @@ class QemuMicrovmDriver(Driver):
     def _restore_one(self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None,
                      share: bool, owns: bool) -> QemuVM:
         argv = self._argv(snap.compat, memory, share=share, work_dir=work_dir, disk=disk)
-        vm = self._start(argv + ["-incoming", "defer"], work_dir, memory, snap.compat, disk, owns,
+        vm = self._start([*argv, "-incoming", "defer"], work_dir, memory, snap.compat, disk, owns,
                          error=RestoreFailed)
         try:
             self._load_state(vm, snap)

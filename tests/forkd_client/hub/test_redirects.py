@@ -15,7 +15,6 @@ from forkd_client.hub.errors import DigestInvalid
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.store import SnapshotStore
 from hub_server.storage.factory import create_store
 from tests.e2e.hubproc import HubProcess
 from tests.services.capture import CaptureRelay
@@ -63,7 +62,7 @@ def test_pull_follows_presigned_redirects_without_the_token(chain3, other_store,
 
     pulled = pull(other_store, s3_hub.client(token), ref, as_tag="py")
     assert len(other_store.chain("py")) == 3
-    for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")]):
+    for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")], strict=True):
         for role in ("memory.bin", "vmstate"):
             assert (chain3.path(src) / role).read_bytes() == (other_store.path(dst) / role).read_bytes()
 
