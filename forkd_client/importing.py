@@ -145,7 +145,8 @@ def _check_parent(store: SnapshotStore, parent: str, tag: str) -> None:
     """The parent must exist, and making ``tag`` its child must not close a loop."""
     if not store.exists(parent):
         raise SnapshotNotFound(parent, f"parent snapshot {parent!r} not found")
-    seen, cursor = set(), parent
+    seen: set[str] = set()
+    cursor: str | None = parent
     while cursor is not None and cursor not in seen and store.exists(cursor):
         if cursor == tag:
             raise InvalidTag(f"snapshot {tag!r} cannot have {parent!r} as parent: {parent!r} descends from {tag!r}"

@@ -164,7 +164,7 @@ class VerifiedRecord:
         fp = _fingerprint(st)
         row = self._row(key)
         keep = row is not None and row[0] == fp and not _is_racy(st.st_mtime_ns, row[1])
-        merged = dict(row[2]) if keep else {}
+        merged = dict(row[2]) if keep and row is not None else {}
         merged.update(digests)
         self._store(key, fp, merged)
 
@@ -200,7 +200,7 @@ class VerifiedRecord:
         if row is None:
             return None
         digests = {a: v for a, v in (("blake3", row[6]), ("sha256", row[7])) if v}
-        return tuple(row[:5]), row[5], digests  # type: ignore[return-value]
+        return tuple(row[:5]), row[5], digests
 
     def _store(self, key: str, fp: Fingerprint, digests: Mapping[str, str]) -> None:
         self._db.execute(

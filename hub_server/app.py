@@ -72,7 +72,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     app = Litestar(
         route_handlers=[*route_handlers(), *extra_route_handlers],
         dependencies=DEPENDENCIES,
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="forkd-hub",
@@ -92,7 +92,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     )
     document_errors(app)  # every API operation lists the error envelope per status, from the error table
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
-    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))  # type: ignore[arg-type]
+    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))
     return app
 
 

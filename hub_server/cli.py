@@ -23,6 +23,7 @@ from typing import Any
 from hub_server import cli_tokens, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
+from hub_server.registry.gc import GcReport
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
 
 __all__ = ["build_parser", "main"]
@@ -203,7 +204,7 @@ def _gc(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool):  # noqa: ANN202
+async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool) -> GcReport:
     async with open_hub(settings, create=False) as hub:
         return await hub.registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
 

@@ -43,7 +43,7 @@ DEFAULT_EXPIRY = "90d"
 Command = Callable[[TokenService, AuditLog, argparse.Namespace], Awaitable[int]]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``token`` (create, list, revoke) and ``audit`` commands."""
     token = subparsers.add_parser("token", help="create, list and revoke API tokens")
     commands = token.add_subparsers(dest="token_command", metavar="COMMAND", required=True)

@@ -30,7 +30,7 @@ __all__ = ["main_for_tests", "register"]
 Command = Callable[[HubServices, argparse.Namespace], Awaitable[int]]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``webhook`` command (add, list, remove, deliveries)."""
     webhook = subparsers.add_parser("webhook", help="HTTP webhooks on push, tag move and delete, per namespace")
     commands = webhook.add_subparsers(dest="webhook_command", metavar="COMMAND", required=True)

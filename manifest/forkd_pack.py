@@ -32,7 +32,7 @@ import os
 import re
 import stat
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -207,12 +207,12 @@ def write_pack(
     try:
         sources = [_hash_link(link) for link in links]
         parent_hashes = _parent_hashes(links, sources)
-        manifest = _manifest_toml(
+        manifest_text = _manifest_toml(
             links, sources, parent_hashes, description, base_image, created_at, forkd_version
         )
         if rootfs is not None:
-            manifest += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
-        manifest = manifest.encode()
+            manifest_text += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
+        manifest = manifest_text.encode()
         v2 = _is_v2(links)
         with open(partial, "wb") as raw:
             compressor = zstandard.ZstdCompressor(level=level)
@@ -372,13 +372,13 @@ def _append_source(zst: BinaryIO, name: str, src: _SourceFile, mtime: int) -> No
         raise PackError(f"{src.path} changed while it was being packed")
 
 
-def _copy_exact(src: BinaryIO, size: int, sink, what: object) -> int:
+def _copy_exact(src: BinaryIO, size: int, sink: Callable[[memoryview], object], what: object) -> int:
     """Feed exactly ``size`` bytes of ``src`` to ``sink`` in 1 MiB blocks; return ``size``."""
     buf = bytearray(min(_BLOCK, max(size, 1)))
     view = memoryview(buf)
     remaining = size
     while remaining:
-        n = src.readinto(view[: min(len(buf), remaining)])
+        n = src.readinto(view[: min(len(buf), remaining)])  # type: ignore[attr-defined]  # every BinaryIO we get is buffered
         if not n:
             raise PackError(f"{what} is shorter than its recorded size {size} (changed while packing?)")
         sink(view[:n])

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from manifest.forkd_pack import (
     MANIFEST_NAME,
@@ -228,7 +228,7 @@ def _parse_manifest(doc: dict, limits: PackLimits) -> UnpackedPack:
         _require(is_valid_cli_tag(tag), f"tag {tag!r} does not match {_CLI_TAG_RULE}")
         parent = _get(doc, "parent_tag", str, optional=True)
         _require(parent is None or is_safe_pack_tag(parent), f"parent_tag {parent!r} does not match {_PACK_TAG_RULE}")
-        links = (UnpackedLink(tag, Path(tag), parent, None, _parse_files(doc.get("files"), "files", limits)),)
+        links: tuple[UnpackedLink, ...] = (UnpackedLink(tag, Path(tag), parent, None, _parse_files(doc.get("files"), "files", limits)),)
     else:  # the head's tag, or an owner-qualified name in forkd's docs: informational, never a path
         _require(tag != "", "tag must not be empty")
         _require(doc.get("files", []) == [], "a v2 pack declares files per chain link; top-level files must be empty")
@@ -250,7 +250,8 @@ def _parse_manifest(doc: dict, limits: PackLimits) -> UnpackedPack:
 
 
 def _parse_chain(chain: object, limits: PackLimits) -> tuple[UnpackedLink, ...]:
-    _require(isinstance(chain, list) and len(chain) > 0, "a v2 pack needs a non-empty chain")
+    if not isinstance(chain, list) or not chain:
+        raise PackManifestInvalid("manifest.toml: a v2 pack needs a non-empty chain")
     if len(chain) > limits.max_links:
         raise PackTooLarge(f"manifest.toml: chain has {len(chain)} links, over the limit of {limits.max_links}")
     links: list[UnpackedLink] = []
@@ -279,7 +280,8 @@ def _parse_chain(chain: object, limits: PackLimits) -> tuple[UnpackedLink, ...]:
 
 
 def _parse_files(files: object, where: str, limits: PackLimits) -> tuple[PackFileInfo, ...]:
-    _require(isinstance(files, list), f"{where} must be an array of {{path, size, sha256}} tables")
+    if not isinstance(files, list):
+        raise PackManifestInvalid(f"manifest.toml: {where} must be an array of {{path, size, sha256}} tables")
     out: list[PackFileInfo] = []
     for i, item in enumerate(files):
         at = f"{where}[{i}]"
@@ -303,7 +305,7 @@ def _require(ok: bool, problem: str) -> None:
         raise PackManifestInvalid(f"manifest.toml: {problem}")
 
 
-def _get(table: dict, key: str, kind: type, where: str = "", *, optional: bool = False):
+def _get(table: dict[str, Any], key: str, kind: type, where: str = "", *, optional: bool = False) -> Any:
     """``table[key]`` if it has type ``kind`` (bool is not an int here); None if optional and absent."""
     value = table.get(key)
     if value is None and optional:

@@ -248,8 +248,8 @@ class LayerBuilder:
                     continue
                 blob_ref, offset, length = slot[0]
                 blob_digest = names[id(blob_ref)]
-                slot = order.setdefault(blob_digest, len(order))
-                entries.append(ChunkEntry(index, chunk_digest, slot, offset, length))
+                blob_index = order.setdefault(blob_digest, len(order))
+                entries.append(ChunkEntry(index, chunk_digest, blob_index, offset, length))
             maps[pending.file] = ChunkMap(
                 pending.file, pending.size, pending.chunk_size, pending.digest, pending.parent_digest,
                 tuple(order), tuple(entries),

@@ -30,3 +30,9 @@ def test_ruff_lint_is_clean() -> None:
 def test_ruff_format_is_clean() -> None:
     result = _run("ruff", "format", "--check", ".")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_is_clean() -> None:
+    result = _run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success: no issues found" in result.stdout

@@ -244,7 +244,7 @@ def compat_warning(snap: LocalSnapshot) -> str | None:
         status = driver.available()
         if not status.ok:
             return f"{snap.tag} was made with {snap.compat.get('vmm')}, which cannot run here: {status.reason}"
-        check_host_compat(snap.compat, driver, memory=snap.dir / "memory.bin", what=f"snapshot {snap.tag}")
+        check_host_compat(snap.compat, driver, memory=snap.dir / "memory.bin", what=f"snapshot {snap.tag}")  # type: ignore[arg-type]  # typing debt, decisions/0008
     except CompatibilityError as e:
         return f"{e}; 'forkd fork' will refuse it on this host"
     except (VmmError, ClientError, OSError) as e:

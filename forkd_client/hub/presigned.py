@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = ["MAX_REUSE_SECONDS", "PresignedCache", "merge_spans", "slice_spans"]
@@ -46,7 +46,7 @@ def slice_spans(batch: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int
 class PresignedCache:
     """Presigned URLs by ``(repository, digest)``, each until half its stated lifetime (thread-safe)."""
 
-    def __init__(self, clock=time.monotonic) -> None:  # noqa: ANN001 - a zero-argument float clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._urls: dict[tuple[str, str], tuple[str, float]] = {}
         self._lock = threading.Lock()
         self._clock = clock

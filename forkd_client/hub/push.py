@@ -23,6 +23,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
@@ -257,7 +258,7 @@ class _RecipeUpload:
         return sent
 
 
-def _read_spans(f, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:  # noqa: ANN001
+def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:
     """``length`` bytes at ``offset`` of the concatenation of the file's ``spans``."""
     out = bytearray()
     position = 0

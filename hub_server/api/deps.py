@@ -39,7 +39,7 @@ async def provide_principal(request: Request[Any, Any, Any], state: State) -> Pr
 
 
 async def provide_registry(state: State) -> Registry:
-    return state.registry  # type: ignore[no-any-return]
+    return state.registry
 
 
 DEPENDENCIES = {
@@ -116,7 +116,7 @@ def json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]
     @dataclass
     class _WithJSONBody(Operation):
         def __post_init__(self) -> None:
-            self.request_body = RequestBody(content={"application/json": OpenAPIMediaType(schema=inline)},  # type: ignore[arg-type]
+            self.request_body = RequestBody(content={"application/json": OpenAPIMediaType(schema=inline)},
                                             description=description, required=True)
 
     return _WithJSONBody

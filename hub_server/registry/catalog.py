@@ -116,7 +116,7 @@ class CatalogService:
             repo = await writable_repository(session, principal, namespace, name)
             changes = {}
             if public is not None and public != repo.public:
-                repo.public = changes["public"] = public  # type: ignore[assignment]
+                repo.public = changes["public"] = public
             if description is not None and description != repo.description:
                 repo.description = changes["description"] = description  # type: ignore[assignment]
             if changes:

@@ -127,7 +127,7 @@ def link_names(repository_name: str, chain: list[tuple[str, LayerConfig]]) -> li
     ``<repository>-<12 hex of its digest>``. Names are made forkd-safe and unique.
     """
     head = _safe_name(repository_name) or "snapshot"
-    wanted = [_safe_name(chain[i + 1][1].parent.tag if chain[i + 1][1].parent else None)
+    wanted = [_safe_name(chain[i + 1][1].parent.tag if chain[i + 1][1].parent else None)  # type: ignore[union-attr]  # typing debt, decisions/0008
               or f"{head[:51]}-{Digest.parse(digest).hex[:12]}" for i, (digest, _) in enumerate(chain[:-1])]
     names: list[str] = []
     for name in [*wanted, head]:

@@ -16,6 +16,7 @@ Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 
 from sqlalchemy import update
@@ -228,7 +229,7 @@ async def _is_empty(session: AsyncSession, repo: Repository) -> bool:
     return found.first() is None
 
 
-async def _link(session: AsyncSession, repo: Repository, manifests: list[str], now) -> None:  # noqa: ANN001
+async def _link(session: AsyncSession, repo: Repository, manifests: list[str], now: datetime) -> None:
     """Link manifests, their own bytes and every blob they reference to ``repo``."""
     blobs = set(manifests)
     for batch in batched(manifests):

@@ -55,7 +55,7 @@ class Registry:
         report: HealthReport = {}
         try:
             async with self.ctx.sessions() as session:
-                await session.exec(select(text("1")))  # type: ignore[call-overload]
+                await session.exec(select(text("1")))
             report["database"] = "ok"
         except Exception as e:  # noqa: BLE001 - any failure means "not healthy", reported as text
             report["database"] = f"error: {type(e).__name__}: {e}"[:300]
@@ -80,7 +80,7 @@ class Registry:
         self._gauges_at = now
         self.ctx.metrics.storage_used_bytes.set(await self.ctx.store.usage())
         async with self.ctx.sessions() as session:
-            rows = (await session.exec(select(Repository.public, func.count()).group_by(Repository.public))).all()  # type: ignore[call-overload]
+            rows = (await session.exec(select(Repository.public, func.count()).group_by(Repository.public))).all()
         counts = {bool(public): n for public, n in rows}
         self.ctx.metrics.repositories.labels(visibility="public").set(counts.get(True, 0))
         self.ctx.metrics.repositories.labels(visibility="private").set(counts.get(False, 0))

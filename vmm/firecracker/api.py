@@ -60,7 +60,7 @@ class FirecrackerApi:
                 raise VmmProtocolError(
                     f"Firecracker API {method} {path}: non-JSON reply {raw[:200]!r}") from exc
         if not 200 <= response.status < 300:
-            fault = data.get("fault_message") if isinstance(data, dict) else raw[:300]
+            fault = data.get("fault_message") if isinstance(data, dict) else raw[:300].decode(errors="replace")
             raise VmmProtocolError(f"Firecracker API {method} {path} → {response.status}: {fault}")
         return data
 

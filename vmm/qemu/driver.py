@@ -103,7 +103,7 @@ class QemuMicrovmDriver(Driver):
             raise VmmUnavailable(f"{self.name} unavailable: {status.reason}")
         return CompatInfo(vmm=self.name, vmm_version=".".join(map(str, host.qemu_version(self.binary))),
                           machine=self.machine, accel=status.accel, arch=self.arch,
-                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,
+                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,  # type: ignore[arg-type]  # typing debt, decisions/0008
                           device_ids=device_ids)
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
@@ -154,7 +154,7 @@ class QemuMicrovmDriver(Driver):
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         memory, vmstate = out_dir / MEMORY_FILE, out_dir / VMSTATE_FILE
-        in_place = memory.exists() and os.path.samefile(memory, vm.memory_path)
+        in_place = memory.exists() and os.path.samefile(memory, vm.memory_path)  # type: ignore[arg-type]  # typing debt, decisions/0008
         if resume and in_place:
             raise SnapshotFailed("resume=True needs an out_dir other than the VM's memory file's "
                                  "directory: the running VM would keep writing into the snapshot")
@@ -170,12 +170,12 @@ class QemuMicrovmDriver(Driver):
             if rootfs and vm.rootfs:
                 clone_file(vm.rootfs, rootfs)  # paused and flushed: matches the RAM's view
             if resume:
-                clone_file(vm.memory_path, memory)
+                clone_file(vm.memory_path, memory)  # type: ignore[arg-type]  # typing debt, decisions/0008
                 vm.resume()
             else:
                 vm.kill()
                 if not in_place:
-                    move_file(vm.memory_path, memory)
+                    move_file(vm.memory_path, memory)  # type: ignore[arg-type]  # typing debt, decisions/0008
         except (VmmError, OSError) as exc:
             partial.unlink(missing_ok=True)
             raise SnapshotFailed(f"snapshot of {vm!r} failed: {exc}") from exc
