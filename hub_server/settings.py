@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hub_server.db.engine import sqlite_url
 from manifest.vmstate import MAX_VMSTATE_BYTES
 
 __all__ = [
@@ -31,6 +30,11 @@ ENV_PREFIX = "FORKD_HUB_"
 #: The same default as ``forkd-hub token`` (hub_server.cli_tokens), so both find one database.
 DEFAULT_DATA_DIR = "./forkd-hub-data"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def sqlite_url(data_dir: str | Path) -> str:
+    """The embedded default: ``hub.db`` inside the data directory."""
+    return f"sqlite+aiosqlite:///{Path(data_dir).resolve() / 'hub.db'}"
 
 
 class SettingsError(ValueError):

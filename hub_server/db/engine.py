@@ -10,12 +10,13 @@ and upgraded by Alembic revisions (``hub_server/db/schema.py``), never by ``crea
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.settings import sqlite_url as sqlite_url  # the default URL is a setting; re-exported for callers
 
 #: Modules that define SQLModel tables. Add yours here.
 MODEL_MODULES = (
@@ -24,11 +25,6 @@ MODEL_MODULES = (
     "hub_server.audit",
     "hub_server.webhooks.models",
 )
-
-
-def sqlite_url(data_dir: str | Path) -> str:
-    """The embedded default: ``hub.db`` inside the data directory."""
-    return f"sqlite+aiosqlite:///{Path(data_dir).resolve() / 'hub.db'}"
 
 
 def make_engine(url: str) -> AsyncEngine:

@@ -31,7 +31,7 @@ def _render_item(type_: str, obj: object, autogen_context: object) -> str | Lite
     """Render our column types as plain SQLAlchemy ones: a revision never imports the models."""
     from sqlmodel.sql.sqltypes import AutoString
 
-    from hub_server.auth.models import UTCDateTime
+    from hub_server.db.types import UTCDateTime
 
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"
