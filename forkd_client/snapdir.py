@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from manifest.fileops import write_atomically
 from manifest.jsontext import loads as loads_json
 from manifest.mediatypes import MEMORY_FILE, ROOTFS_FILE, VMSTATE_FILE
 
@@ -269,26 +270,12 @@ def dump_snapshot_json(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, indent=2, ensure_ascii=False).encode()
 
 
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` via ``<path>.partial`` + fsync + rename. Raises OSError."""
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_hub_meta(directory: Path, meta: HubMeta) -> None:
-    write_file_atomic(directory / HUB_JSON, (json.dumps(meta.to_obj(), indent=2) + "\n").encode())
+    write_atomically(directory / HUB_JSON, (json.dumps(meta.to_obj(), indent=2) + "\n").encode())
 
 
 def write_snapshot_json(directory: Path, doc: dict[str, Any]) -> None:
-    write_file_atomic(directory / SNAPSHOT_JSON, dump_snapshot_json(doc))
+    write_atomically(directory / SNAPSHOT_JSON, dump_snapshot_json(doc))
 
 
 @dataclass(frozen=True)

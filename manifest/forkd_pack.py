@@ -42,6 +42,7 @@ import tomli_w
 import zstandard
 
 from manifest.errors import ManifestError
+from manifest.fileops import atomic_write
 
 
 class PackError(ManifestError):
@@ -203,32 +204,22 @@ def write_pack(
     _check_links(links)
     created_at = created_at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     mtime = _mtime_of(created_at)
-    partial = out.with_name(out.name + ".partial")
-    try:
-        sources = [_hash_link(link) for link in links]
-        parent_hashes = _parent_hashes(links, sources)
-        manifest_text = _manifest_toml(
-            links, sources, parent_hashes, description, base_image, created_at, forkd_version
-        )
-        if rootfs is not None:
-            manifest_text += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
-        manifest = manifest_text.encode()
-        v2 = _is_v2(links)
-        with open(partial, "wb") as raw:
-            compressor = zstandard.ZstdCompressor(level=level)
-            with compressor.stream_writer(raw, closefd=False) as zst:
-                _append(zst, MANIFEST_NAME, io.BytesIO(manifest), len(manifest), mtime)
-                for link, files in zip(links, sources, strict=False):
-                    for src in files:
-                        name = f"{link.tag}/{src.name}" if v2 else src.name
-                        _append_source(zst, name, src, mtime)
-                zst.write(b"\0" * (2 * _TAR_BLOCK))  # end-of-archive marker, as tar-rs writes it
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(partial, out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    sources = [_hash_link(link) for link in links]
+    parent_hashes = _parent_hashes(links, sources)
+    manifest_text = _manifest_toml(links, sources, parent_hashes, description, base_image, created_at, forkd_version)
+    if rootfs is not None:
+        manifest_text += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
+    manifest = manifest_text.encode()
+    v2 = _is_v2(links)
+    with atomic_write(out) as raw:
+        compressor = zstandard.ZstdCompressor(level=level)
+        with compressor.stream_writer(raw, closefd=False) as zst:
+            _append(zst, MANIFEST_NAME, io.BytesIO(manifest), len(manifest), mtime)
+            for link, files in zip(links, sources, strict=False):
+                for src in files:
+                    name = f"{link.tag}/{src.name}" if v2 else src.name
+                    _append_source(zst, name, src, mtime)
+            zst.write(b"\0" * (2 * _TAR_BLOCK))  # end-of-archive marker, as tar-rs writes it
     return out
 
 

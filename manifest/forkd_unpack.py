@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from manifest.fileops import fsync_dir, write_atomically
 from manifest.forkd_pack import (
     MANIFEST_NAME,
     PACK_VERSION_V1,
@@ -94,7 +95,7 @@ def read_pack(pack: Path | BinaryIO, staging: Path, *, limits: PackLimits = Pack
         links = tuple(replace(link, directory=staging / link.tag) for link in manifest.links)
         for link in links:
             _finish_snapshot_json(link, limits)
-            _fsync_dir(link.directory)
+            fsync_dir(link.directory)
         return replace(manifest, links=links)
     except BaseException:
         for directory in reversed(created):
@@ -163,25 +164,8 @@ def _finish_snapshot_json(link: UnpackedLink, limits: PackLimits) -> None:
     _write_json_atomically(link.directory / "snapshot.json", doc)
 
 
-def _write_json_atomically(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=2, ensure_ascii=False))  # serde_json's pretty layout
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
+    write_atomically(path, json.dumps(doc, indent=2, ensure_ascii=False))  # serde_json's pretty layout
 
 
 @contextmanager

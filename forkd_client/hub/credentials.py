@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from manifest.fileops import write_atomically
 
 from .errors import HubError
 
@@ -66,17 +67,7 @@ class Credentials:
 
     def _save(self, data: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".credentials-")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self.path, json.dumps(data, indent=2), perms=0o600)
 
     def login(self, url: str, token: str, *, make_default: bool = False) -> str:
         """Store ``token`` for ``url``; it becomes the default hub when there is none yet or

@@ -21,6 +21,7 @@ from hub_server.registry.deletion import DeleteService
 from hub_server.registry.gc import GarbageCollector
 from hub_server.registry.lineage import LineageService
 from hub_server.registry.manifests import ManifestService
+from hub_server.registry.paths import HEALTH_PROBE_KEY
 from hub_server.registry.referrers import ReferrerService
 from hub_server.registry.tags import TagService
 from hub_server.registry.uploads import UploadService
@@ -60,7 +61,7 @@ class Registry:
         except Exception as e:  # noqa: BLE001 - any failure means "not healthy", reported as text
             report["database"] = f"error: {type(e).__name__}: {e}"[:300]
         try:
-            await self.ctx.store.exists("blobs/healthz")
+            await self.ctx.store.exists(HEALTH_PROBE_KEY)
             free = await self.ctx.store.free_bytes()
             minimum = self.ctx.limits.min_free_bytes
             report["storage"] = "ok" if free is None or free >= minimum else (

@@ -48,6 +48,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
@@ -62,7 +63,7 @@ from vmm.base import (
     check_compat,
 )
 from vmm.errors import BootFailed, CompatibilityError, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
-from vmm.files import clone_file, move_file
+from vmm.files import move_file
 from vmm.qemu import host
 from vmm.qemu.vm import CONSOLE_LOG, CONSOLE_SOCKET, QEMU_LOG, QMP_SOCKET, QemuVM
 
@@ -168,9 +169,9 @@ class QemuMicrovmDriver(Driver):
             os.replace(partial, vmstate)
             rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
             if rootfs and vm.rootfs:
-                clone_file(vm.rootfs, rootfs)  # paused and flushed: matches the RAM's view
+                clone_file(vm.rootfs, rootfs, replace=True)  # paused and flushed: matches the RAM's view
             if resume:
-                clone_file(vm.memory_path, memory)  # type: ignore[arg-type]  # typing debt, decisions/0008
+                clone_file(vm.memory_path, memory, replace=True)  # type: ignore[arg-type]  # typing debt, decisions/0008
                 vm.resume()
             else:
                 vm.kill()
