@@ -30,11 +30,8 @@ RENAMES_ALLOWED = {
 
 
 def modules() -> list[tuple[str, ast.Module]]:
-    out = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            out.append((path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))))
-    return out
+    paths = [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+    return [(path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path))) for path in paths]
 
 
 MODULES = modules()
@@ -52,21 +49,18 @@ def _calls(tree: ast.Module) -> list[str]:
 
 
 def test_storage_keys_are_built_only_in_registry_paths() -> None:
-    offenders = []
-    for name, tree in MODULES:
-        if name == "hub_server/registry/paths.py" or name.startswith("hub_server/storage/"):
-            continue  # drivers and their conformance suite know keys, not the layout
-        if not name.startswith(("hub_server/", "web/")):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(KEY_PREFIXES):
-                offenders.append(f"{name}:{node.lineno}: {node.value!r}")
+    # storage drivers and their conformance suite know keys, not the layout
+    checked = [(name, tree) for name, tree in MODULES if name.startswith(("hub_server/", "web/"))
+               and name != "hub_server/registry/paths.py" and not name.startswith("hub_server/storage/")]
+    offenders = [f"{name}:{node.lineno}: {node.value!r}" for name, tree in checked for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                 and node.value.startswith(KEY_PREFIXES)]
     assert offenders == [], "build storage keys with hub_server/registry/paths.py: " + "; ".join(offenders)
 
 
 def test_files_are_renamed_into_place_only_where_a_reason_is_written() -> None:
     renaming = {name for name, tree in MODULES
-                if any(c in ("os.replace", "os.rename") or c.endswith(".rename") and not c.startswith("self.verified")
+                if any(c in ("os.replace", "os.rename") or (c.endswith(".rename") and not c.startswith("self.verified"))
                        for c in _calls(tree))}
     unexplained = sorted(renaming - set(RENAMES_ALLOWED))
     assert unexplained == [], f"write files with manifest.fileops.atomic_write / write_atomically: {unexplained}"

@@ -30,9 +30,13 @@ def test_a_write_replaces_the_whole_file_and_leaves_no_temp_file(tmp_path: Path)
 def test_an_error_inside_the_block_keeps_the_old_file_and_removes_the_partial(tmp_path: Path) -> None:
     target = tmp_path / "state"
     target.write_bytes(b"before")
-    with pytest.raises(RuntimeError, match="interrupted"), atomic_write(target) as f:
-        f.write(b"half of the new cont")
-        raise RuntimeError("interrupted")
+    def interrupted_write() -> None:
+        with atomic_write(target) as f:
+            f.write(b"half of the new cont")
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        interrupted_write()
     assert target.read_bytes() == b"before"
     assert names(tmp_path) == ["state"]
 
