@@ -20,7 +20,7 @@ def test_import_contracts_hold():
 
 def test_architecture_doc_names_every_package():
     text = (ROOT / "docs" / "architecture.md").read_text()
-    for package in ("manifest", "vmm", "forkd_client", "hub_server", "web"):
+    for package in ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit"):
         assert f"`{package}`" in text, package
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web")
+PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit")
 TOP_LEVEL = {*PACKAGES, "tests", "docs", "bench", "scripts"}
 _TOKEN = re.compile(r"\(|\)|[A-Za-z0-9_./-]+")
 

@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web")
+PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit")
 
 #: Storage key prefixes (hub_server/registry/paths.py documents the layout).
 KEY_PREFIXES = ("blobs/", "uploads/", "packs/", "forkd-packs")
