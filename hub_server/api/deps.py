@@ -15,9 +15,10 @@ import msgspec
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
+from litestar.params import FromPath
 
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
@@ -25,8 +26,18 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.manifests import too_large
 from hub_server.registry.service import Registry
 
-__all__ = ["DEPENDENCIES", "ClientDisconnected", "body_stream", "decode_json_body", "json_body", "read_limited", "reject_bad_token",
-           "remote_of"]
+__all__ = [
+    "DEPENDENCIES",
+    "DIGEST_ROUTE",
+    "ClientDisconnected",
+    "DigestRoute",
+    "body_stream",
+    "decode_json_body",
+    "json_body",
+    "read_limited",
+    "reject_bad_token",
+    "remote_of",
+]
 
 _Struct = TypeVar("_Struct", bound=msgspec.Struct)
 
@@ -46,6 +57,29 @@ DEPENDENCIES = {
     "principal": Provide(provide_principal),
     "registry": Provide(provide_registry),
 }
+
+
+@dataclass(frozen=True)
+class DigestRoute:
+    """What every ``/v2/{ns}/{repo}/<kind>/{digest}`` handler starts from: the caller, the registry and
+    the path's repository and digest (declared once, as the ``route`` dependency, not in every handler)."""
+
+    principal: Principal
+    registry: Registry
+    ns: str
+    repo: str
+    digest: str
+
+
+async def provide_digest_route(
+    ns: FromPath[str], repo: FromPath[str], digest: FromPath[str],
+    principal: NamedDependency[Principal], registry: NamedDependency[Registry],
+) -> DigestRoute:
+    return DigestRoute(principal, registry, ns, repo, digest)
+
+
+#: For a controller whose path ends in ``{ns}/{repo}/<kind>/{digest}``: ``dependencies = DIGEST_ROUTE``.
+DIGEST_ROUTE = {"route": Provide(provide_digest_route)}
 
 
 async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
