@@ -22,7 +22,7 @@ from hub_server.db.models import Blob, RepositoryBlob
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import find_repository, readable_repository, require, unknown_repository
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.names import check_digest, check_repository
+from hub_server.registry.names import check_digest, check_repository, parse_digest
 from hub_server.registry.paths import blob_key
 from hub_server.registry.recipes import has_recipe, iter_blob_range
 from hub_server.registry.sql import insert_ignore
@@ -99,7 +99,8 @@ class BlobService:
 
         Raises: HubError(NAME_INVALID, NAME_UNKNOWN, DIGEST_INVALID, BLOB_UNKNOWN).
         """
-        digest = check_digest(digest)
+        parsed = parse_digest(digest)
+        digest = str(parsed)
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
             row = (await session.exec(
@@ -113,7 +114,7 @@ class BlobService:
         store = self.ctx.store
         recipe = await has_recipe(self.ctx, digest)
         if redirect and not recipe and self.ctx.blob_redirects and store.capabilities.supports_redirect:
-            url = await store.redirect_url(blob_key(digest), expires_in=self.ctx.redirect_expiry)
+            url = await store.redirect_url(blob_key(parsed), expires_in=self.ctx.redirect_expiry)
         return BlobRead(digest, row.size, row.media_type, url, self.ctx, recipe)
 
 

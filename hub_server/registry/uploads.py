@@ -33,12 +33,11 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import can_read, find_repository, readable_linking, writable_repository
 from hub_server.registry.blobs import digest_object, publish_blob
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.names import check_digest, check_repository
+from hub_server.registry.names import check_digest, check_repository, parse_digest
 from hub_server.registry.packs import ingest_recipe, parse_recipe
 from hub_server.registry.paths import upload_key
 from hub_server.registry.sql import insert_ignore
 from hub_server.storage import BlobNotFound
-from manifest.digest import Digest
 
 __all__ = ["UPLOAD_LEASE", "BlobCommitted", "UploadService", "UploadStatus"]
 
@@ -153,7 +152,7 @@ class UploadService:
         HubError(RANGE_INVALID) with ``detail.size`` when ``content_range`` does not start at the
         committed size (the session is kept, unchanged).
         """
-        want = Digest.parse(check_digest(digest))
+        want = parse_digest(digest)
         async with self.ctx.sessions() as session:
             repo, upload = await self._session(session, principal, namespace, name, upload_id)
         key = upload_key(upload_id)
