@@ -50,11 +50,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from netshape import shaped_loopback  # noqa: E402
-from common import GiB, human, MACHINE_NOTE, median, MiB, print_table, timed, timed_cpu  # noqa: E402
+from common import MACHINE_NOTE, GiB, MiB, human, median, print_table, timed, timed_cpu  # noqa: E402
 from images import allocated, fs_used, make_child_image, make_memory_image, make_vmstate, sparse_copy  # noqa: E402
+from netshape import shaped_loopback  # noqa: E402
 from oci import sha256_file, skopeo_clear_cache, skopeo_copy, write_oci_layout  # noqa: E402
-from procs import ForkdUser, HubServer, log_summary, RegistryServer  # noqa: E402
+from procs import ForkdUser, HubServer, RegistryServer, log_summary  # noqa: E402
 from proxy import CountingProxy  # noqa: E402
 
 TAGS = ["base", "link1", "link2"]
@@ -94,7 +94,7 @@ def make_chain(root: Path, mem: int, data_fraction: float, dirty: float, childre
 
 
 def import_chain(user: ForkdUser, chain: Chain) -> None:
-    for i, (src, tag) in enumerate(zip(chain.srcs, TAGS)):
+    for i, (src, tag) in enumerate(zip(chain.srcs, TAGS, strict=False)):
         user.run("import", str(src), tag, *(["--parent", TAGS[i - 1]] if i else []))
 
 
@@ -223,7 +223,7 @@ def bench_disk(mnt: Path, hub: HubServer, registry: RegistryServer, chain: Chain
 
     before = settled_used(mnt)
     (mnt / "copies").mkdir()
-    for src, tag in zip(chain.srcs, TAGS):
+    for src, tag in zip(chain.srcs, TAGS, strict=False):
         sparse_copy(src / "memory.bin", mnt / "copies" / f"{tag}.memory.bin")
         shutil.copyfile(src / "vmstate", mnt / "copies" / f"{tag}.vmstate")
     out["sparse_copies"] = settled_used(mnt) - before
@@ -318,7 +318,7 @@ def main() -> None:
         ],
     )
     print(f"forkd pull --json: bytes_received {pull['report']['bytes_received']:,}; per link "
-          f"{[(l['tag'], l['chunks_fetched'], l.get('chunks_local', 0)) for l in pull['report']['links']]} "
+          f"{[(ln['tag'], ln['chunks_fetched'], ln.get('chunks_local', 0)) for ln in pull['report']['links']]} "
           f"(tag, chunks fetched, chunks found locally); logical size of the chain {logical:,}\n")
 
     if "skipped" in shaped:

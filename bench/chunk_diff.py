@@ -123,7 +123,7 @@ def main() -> None:
         ("diff parent vs child (reads both files)", t_diff, 2),
         ("diff + zstd frames into a data blob", t_layer, 2),
     ]
-    for name, seconds, files in rows:
+    for name, seconds, _files in rows:
         print(f"{name:<46}{seconds:>9.3f}{rate(seconds, data_bytes):>12.2f}{rate(seconds, args.size_mib * MiB):>16.2f}"
               f"{raw1 / seconds:>19.2f}x")
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PAGE = 4 * KiB

@@ -83,8 +83,7 @@ def naive_argv(mem_mib: int) -> list[str]:
 def naive_snapshot(root: Path, mem_mib: int, fill_mib: int) -> tuple[Path, float]:
     guest = cached_guest()
     cmdline = f"{guest.cmdline} {' '.join(tcg_kernel_args())}"
-    vm = NaiveVm(root / "naive-base", naive_argv(mem_mib) + [
-        "-kernel", str(guest.kernel), "-initrd", str(guest.initrd), "-append", cmdline])
+    vm = NaiveVm(root / "naive-base", [*naive_argv(mem_mib), "-kernel", str(guest.kernel), "-initrd", str(guest.initrd), "-append", cmdline])
     try:
         vm.connect()
         vm.agent.hello(90)
@@ -102,8 +101,7 @@ def naive_snapshot(root: Path, mem_mib: int, fill_mib: int) -> tuple[Path, float
 
 def naive_fork(root: Path, state: Path, mem_mib: int, n: int) -> tuple[list[NaiveVm], float]:
     started = time.perf_counter()
-    vms = [NaiveVm(root / f"naive-{n}-{i}", naive_argv(mem_mib) + [
-        "-incoming", f"exec:cat {shlex.quote(str(state))}"]) for i in range(n)]
+    vms = [NaiveVm(root / f"naive-{n}-{i}", [*naive_argv(mem_mib), "-incoming", f"exec:cat {shlex.quote(str(state))}"]) for i in range(n)]
 
     def restore(vm: NaiveVm) -> None:
         vm.connect()  # QMP is served only once the incoming migration has loaded

@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fmt_runs, human, MACHINE_NOTE, median, MiB, mib_s, print_table, timed_runs  # noqa: E402
+from common import MACHINE_NOTE, MiB, fmt_runs, human, median, mib_s, print_table, timed_runs  # noqa: E402
 from images import allocated, drop_file_cache, make_memory_image, make_vmstate  # noqa: E402
 from oci import sha256_file  # noqa: E402
-from procs import ForkdUser, free_port, HubServer, log_summary, stop_process, wait_http  # noqa: E402
+from procs import ForkdUser, HubServer, free_port, log_summary, stop_process, wait_http  # noqa: E402
 from proxy import CountingProxy  # noqa: E402
 
 TRIVIAL_SERVER = textwrap.dedent("""
@@ -224,8 +224,8 @@ def main() -> None:
         title="bytes (wire: one extra push + pull through a counting TCP proxy, HTTP headers included)",
     )
     print(f"pulled memory.bin identical to the source: {identical}; "
-          f"push links: {[(l['new_chunks'], l['reused_chunks']) for l in push_results[-1]['links']]} (new, reused chunks); "
-          f"pull chunks fetched: {sum(l['chunks_fetched'] for l in pull_results[-1]['links'])}")
+          f"push links: {[(ln['new_chunks'], ln['reused_chunks']) for ln in push_results[-1]['links']]} (new, reused chunks); "
+          f"pull chunks fetched: {sum(ln['chunks_fetched'] for ln in pull_results[-1]['links'])}")
     print(logs)
 
 

@@ -13,8 +13,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import KiB, MiB, PAGE, BLOCK
-
+from common import BLOCK, PAGE, KiB, MiB
 
 # Bytes weighted roughly like English letter frequencies: ~4.1 bits of entropy per byte, so
 # zstd compresses it about 2x, like the real /usr/lib mix in baselines.md §5. Built with

@@ -38,9 +38,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MACHINE_NOTE, median, MiB, print_table  # noqa: E402
+from common import MACHINE_NOTE, MiB, median, print_table  # noqa: E402
 from images import make_memory_image, make_vmstate  # noqa: E402
-from procs import ForkdUser, HubServer, log_summary, RegistryServer  # noqa: E402
+from procs import ForkdUser, HubServer, RegistryServer, log_summary  # noqa: E402
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -179,9 +179,8 @@ def main() -> None:
                     run_wrk(url, c, 1, headers)  # warm-up
                 else:
                     run_httpx(url, c, min(500, args.requests), headers)
-                for _ in range(args.repeat):
-                    runs.append(run_wrk(url, c, args.seconds, headers) if use_wrk
-                                else run_httpx(url, c, args.requests, headers))
+                runs.extend(run_wrk(url, c, args.seconds, headers) if use_wrk
+                            else run_httpx(url, c, args.requests, headers) for _ in range(args.repeat))
                 results[(name, c)] = runs
         stack.close()  # stop the servers so their logs are complete
         logs = log_summary(hub=root / "hub.log", registry=root / "registry.log")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common import SKOPEO_BLOB_CACHE
+
 from manifest.digest import digest_file
 
 

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import httpx
-
 from common import ROOT
 
 
@@ -100,7 +99,7 @@ class HubServer:
         stop_process(self.proc)
         self._log.close()
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -161,7 +160,7 @@ class RegistryServer:
         stop_process(self.proc)
         self._log.close()
 
-    def __enter__(self) -> "RegistryServer":
+    def __enter__(self) -> RegistryServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

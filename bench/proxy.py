@@ -5,6 +5,7 @@ It is used in separate, untimed runs so its cost never enters a timing.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -77,22 +78,18 @@ class CountingProxy:
         except OSError:
             pass
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
             if not up:  # the server side finished last: close both
                 for s in (src, dst):
-                    try:
+                    with contextlib.suppress(OSError):
                         s.close()
-                    except OSError:
-                        pass
 
     def close(self) -> None:
         self._closing = True
         self.sock.close()
 
-    def __enter__(self) -> "CountingProxy":
+    def __enter__(self) -> CountingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

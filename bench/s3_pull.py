@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chain_pull_vs_skopeo import import_chain, make_chain  # noqa: E402
-from common import human, MACHINE_NOTE, MiB, mib_s, print_table, timed  # noqa: E402
+from common import MACHINE_NOTE, MiB, human, mib_s, print_table, timed  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary  # noqa: E402
+
 from tests.services.seaweedfs import SeaweedFS  # noqa: E402
 
 PARALLEL = 4

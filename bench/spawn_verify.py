@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import itertools
+
 from forkd_client.store import SnapshotStore
 from manifest.fileops import clone_file
 
@@ -76,7 +78,7 @@ def build_chain(root: Path, depth: int, mem_mib: int) -> list[str]:
 
 def forkd_verify(store_root: Path, tags: list[str]) -> None:
     """forkd's verify_parent_hashes: stream-SHA-256 every parent, compare with the child's record."""
-    for parent, child in zip(tags, tags[1:]):
+    for parent, child in itertools.pairwise(tags):
         doc = json.loads((store_root / "snapshots" / child / "snapshot.json").read_text())
         parent_doc = json.loads((store_root / "snapshots" / parent / "snapshot.json").read_text())
         h = hashlib.sha256()

@@ -22,6 +22,7 @@ from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import MEMORY_FILE, VMSTATE_FILE
 
 from .errors import InvalidSnapshotDir, InvalidTag, SnapshotExists, SnapshotNotFound
+from .install import BOTH_DIGESTS, clone_into
 from .snapdir import (
     FILE_ROLES,
     SNAPSHOT_JSON,
@@ -31,7 +32,6 @@ from .snapdir import (
     read_parent,
     validate_tag,
 )
-from .install import BOTH_DIGESTS, clone_into
 from .vmmcompat import to_manifest_compat
 
 if TYPE_CHECKING:
@@ -145,7 +145,8 @@ def _check_parent(store: SnapshotStore, parent: str, tag: str) -> None:
     """The parent must exist, and making ``tag`` its child must not close a loop."""
     if not store.exists(parent):
         raise SnapshotNotFound(parent, f"parent snapshot {parent!r} not found")
-    seen, cursor = set(), parent
+    seen: set[str] = set()
+    cursor: str | None = parent
     while cursor is not None and cursor not in seen and store.exists(cursor):
         if cursor == tag:
             raise InvalidTag(f"snapshot {tag!r} cannot have {parent!r} as parent: {parent!r} descends from {tag!r}"

@@ -102,7 +102,7 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
         parents = _checked_parents(store, unpacked.links, targets)
         placed = place_rootfs(store.root, rootfs, Path(file).parent, warnings) if rootfs is not None else None
         created = _created(unpacked.created_at)
-        for i, (link, target) in enumerate(zip(unpacked.links, targets)):
+        for i, (link, target) in enumerate(zip(unpacked.links, targets, strict=False)):
             annotations = {}
             if i == len(targets) - 1:
                 if unpacked.description:
@@ -120,7 +120,7 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
             store.prepare(link.directory, target, parent=parent, parent_content_hash=parent_hash,
                           annotations=annotations, created=created, known_digests=known, algorithms=("sha256",),
                           snapshot_json=doc, forkd_cli_tag=True)
-        return store.commit([(link.directory, target) for link, target in zip(unpacked.links, targets)],
+        return store.commit([(link.directory, target) for link, target in zip(unpacked.links, targets, strict=False)],
                             force=force, forkd_cli_tag=True)
 
 

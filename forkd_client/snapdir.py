@@ -37,10 +37,11 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from manifest.fileops import write_atomically
 from manifest.jsontext import loads as loads_json
 from manifest.mediatypes import MEMORY_FILE, ROOTFS_FILE, VMSTATE_FILE
 
@@ -82,7 +83,7 @@ def is_existing_tag(name: str) -> bool:
 
 def rfc3339(timestamp: float | None = None) -> str:
     """UTC RFC 3339 with second resolution, e.g. ``2026-06-14T10:00:00Z`` (forkd's format)."""
-    moment = datetime.now(timezone.utc) if timestamp is None else datetime.fromtimestamp(timestamp, timezone.utc)
+    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -130,7 +131,7 @@ class HubMeta:
         return obj
 
     @classmethod
-    def from_obj(cls, obj: Any, where: str) -> "HubMeta":
+    def from_obj(cls, obj: Any, where: str) -> HubMeta:
         """Parse a decoded forkd-hub.json; raises InvalidSnapshotDir naming ``where``."""
         def bad(what: str) -> InvalidSnapshotDir:
             return InvalidSnapshotDir(f"{where}: {what}")
@@ -269,26 +270,12 @@ def dump_snapshot_json(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, indent=2, ensure_ascii=False).encode()
 
 
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` via ``<path>.partial`` + fsync + rename. Raises OSError."""
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_hub_meta(directory: Path, meta: HubMeta) -> None:
-    write_file_atomic(directory / HUB_JSON, (json.dumps(meta.to_obj(), indent=2) + "\n").encode())
+    write_atomically(directory / HUB_JSON, (json.dumps(meta.to_obj(), indent=2) + "\n").encode())
 
 
 def write_snapshot_json(directory: Path, doc: dict[str, Any]) -> None:
-    write_file_atomic(directory / SNAPSHOT_JSON, dump_snapshot_json(doc))
+    write_atomically(directory / SNAPSHOT_JSON, dump_snapshot_json(doc))
 
 
 @dataclass(frozen=True)

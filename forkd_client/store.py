@@ -30,6 +30,8 @@ the filesystem.
 
 from __future__ import annotations
 
+import builtins
+import itertools
 import os
 import shutil
 from collections.abc import Mapping
@@ -135,17 +137,17 @@ class SnapshotStore(StoreBase):
                 parents[tag] = None
         return parents
 
-    def dependents(self, tag: str) -> list[str]:
+    def dependents(self, tag: str) -> builtins.list[str]:
         """Snapshots whose parent is ``tag`` (direct children), sorted."""
         validate_existing_tag(tag)
         return sorted(t for t, p in self._parent_map().items() if p == tag and t != tag)
 
-    def descendants(self, tag: str) -> list[str]:
+    def descendants(self, tag: str) -> builtins.list[str]:
         """Every snapshot chained on ``tag``, nearest first (children, then grandchildren …)."""
         validate_existing_tag(tag)
         return _descendants(tag, self._parent_map())
 
-    def chain(self, tag: str) -> list[LocalSnapshot]:
+    def chain(self, tag: str) -> builtins.list[LocalSnapshot]:
         """The chain ending at ``tag``, base first.
 
         Raises SnapshotNotFound (``tag`` itself), ChainBroken (a parent is missing, the
@@ -157,7 +159,7 @@ class SnapshotStore(StoreBase):
         """Number of snapshots in the chain ending at ``tag`` (a base has depth 1). Raises as :meth:`chain`."""
         return len(self._chain_tags(tag))
 
-    def _chain_tags(self, tag: str) -> list[str]:
+    def _chain_tags(self, tag: str) -> builtins.list[str]:
         self._dir(tag)
         parents: dict[str, str | None] = {}
 
@@ -188,7 +190,7 @@ class SnapshotStore(StoreBase):
             raise InvalidSnapshotDir(f"snapshot {tag!r} has no {MEMORY_FILE} ({path})")
         return self.verified.digests(path, ("sha256",))["sha256"].split(":", 1)[1]
 
-    def verify_chain(self, tag: str, *, forkd_hashes: bool = False) -> list[LocalSnapshot]:
+    def verify_chain(self, tag: str, *, forkd_hashes: bool = False) -> builtins.list[LocalSnapshot]:
         """Check every link against its parent's memory.bin; return the chain.
 
         A link we made records the blake3 of the parent it was made from (``parent_digest``):
@@ -201,7 +203,7 @@ class SnapshotStore(StoreBase):
         child, parent, expected and actual hash, UnsafeLinkHoles, and whatever :meth:`chain` raises.
         """
         chain = self.chain(tag)
-        for parent, child in zip(chain, chain[1:]):
+        for parent, child in itertools.pairwise(chain):
             memory = parent.dir / MEMORY_FILE
             if child.parent_digest is not None:
                 trusted = self.verified.cached(memory)  # one stat and one row when nothing changed
@@ -214,13 +216,13 @@ class SnapshotStore(StoreBase):
             if child.parent_content_hash != actual:
                 raise ParentContentMismatch(child.tag, parent.tag, child.parent_content_hash, actual)
         if forkd_hashes:
-            for parent, child in zip(chain, chain[1:]):
+            for parent, child in itertools.pairwise(chain):
                 unsafe = unsafe_holes(child.dir / MEMORY_FILE, parent.dir / MEMORY_FILE)
                 if unsafe:
                     raise UnsafeLinkHoles(child.tag, parent.tag, unsafe)
         return chain
 
-    def verify_files_deep(self, tag: str) -> list[LocalSnapshot]:
+    def verify_files_deep(self, tag: str) -> builtins.list[LocalSnapshot]:
         """Hash every file of every link of ``tag``'s chain again, in full, trusting no record,
         and compare with the digests its forkd-hub.json records (blake3, and sha256 where known).
         Raises FileContentMismatch naming tag, file, expected and actual digest; OSError."""
@@ -284,13 +286,13 @@ class SnapshotStore(StoreBase):
         return pack(self, tag, Path(out), description=description, base_image=base_image)
 
     def unpack(self, file: str | os.PathLike[str], *, tag: str | None = None, force: bool = False,
-               warnings: list[str] | None = None) -> list[LocalSnapshot]:
+               warnings: builtins.list[str] | None = None) -> builtins.list[LocalSnapshot]:
         """Install a forkd pack; returns the installed snapshots root → head. See :func:`forkd_client.packs.unpack`."""
         from .packs import unpack
 
         return unpack(self, Path(file), tag=tag, force=force, warnings=warnings)
 
-    def remove(self, tag: str, *, cascade: bool = False, force: bool = False) -> list[str]:
+    def remove(self, tag: str, *, cascade: bool = False, force: bool = False) -> builtins.list[str]:
         """Remove ``tag``; returns the removed tags in removal order.
 
         Refuses with DependentsExist when other snapshots chain on it. ``cascade`` also

@@ -102,7 +102,7 @@ class VerifiedRecord:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "VerifiedRecord":
+    def __enter__(self) -> VerifiedRecord:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -197,7 +197,7 @@ class VerifiedRecord:
         fp = _fingerprint(st)
         row = self._row(key)
         keep = row is not None and row[0] == fp and not _is_racy(st.st_mtime_ns, row[1])
-        merged = dict(row[2]) if keep else {}
+        merged = dict(row[2]) if keep and row is not None else {}
         merged.update(digests)
         self._store(key, fp, merged)
 

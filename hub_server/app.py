@@ -25,6 +25,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.types import ControllerRouterHandler
 
+import web
 from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES, reject_bad_token
 from hub_server.api.errors import EXCEPTION_HANDLERS
@@ -36,7 +37,6 @@ from hub_server.metrics import HubMetrics, metrics_middleware
 from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings, load_settings
-import web
 
 __all__ = ["create_app", "create_app_from_environment", "route_handlers"]
 
@@ -72,7 +72,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     app = Litestar(
         route_handlers=[*route_handlers(), *extra_route_handlers],
         dependencies=DEPENDENCIES,
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="forkd-hub",
@@ -92,7 +92,7 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     )
     document_errors(app)  # every API operation lists the error envelope per status, from the error table
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
-    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))  # type: ignore[arg-type]
+    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))
     return app
 
 

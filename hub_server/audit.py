@@ -33,8 +33,9 @@ from typing import Any
 
 import anyio.to_thread
 from sqlalchemy import Column, String, Text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import Field, SQLModel, col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.models import UTCDateTime, utcnow
 
@@ -107,9 +108,9 @@ class AuditLog:
         self._sessions = session_factory
         self.jsonl_path = jsonl_path
         self._clock = clock
-        self._listeners: list[Callable[[AuditEvent], Awaitable[None]]] = []
+        self._listeners: list[Callable[[AuditEvent], Awaitable[object]]] = []
 
-    def subscribe(self, listener: Callable[[AuditEvent], Awaitable[None]]) -> None:
+    def subscribe(self, listener: Callable[[AuditEvent], Awaitable[object]]) -> None:
         """Call ``listener(event)`` after each recorded event (errors are logged, never raised)."""
         self._listeners.append(listener)
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.audit import GENESIS, AuditChainBroken, AuditEvent, audit_record, record_fingerprint, verify_jsonl
 

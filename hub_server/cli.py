@@ -26,6 +26,7 @@ from typing import Any
 from hub_server import cli_repos, cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
+from hub_server.registry.gc import GcReport
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
 from hub_server.units import human_size
 
@@ -254,7 +255,7 @@ def print_retention(expired: list[dict[str, Any]], released: list[str], dry_run:
         print(f"manifest {digest} is reached only by these tags: it goes once unreferenced for the grace period")
 
 
-async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool):  # noqa: ANN202
+async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool) -> GcReport:
     async with open_hub(settings, create=False) as hub:
         return await hub.registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
 

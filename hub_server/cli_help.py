@@ -1,14 +1,14 @@
 """What ``forkd-hub COMMAND --help`` says beyond one line: a description, unexplained
-arguments and examples, applied to the built parser (same shape as ``forkd_client.cli.helptext``,
-which the hub may not import). A test walks every subcommand's ``--help``."""
+arguments and examples, applied to the built parser by :func:`clikit.helpdoc.document` (shared
+with ``forkd``). A test walks every subcommand's ``--help``."""
 
 from __future__ import annotations
 
-import argparse
+from clikit.helpdoc import HelpTable, document
 
 __all__ = ["HELP", "document"]
 
-HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
+HELP: HelpTable = {
     "serve": ("Run the hub: HTTP API, OCI subset, forkd compatibility and OpenAPI at /schema. The first start "
               "creates the data directory, database and schema (SQLite).", {},
               ["forkd-hub serve --data-dir /var/lib/forkd-hub",
@@ -65,26 +65,3 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
                       "than AGE; pending ones stay. serve prunes the same way every 10 minutes.", {},
                       ["forkd-hub webhook prune --keep 100 --max-age 7d"]),
 }
-
-
-def document(parser: argparse.ArgumentParser, table: dict[str, tuple[str, dict[str, str], list[str]]]) -> None:
-    """Give every subcommand of ``parser`` its description, missing argument helps and examples from ``table``."""
-
-    def walk(p: argparse.ArgumentParser, path: list[str]) -> None:
-        for action in p._actions:  # noqa: SLF001 - argparse has no public listing
-            if not isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-                continue
-            for name, sub in action.choices.items():
-                key = " ".join([*path, name])
-                if key in table:
-                    description, arguments, examples = table[key]
-                    sub.description = description
-                    sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
-                    sub.formatter_class = argparse.RawDescriptionHelpFormatter
-                    sub.set_defaults(command_usage=sub.format_usage)  # for errors about an argument
-                    for arg in sub._actions:  # noqa: SLF001
-                        if arg.help is None and arg.dest in arguments:
-                            arg.help = arguments[arg.dest]
-                walk(sub, [*path, name])
-
-    walk(parser, [])

@@ -15,35 +15,29 @@ Exit status: 0 success, 1 a rejected request (bad scope, duplicate name, …), 2
 from __future__ import annotations
 
 import argparse
-import asyncio
-import getpass
 import json
-import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
+from hub_server import cli_common
 from hub_server.audit import AuditChainBroken, AuditLog
 from hub_server.audit_anchor import parse_head, verify_export
-from hub_server.auth.errors import AuthError
 from hub_server.auth.models import utcnow
 from hub_server.auth.tokens import TokenInfo, TokenService, parse_duration
-from hub_server.compose import HubStartError, open_hub, redacted_url
-from hub_server.settings import DEFAULT_DATA_DIR, SettingsError, env_name, load_settings
+from hub_server.cli_common import STORE_FLAGS, add_store_args, cli_actor, run_on_hub
+from hub_server.settings import DEFAULT_DATA_DIR
 
-__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_EXPIRY", "add_store_args", "cli_actor", "main_for_tests", "register"]
+# add_store_args, cli_actor, STORE_FLAGS: re-exported from cli_common for the callers that import them from here
+__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_EXPIRY", "STORE_FLAGS", "add_store_args", "cli_actor", "main_for_tests", "register"]
 
-#: The settings every command that opens the hub's database and store accepts.
-STORE_FLAGS = ("data_dir", "storage", "database_url")
 #: Tokens expire unless asked not to (``--expires never``).
 DEFAULT_EXPIRY = "90d"
 
 Command = Callable[[TokenService, AuditLog, argparse.Namespace], Awaitable[int]]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``token`` (create, list, revoke) and ``audit`` commands."""
     token = subparsers.add_parser("token", help="create, list and revoke API tokens")
     commands = token.add_subparsers(dest="token_command", metavar="COMMAND", required=True)
@@ -61,17 +55,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     create.add_argument(
         "--expires", default=DEFAULT_EXPIRY, help=f"30d, 12h, 90m, 3600s or never (default {DEFAULT_EXPIRY})"
     )
-    _add_storage_args(create)
+    add_store_args(create)
     create.set_defaults(func=lambda args: _run(args, _create))
 
     listing = commands.add_parser("list", help="list tokens (never their secrets)")
     listing.add_argument("--json", action="store_true", help="print a JSON array")
-    _add_storage_args(listing)
+    add_store_args(listing)
     listing.set_defaults(func=lambda args: _run(args, _list))
 
     revoke = commands.add_parser("revoke", help="revoke a token by name")
     revoke.add_argument("name")
-    _add_storage_args(revoke)
+    add_store_args(revoke)
     revoke.set_defaults(func=lambda args: _run(args, _revoke))
 
     audit = subparsers.add_parser("audit", help="show the audit log, newest first")
@@ -90,64 +84,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--expect-head", metavar="COUNT:SHA256", type=parse_head,
         help="with --verify: also check that line COUNT is the head published earlier",
     )
-    _add_storage_args(audit)
+    add_store_args(audit)
     audit.set_defaults(func=lambda args: _run(args, _audit))
 
 
 def main_for_tests(argv: Sequence[str]) -> int:
     """Parse ``argv`` with a parser holding only these commands and run it; return the status."""
-    parser = argparse.ArgumentParser(prog="forkd-hub")
-    register(parser.add_subparsers(dest="command", required=True))
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as e:
-        return int(e.code or 0)
-    return int(args.func(args))
-
-
-def cli_actor() -> str:
-    """The audit actor for CLI actions: ``cli:<login user>``."""
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):  # no LOGNAME/USER and no passwd entry (some containers)
-        user = f"uid{os.getuid()}"
-    return f"cli:{user}"
-
-
-def add_store_args(parser: argparse.ArgumentParser) -> None:
-    """``--data-dir``, ``--storage`` and ``--database-url`` (each also a ``FORKD_HUB_*`` variable)."""
-    helps = {
-        "data_dir": (f"data directory (default {DEFAULT_DATA_DIR})", "DIR"),
-        "storage": ("blob store spec, e.g. 'filesystem root=/srv/blobs' (default: DIR/blobs)", "SPEC"),
-        "database_url": ("SQLAlchemy URL (default: sqlite+aiosqlite:///DIR/hub.db)", "URL"),
-    }
-    for name, (help_text, metavar) in helps.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=metavar,
-                            help=f"{help_text} [env {env_name(name)}]")
-
-
-_add_storage_args = add_store_args
+    return cli_common.main_for_tests(register, argv)
 
 
 def _run(args: argparse.Namespace, command: Command) -> int:
-    try:
-        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS})
-    except SettingsError as e:
-        print(f"forkd-hub: error: {e}", file=sys.stderr)
-        return 1
-
-    async def go() -> int:
-        async with open_hub(settings, create=False) as hub:  # never creates a hub by mistake
-            return await command(hub.tokens, hub.audit, args)
-
-    try:
-        return asyncio.run(go())
-    except (AuthError, ValueError, LookupError, OSError, HubStartError) as e:
-        print(f"forkd-hub: error: {e}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as e:
-        print(f"forkd-hub: database error ({redacted_url(settings.database_url)}): {e}", file=sys.stderr)
-        return 1
+    return run_on_hub(args, lambda hub: command(hub.tokens, hub.audit, args), create=False)  # never creates a hub
 
 
 async def _create(tokens: TokenService, audit: AuditLog, args: argparse.Namespace) -> int:

@@ -12,17 +12,14 @@ Exit status: 0 success, 1 a rejected request (bad namespace, URL, event; unknown
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import secrets
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from hub_server.cli_tokens import STORE_FLAGS, add_store_args, cli_actor
-from hub_server.compose import HubServices, HubStartError, open_hub, redacted_url
-from hub_server.settings import SettingsError, load_settings
+from hub_server import cli_common
+from hub_server.cli_common import add_store_args, cli_actor, run_on_hub
+from hub_server.compose import HubServices
 from hub_server.webhooks.payload import EVENTS
 
 __all__ = ["main_for_tests", "register"]
@@ -30,7 +27,7 @@ __all__ = ["main_for_tests", "register"]
 Command = Callable[[HubServices, argparse.Namespace], Awaitable[int]]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``webhook`` command (add, list, remove, deliveries)."""
     webhook = subparsers.add_parser("webhook", help="HTTP webhooks on push, tag move and delete, per namespace")
     commands = webhook.add_subparsers(dest="webhook_command", metavar="COMMAND", required=True)
@@ -76,36 +73,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def main_for_tests(argv: Sequence[str]) -> int:
     """Parse ``argv`` with a parser holding only this command and run it; return the status."""
-    parser = argparse.ArgumentParser(prog="forkd-hub")
-    register(parser.add_subparsers(dest="command", required=True))
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as e:
-        return int(e.code or 0)
-    return int(args.func(args))
+    return cli_common.main_for_tests(register, argv)
 
 
 def _run(args: argparse.Namespace, command: Command) -> int:
-    try:
-        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS}
-                                 | {"webhook_log_keep": getattr(args, "keep", None),
-                                    "webhook_log_max_age": getattr(args, "max_age", None)})
-    except SettingsError as e:
-        print(f"forkd-hub: error: {e}", file=sys.stderr)
-        return 1
-
-    async def go() -> int:
-        async with open_hub(settings, create=False) as hub:  # never creates a hub by mistake (issue 16)
-            return await command(hub, args)
-
-    try:
-        return asyncio.run(go())
-    except (ValueError, LookupError, OSError, HubStartError) as e:
-        print(f"forkd-hub: error: {e}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as e:
-        print(f"forkd-hub: database error ({redacted_url(settings.database_url)}): {e}", file=sys.stderr)
-        return 1
+    return run_on_hub(args, lambda hub: command(hub, args), create=False,  # never creates a hub by mistake
+                      extra={"webhook_log_keep": getattr(args, "keep", None),
+                             "webhook_log_max_age": getattr(args, "max_age", None)})
 
 
 async def _add(hub: HubServices, args: argparse.Namespace) -> int:

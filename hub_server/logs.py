@@ -71,7 +71,7 @@ class HumanFormatter(logging.Formatter):
     the ``extra={...}`` fields as ``key=value`` (and a traceback, if any, below)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        when = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        when = datetime.fromtimestamp(record.created).astimezone().strftime("%H:%M:%S")  # local time for a terminal
         extras = [f"{k}={v}" for k, v in vars(record).items()
                   if k not in _STANDARD_ATTRS and not k.startswith("_") and k != "color_message" and v is not None]
         line = f"{when} {record.levelname:<7} {record.getMessage()}"

@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from hub_server.db.engine import sqlite_url
 from manifest.vmstate import MAX_VMSTATE_BYTES
 
 __all__ = [
@@ -31,6 +30,11 @@ ENV_PREFIX = "FORKD_HUB_"
 #: The same default as ``forkd-hub token`` (hub_server.cli_tokens), so both find one database.
 DEFAULT_DATA_DIR = "./forkd-hub-data"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def sqlite_url(data_dir: str | Path) -> str:
+    """The embedded default: ``hub.db`` inside the data directory."""
+    return f"sqlite+aiosqlite:///{Path(data_dir).resolve() / 'hub.db'}"
 
 
 class SettingsError(ValueError):
@@ -174,8 +178,11 @@ def _port(text: str) -> int:
     return port
 
 
-def _positive(parse):  # noqa: ANN001, ANN202 - tiny combinator
-    def check(text: str):  # noqa: ANN202
+_N = TypeVar("_N", int, float, timedelta)
+
+
+def _positive(parse: Callable[[str], _N]) -> Callable[[str], _N]:
+    def check(text: str) -> _N:
         value = parse(text)
         if (value.total_seconds() if isinstance(value, timedelta) else value) <= 0:
             raise SettingsError(f"must be positive: {text!r}")

@@ -45,7 +45,7 @@ def raw_chunk_digest(digest: str | None) -> bytes:
 class ChunkList:
     """The ordered chunk digests of one file: what its chunk-tree digest is computed over."""
 
-    __slots__ = ("geometry", "_d")
+    __slots__ = ("_d", "geometry")
 
     def __init__(self, size: int, chunk_size: int, digests: bytes | bytearray | None = None) -> None:
         self.geometry = ChunkGeometry(size, chunk_size)
@@ -71,7 +71,7 @@ class ChunkList:
             raise IndexError(f"chunk index {index} out of range ({self.geometry.count} chunks)")
         self._d[index * DIGEST_BYTES : (index + 1) * DIGEST_BYTES] = raw
 
-    def resized(self, size: int, chunk_size: int | None = None) -> "ChunkList":
+    def resized(self, size: int, chunk_size: int | None = None) -> ChunkList:
         """The list of the parent file truncated or zero-extended to ``size`` (what a chunk map applies to).
 
         Raises ValueError when ``chunk_size`` differs (a layer cannot change a file's chunk size).

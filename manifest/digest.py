@@ -43,7 +43,7 @@ class Digest:
         return f"{self.algorithm}:{self.hex}"
 
     @classmethod
-    def parse(cls, text: str) -> "Digest":
+    def parse(cls, text: str) -> Digest:
         """Parse ``algorithm:hex``. Raises InvalidDigest naming the bad string."""
         if not isinstance(text, str):
             raise InvalidDigest(f"digest must be a string, got {type(text).__name__}")
@@ -75,7 +75,7 @@ def is_digest(text: object) -> bool:
 
 
 class _HashObject(Protocol):
-    def update(self, data: bytes, /) -> object: ...
+    def update(self, data: bytes | bytearray | memoryview, /) -> object: ...
     def hexdigest(self) -> str: ...
 
 

@@ -8,20 +8,25 @@ These are the filesystem's best tools, with fallbacks that always work:
   lets the kernel copy elsewhere (``copy_file_range``) and keeps holes as holes.
 - :func:`punch_hole` turns a byte range back into a hole (zero chunks stay holes).
 - :func:`start_writeback` starts flushing a file early, so its final ``fsync`` waits less.
+- :func:`atomic_write` / :func:`write_atomically`: the one way this project publishes a file
+  all-or-nothing (temp file next to it, ``fsync``, ``os.replace``; the temp file removed on error).
 
 Errors are plain ``OSError`` (``ENOSPC`` and friends): these are filesystem facts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import fcntl
 import functools
 import os
+import secrets
 from collections.abc import Iterator
-from enum import Enum
+from enum import StrEnum
+from typing import IO, Any, Literal
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int) from linux/fs.h (forkd's 0x40209409 is wrong)
 _FALLOC_FL_KEEP_SIZE = 0x01
@@ -31,7 +36,7 @@ _COPY_STEP = 64 << 20
 _NO_CLONE = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EBADF, errno.EPERM}
 
 
-class CloneMethod(str, Enum):
+class CloneMethod(StrEnum):
     """How :func:`clone_file` produced the copy."""
 
     REFLINK = "reflink"
@@ -113,20 +118,30 @@ def start_writeback(fd: int) -> None:
     """Start writing the file's dirty pages to disk without waiting (Linux ``sync_file_range``
     with ``SYNC_FILE_RANGE_WRITE``), so a later ``fsync`` has less to wait for. Durability
     still needs that ``fsync``. Best effort: does nothing where unsupported."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         _libc().sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-    except (OSError, AttributeError):
-        pass
 
 
-def clone_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> CloneMethod:
+def clone_file(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, replace: bool = False) -> CloneMethod:
     """Copy ``src`` to a new file ``dst`` as cheaply as the filesystem allows.
 
     Tries a reflink (``FICLONE``), then ``copy_file_range`` over the data ranges
     only, then a plain read/write of the data ranges; holes stay holes in every
-    case. ``dst`` must not exist (it is created with ``O_EXCL``). On failure the
-    partial ``dst`` is removed and the OSError propagates.
+    case. ``dst`` must not exist (it is created with ``O_EXCL``), unless ``replace``:
+    then the copy is made next to it and renamed over it, so ``dst`` is the old file
+    or the whole new one, never a part. On failure the partial copy is removed and
+    the OSError propagates.
     """
+    if replace:
+        tmp = _temp_name(dst)
+        method = clone_file(src, tmp)
+        try:
+            os.replace(tmp, dst)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return method
     with open(src, "rb") as fsrc:
         size = os.fstat(fsrc.fileno()).st_size
         dfd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -143,14 +158,23 @@ def clone_file(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Clon
         except BaseException:
             os.close(dfd)
             dfd = -1
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(dst)
-            except FileNotFoundError:
-                pass
             raise
         finally:
             if dfd >= 0:
                 os.close(dfd)
+
+
+def copy_data_ranges(sfd: int, dfd: int) -> int:
+    """Copy every data range of file ``sfd`` into ``dfd`` at the same offsets; holes are skipped.
+
+    Returns the bytes copied. Applies a sparse diff (dirty pages at their offsets) onto a copy
+    of its base. Raises OSError.
+    """
+    size = os.fstat(sfd).st_size
+    _copy_ranges(sfd, dfd, size)
+    return sum(length for _, length in data_ranges(sfd, size))
 
 
 def _copy_ranges(sfd: int, dfd: int, size: int) -> CloneMethod:
@@ -177,3 +201,56 @@ def _copy_ranges(sfd: int, dfd: int, size: int) -> CloneMethod:
                 n = os.pwrite(dfd, data, pos)
             done += n
     return method
+
+
+def _temp_name(path: str | os.PathLike[str]) -> str:
+    """A fresh name next to ``path`` (same directory, so ``os.replace`` stays on one filesystem)."""
+    directory, name = os.path.split(os.fspath(path))
+    return os.path.join(directory, f"{name}.{secrets.token_hex(4)}.partial")
+
+
+@contextlib.contextmanager
+def atomic_write(
+    path: str | os.PathLike[str], *, mode: Literal["wb", "w"] = "wb", perms: int = 0o666, sync_dir: bool = False
+) -> Iterator[IO[Any]]:
+    """Write ``path`` all or nothing: readers see the old file or the whole new one.
+
+    Yields a file opened on ``<path>.<random>.partial`` in the same directory (created with
+    ``perms`` less the umask; text mode is UTF-8). When the block ends normally the file is
+    flushed, ``fsync``ed and renamed over ``path`` (then the directory is ``fsync``ed too if
+    ``sync_dir``); if the block raises, the partial file is removed and the error propagates.
+    Two writers at once never share a temp file: the last rename wins. Raises OSError.
+    """
+    tmp = _temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, perms)
+    try:
+        with open(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if sync_dir:
+        fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes | str, *, perms: int = 0o666) -> None:
+    """Replace ``path`` with ``data`` all or nothing (see :func:`atomic_write`). Raises OSError."""
+    if isinstance(data, str):
+        with atomic_write(path, mode="w", perms=perms) as f:
+            f.write(data)
+    else:
+        with atomic_write(path, perms=perms) as f:
+            f.write(data)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """``fsync`` a directory, so a rename or a new entry in it survives a crash. Raises OSError."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

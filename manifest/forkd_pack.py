@@ -32,9 +32,9 @@ import os
 import re
 import stat
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -42,6 +42,7 @@ import tomli_w
 import zstandard
 
 from manifest.errors import ManifestError
+from manifest.fileops import atomic_write
 
 
 class PackError(ManifestError):
@@ -201,34 +202,24 @@ def write_pack(
     """
     links = tuple(links)
     _check_links(links)
-    created_at = created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created_at = created_at or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     mtime = _mtime_of(created_at)
-    partial = out.with_name(out.name + ".partial")
-    try:
-        sources = [_hash_link(link) for link in links]
-        parent_hashes = _parent_hashes(links, sources)
-        manifest = _manifest_toml(
-            links, sources, parent_hashes, description, base_image, created_at, forkd_version
-        )
-        if rootfs is not None:
-            manifest += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
-        manifest = manifest.encode()
-        v2 = _is_v2(links)
-        with open(partial, "wb") as raw:
-            compressor = zstandard.ZstdCompressor(level=level)
-            with compressor.stream_writer(raw, closefd=False) as zst:
-                _append(zst, MANIFEST_NAME, io.BytesIO(manifest), len(manifest), mtime)
-                for link, files in zip(links, sources):
-                    for src in files:
-                        name = f"{link.tag}/{src.name}" if v2 else src.name
-                        _append_source(zst, name, src, mtime)
-                zst.write(b"\0" * (2 * _TAR_BLOCK))  # end-of-archive marker, as tar-rs writes it
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(partial, out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    sources = [_hash_link(link) for link in links]
+    parent_hashes = _parent_hashes(links, sources)
+    manifest_text = _manifest_toml(links, sources, parent_hashes, description, base_image, created_at, forkd_version)
+    if rootfs is not None:
+        manifest_text += "\n[rootfs]\n" + tomli_w.dumps(rootfs)
+    manifest = manifest_text.encode()
+    v2 = _is_v2(links)
+    with atomic_write(out) as raw:
+        compressor = zstandard.ZstdCompressor(level=level)
+        with compressor.stream_writer(raw, closefd=False) as zst:
+            _append(zst, MANIFEST_NAME, io.BytesIO(manifest), len(manifest), mtime)
+            for link, files in zip(links, sources, strict=False):
+                for src in files:
+                    name = f"{link.tag}/{src.name}" if v2 else src.name
+                    _append_source(zst, name, src, mtime)
+            zst.write(b"\0" * (2 * _TAR_BLOCK))  # end-of-archive marker, as tar-rs writes it
     return out
 
 
@@ -331,7 +322,7 @@ def _manifest_toml(
     parts = [tomli_w.dumps({k: v}) for k, v in scalars.items() if v is not None]
     if v2:
         parts.append(tomli_w.dumps({"files": []}))
-        for link, files, parent_hash in zip(links, sources, parent_hashes):
+        for link, files, parent_hash in zip(links, sources, parent_hashes, strict=False):
             meta = {"tag": link.tag, "parent_tag": link.parent_tag, "parent_content_hash": parent_hash}
             parts.append("\n[[chain]]\n" + tomli_w.dumps({k: v for k, v in meta.items() if v is not None}))
             parts.extend("\n[[chain.files]]\n" + _file_toml(src) for src in files)
@@ -349,7 +340,7 @@ def _mtime_of(created_at: str) -> int:
     try:
         return max(0, int(datetime.fromisoformat(created_at).timestamp()))
     except ValueError:
-        return int(datetime.now(timezone.utc).timestamp())
+        return int(datetime.now(UTC).timestamp())
 
 
 def _append(zst: BinaryIO, name: str, data: BinaryIO, size: int, mtime: int) -> None:
@@ -372,13 +363,13 @@ def _append_source(zst: BinaryIO, name: str, src: _SourceFile, mtime: int) -> No
         raise PackError(f"{src.path} changed while it was being packed")
 
 
-def _copy_exact(src: BinaryIO, size: int, sink, what: object) -> int:
+def _copy_exact(src: BinaryIO, size: int, sink: Callable[[memoryview], object], what: object) -> int:
     """Feed exactly ``size`` bytes of ``src`` to ``sink`` in 1 MiB blocks; return ``size``."""
     buf = bytearray(min(_BLOCK, max(size, 1)))
     view = memoryview(buf)
     remaining = size
     while remaining:
-        n = src.readinto(view[: min(len(buf), remaining)])
+        n = src.readinto(view[: min(len(buf), remaining)])  # type: ignore[attr-defined]  # every BinaryIO we get is buffered
         if not n:
             raise PackError(f"{what} is shorter than its recorded size {size} (changed while packing?)")
         sink(view[:n])

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-
-from manifest.tarstream import BLOCK, ZEROS, TarEntry, TarReader, ZstdStream
+from manifest.fileops import fsync_dir, write_atomically
 from manifest.forkd_pack import (
     MANIFEST_NAME,
     PACK_VERSION_V1,
@@ -46,6 +45,7 @@ from manifest.forkd_pack import (
     is_sha256_hex,
     is_valid_cli_tag,
 )
+from manifest.tarstream import BLOCK, ZEROS, TarEntry, TarReader, ZstdStream
 
 _HOLE = 64 << 10  # zero runs this long stay holes (guest RAM is mostly zero pages)
 _ZERO_HOLE = ZEROS[:_HOLE]
@@ -95,7 +95,7 @@ def read_pack(pack: Path | BinaryIO, staging: Path, *, limits: PackLimits = Pack
         links = tuple(replace(link, directory=staging / link.tag) for link in manifest.links)
         for link in links:
             _finish_snapshot_json(link, limits)
-            _fsync_dir(link.directory)
+            fsync_dir(link.directory)
         return replace(manifest, links=links)
     except BaseException:
         for directory in reversed(created):
@@ -164,25 +164,8 @@ def _finish_snapshot_json(link: UnpackedLink, limits: PackLimits) -> None:
     _write_json_atomically(link.directory / "snapshot.json", doc)
 
 
-def _write_json_atomically(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=2, ensure_ascii=False))  # serde_json's pretty layout
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
+    write_atomically(path, json.dumps(doc, indent=2, ensure_ascii=False))  # serde_json's pretty layout
 
 
 @contextmanager
@@ -229,7 +212,7 @@ def _parse_manifest(doc: dict, limits: PackLimits) -> UnpackedPack:
         _require(is_valid_cli_tag(tag), f"tag {tag!r} does not match {_CLI_TAG_RULE}")
         parent = _get(doc, "parent_tag", str, optional=True)
         _require(parent is None or is_safe_pack_tag(parent), f"parent_tag {parent!r} does not match {_PACK_TAG_RULE}")
-        links = (UnpackedLink(tag, Path(tag), parent, None, _parse_files(doc.get("files"), "files", limits)),)
+        links: tuple[UnpackedLink, ...] = (UnpackedLink(tag, Path(tag), parent, None, _parse_files(doc.get("files"), "files", limits)),)
     else:  # the head's tag, or an owner-qualified name in forkd's docs: informational, never a path
         _require(tag != "", "tag must not be empty")
         _require(doc.get("files", []) == [], "a v2 pack declares files per chain link; top-level files must be empty")
@@ -251,7 +234,8 @@ def _parse_manifest(doc: dict, limits: PackLimits) -> UnpackedPack:
 
 
 def _parse_chain(chain: object, limits: PackLimits) -> tuple[UnpackedLink, ...]:
-    _require(isinstance(chain, list) and len(chain) > 0, "a v2 pack needs a non-empty chain")
+    if not isinstance(chain, list) or not chain:
+        raise PackManifestInvalid("manifest.toml: a v2 pack needs a non-empty chain")
     if len(chain) > limits.max_links:
         raise PackTooLarge(f"manifest.toml: chain has {len(chain)} links, over the limit of {limits.max_links}")
     links: list[UnpackedLink] = []
@@ -280,7 +264,8 @@ def _parse_chain(chain: object, limits: PackLimits) -> tuple[UnpackedLink, ...]:
 
 
 def _parse_files(files: object, where: str, limits: PackLimits) -> tuple[PackFileInfo, ...]:
-    _require(isinstance(files, list), f"{where} must be an array of {{path, size, sha256}} tables")
+    if not isinstance(files, list):
+        raise PackManifestInvalid(f"manifest.toml: {where} must be an array of {{path, size, sha256}} tables")
     out: list[PackFileInfo] = []
     for i, item in enumerate(files):
         at = f"{where}[{i}]"
@@ -304,7 +289,7 @@ def _require(ok: bool, problem: str) -> None:
         raise PackManifestInvalid(f"manifest.toml: {problem}")
 
 
-def _get(table: dict, key: str, kind: type, where: str = "", *, optional: bool = False):
+def _get(table: dict[str, Any], key: str, kind: type, where: str = "", *, optional: bool = False) -> Any:
     """``table[key]`` if it has type ``kind`` (bool is not an int here); None if optional and absent."""
     value = table.get(key)
     if value is None and optional:

@@ -33,9 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import zstandard
-
 import blake3
+import zstandard
 
 from .diff import ChunkChange
 from .digest import Hasher
@@ -219,7 +218,7 @@ class LayerBuilder:
 
     def _open_blob(self) -> _OpenBlob:
         path = self.out_dir / f".blob-{len(self._blobs)}.partial"
-        blob = _OpenBlob(path, open(path, "wb"), Hasher(BLOB_ALGORITHM))
+        blob = _OpenBlob(path, open(path, "wb"), Hasher(BLOB_ALGORITHM))  # noqa: SIM115 - open across appends, closed by finish/abort
         self._blobs.append(blob)
         self._current = blob
         return blob
@@ -249,8 +248,8 @@ class LayerBuilder:
                     continue
                 blob_ref, offset, length = slot[0]
                 blob_digest = names[id(blob_ref)]
-                slot = order.setdefault(blob_digest, len(order))
-                entries.append(ChunkEntry(index, chunk_digest, slot, offset, length))
+                blob_index = order.setdefault(blob_digest, len(order))
+                entries.append(ChunkEntry(index, chunk_digest, blob_index, offset, length))
             maps[pending.file] = ChunkMap(
                 pending.file, pending.size, pending.chunk_size, pending.digest, pending.parent_digest,
                 tuple(order), tuple(entries),

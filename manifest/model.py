@@ -65,7 +65,7 @@ def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str
             return None
         raise InvalidManifest(f"{path}.{key} is required")
     value = obj[key]
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise InvalidManifest(f"{path}.{key} has the wrong type ({type(value).__name__})")
     return value
 
@@ -111,7 +111,7 @@ class Descriptor:
         return obj
 
     @classmethod
-    def from_obj(cls, obj: Any, path: str) -> "Descriptor":
+    def from_obj(cls, obj: Any, path: str) -> Descriptor:
         if not isinstance(obj, dict):
             raise InvalidManifest(f"{path} must be an object")
         return cls(
@@ -123,7 +123,7 @@ class Descriptor:
         )
 
     @classmethod
-    def for_bytes(cls, media_type: str, data: bytes, **annotations: str) -> "Descriptor":
+    def for_bytes(cls, media_type: str, data: bytes, **annotations: str) -> Descriptor:
         """A descriptor of ``data``, addressed by sha256 (what every OCI tool verifies)."""
         return cls(media_type, str(digest_bytes(data, OCI_ALGORITHM)), len(data), dict(annotations))
 
@@ -180,7 +180,7 @@ class ChunkMap:
         return canonical_json(self.to_obj())
 
     @classmethod
-    def from_json(cls, data: bytes, *, limit: int = MAX_CHUNK_MAP_BYTES) -> "ChunkMap":
+    def from_json(cls, data: bytes, *, limit: int = MAX_CHUNK_MAP_BYTES) -> ChunkMap:
         obj = _load(data, limit, "chunk map")
         p = "chunkmap"
         version = _version(obj.get("mediaType"), "chunkmap", f"{p}.mediaType")
@@ -301,7 +301,7 @@ class LayerConfig:
         return canonical_json(self.to_obj())
 
     @classmethod
-    def from_json(cls, data: bytes, *, limit: int = MAX_CONFIG_BYTES) -> "LayerConfig":
+    def from_json(cls, data: bytes, *, limit: int = MAX_CONFIG_BYTES) -> LayerConfig:
         obj = _load(data, limit, "config")
         p = "config"
         version = _version(obj.get("mediaType"), "config", f"{p}.mediaType")
@@ -387,7 +387,7 @@ class LayerManifest:
         return canonical_json(self.to_obj())
 
     @classmethod
-    def from_json(cls, data: bytes, *, limit: int = MAX_MANIFEST_BYTES) -> "LayerManifest":
+    def from_json(cls, data: bytes, *, limit: int = MAX_MANIFEST_BYTES) -> LayerManifest:
         obj = _load(data, limit, "manifest")
         p = "manifest"
         if obj.get("schemaVersion") != 2:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import zstandard
 
+from .fileops import atomic_write
 from .forkd_pack import CorruptPack, PackHashMismatch, PackManifestInvalid, PackTooLarge, is_sha256_hex
 
 SIDECAR_SUFFIX = ".rootfs.zst"
@@ -44,7 +45,7 @@ class RootfsInfo:
         return {"target_path": self.target_path, "sha256": self.sha256, "size": self.size}
 
     @classmethod
-    def from_table(cls, table: object) -> "RootfsInfo":
+    def from_table(cls, table: object) -> RootfsInfo:
         """Parse manifest.toml's ``rootfs``; raises PackManifestInvalid naming what is wrong."""
         if not isinstance(table, dict):
             raise PackManifestInvalid("manifest.toml: rootfs must be a table")
@@ -82,56 +83,38 @@ def write_sidecar(image: Path, out_dir: Path, target_path: str | Callable[[str],
     out = out_dir / sidecar_name(info.sha256)
     if out.is_file():
         return info, out
-    partial = out.with_name(out.name + ".partial")
-    try:
-        with open(image, "rb") as src, open(partial, "wb") as dst:
-            compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
-            compressor.copy_stream(src, dst, size=info.size, read_size=_BLOCK, write_size=_BLOCK)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(partial, out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with open(image, "rb") as src, atomic_write(out) as dst:
+        compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        compressor.copy_stream(src, dst, size=info.size, read_size=_BLOCK, write_size=_BLOCK)
     return info, out
 
 
 def install_sidecar(sidecar: Path, dest: Path, info: RootfsInfo) -> None:
-    """Decompress ``sidecar`` to ``dest`` (through ``<dest>.partial`` in the same directory,
-    never following a symlink), checking the declared size and sha256 while it streams; zero
-    runs become holes. On any error nothing is left at ``dest``'s partial name."""
-    partial = dest.with_name(dest.name + ".partial")
+    """Decompress ``sidecar`` to ``dest`` (through a fresh partial file in the same directory,
+    created exclusively, so never through a symlink), checking the declared size and sha256 while
+    it streams; zero runs become holes. On any error nothing is left but what was at ``dest``."""
     digest = hashlib.sha256()
     written = 0
-    try:
-        partial.unlink(missing_ok=True)
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with open(fd, "wb") as out, open(sidecar, "rb") as src:
-            try:
-                reader = zstandard.ZstdDecompressor().stream_reader(src)
-                while piece := reader.read(_BLOCK):
-                    written += len(piece)
-                    if written > info.size:
-                        raise PackTooLarge(f"{sidecar} decompresses to more than the declared {info.size} bytes")
-                    digest.update(piece)
-                    if piece.count(0) == len(piece):
-                        out.seek(len(piece), os.SEEK_CUR)
-                    else:
-                        out.write(piece)
-            except zstandard.ZstdError as e:
-                raise CorruptPack(f"{sidecar} is not a valid zstd stream: {e}") from None
-            if written != info.size:
-                raise CorruptPack(f"{sidecar} holds {written} bytes, manifest.toml declares {info.size}")
-            out.truncate(info.size)
-            out.flush()
-            os.fsync(out.fileno())
+    with open(sidecar, "rb") as src, atomic_write(dest, perms=0o644) as out:
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(src)
+            while piece := reader.read(_BLOCK):
+                written += len(piece)
+                if written > info.size:
+                    raise PackTooLarge(f"{sidecar} decompresses to more than the declared {info.size} bytes")
+                digest.update(piece)
+                if piece.count(0) == len(piece):
+                    out.seek(len(piece), os.SEEK_CUR)
+                else:
+                    out.write(piece)
+        except zstandard.ZstdError as e:
+            raise CorruptPack(f"{sidecar} is not a valid zstd stream: {e}") from None
+        if written != info.size:
+            raise CorruptPack(f"{sidecar} holds {written} bytes, manifest.toml declares {info.size}")
+        out.truncate(info.size)
         actual = digest.hexdigest()
         if actual != info.sha256:
             raise PackHashMismatch(f"{sidecar}: sha256 mismatch: manifest.toml declares {info.sha256}, image is {actual}")
-        os.replace(partial, dest)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
 
 
-__all__ = ["RootfsInfo", "SIDECAR_SUFFIX", "file_sha256", "install_sidecar", "sidecar_name", "write_sidecar"]
+__all__ = ["SIDECAR_SUFFIX", "RootfsInfo", "file_sha256", "install_sidecar", "sidecar_name", "write_sidecar"]

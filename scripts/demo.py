@@ -67,7 +67,7 @@ def main() -> int:
                     break
             except OSError:
                 if time.monotonic() > deadline or hub.poll() is not None:
-                    raise SystemExit("the hub did not start; see " + str(work / "hub.log"))
+                    raise SystemExit("the hub did not start; see " + str(work / "hub.log")) from None
                 time.sleep(0.1)
         print(f"hub: {hub_url} (SQLite + filesystem under {work / 'hub'})")
         token = str(demo.run("token", "forkd-hub", "token", "create", "demo", "--scope", "push:demo/*")).strip()

@@ -23,6 +23,7 @@ Nothing here is forkd's code; it follows the behaviour those notes describe.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -112,7 +113,7 @@ class ForkdDaemon:
         raise ForkdError(f"chain of {head!r} exceeds MAX_CHAIN_DEPTH={MAX_CHAIN_DEPTH}")
 
     def verify_parent_hashes(self, chain: list[Snap]) -> None:
-        for parent, child in zip(chain, chain[1:]):
+        for parent, child in itertools.pairwise(chain):
             recorded = child.doc.get("parent_content_hash")
             if recorded is None:
                 raise ForkdError(f"chained snapshot {child.tag!r} has no parent_content_hash")

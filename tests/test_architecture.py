@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,5 +20,14 @@ def test_import_contracts_hold():
 
 def test_architecture_doc_names_every_package():
     text = (ROOT / "docs" / "architecture.md").read_text()
-    for package in ("manifest", "vmm", "forkd_client", "hub_server", "web"):
+    for package in ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit"):
         assert f"`{package}`" in text, package
+
+
+def test_hub_server_is_layered_api_over_registry_over_storage_and_db():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layered,) = [c for c in contracts if c["type"] == "layers" and c["layers"][0].startswith("hub_server.")]
+    level = {module.strip(): i for i, layer in enumerate(layered["layers"]) for module in layer.replace(":", "|").split("|")}
+    assert level["hub_server.api"] < level["hub_server.registry"] < level["hub_server.storage"]
+    assert level["hub_server.registry"] < level["hub_server.db"]
+    assert layered.get("ignore_imports", []) == ["hub_server.settings -> hub_server.webhooks.guard"]

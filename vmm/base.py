@@ -299,10 +299,10 @@ class Driver(abc.ABC):
             return None
         if snap.rootfs is None or not snap.rootfs.is_file():
             raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
-        from vmm.files import clone_file
+        from manifest.fileops import clone_file
 
         target = child_dir / ROOTFS_FILE
-        clone_file(snap.rootfs, target)
+        clone_file(snap.rootfs, target, replace=True)
         return target
 
     def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None) -> None:

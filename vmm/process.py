@@ -7,6 +7,7 @@ kills whatever is left (a test that failed half-way, a caller that forgot ``kill
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -55,10 +56,8 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | None:
         pass
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
-            try:
+            with contextlib.suppress(OSError):
                 pipe.close()
-            except OSError:
-                pass
     with _lock:
         _live.discard(proc)
         work_dir = _work_dirs.pop(proc, None)

@@ -67,7 +67,7 @@ class QmpClient:
             self._sock.settimeout(remaining)
             try:
                 chunk = self._sock.recv(65536)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError as exc:
                 raise VmmProtocolError(f"QMP: socket error {exc}") from exc

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import swagger_ui_bundle
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 from litestar.types import ControllerRouterHandler

@@ -35,7 +35,7 @@ __all__ = ["CatalogPages"]
 
 
 def _browse(state: State) -> BrowseService:
-    return state.registry.browse  # type: ignore[no-any-return]
+    return state.registry.browse
 
 
 def _keys(state: State) -> SessionKeys:
@@ -43,7 +43,7 @@ def _keys(state: State) -> SessionKeys:
     if keys is None:
         keys = load_keys(state.settings.data_dir)
         state.web_keys = keys
-    return keys  # type: ignore[no-any-return]
+    return keys
 
 
 async def _session(request: Request[Any, Any, Any], state: State) -> WebSession:

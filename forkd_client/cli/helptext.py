@@ -1,19 +1,19 @@
 """What ``forkd COMMAND --help`` says beyond one line: a description, the arguments the
-registering module left unexplained, and examples. One table, applied by :func:`document` to
-the built parser, so a command group module stays about behaviour. A test walks every
+registering module left unexplained, and examples. One table, applied to the built parser by
+:func:`clikit.helpdoc.document` (shared with ``forkd-hub``), so a command group module stays about behaviour. A test walks every
 subcommand's ``--help`` and fails when one lacks a description, an argument's help or an example.
 """
 
 from __future__ import annotations
 
-import argparse
+from clikit.helpdoc import HelpTable, document
 
 __all__ = ["HELP", "document"]
 
 _TAG = "local snapshot tag ([A-Za-z0-9_][A-Za-z0-9_-]{0,63})"
 
 #: command path → (description, {dest: help for arguments without one}, examples)
-HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
+HELP: HelpTable = {
     "images": ("List the local snapshots: tag, parent, sizes and where they came from.", {},
                ["forkd images", "forkd images --json"]),
     "inspect": ("Show one snapshot: its chain base to head, its files and their digests; --verify re-checks "
@@ -79,26 +79,3 @@ HELP: dict[str, tuple[str, dict[str, str], list[str]]] = {
     "guest build": ("Build the default guest image, or reuse a cached build with the same inputs.", {},
                     ["forkd guest build", "forkd guest build --out ./guest --force"]),
 }
-
-
-def document(parser: argparse.ArgumentParser, table: dict[str, tuple[str, dict[str, str], list[str]]]) -> None:
-    """Give every subcommand of ``parser`` its description, missing argument helps and examples from ``table``."""
-
-    def walk(p: argparse.ArgumentParser, path: list[str]) -> None:
-        for action in p._actions:  # noqa: SLF001 - argparse has no public listing
-            if not isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-                continue
-            for name, sub in action.choices.items():
-                key = " ".join([*path, name])
-                if key in table:
-                    description, arguments, examples = table[key]
-                    sub.description = description
-                    sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
-                    sub.formatter_class = argparse.RawDescriptionHelpFormatter
-                    sub.set_defaults(command_usage=sub.format_usage)  # for errors about an argument
-                    for arg in sub._actions:  # noqa: SLF001
-                        if arg.help is None and arg.dest in arguments:
-                            arg.help = arguments[arg.dest]
-                walk(sub, [*path, name])
-
-    walk(parser, [])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from manifest.signature import load_private_key
 
+from ..errors import ClientError, Interrupted
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
@@ -26,7 +27,6 @@ from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
 from ..hub.signing import TrustedKeys, load_keys
-from ..errors import ClientError, Interrupted
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
 
@@ -292,7 +292,7 @@ def compat_warning(snap: LocalSnapshot) -> str | None:
         status = driver.available()
         if not status.ok:
             return f"{snap.tag} was made with {snap.compat.get('vmm')}, which cannot run here: {status.reason}"
-        check_host_compat(snap.compat, driver, memory=snap.dir / "memory.bin", what=f"snapshot {snap.tag}")
+        check_host_compat(snap.compat, driver, memory=snap.dir / "memory.bin", what=f"snapshot {snap.tag}")  # type: ignore[arg-type]  # typing debt, decisions/0008
     except CompatibilityError as e:
         return f"{e}; 'forkd fork' will refuse it on this host"
     except (VmmError, ClientError, OSError) as e:

@@ -58,7 +58,7 @@ class Context:
         widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
         def line(cells: Sequence[str]) -> str:
-            parts = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, headers)]
+            parts = [c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, headers, strict=False)]
             return "  ".join(parts).rstrip()
 
         self.print(line(headers))

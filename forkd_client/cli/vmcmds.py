@@ -158,7 +158,7 @@ def _print_fork(ctx: Context, forked: Forked, ran: bool) -> None:
               right=["READY", "EXEC", "PSS", "GUEST DIRTY"])
     if ran:
         for c in forked.children:
-            status = f"error: {c.error}" if c.error else f"exit {c.result.exit_code}"
+            status = f"error: {c.error}" if c.error else f"exit {c.result.exit_code}"  # type: ignore[union-attr]  # typing debt, decisions/0008
             ctx.print(f"--- child {c.index} (pid {c.vm.pid}): {status}")
             if c.result is not None and c.result.output:
                 ctx.stdout.write(c.result.output if c.result.output.endswith("\n") else c.result.output + "\n")

@@ -83,7 +83,7 @@ class HubClient:
         if self._owns_http:
             self.http.close()
 
-    def __enter__(self) -> "HubClient":
+    def __enter__(self) -> HubClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -194,7 +194,7 @@ class HubClient:
         return data, digest
 
     def put_manifest(self, name: str, ref: str, data: bytes, *, media_type: str = MANIFEST_TYPE, public: bool = False,
-                     expect: str | None | object = ANYWHERE) -> str:
+                     expect: str | object | None = ANYWHERE) -> str:
         """PUT a manifest; for a tag ``ref``, ``expect`` is where the tag must still point (a digest,
         ``None`` for "no such tag yet", or ANYWHERE). Raises TagConflict when it moved meanwhile."""
         params = {"public": "true"} if public else {}

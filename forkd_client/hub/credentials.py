@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from manifest.fileops import write_atomically
 
 from .errors import HubError
 
@@ -28,10 +29,7 @@ def config_dir() -> Path:
 def normalize_url(url: str) -> str:
     """``http(s)://host[:port][/path]`` without a trailing slash; a bare host gets ``https://``."""
     url = url.strip()
-    if "://" in url:
-        url = url.split("://", 1)[0] + "://" + url.split("://", 1)[1].rstrip("/")
-    else:
-        url = url.rstrip("/")
+    url = url.split("://", 1)[0] + "://" + url.split("://", 1)[1].rstrip("/") if "://" in url else url.rstrip("/")
     if "://" not in url:
         host = url.split("/")[0].rsplit(":", 1)[0]
         url = ("http://" if host in ("localhost",) or host.startswith("127.") else "https://") + url
@@ -69,17 +67,7 @@ class Credentials:
 
     def _save(self, data: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".credentials-")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=2)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self.path, json.dumps(data, indent=2), perms=0o600)
 
     def login(self, url: str, token: str, *, make_default: bool = False) -> str:
         """Store ``token`` for ``url``; it becomes the default hub when there is none yet or

@@ -16,6 +16,7 @@ HubUnreachable, the errors of :func:`forkd_client.packs.unpack`, OSError.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -87,10 +88,8 @@ def pull_from_registry(store: SnapshotStore, registry_url: str | None, target: s
             if isinstance(rootfs, dict) and isinstance(rootfs.get("sha256"), str):
                 name = sidecar_name(rootfs["sha256"])
                 sidecar_url = url.rsplit("/", 1)[0] + "/" + name
-                try:
+                with contextlib.suppress(HubError):  # unpack then warns that the sidecar is missing, as forkd's pull does
                     _download(http, sidecar_url, staged / name)
-                except HubError:
-                    pass  # unpack then warns that the sidecar is missing, as forkd's pull does
             return unpack(store, pack, tag=tag, force=force, warnings=warnings)
     finally:
         if own:

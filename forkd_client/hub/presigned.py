@@ -56,7 +56,7 @@ def slice_spans(batch: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int
 class PresignedCache:
     """Presigned URLs by ``(repository, digest)``, each until half its stated lifetime (thread-safe)."""
 
-    def __init__(self, clock=time.monotonic) -> None:  # noqa: ANN001 - a zero-argument float clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._urls: dict[tuple[str, str], tuple[str, float]] = {}
         self._lock = threading.Lock()
         self._clock = clock

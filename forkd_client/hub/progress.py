@@ -15,9 +15,12 @@ import os
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..units import human_size
+
+if TYPE_CHECKING:
+    from rich.progress import Task, TaskID
 
 DEFAULT_INTERVAL = 5.0
 
@@ -133,14 +136,14 @@ class RichProgress(Progress):
         from rich.text import Text
 
         class IECSpeedColumn(ProgressColumn):
-            def render(self, task) -> Text:  # noqa: ANN001 - rich's Task
+            def render(self, task: Task) -> Text:
                 speed = task.finished_speed or task.speed
                 return Text("?" if speed is None else f"{human_size(speed)}/s", style="progress.data.speed")
 
         self._bars = Bars("[progress.description]{task.description}", BarColumn(), DownloadColumn(binary_units=True),
                           IECSpeedColumn(), TimeRemainingColumn(), console=Console(file=stream), transient=False)
         self._bars.start()
-        self._task = None
+        self._task: TaskID | None = None
 
     def task(self, description: str, total: int) -> None:
         if self._task is not None:

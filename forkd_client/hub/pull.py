@@ -31,7 +31,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from manifest import mediatypes as mt
@@ -138,7 +137,7 @@ def pull(
         lists: dict[str, ChunkList] = {}  # format v2: the parent link's chunk lists
         backlog: list[tuple[ChainLink, LayerManifest, LayerConfig]] = []  # reused links not in ``lists`` yet
         try:
-            for (link, manifest, config), tag in zip(parsed, tags):
+            for (link, manifest, config), tag in zip(parsed, tags, strict=True):
                 existing = _installed(store, tag, link.digest) or plan.existing(tag)
                 if existing is not None and not still_intact(store, existing, config):
                     if not force:
@@ -182,7 +181,7 @@ def pull(
     return result
 
 
-def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, waiting: list["_Fetched"],
+def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, waiting: list[_Fetched],
                      force: bool, progress: Progress, *, block: bool) -> None:
     """Install the waiting links, base first, whose check is done (with ``block``, all of them).
     When one fails its check, the staged files of the links built on it are not resumed."""
@@ -219,7 +218,7 @@ class _Fetched:
     maps: dict[str, ChunkMap]
     stats: LinkPulled
     staged: Path
-    parent: "_Parent | None"
+    parent: _Parent | None
     verification: Future
     lists: dict[str, ChunkList] = field(default_factory=dict)
     installed: bool = False
@@ -301,7 +300,7 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
         child_config = parsed[i][2]
         parent_digest = parsed[i - 1][0].digest
         wanted = local_tag_for(child_config.parent.tag if child_config.parent and child_config.parent.tag else "layer")
-        if store.exists(wanted) and _installed(store, wanted, parent_digest) is None or wanted in tags:
+        if (store.exists(wanted) and _installed(store, wanted, parent_digest) is None) or wanted in tags:
             wanted = local_tag_for(f"{wanted[:50]}-{parent_digest.split(':')[1][:12]}")
         tags.append(wanted)
     return list(reversed(tags))
@@ -463,4 +462,4 @@ def _marker_layer(marker: Path) -> str | None:
         return None
 
 
-__all__ = ["PullResult", "LinkPulled", "pull", "local_tag_for"]
+__all__ = ["LinkPulled", "PullResult", "local_tag_for", "pull"]

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -177,7 +178,7 @@ def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_dige
 def _push_link(
     store: SnapshotStore, client: HubClient, state: TransferState, snap: LocalSnapshot,
     parent: LocalSnapshot | None, parent_digest: str | None, name: str, public: bool,
-    progress: Progress, chunk_size: int, chunk_tree: "Callable[[Path, int], str]",
+    progress: Progress, chunk_size: int, chunk_tree: Callable[[Path, int], str],
 ) -> LinkPushed:
     def digests(path: Path) -> dict[str, str]:
         return store.verified.digests(path, ("blake3", "sha256"))
@@ -235,7 +236,7 @@ class _RecipeUpload:
         return sum(f.length for f in self.blob.frames if f.digest in self.inline)
 
     @classmethod
-    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> "_RecipeUpload":
+    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> _RecipeUpload:
         """Resume the selection of an interrupted upload, or ask the hub which frames it holds."""
         key = f"recipe|{client.base_url}|{name}|{blob.digest}"
         saved = state.get(key)
@@ -288,7 +289,7 @@ class _RecipeUpload:
         return sent
 
 
-def _read_spans(f, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:  # noqa: ANN001
+def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:
     """``length`` bytes at ``offset`` of the concatenation of the file's ``spans``."""
     out = bytearray()
     position = 0
@@ -350,7 +351,7 @@ class _BytesReader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
 
-    def __enter__(self) -> "_BytesReader":
+    def __enter__(self) -> _BytesReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -365,4 +366,4 @@ class _BytesReader:
         return out
 
 
-__all__ = ["PushResult", "LinkPushed", "push"]
+__all__ = ["LinkPushed", "PushResult", "push"]

@@ -52,7 +52,7 @@ class Reference:
             text += f"@{self.digest}"
         return text
 
-    def with_tag(self, tag: str) -> "Reference":
+    def with_tag(self, tag: str) -> Reference:
         return Reference(self.namespace, self.repository, tag, None, self.host)
 
     def hub_url(self, default: str | None) -> str:
@@ -69,7 +69,7 @@ class Reference:
         return f"{'http' if loopback else 'https'}://{self.host}"
 
     @classmethod
-    def parse(cls, text: str, *, require_tag_or_digest: bool = False) -> "Reference":
+    def parse(cls, text: str, *, require_tag_or_digest: bool = False) -> Reference:
         """Parse a reference string. Raises InvalidReference naming what is wrong."""
         if not isinstance(text, str) or not text or len(text) > 512 or any(c.isspace() for c in text):
             raise InvalidReference(f"invalid reference {text!r}: expected [HOST[:PORT]/]namespace/repo[:tag][@digest]")

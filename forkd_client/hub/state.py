@@ -11,10 +11,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+
+from manifest.fileops import write_atomically
 
 
 class TransferState:
@@ -36,12 +37,7 @@ class TransferState:
             before = dict(data)
             yield data
             if data != before:
-                tmp = tempfile.NamedTemporaryFile("w", dir=self.path.parent, delete=False, prefix=".transfers-")
-                with tmp:
-                    json.dump(data, tmp, indent=1, sort_keys=True)
-                    tmp.flush()
-                    os.fsync(tmp.fileno())
-                os.replace(tmp.name, self.path)
+                write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True), perms=0o600)
         finally:
             os.close(fd)
 

@@ -8,15 +8,13 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, head
 from litestar.di import NamedDependency
-from litestar.params import FromPath, HeaderParameter
+from litestar.params import HeaderParameter
 from litestar.response import Redirect, Stream
 
-from hub_server.api.deps import remote_of
+from hub_server.api.deps import DIGEST_ROUTE, DigestRoute, remote_of
 from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
-from hub_server.auth.scopes import Principal
 from hub_server.registry.blobplan import BLOB_PLAN, wants_plan
 from hub_server.registry.blobs import BlobRead
-from hub_server.registry.service import Registry
 
 OCTETS = "application/octet-stream"
 
@@ -28,19 +26,16 @@ def _headers(blob: BlobRead) -> dict[str, str]:
 class BlobController(Controller):
     path = "/v2/{ns:str}/{repo:str}/blobs/{digest:str}"
     tags = ["blobs"]
+    dependencies = DIGEST_ROUTE
 
     @get("/", summary="Download a blob (Range supported)")
     async def download(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        digest: FromPath[str],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
+        self, route: NamedDependency[DigestRoute],
         range_header: Annotated[str | None, HeaderParameter(name="range")] = None,
         accept: Annotated[str | None, HeaderParameter(name="accept")] = None,
     ) -> Response[Any] | Stream | Redirect:
-        blob = await registry.blobs.read(principal, ns, repo, digest, redirect=True)
+        registry = route.registry
+        blob = await registry.blobs.read(route.principal, route.ns, route.repo, route.digest, redirect=True)
         if blob.redirect_url is not None:
             return Redirect(blob.redirect_url, status_code=307)
         headers = _headers(blob)
@@ -64,28 +59,14 @@ class BlobController(Controller):
                       media_type=f"multipart/byteranges; boundary={boundary}", headers=headers)
 
     @head("/", summary="Blob existence and size")
-    async def exists(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        digest: FromPath[str],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
-    ) -> Response[None]:
-        blob = await registry.blobs.read(principal, ns, repo, digest)
+    async def exists(self, route: NamedDependency[DigestRoute]) -> Response[None]:
+        blob = await route.registry.blobs.read(route.principal, route.ns, route.repo, route.digest)
         # HEAD: Litestar sends no body and keeps our Content-Length (the blob's size).
         return Response(b"", media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})
 
     @delete("/", summary="Remove the blob from this repository (its bytes go in GC when nothing references them)",
             status_code=202)
-    async def remove(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        digest: FromPath[str],
-        request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
-    ) -> Response[None]:
-        await registry.blob_links.unlink(principal, ns, repo, digest, remote=remote_of(request))
-        return Response(b"", status_code=202, headers={"Docker-Content-Digest": digest})
+    async def remove(self, route: NamedDependency[DigestRoute], request: Request[Any, Any, Any]) -> Response[None]:
+        await route.registry.blob_links.unlink(route.principal, route.ns, route.repo, route.digest,
+                                               remote=remote_of(request))
+        return Response(b"", status_code=202, headers={"Docker-Content-Digest": route.digest})

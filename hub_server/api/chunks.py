@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from manifest.jsontext import loads as loads_json
-
 from litestar import Controller, Request, Response, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, RawBody
@@ -23,6 +21,7 @@ from hub_server.api.uploads import committed_headers
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.service import Registry
+from manifest.jsontext import loads as loads_json
 
 #: A recipe lists ~100 bytes per frame: 64 MiB covers a 16 GiB blob of 64 KiB chunks.
 MAX_RECIPE_BYTES = 64 << 20

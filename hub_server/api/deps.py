@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
-
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
 from litestar.handlers.base import BaseRouteHandler
-from litestar.di import Provide
 from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
+from litestar.params import FromPath
 
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
@@ -26,8 +26,18 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.manifests import too_large
 from hub_server.registry.service import Registry
 
-__all__ = ["DEPENDENCIES", "ClientDisconnected", "body_stream", "decode_json_body", "json_body", "read_limited", "reject_bad_token",
-           "remote_of"]
+__all__ = [
+    "DEPENDENCIES",
+    "DIGEST_ROUTE",
+    "ClientDisconnected",
+    "DigestRoute",
+    "body_stream",
+    "decode_json_body",
+    "json_body",
+    "read_limited",
+    "reject_bad_token",
+    "remote_of",
+]
 
 _Struct = TypeVar("_Struct", bound=msgspec.Struct)
 
@@ -40,13 +50,36 @@ async def provide_principal(request: Request[Any, Any, Any], state: State) -> Pr
 
 
 async def provide_registry(state: State) -> Registry:
-    return state.registry  # type: ignore[no-any-return]
+    return state.registry
 
 
 DEPENDENCIES = {
     "principal": Provide(provide_principal),
     "registry": Provide(provide_registry),
 }
+
+
+@dataclass(frozen=True)
+class DigestRoute:
+    """What every ``/v2/{ns}/{repo}/<kind>/{digest}`` handler starts from: the caller, the registry and
+    the path's repository and digest (declared once, as the ``route`` dependency, not in every handler)."""
+
+    principal: Principal
+    registry: Registry
+    ns: str
+    repo: str
+    digest: str
+
+
+async def provide_digest_route(
+    ns: FromPath[str], repo: FromPath[str], digest: FromPath[str],
+    principal: NamedDependency[Principal], registry: NamedDependency[Registry],
+) -> DigestRoute:
+    return DigestRoute(principal, registry, ns, repo, digest)
+
+
+#: For a controller whose path ends in ``{ns}/{repo}/<kind>/{digest}``: ``dependencies = DIGEST_ROUTE``.
+DIGEST_ROUTE = {"route": Provide(provide_digest_route)}
 
 
 async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
@@ -117,7 +150,7 @@ def json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]
     @dataclass
     class _WithJSONBody(Operation):
         def __post_init__(self) -> None:
-            self.request_body = RequestBody(content={"application/json": OpenAPIMediaType(schema=inline)},  # type: ignore[arg-type]
+            self.request_body = RequestBody(content={"application/json": OpenAPIMediaType(schema=inline)},
                                             description=description, required=True)
 
     return _WithJSONBody

@@ -15,9 +15,9 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
+from hub_server.api.deps import ClientDisconnected
 from hub_server.api.token import TOKEN_PATH, token_realm
 from hub_server.auth.credentials import bearer_challenge
-from hub_server.api.deps import ClientDisconnected
 from hub_server.auth.errors import Forbidden, Unauthorized
 from hub_server.errors import ErrorCode, HubError
 from hub_server.storage import StorageFull, StorageUnavailable

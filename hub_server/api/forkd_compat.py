@@ -32,7 +32,7 @@ async def provide_forkd_compat(state: State) -> ForkdCompatService:
         settings: Settings = state.settings
         service = ForkdCompatService(state.registry.ctx, settings.data_dir / "tmp")
         state.forkd_compat = service
-    return service  # type: ignore[no-any-return]
+    return service
 
 
 class ForkdCompatController(Controller):

@@ -8,28 +8,24 @@ from typing import Annotated
 
 from litestar import Controller, Response, get
 from litestar.di import NamedDependency
-from litestar.params import FromPath, QueryParameter
+from litestar.params import QueryParameter
 
-from hub_server.auth.scopes import Principal
+from hub_server.api.deps import DIGEST_ROUTE, DigestRoute
 from hub_server.registry.oci_content import OCI_INDEX
-from hub_server.registry.service import Registry
 
 
 class ReferrerController(Controller):
     path = "/v2/{ns:str}/{repo:str}/referrers/{digest:str}"
     tags = ["manifests"]
+    dependencies = DIGEST_ROUTE
 
     @get("/", summary="Manifests that name this digest as their subject (an OCI image index; 200 even when none)")
     async def referrers(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        digest: FromPath[str],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
+        self, route: NamedDependency[DigestRoute],
         artifact_type: Annotated[str | None, QueryParameter(name="artifactType")] = None,
     ) -> Response[bytes]:
-        manifests = await registry.referrers.list(principal, ns, repo, digest, artifact_type)
+        manifests = await route.registry.referrers.list(route.principal, route.ns, route.repo, route.digest,
+                                                        artifact_type)
         body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
                           separators=(",", ":")).encode()
         headers = {"OCI-Filters-Applied": "artifactType"} if artifact_type is not None else {}

@@ -34,7 +34,7 @@ class WebhookIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def _service(state: State) -> WebhookService:
-    return state.hub.webhooks  # type: ignore[no-any-return]
+    return state.hub.webhooks
 
 
 async def _in_namespace(service: WebhookService, ns: str, webhook_id: int) -> WebhookInfo:

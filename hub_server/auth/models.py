@@ -11,43 +11,14 @@ Timestamps are timezone-aware UTC in Python on every backend (:class:`UTCDateTim
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 
-from sqlalchemy import Column, DateTime, ForeignKey, Index, Integer, String, Text, text
-from sqlalchemy.engine import Dialect
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy import Column, ForeignKey, Index, Integer, String, Text, text
 from sqlmodel import Field, SQLModel
 
+from hub_server.db.types import UTCDateTime, utcnow  # re-exported: the tables' time type lives with the db
+
 __all__ = ["RegistryToken", "Token", "UTCDateTime", "utcnow"]
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A ``DateTime`` that only accepts aware datetimes and always returns aware UTC ones.
-
-    PostgreSQL stores ``timestamptz``; SQLite stores the UTC wall time as text (it has no
-    zone), so naive values read back are UTC by construction.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: store timezone-aware UTC times")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Token(SQLModel, table=True):

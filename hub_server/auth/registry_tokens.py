@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.errors import Unauthorized
 from hub_server.auth.models import RegistryToken, Token, utcnow
@@ -74,7 +75,7 @@ class RegistryTokenService:
             return IssuedToken(ANONYMOUS_TOKEN, int(REGISTRY_TOKEN_LIFETIME.total_seconds()), now)
         secret = REGISTRY_TOKEN_PREFIX + secrets.token_urlsafe(32)
         async with self._sessions() as session:
-            await session.exec(delete(RegistryToken).where(col(RegistryToken.expires_at) <= now))  # type: ignore[call-overload]
+            await session.exec(delete(RegistryToken).where(col(RegistryToken.expires_at) <= now))
             found = await session.exec(select(Token.id).where(Token.name == parent.name,
                                                               col(Token.revoked_at).is_(None)))
             parent_id = found.first()

@@ -26,8 +26,9 @@ from typing import Any
 
 from sqlalchemy import or_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.errors import (
     InvalidDuration,

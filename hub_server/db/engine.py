@@ -10,11 +10,13 @@ and upgraded by Alembic revisions (``hub_server/db/schema.py``), never by ``crea
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
+from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
+
+from hub_server.settings import sqlite_url as sqlite_url  # the default URL is a setting; re-exported for callers
 
 #: Modules that define SQLModel tables. Add yours here.
 MODEL_MODULES = (
@@ -26,18 +28,13 @@ MODEL_MODULES = (
 )
 
 
-def sqlite_url(data_dir: str | Path) -> str:
-    """The embedded default: ``hub.db`` inside the data directory."""
-    return f"sqlite+aiosqlite:///{Path(data_dir).resolve() / 'hub.db'}"
-
-
 def make_engine(url: str) -> AsyncEngine:
     """Create the engine. SQLite gets WAL, foreign keys and a busy timeout."""
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 30})
 
         @event.listens_for(engine.sync_engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - trivial
+        def _sqlite_pragmas(dbapi_conn: Any, _record: object) -> None:  # pragma: no cover - trivial
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")

@@ -39,7 +39,7 @@ from sqlalchemy import JSON, BigInteger, Column, ForeignKey, Index, String, Text
 from sqlmodel import Field, SQLModel
 
 # One timestamp type for every table (aware UTC in Python on SQLite and PostgreSQL alike).
-from hub_server.auth.models import UTCDateTime, utcnow
+from hub_server.db.types import UTCDateTime, utcnow
 
 __all__ = [
     "Blob",
@@ -49,11 +49,11 @@ __all__ = [
     "Frame",
     "GcLease",
     "GcMark",
-    "Pack",
-    "RecipeFrame",
     "Manifest",
     "ManifestBlob",
     "ManifestSubject",
+    "Pack",
+    "RecipeFrame",
     "Repository",
     "RepositoryBlob",
     "RepositoryManifest",

@@ -50,7 +50,7 @@ _PG_LOCK = 0x666B6468_736368
 UNMODELLED_TABLES: frozenset[str] = frozenset({"repository_search"})  # revision 0008, db/search_index.py
 
 
-def include_object(obj, name, type_, reflected, compare_to) -> bool:  # noqa: ANN001 - alembic's hook signature
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
     """Alembic ``include_object`` hook: leave :data:`UNMODELLED_TABLES` (and their shadows) alone."""
     table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
     return not any(table == t or (table or "").startswith(t + "_") for t in UNMODELLED_TABLES)

@@ -24,7 +24,7 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import find_repository, readable_repository, require, unknown_repository
 from hub_server.registry.blobplan import blob_plan
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.names import check_digest, check_repository
+from hub_server.registry.names import check_digest, check_repository, parse_digest
 from hub_server.registry.paths import blob_key
 from hub_server.registry.recipes import has_recipe, iter_blob_range
 from hub_server.registry.sql import insert_ignore
@@ -107,7 +107,8 @@ class BlobService:
 
         Raises: HubError(NAME_INVALID, NAME_UNKNOWN, DIGEST_INVALID, BLOB_UNKNOWN).
         """
-        digest = check_digest(digest)
+        parsed = parse_digest(digest)
+        digest = str(parsed)
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
             row = (await session.exec(
@@ -122,7 +123,7 @@ class BlobService:
         recipe = await has_recipe(self.ctx, digest)
         direct = redirect and self.ctx.blob_redirects and store.capabilities.supports_redirect
         if direct and not recipe:
-            url = await store.redirect_url(blob_key(digest), expires_in=self.ctx.redirect_expiry)
+            url = await store.redirect_url(blob_key(parsed), expires_in=self.ctx.redirect_expiry)
         return BlobRead(digest, row.size, row.media_type, url, self.ctx, recipe, plannable=direct and recipe)
 
 

@@ -109,7 +109,7 @@ class BrowseService:
             recent = await search_repositories(session, principal, SearchQuery(sort="updated", per_page=HOME_LIST))
             pulled = await search_repositories(session, principal, SearchQuery(sort="pulls", per_page=HOME_LIST))
             tags = (await session.exec(
-                select(func.count()).select_from(Tag)  # type: ignore[call-overload]
+                select(func.count()).select_from(Tag)
                 .join(Repository, col(Repository.id) == col(Tag.repository_id)).where(visible(principal))
             )).one()
         return Home(recent.items, [r for r in pulled.items if r.pull_count > 0], recent.total, tags)
@@ -147,10 +147,10 @@ class BrowseService:
             raise HubError(ErrorCode.INVALID_REQUEST, "page must be 1 or more", {"field": "page"})
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
-            total = (await session.exec(select(func.count()).select_from(Tag)  # type: ignore[call-overload]
+            total = (await session.exec(select(func.count()).select_from(Tag)
                                         .where(col(Tag.repository_id) == repo.id))).one()
             rows = (await session.exec(
-                select(Tag, Manifest).join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))  # type: ignore[call-overload]
+                select(Tag, Manifest).join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
                 .where(col(Tag.repository_id) == repo.id)
                 .order_by(col(Tag.updated_at).desc(), col(Tag.name))
                 .limit(TAGS_PER_PAGE).offset((page - 1) * TAGS_PER_PAGE)
@@ -173,9 +173,9 @@ async def _pushers(session: AsyncSession, repository: str, tags: list[tuple[str,
         return {}
     current = dict(tags)
     rows = (await session.exec(
-        select(AuditEvent.reference, AuditEvent.digest, AuditEvent.actor)  # type: ignore[call-overload]
+        select(AuditEvent.reference, AuditEvent.digest, AuditEvent.actor)
         .where(col(AuditEvent.repository) == repository, col(AuditEvent.action) == "tag",
                col(AuditEvent.reference).in_(list(current)))
         .order_by(col(AuditEvent.id))
     )).all()
-    return {ref: actor for ref, digest, actor in rows if current.get(ref) == digest}
+    return {ref: actor for ref, digest, actor in rows if ref is not None and current.get(ref) == digest}

@@ -124,7 +124,7 @@ class CatalogService:
                 require(principal, "admin", repo.full_name)
                 policy_changes = await apply_policy_change(session, self.ctx, repo, policy)
             if public is not None and public != repo.public:
-                repo.public = changes["public"] = public  # type: ignore[assignment]
+                repo.public = changes["public"] = public
             if description is not None and description != repo.description:
                 repo.description = changes["description"] = description  # type: ignore[assignment]
             if changes or policy_changes:

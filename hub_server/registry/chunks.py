@@ -22,7 +22,7 @@ from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository
 from hub_server.registry.packs import readable_frames
 
-__all__ = ["FoundFrame", "FrameQueryResult", "ChunkService"]
+__all__ = ["ChunkService", "FoundFrame", "FrameQueryResult"]
 
 
 @dataclass(frozen=True)

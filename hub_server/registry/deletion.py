@@ -149,8 +149,8 @@ def _describe(principal: Principal, holders: list[_Holder]) -> tuple[list[dict[s
         if not can_read(principal, h.repo):
             hidden += 1
             continue
-        for tag in h.tags or [None]:  # type: ignore[list-item]
-            visible.append({"repository": h.repo.full_name, "tag": tag, "digest": h.digest})
+        visible.extend({"repository": h.repo.full_name, "tag": tag, "digest": h.digest}
+                       for tag in h.tags or [None])  # type: ignore[list-item]
     return visible, hidden
 
 

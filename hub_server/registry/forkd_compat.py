@@ -65,7 +65,13 @@ from hub_server.registry.context import RegistryContext
 from hub_server.registry.damage import find_mark, mark
 from hub_server.registry.lineage import ChainLink, LineageService
 from hub_server.registry.packbuild import BuiltPack, LinkSource, StoreFrames, build_pack
-from hub_server.registry.paths import blob_key
+from hub_server.registry.paths import (
+    FORKD_PACK_SUFFIX,
+    FORKD_PACKS_PREFIX,
+    blob_key,
+    forkd_pack_info_key,
+    forkd_pack_key,
+)
 from hub_server.registry.sql import batched
 from hub_server.storage import BlobNotFound, InvalidRange
 from manifest import mediatypes as mt
@@ -81,8 +87,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PACKS_PREFIX = "forkd-packs"
-PACK_SUFFIX = ".forkd-snapshot.tar.zst"
+# the keys live in registry/paths.py; these names stay for the routes and tests that use them
+PACKS_PREFIX, PACK_SUFFIX = FORKD_PACKS_PREFIX, FORKD_PACK_SUFFIX
+pack_key, pack_info_key = forkd_pack_key, forkd_pack_info_key
 #: Largest pack (sum of the uncompressed files of every link) built; the settings have no knob yet.
 MAX_PACK_BYTES = 64 << 30
 #: Packs built at once; each holds every link's files on disk while it is written.
@@ -92,17 +99,6 @@ EPOCH = "1970-01-01T00:00:00Z"
 _MiB = 1 << 20
 _UPLOAD_PIECE = 4 << 20
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def pack_key(repository: str, digest: str) -> str:
-    """``forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst``: the pack of manifest ``digest``."""
-    d = Digest.parse(digest)
-    return f"{PACKS_PREFIX}/{repository}/{d.algorithm}-{d.hex}{PACK_SUFFIX}"
-
-
-def pack_info_key(repository: str, digest: str) -> str:
-    """``…/<alg>-<hex>.json``: ``{"sha256", "size"}`` of that pack, written after it (its presence marks it done)."""
-    return pack_key(repository, digest).removesuffix(PACK_SUFFIX) + ".json"
 
 
 def forkd_time(created: str) -> str:
@@ -132,7 +128,7 @@ def link_names(repository_name: str, chain: list[tuple[str, LayerConfig]]) -> li
     ``<repository>-<12 hex of its digest>``. Names are made forkd-safe and unique.
     """
     head = _safe_name(repository_name) or "snapshot"
-    wanted = [_safe_name(chain[i + 1][1].parent.tag if chain[i + 1][1].parent else None)
+    wanted = [_safe_name(chain[i + 1][1].parent.tag if chain[i + 1][1].parent else None)  # type: ignore[union-attr]  # typing debt, decisions/0008
               or f"{head[:51]}-{Digest.parse(digest).hex[:12]}" for i, (digest, _) in enumerate(chain[:-1])]
     names: list[str] = []
     for name in [*wanted, head]:

@@ -52,7 +52,7 @@ def holder_name() -> str:
 
 async def acquire_lease(session: AsyncSession, holder: str, now: datetime, ttl: timedelta = GC_LEASE) -> None:
     """Take the GC lease for ``holder`` (committed). Raises GcBusy when another live run holds it."""
-    taken = (await session.exec(update(GcLease).where(  # type: ignore[call-overload]
+    taken = (await session.exec(update(GcLease).where(
         col(GcLease.name) == LEASE_NAME, or_(col(GcLease.expires_at) < now, col(GcLease.holder) == holder),
     ).values(holder=holder, expires_at=now + ttl))).rowcount
     if taken != 1:
@@ -66,7 +66,7 @@ async def acquire_lease(session: AsyncSession, holder: str, now: datetime, ttl: 
 
 
 async def release_lease(session: AsyncSession, holder: str) -> None:
-    await session.exec(delete(GcLease).where(  # type: ignore[call-overload]
+    await session.exec(delete(GcLease).where(
         col(GcLease.name) == LEASE_NAME, col(GcLease.holder) == holder))
     await session.commit()
 
@@ -79,12 +79,12 @@ async def settle_marks(session: AsyncSession, kind: str, unreferenced: Iterable[
     With ``dry_run`` nothing is written; objects seen for the first time are not due.
     """
     unreferenced = set(unreferenced)
-    marks = {d: since for d, since in (await session.exec(
-        select(GcMark.digest, GcMark.unreferenced_since).where(GcMark.kind == kind))).all()}
+    marks = dict((await session.exec(
+        select(GcMark.digest, GcMark.unreferenced_since).where(GcMark.kind == kind))).all())
     if not dry_run:
         referenced_again = [d for d in marks if d not in unreferenced]
         for batch in batched(referenced_again):
-            await session.exec(delete(GcMark).where(  # type: ignore[call-overload]
+            await session.exec(delete(GcMark).where(
                 col(GcMark.kind) == kind, col(GcMark.digest).in_(batch)))
         await insert_ignore(session, GcMark, [
             {"kind": kind, "digest": d, "unreferenced_since": now} for d in sorted(unreferenced - marks.keys())

@@ -119,7 +119,7 @@ async def _tagged_places(session: AsyncSession, principal: Principal, places: li
     if not untagged:
         return places
     rows = (await session.exec(
-        select(Tag.manifest_digest, Tag.name, Repository.namespace, Repository.name)  # type: ignore[call-overload]
+        select(Tag.manifest_digest, Tag.name, Repository.namespace, Repository.name)
         .join(Repository, col(Repository.id) == col(Tag.repository_id))
         .where(col(Tag.manifest_digest).in_(untagged), visible(principal))
         .order_by(col(Repository.namespace), col(Repository.name), col(Tag.name))

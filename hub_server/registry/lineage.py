@@ -93,7 +93,7 @@ class LineageService:
         async with self.ctx.sessions() as session:
             repo, rows = await resolve_layers(session, principal, namespace, name, ref)
             refs = await locate_links(session, principal, repo, [r.digest for r in rows])
-            await session.exec(update(Repository).where(col(Repository.id) == repo.id)  # type: ignore[call-overload]
+            await session.exec(update(Repository).where(col(Repository.id) == repo.id)
                                .values(pull_count=col(Repository.pull_count) + 1))
             await session.commit()
         links = []

@@ -18,6 +18,7 @@ Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 
 from sqlalchemy import update
@@ -45,10 +46,10 @@ from hub_server.registry.names import Reference, check_repository, parse_referen
 from hub_server.registry.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
 from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
-from hub_server.registry.readcache import CachedManifest
 from hub_server.registry.policy import tag_is_immutable
-from hub_server.registry.recipes import read_blob_range
+from hub_server.registry.readcache import CachedManifest
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
+from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference
 from hub_server.registry.verify import ChainIndex, parse_document, verify_frames
@@ -265,7 +266,7 @@ async def _is_empty(session: AsyncSession, repo: Repository) -> bool:
     return found.first() is None
 
 
-async def _link(session: AsyncSession, repo: Repository, manifests: list[str], now) -> None:  # noqa: ANN001
+async def _link(session: AsyncSession, repo: Repository, manifests: list[str], now: datetime) -> None:
     """Link manifests, their own bytes and every blob they reference to ``repo``."""
     blobs = set(manifests)
     for batch in batched(manifests):

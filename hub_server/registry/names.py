@@ -39,12 +39,17 @@ def check_tag(tag: str) -> str:
     return tag
 
 
-def check_digest(text: str) -> str:
-    """Return ``text`` if it is a valid digest. Raises HubError(DIGEST_INVALID)."""
+def parse_digest(text: str) -> Digest:
+    """The :class:`Digest` a client sent, parsed once at the seam. Raises HubError(DIGEST_INVALID)."""
     try:
-        return str(Digest.parse(text))
+        return Digest.parse(text)
     except InvalidDigest as e:
         raise HubError(ErrorCode.DIGEST_INVALID, str(e), {"digest": str(text)[:140]}) from None
+
+
+def check_digest(text: str) -> str:
+    """Return ``text`` if it is a valid digest. Raises HubError(DIGEST_INVALID)."""
+    return str(parse_digest(text))
 
 
 @dataclass(frozen=True)

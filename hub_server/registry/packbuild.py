@@ -37,8 +37,8 @@ from manifest import mediatypes as mt
 from manifest.assemble import FrameSource, assemble_file
 from manifest.digest import Hasher
 from manifest.errors import AssemblyError, DigestMismatch
-from manifest.forkd_pack import PackLink, write_pack
 from manifest.forkd_fields import FORKD_DERIVED
+from manifest.forkd_pack import PackLink, write_pack
 from manifest.model import ChunkMap, LayerConfig
 
 __all__ = ["BuiltPack", "LinkSource", "StoreFrames", "build_pack", "snapshot_json"]
@@ -147,7 +147,7 @@ def build_pack(
     AssemblyError, PackError, the frame source's errors, OSError.
     """
     pack_links: list[PackLink] = []
-    previous: dict[str, Path] = {}
+    previous: dict[str, tuple[Path, str]] = {}
     memory_sha: str | None = None  # the previous link's memory.bin, lowercase hex
     for i, link in enumerate(links):
         directory = work / f"{i:02d}-{link.name}"
@@ -202,7 +202,7 @@ def _write_vmstate(link: LinkSource, path: Path, frames: FrameSource) -> None:
     hasher = Hasher(info.digest.partition(":")[0])
     source = _BlobReader(frames, link.vmstate_blob, link.vmstate_blob_size)
     try:
-        with zstandard.ZstdDecompressor().stream_reader(source) as reader, open(path, "wb") as out:
+        with zstandard.ZstdDecompressor().stream_reader(source) as reader, open(path, "wb") as out:  # type: ignore[arg-type]  # duck-typed read()
             while piece := reader.read(_HASH_BLOCK):
                 if hasher.size + len(piece) > info.size:
                     raise AssemblyError(f"link {link.name}: the stored vmstate holds more than {info.size} bytes")

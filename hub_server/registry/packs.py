@@ -141,7 +141,7 @@ class _Sequential:
         self._iter: AsyncIterator[bytes] | None = None
         self._buffer = bytearray()
 
-    async def __aenter__(self) -> "_Sequential":
+    async def __aenter__(self) -> _Sequential:
         self._stream = self._store.open(self._key)
         opened = await self._stream.__aenter__()
         self._iter = opened.__aiter__()

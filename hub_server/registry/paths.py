@@ -33,13 +33,18 @@ import re
 
 from manifest.digest import Digest
 
-__all__ = ["BLOBS_PREFIX", "FRAME_PACKS_PREFIX", "QUARANTINE_PREFIX", "UPLOADS_PREFIX", "blob_key",
-           "digest_from_blob_key", "is_pack_key", "pack_key", "quarantine_key", "upload_key"]
+__all__ = ["BLOBS_PREFIX", "FORKD_PACKS_PREFIX", "FORKD_PACK_SUFFIX", "FRAME_PACKS_PREFIX", "HEALTH_PROBE_KEY",
+           "QUARANTINE_PREFIX", "UPLOADS_PREFIX", "blob_key", "digest_from_blob_key", "forkd_pack_info_key",
+           "forkd_pack_key", "is_pack_key", "pack_key", "quarantine_key", "upload_key"]
 
 BLOBS_PREFIX = "blobs"
 UPLOADS_PREFIX = "uploads"
 FRAME_PACKS_PREFIX = "packs"
 QUARANTINE_PREFIX = "quarantine"
+FORKD_PACKS_PREFIX = "forkd-packs"
+FORKD_PACK_SUFFIX = ".forkd-snapshot.tar.zst"
+#: A key the readiness check asks about: its answer (present or not) proves the store responds.
+HEALTH_PROBE_KEY = f"{BLOBS_PREFIX}/healthz"
 _PACK_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -84,3 +89,17 @@ def is_pack_key(key: str) -> bool:
 def quarantine_key(key: str) -> str:
     """``quarantine/<key>``: where ``forkd-hub verify --quarantine`` moves the object at ``key``."""
     return f"{QUARANTINE_PREFIX}/{key}"
+
+
+def forkd_pack_key(repository: str, digest: str | Digest) -> str:
+    """``forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst``: the forkd pack of manifest ``digest``.
+
+    Raises InvalidDigest for a malformed digest.
+    """
+    d = digest if isinstance(digest, Digest) else Digest.parse(digest)
+    return f"{FORKD_PACKS_PREFIX}/{repository}/{d.algorithm}-{d.hex}{FORKD_PACK_SUFFIX}"
+
+
+def forkd_pack_info_key(repository: str, digest: str | Digest) -> str:
+    """``…/<alg>-<hex>.json``: ``{"sha256", "size"}`` of that pack, written after it (its presence marks it done)."""
+    return forkd_pack_key(repository, digest).removesuffix(FORKD_PACK_SUFFIX) + ".json"

@@ -178,7 +178,7 @@ async def plan_index(
         media_type=mt.OCI_INDEX,
         artifact_type=mt.CHAIN_ARTIFACT,
         annotations=dict(index.annotations),
-        blob_roles={d: BlobRole.MANIFEST for d in digests},
+        blob_roles=dict.fromkeys(digests, BlobRole.MANIFEST),
         ancestors=digests,
     )
 

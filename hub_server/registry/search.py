@@ -121,9 +121,9 @@ def segments(marked: str | None) -> Segments:
 
 def _glob(column: Any, pattern: str) -> ColumnElement[bool]:
     if "*" not in pattern:
-        return column == pattern  # type: ignore[no-any-return]
+        return column == pattern
     like = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_").replace("*", "%")
-    return column.like(like, escape="\\")  # type: ignore[no-any-return]
+    return column.like(like, escape="\\")
 
 
 def visible(principal: Principal) -> ColumnElement[bool]:
@@ -141,11 +141,11 @@ def visible(principal: Principal) -> ColumnElement[bool]:
 def _compat_filter(query: SearchQuery) -> ColumnElement[bool] | None:
     conditions = []
     if query.vmm:
-        conditions.append(Manifest.compat["vmm"].as_string() == query.vmm)  # type: ignore[index]
+        conditions.append(Manifest.compat["vmm"].as_string() == query.vmm)
     if query.mem_mib is not None:
-        conditions.append(Manifest.compat["memMiB"].as_integer() == query.mem_mib)  # type: ignore[index]
+        conditions.append(Manifest.compat["memMiB"].as_integer() == query.mem_mib)
     if query.arch:
-        conditions.append(Manifest.compat["arch"].as_string() == query.arch)  # type: ignore[index]
+        conditions.append(Manifest.compat["arch"].as_string() == query.arch)
     if not conditions:
         return None
     return exists(select(Tag.name).join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
@@ -177,7 +177,7 @@ async def search_repositories(session: AsyncSession, principal: Principal, query
     base = select(Repository.id).where(*where)
     if text_match is not None:
         base = text_match.join(base)
-    total = (await session.exec(select(func.count()).select_from(base.subquery()))).scalar_one()  # type: ignore[call-overload]
+    total = (await session.exec(select(func.count()).select_from(base.subquery()))).scalar_one()
 
     tag_count = select(func.count()).where(col(Tag.repository_id) == col(Repository.id)).scalar_subquery()
     columns: list[Any] = [Repository, tag_count.label("tag_count")]
@@ -195,7 +195,7 @@ async def search_repositories(session: AsyncSession, principal: Principal, query
     rows_query = rows_query.order_by(*order, col(Repository.namespace), col(Repository.name))
     rows_query = rows_query.limit(query.per_page).offset((query.page - 1) * query.per_page)
     items = []
-    for row in (await session.exec(rows_query)).all():  # type: ignore[call-overload]
+    for row in (await session.exec(rows_query)).all():
         repo, count, *marked = row
         highlights = dict(zip(_FullText.FIELDS, (segments(m) for m in marked), strict=True)) if marked else {}
         items.append(RepoCard(repo.namespace, repo.name, repo.public, repo.description, repo.updated_at,
@@ -283,13 +283,13 @@ class _PostgresText(_FullText):
 
 async def facets(session: AsyncSession, principal: Principal) -> Facets:
     """The namespaces and compatibility values present among readable repositories."""
-    namespaces = (await session.exec(select(Repository.namespace).where(visible(principal))  # type: ignore[call-overload]
+    namespaces = (await session.exec(select(Repository.namespace).where(visible(principal))
                                      .distinct().order_by(col(Repository.namespace)))).scalars().all()
-    vmm = Manifest.compat["vmm"].as_string()  # type: ignore[index]
-    mem = Manifest.compat["memMiB"].as_integer()  # type: ignore[index]
-    arch = Manifest.compat["arch"].as_string()  # type: ignore[index]
+    vmm = Manifest.compat["vmm"].as_string()
+    mem = Manifest.compat["memMiB"].as_integer()
+    arch = Manifest.compat["arch"].as_string()
     rows = (await session.exec(
-        select(vmm, mem, arch).select_from(Tag)  # type: ignore[call-overload]
+        select(vmm, mem, arch).select_from(Tag)
         .join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
         .join(Repository, col(Repository.id) == col(Tag.repository_id))
         .where(visible(principal)).group_by(vmm, mem, arch)

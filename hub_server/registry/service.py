@@ -21,6 +21,7 @@ from hub_server.registry.deletion import DeleteService
 from hub_server.registry.gc import GarbageCollector
 from hub_server.registry.lineage import LineageService
 from hub_server.registry.manifests import ManifestService
+from hub_server.registry.paths import HEALTH_PROBE_KEY
 from hub_server.registry.referrers import ReferrerService
 from hub_server.registry.tags import TagService
 from hub_server.registry.uploads import UploadService
@@ -56,12 +57,12 @@ class Registry:
         report: HealthReport = {}
         try:
             async with self.ctx.sessions() as session:
-                await session.exec(select(text("1")))  # type: ignore[call-overload]
+                await session.exec(select(text("1")))
             report["database"] = "ok"
         except Exception as e:  # noqa: BLE001 - any failure means "not healthy", reported as text
             report["database"] = f"error: {type(e).__name__}: {e}"[:300]
         try:
-            await self.ctx.store.exists("blobs/healthz")
+            await self.ctx.store.exists(HEALTH_PROBE_KEY)
             free = await self.ctx.store.free_bytes()
             minimum = self.ctx.limits.min_free_bytes
             report["storage"] = "ok" if free is None or free >= minimum else (
@@ -82,7 +83,7 @@ class Registry:
         self._gauges_at = now
         self.ctx.metrics.storage_used_bytes.set(await stored_bytes(self.ctx))
         async with self.ctx.sessions() as session:
-            rows = (await session.exec(select(Repository.public, func.count()).group_by(Repository.public))).all()  # type: ignore[call-overload]
+            rows = (await session.exec(select(Repository.public, func.count()).group_by(Repository.public))).all()
         counts = {bool(public): n for public, n in rows}
         self.ctx.metrics.repositories.labels(visibility="public").set(counts.get(True, 0))
         self.ctx.metrics.repositories.labels(visibility="private").set(counts.get(False, 0))

@@ -88,13 +88,13 @@ async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, 
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table).values(
         repository_id=repo_id, name=name, manifest_digest=digest, updated_at=now)
     if expected == ANY:
-        await session.exec(insert.on_conflict_do_update(  # type: ignore[call-overload]
+        await session.exec(insert.on_conflict_do_update(
             index_elements=["repository_id", "name"], set_={"manifest_digest": digest, "updated_at": now}))
         return
     if expected == ABSENT:
-        moved = (await session.exec(insert.on_conflict_do_nothing())).rowcount  # type: ignore[call-overload]
+        moved = (await session.exec(insert.on_conflict_do_nothing())).rowcount
     else:
-        moved = (await session.exec(update(Tag).where(  # type: ignore[call-overload]
+        moved = (await session.exec(update(Tag).where(
             col(Tag.repository_id) == repo_id, col(Tag.name) == name, col(Tag.manifest_digest) == expected,
         ).values(manifest_digest=digest, updated_at=now))).rowcount
     if moved == 1:

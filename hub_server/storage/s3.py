@@ -252,10 +252,8 @@ class S3Store(BlobStore):
         transfer = TransferConfig(multipart_threshold=MAX_COPY_PART, multipart_chunksize=self.config.part_size * 8)
         await self.call(dst, self.client.copy, CopySource=source, Bucket=self.bucket, Key=self.object_name(dst),
                         Config=transfer)
-        try:
+        with contextlib.suppress(BlobNotFound):  # moved concurrently by someone else: dst holds the bytes either way
             await self._delete(src)
-        except BlobNotFound:
-            pass  # moved concurrently by someone else: dst holds the bytes either way
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         async for name, _ in self._objects(prefix):
@@ -269,10 +267,8 @@ class S3Store(BlobStore):
         directories first), and memory stays bounded by one directory's entries.
         """
         if prefix:
-            try:
+            with contextlib.suppress(BlobNotFound):
                 yield prefix, (await self._stat(prefix)).size  # "a/b" sorts before "a/b/…"
-            except BlobNotFound:
-                pass
         pending: list[tuple[str, int | None]] = [(prefix + "/" if prefix else "", None)]
         while pending:
             name, size = pending.pop()

@@ -270,11 +270,9 @@ class S3Writer(BlobWriter):
         if self.upload_id is None or self._resumed:  # a resumed upload keeps its checkpoint
             return
         store, upload_id, self.upload_id = self._store, self.upload_id, None
-        try:
+        with contextlib.suppress(WriterClosed):  # already aborted (purged)
             await store.call(self.key, store.client.abort_multipart_upload, Bucket=store.bucket, Key=self._name,
                              UploadId=upload_id)
-        except WriterClosed:
-            pass  # already aborted (purged)
 
 
 async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
@@ -290,7 +288,7 @@ async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
         for upload in page.get("Uploads", []):
             if _aware(upload["Initiated"]) <= cutoff and await _idle_since(store, upload) <= cutoff \
                     and not await _checkpointed(store, upload["Key"], upload["UploadId"]):
-                stale.append((upload["Key"], upload["UploadId"]))
+                stale.append((upload["Key"], upload["UploadId"]))  # noqa: PERF401 - the filter awaits per upload
         if not page.get("IsTruncated"):
             break
         kwargs.update(KeyMarker=page.get("NextKeyMarker"), UploadIdMarker=page.get("NextUploadIdMarker"))

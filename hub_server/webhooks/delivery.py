@@ -47,7 +47,7 @@ from hub_server.webhooks.logprune import PRUNE_EVERY, prune_deliveries
 from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
 from hub_server.webhooks.payload import SIGNATURE_HEADER, signature
 
-__all__ = ["DeliveryPolicy", "Deliverer"]
+__all__ = ["Deliverer", "DeliveryPolicy"]
 
 log = logging.getLogger(__name__)
 USER_AGENT = "forkd-hub-webhook/1"
@@ -174,14 +174,14 @@ class Deliverer:
         free = or_(col(WebhookDelivery.lease_until).is_(None), col(WebhookDelivery.lease_until) < now)
         async with self._sessions() as session:
             due = (await session.exec(
-                select(WebhookDelivery, Webhook).join(Webhook, Webhook.id == WebhookDelivery.webhook_id)  # type: ignore[arg-type]
+                select(WebhookDelivery, Webhook).join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
                 .where(WebhookDelivery.state == DeliveryState.PENDING, col(WebhookDelivery.next_attempt_at) <= now,
                        free)
                 .order_by(col(WebhookDelivery.next_attempt_at)).limit(self.policy.batch)
             )).all()
             claimed = []
             for delivery, hook in due:
-                result = await session.exec(  # type: ignore[call-overload]
+                result = await session.exec(
                     update(WebhookDelivery)
                     .where(col(WebhookDelivery.id) == delivery.id, WebhookDelivery.state == DeliveryState.PENDING,
                            free)
@@ -248,7 +248,7 @@ class Deliverer:
                                        status_code=outcome.status_code,
                                        error=None if outcome.error is None else outcome.error[:MAX_ERROR],
                                        duration_ms=duration_ms))
-            await session.exec(update(WebhookDelivery).where(col(WebhookDelivery.id) == delivery.id).values(  # type: ignore[call-overload]
+            await session.exec(update(WebhookDelivery).where(col(WebhookDelivery.id) == delivery.id).values(
                 attempts=attempt, state=state, lease_until=None,
                 next_attempt_at=now + self.policy.retry_delay(attempt) if state == DeliveryState.PENDING
                 else delivery.next_attempt_at,

@@ -12,6 +12,7 @@ Errors: ``ValueError`` (a bad namespace, URL, event name or secret, naming it),
 
 from __future__ import annotations
 
+import builtins
 import re
 import uuid
 from collections.abc import Awaitable, Callable
@@ -113,13 +114,13 @@ class WebhookService:
                 raise LookupError(f"no webhook with id {webhook_id}")
             info = WebhookInfo.of(hook)
             ids = select(WebhookDelivery.id).where(WebhookDelivery.webhook_id == webhook_id)
-            await session.exec(delete(WebhookAttempt).where(col(WebhookAttempt.delivery_id).in_(ids)))  # type: ignore[call-overload]
-            await session.exec(delete(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id))  # type: ignore[call-overload]
+            await session.exec(delete(WebhookAttempt).where(col(WebhookAttempt.delivery_id).in_(ids)))
+            await session.exec(delete(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id))
             await session.delete(hook)
             await session.commit()
         return info
 
-    async def deliveries(self, webhook_id: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    async def deliveries(self, webhook_id: int | None = None, limit: int = 50) -> builtins.list[dict[str, Any]]:
         """The delivery log, newest first: each delivery with its attempts (oldest first)."""
         if not 1 <= limit <= MAX_LIST:
             raise ValueError(f"limit must be between 1 and {MAX_LIST}, got {limit}")

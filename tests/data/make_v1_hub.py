@@ -1,9 +1,13 @@
-import os, sys, json, subprocess, random
+import os
+import sys
+import json
+import subprocess
+import random
 from pathlib import Path
 sys.path.insert(0, "/work/wt-v2")
 from tests.e2e.hubproc import HubProcess, forkd
 MiB = 1 << 20
-root = Path("/tmp/v1gen/run"); 
+root = Path("/tmp/v1gen/run")
 import shutil; shutil.rmtree(root, ignore_errors=True); root.mkdir(parents=True)
 rng = random.Random(9)
 # base: 2 MiB memory (sparse), 1 MiB data; link: 256 KiB rewritten

@@ -118,7 +118,7 @@ def test_the_same_chain_has_the_same_digests_on_every_hub(hubs, tmp_path):
         f.write(b"".join(shared) + b"".join(text_chunk(rng) for _ in range(16)))
     (other / "vmstate").write_bytes(b"other" * 100)
     bob = User(tmp_path / "bob", b)
-    token_b = login(bob, b, "bob")
+    login(bob, b, "bob")
     bob.run("import", str(other), "other")
     bob.json("push", "other", "acme/unrelated:v1")
     before = pack_bytes(b)

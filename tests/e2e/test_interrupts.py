@@ -12,7 +12,6 @@ import re
 import select
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest

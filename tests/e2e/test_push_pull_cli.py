@@ -95,7 +95,7 @@ def test_push_rmi_pull_round_trip_through_the_cli(hub, tmp_path):
     sources = make_sources(tmp_path / "src")
     alice = User(tmp_path / "alice", hub)
     alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
-    for i, (src, tag) in enumerate(zip(sources, ["base", "numpy", "pandas"])):
+    for i, (src, tag) in enumerate(zip(sources, ["base", "numpy", "pandas"], strict=True)):
         alice.run("import", str(src), tag, *(["--parent", ["base", "numpy"][i - 1]] if i else []))
     pushed = alice.json("push", "pandas", "acme/py:v1")
     assert [link["skipped"] for link in pushed["links"]] == [False, False, False]

@@ -82,7 +82,7 @@ def _shot(page, name: str, *, full_page: bool = True) -> Path:  # noqa: ANN001
 
 
 def test_browse_search_copy_and_sign_in(served, browser) -> None:  # noqa: ANN001
-    process, catalog, reader = served
+    process, _catalog, reader = served
     context = browser.new_context(viewport=DESKTOP, base_url=process.url)
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=process.url)
     page = context.new_page()

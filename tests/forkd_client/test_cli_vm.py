@@ -26,8 +26,9 @@ from forkd_client.vmops import INSTALL_HINT
 from forkd_client.vmops.build import count_changed_chunks
 from manifest.holes import unsafe_holes
 from vmm import process
-from .snapshots import sha256_hex
+
 from ..forkd_daemon import assert_forkd_sees_every_link
+from .snapshots import sha256_hex
 from .vmfixtures import QEMU, needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
 
 REPO = Path(__file__).resolve().parents[2]

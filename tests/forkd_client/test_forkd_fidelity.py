@@ -19,14 +19,15 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from forkd_client.store import SnapshotStore
 from forkd_client.errors import UnsafeLinkHoles
+from forkd_client.store import SnapshotStore
 from manifest.fileops import clone_file
 from manifest.holes import unsafe_holes
 
 from ..forkd_daemon import ForkdDaemon, ForkdError, assert_forkd_sees_every_link
 from ..manifest import hostile_packs as hp
 from .snapshots import PAGE, make_base_source, make_zeroing_link
+
 
 @pytest.fixture
 def zeroing_chain(store: SnapshotStore, tmp_path: Path) -> SnapshotStore:
@@ -142,7 +143,7 @@ def test_inspect_verify_names_links_forkd_would_assemble_wrong(store, tmp_path):
     clone_file(link / "memory.bin", stale)
     with pytest.raises(AssertionError, match="forkd would map different memory for 'link'"):
         assert_forkd_sees_every_link(store.snapshots_dir, ["link"], tmp_path / "work")
-    with pytest.raises(UnsafeLinkHoles, match="'link' has holes in memory.bin where its parent 'base' holds data"):
+    with pytest.raises(UnsafeLinkHoles, match=r"'link' has holes in memory.bin where its parent 'base' holds data"):
         store.verify_chain("link", forkd_hashes=True)
     store.tag("link", "link2")  # every writer of a link applies the rule: a clone is a repair
     store.verify_chain("link2", forkd_hashes=True)

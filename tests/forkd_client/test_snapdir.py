@@ -84,5 +84,5 @@ def test_hub_meta_round_trip_and_validation(tmp_path: Path) -> None:
     (tmp_path / "forkd-hub.json").write_text(json.dumps(meta.to_obj()))
     assert read_hub_meta(tmp_path) == meta
     (tmp_path / "forkd-hub.json").write_text(json.dumps({"tag": 3}))
-    with pytest.raises(InvalidSnapshotDir, match="forkd-hub.json"):
+    with pytest.raises(InvalidSnapshotDir, match=r"forkd-hub.json"):
         read_hub_meta(tmp_path)

@@ -93,12 +93,12 @@ def test_import_refusals(store: SnapshotStore, tmp_path: Path) -> None:
     with pytest.raises(SnapshotNotFound, match="parent snapshot 'nope'"):
         store.import_snapshot(src, "t", parent="nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InvalidSnapshotDir, match="memory.bin|vmstate"):
+    with pytest.raises(InvalidSnapshotDir, match=r"memory.bin|vmstate"):
         store.import_snapshot(tmp_path / "empty", "t")
     with pytest.raises(InvalidSnapshotDir, match="not a directory"):
         store.import_snapshot(tmp_path / "missing", "t")
     (src / "compat.json").write_text("[1, 2]")
-    with pytest.raises(InvalidSnapshotDir, match="compat.json"):
+    with pytest.raises(InvalidSnapshotDir, match=r"compat.json"):
         store.import_snapshot(src, "t")
     assert visible_state(store) == ([], [])
 
@@ -269,7 +269,7 @@ def test_remove_refuses_cascades_and_forces(chain3: SnapshotStore) -> None:
     with pytest.raises(DependentsExist) as info:
         chain3.remove("base")
     assert info.value.dependents == ["mid"] and "mid" in str(info.value)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cascade and force are mutually exclusive"):
         chain3.remove("base", cascade=True, force=True)
     assert chain3.remove("head") == ["head"]
     assert chain3.remove("base", force=True) == ["base"]

@@ -32,6 +32,7 @@ from forkd_client.vmops import (
 from forkd_client.vmops.build import count_changed_chunks
 from manifest.diff import diff_files
 from vmm import CompatibilityError, FirecrackerDriver, QemuMicrovmDriver, process
+
 from .snapshots import sha256_hex
 from .vmfixtures import QEMU, needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
 
@@ -64,7 +65,7 @@ def test_driver_factory_picks_firecracker_and_refuses_unknown_names() -> None:
 def test_unusable_firecracker_says_what_it_needs() -> None:
     if FirecrackerDriver().available().ok:
         pytest.skip("Firecracker is usable on this host")
-    with pytest.raises(VmSetupError, match="firecracker cannot run here: .*hardware KVM"):
+    with pytest.raises(VmSetupError, match=r"firecracker cannot run here: .*hardware KVM"):
         require_driver("firecracker")
 
 

@@ -102,7 +102,7 @@ def test_mismatch_names_each_field_in_the_manifest_vocabulary() -> None:
 
 
 def test_host_differences_are_found_too() -> None:
-    with pytest.raises(CompatibilityError, match="vmmVersion: recorded '7.2.22', here '8.2.0'"):
+    with pytest.raises(CompatibilityError, match=r"vmmVersion: recorded '7.2.22', here '8.2.0'"):
         check_host_compat(MANIFEST, FixedHost(vmm_version="8.2.0"))
 
 

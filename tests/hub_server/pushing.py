@@ -339,10 +339,10 @@ def parse_byteranges(content_type: str, body: bytes) -> list[tuple[int, int, byt
         if body[position:position + 2] == b"--":
             return parts
         head_end = body.index(b"\r\n\r\n", position)
-        headers = dict(
-            (k.strip().lower(), v.strip()) for k, _, v in
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in
             (line.partition(":") for line in body[position:head_end].decode("latin-1").split("\r\n") if line)
-        )
+        }
         first, last = (int(x) for x in headers["content-range"].split()[1].split("/")[0].split("-"))
         start = head_end + 4
         parts.append((first, last, body[start:start + last - first + 1]))

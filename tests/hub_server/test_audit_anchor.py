@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from hub_server.audit import GENESIS, AuditEvent, AuditLog, verify_jsonl
 from hub_server.audit_anchor import AuditExportMismatch, AuditHead, parse_head, verify_export
 from tests.hub_server.test_audit import anyio_backend, jsonl, sessions  # noqa: F401 - fixtures

@@ -8,7 +8,6 @@ import re
 import sqlite3
 
 import pytest
-
 from litestar.testing import TestClient
 
 from hub_server.app import create_app

@@ -84,7 +84,7 @@ def test_add_without_a_secret_generates_one_and_prints_it_once(tmp_path, capsys)
     (["deliveries", "--limit", "0"], "limit must be between"),
 ])
 def test_bad_requests_exit_1_with_one_line(tmp_path, capsys, argv, message):
-    code, out, err = run(capsys, "webhook", *argv, "--data-dir", str(tmp_path))
+    code, _out, err = run(capsys, "webhook", *argv, "--data-dir", str(tmp_path))
     assert code == 1
     assert err.startswith("forkd-hub: error: ") and message in err and "Traceback" not in err
 
@@ -103,6 +103,7 @@ def test_a_delivery_queued_before_a_restart_is_sent_by_the_next_process(tmp_path
 
         asyncio.run(queue())
         code, out, _ = run(capsys, "webhook", "deliveries", "--json", "--data-dir", str(tmp_path))
+        assert code == 0
         (pending,) = json.loads(out)
         assert (pending["state"], pending["attempts"]) == ("pending", [])
         assert receiver.received == []
@@ -113,7 +114,7 @@ def test_a_delivery_queued_before_a_restart_is_sent_by_the_next_process(tmp_path
         assert request.json["tag"] == "v1" and request.json["actor"] == "ci"
         deadline = time.monotonic() + 10
         while True:
-            code, out, _ = run(capsys, "webhook", "deliveries", "--json", "--data-dir", str(tmp_path))
+            _, out, _ = run(capsys, "webhook", "deliveries", "--json", "--data-dir", str(tmp_path))
             (row,) = json.loads(out)
             if row["state"] != "pending" or time.monotonic() > deadline:
                 break
@@ -121,7 +122,7 @@ def test_a_delivery_queued_before_a_restart_is_sent_by_the_next_process(tmp_path
         assert row["state"] == "delivered" and [a["statusCode"] for a in row["attempts"]] == [200]
         (documented,) = examples()["deliveries"]  # docs/webhooks.md shows exactly these keys
         assert set(row) == set(documented) and set(row["attempts"][0]) == set(documented["attempts"][0])
-        code, out, _ = run(capsys, "webhook", "deliveries", "--data-dir", str(tmp_path))
+        _code, out, _ = run(capsys, "webhook", "deliveries", "--data-dir", str(tmp_path))
         assert pending["id"] in out and "delivered" in out
     finally:
         receiver.close()

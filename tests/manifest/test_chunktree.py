@@ -32,7 +32,7 @@ def test_the_documented_test_vector(tmp_path):
     encoded = (DOMAIN + struct.pack("<QI", 200000, 65536) + blake3.blake3(b"a" * 65536).digest() + ZERO_CHUNK * 2
                + blake3.blake3(b"b" * 3392).digest())
     assert "blake3:" + blake3.blake3(encoded).hexdigest() == VECTOR
-    assert DOMAIN == b"forkd.chunktree.v1\x00" and ZERO_CHUNK == bytes(32)
+    assert DOMAIN == b"forkd.chunktree.v1\x00" and bytes(32) == ZERO_CHUNK
 
 
 def test_zero_chunks_have_one_digest_whatever_is_on_disk(tmp_path):

@@ -87,7 +87,7 @@ def test_child_layer_holds_only_changed_chunks(tmp_path):
 def test_zero_chunks_are_holes_and_never_stored(tmp_path):
     cs = 65536
     image = write_sparse_image(tmp_path / "img", 1024 * cs, [(5 * cs, b"data"), (9 * cs, bytes(50 * cs))])
-    chunk_map, blobs, stats = build_layer(None, image, tmp_path / "blobs")
+    chunk_map, _blobs, _stats = build_layer(None, image, tmp_path / "blobs")
     assert [e.index for e in chunk_map.entries] == [5]
     out = tmp_path / "out"
     assemble(chunk_map, None, out, tmp_path / "blobs")
@@ -99,7 +99,7 @@ def test_identical_chunks_at_any_offset_are_stored_once(tmp_path):
     cs = 65536
     page = os.urandom(cs)
     image = write_sparse_image(tmp_path / "img", 64 * cs, [(i * cs, page) for i in (1, 17, 40)])
-    chunk_map, blobs, stats = build_layer(None, image, tmp_path / "blobs")
+    chunk_map, _blobs, stats = build_layer(None, image, tmp_path / "blobs")
     assert stats.new_chunks == 1 and stats.reused_chunks == 2
     assert len({(e.blob, e.offset) for e in chunk_map.entries}) == 1
 
@@ -142,7 +142,7 @@ def test_wrong_parent_is_detected(tmp_path):
     other = random_image(tmp_path / "o", rng, 32 * cs)
     child = mutate_image(parent, tmp_path / "c", rng)
     chunk_map, _, _ = build_layer(parent, child, tmp_path / "blobs")
-    with pytest.raises(DigestMismatch, match="assembled memory.bin"):
+    with pytest.raises(DigestMismatch, match=r"assembled memory.bin"):
         assemble(chunk_map, other, tmp_path / "out", tmp_path / "blobs")
     assert not (tmp_path / "out").exists()
     with pytest.raises(AssemblyError, match="none given"):
@@ -165,5 +165,5 @@ def test_a_frame_must_span_its_entry_exactly():
     assert decompress_chunk(memoryview(frame), len(chunk), digest, "chunk 0") == chunk
     with pytest.raises(AssemblyError, match="chunk 0: 5 bytes follow the zstd frame"):
         decompress_chunk(frame + b"extra", len(chunk), digest, "chunk 0")
-    with pytest.raises(AssemblyError, match="chunk 0: .*truncated"):
+    with pytest.raises(AssemblyError, match=r"chunk 0: .*truncated"):
         decompress_chunk(frame[:-2], len(chunk), digest, "chunk 0")

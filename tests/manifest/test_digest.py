@@ -3,7 +3,16 @@ import hashlib
 import blake3
 import pytest
 
-from manifest.digest import Digest, Hasher, digest_bytes, digest_file, is_digest, parse_digest, verify_bytes, verify_file
+from manifest.digest import (
+    Digest,
+    Hasher,
+    digest_bytes,
+    digest_file,
+    is_digest,
+    parse_digest,
+    verify_bytes,
+    verify_file,
+)
 from manifest.errors import DigestMismatch, InvalidDigest
 
 HEX = "ab" * 32
@@ -16,7 +25,7 @@ def test_parse_round_trip():
 
 
 @pytest.mark.parametrize(
-    "text, fragment",
+    ("text", "fragment"),
     [
         (HEX, "no algorithm prefix"),
         (f"md5:{HEX}", "unsupported algorithm 'md5'"),

@@ -67,9 +67,8 @@ def make_snapshot(
 
 def pack_members(pack: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
     """Read a pack with the stdlib's tarfile, independently of our reader."""
-    with open(pack, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z:
-        with tarfile.open(fileobj=z, mode="r|") as tar:
-            return [(m, tar.extractfile(m).read()) for m in tar]
+    with open(pack, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z, tarfile.open(fileobj=z, mode="r|") as tar:
+        return [(m, tar.extractfile(m).read()) for m in tar]
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -118,7 +117,7 @@ def test_v2_round_trip_is_byte_identical_and_fills_parent_hashes(tmp_path: Path)
     assert [link.parent_tag for link in unpacked.links] == [None, "base", "numpy"]
     assert [link.parent_content_hash for link in unpacked.links] == [
         None, sha((base / "memory.bin").read_bytes()), sha((numpy / "memory.bin").read_bytes())]  # fmt: skip
-    for link, src in zip(unpacked.links, (base, numpy, pandas)):
+    for link, src in zip(unpacked.links, (base, numpy, pandas), strict=True):
         assert link.directory == staging / link.tag
         for name in ("vmstate", "memory.bin", "rootfs.ext4"):
             if (src / name).exists():
@@ -217,7 +216,7 @@ def test_write_pack_rejects_bad_links_and_leaves_nothing(tmp_path: Path, links, 
 def test_write_pack_requires_vmstate_and_memory(tmp_path: Path) -> None:
     src = make_snapshot(tmp_path / "src")
     (src / "memory.bin").unlink()
-    with pytest.raises(FileNotFoundError, match="memory.bin"):
+    with pytest.raises(FileNotFoundError, match=r"memory.bin"):
         write_pack([PackLink("src", src)], tmp_path / "p.tar.zst")
     assert list(tmp_path.iterdir()) == [src]  # no pack, no .partial
 
@@ -225,7 +224,7 @@ def test_write_pack_requires_vmstate_and_memory(tmp_path: Path) -> None:
 def test_write_pack_refuses_a_source_that_is_not_a_regular_file(tmp_path: Path) -> None:
     src = make_snapshot(tmp_path / "src")
     (src / "rootfs.ext4").mkdir()
-    with pytest.raises(PackError, match="rootfs.ext4 is not a regular file"):
+    with pytest.raises(PackError, match=r"rootfs.ext4 is not a regular file"):
         write_pack([PackLink("src", src)], tmp_path / "p.tar.zst")
     assert not (tmp_path / "p.tar.zst.partial").exists()
 
@@ -240,7 +239,7 @@ def test_a_source_changing_between_hash_and_tar_passes_fails_and_leaves_no_parti
         return files
 
     monkeypatch.setattr(forkd_pack, "_hash_link", hash_then_shrink)
-    with pytest.raises(PackError, match="memory.bin is shorter than its recorded size"):
+    with pytest.raises(PackError, match=r"memory.bin is shorter than its recorded size"):
         write_pack([PackLink("src", src)], tmp_path / "p.tar.zst")
     assert list(tmp_path.iterdir()) == [src]
 
@@ -279,7 +278,7 @@ def test_random_contents_round_trip(chain) -> None:
         unpacked = read_pack(io.BytesIO(out.read_bytes()), staging)
 
         assert unpacked.version == (1 if len(chain) == 1 else 2)
-        for link, src in zip(unpacked.links, links):
+        for link, src in zip(unpacked.links, links, strict=True):
             for name in ("vmstate", "memory.bin", "rootfs.ext4"):
                 assert (src.directory / name).exists() == (link.directory / name).exists()
                 if (src.directory / name).exists():

@@ -33,7 +33,7 @@ def test_doc_has_all_kinds():
                                           "signature-envelope"}
 
 
-@pytest.mark.parametrize("kind, body", examples(), ids=[k for k, _ in examples()])
+@pytest.mark.parametrize(("kind", "body"), examples(), ids=[k for k, _ in examples()])
 def test_example_is_valid(kind, body):
     data = body.encode()
     if kind == "chunkmap":

@@ -7,7 +7,15 @@ import pytest
 from manifest import mediatypes as mt
 from manifest.errors import InvalidManifest
 from manifest.model import (
-    ChunkEntry, ChunkMap, Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef, chain_index, manifest_digest,
+    ChunkEntry,
+    ChunkMap,
+    Descriptor,
+    FileInfo,
+    LayerConfig,
+    LayerManifest,
+    ParentRef,
+    chain_index,
+    manifest_digest,
 )
 
 D = "blake3:" + "1" * 64
@@ -29,7 +37,7 @@ def test_chunk_map_round_trip():
 
 
 @pytest.mark.parametrize(
-    "over, fragment",
+    ("over", "fragment"),
     [
         ({"mediaType": "x"}, "mediaType"),
         ({"file": "/etc/passwd"}, "not a chunked file role"),
@@ -87,7 +95,7 @@ def test_config_round_trip():
 
 
 @pytest.mark.parametrize(
-    "over, fragment",
+    ("over", "fragment"),
     [
         ({"files": {"memory.bin": {"size": 1, "digest": D, "sha256": S, "chunkSize": 65536}}}, "'vmstate'"),
         ({"files": {"vmstate": {"size": 1, "digest": D}, "memory.bin": {"size": 1, "digest": D}}}, "sha256 is required"),
@@ -142,7 +150,7 @@ def test_format_version_1_documents_still_parse():
 
 
 @pytest.mark.parametrize(
-    "mutate, fragment",
+    ("mutate", "fragment"),
     [
         (lambda o: o.update(schemaVersion=1), "schemaVersion"),
         (lambda o: o.update(artifactType="application/vnd.oci.image.config.v1+json"), "artifactType"),
@@ -186,7 +194,7 @@ def test_config_forkd_object_round_trips_and_refuses_derived_fields():
                 {"volumes": {}}, {"volumes": [{"host_path": "/a"}]}, {"volumes": [{"host_path": "/a", "guest_path": "/b",
                                                                                  "read_only": "no"}]},
                 {"rootfs": 3}):  # what forkd's serde Snapshot could not parse, or what an install derives
-        with pytest.raises(InvalidManifest, match="config.forkd"):
+        with pytest.raises(InvalidManifest, match=r"config.forkd"):
             LayerConfig.from_json(json.dumps({**base, "forkd": bad}).encode())
 
 
@@ -208,7 +216,7 @@ def test_a_config_forkd_object_nested_too_deeply_is_refused():
     for _ in range(800):  # parses, but json.dumps from a deeper stack would raise RecursionError
         cursor["a"] = {}
         cursor = cursor["a"]
-    with pytest.raises(InvalidManifest, match="config.forkd is nested deeper than 32 levels"):
+    with pytest.raises(InvalidManifest, match=r"config.forkd is nested deeper than 32 levels"):
         LayerConfig.from_json(json.dumps({**base, "forkd": {"x": deep}}).encode())
     ok = {"volumes": [{"host_path": "/v.img", "guest_path": "/opt"}]}
     assert LayerConfig.from_json(json.dumps({**base, "forkd": ok}).encode()).forkd == ok

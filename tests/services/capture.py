@@ -4,6 +4,7 @@ read the real requests and responses on the wire (:func:`http_exchanges` parses 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -116,10 +117,8 @@ class CaptureRelay:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self._closing = True

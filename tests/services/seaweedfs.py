@@ -114,7 +114,6 @@ class SeaweedFS:
         raise SeaweedUnavailable(f"weed S3 did not answer within {timeout}s: {self.log_tail()}")
 
     def _s3_answers(self) -> bool:
-        import boto3
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

@@ -242,7 +242,7 @@ def validate(body: Any, required: dict[str, Any], optional: dict[str, Any]) -> N
 
 def serve(api_sock: str) -> None:
     vm = FakeVm()
-    log = open("fake-firecracker.requests.jsonl", "a", buffering=1)
+    log = open("fake-firecracker.requests.jsonl", "a", buffering=1)  # noqa: SIM115 - open for the process lifetime
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _dispatch(self) -> None:

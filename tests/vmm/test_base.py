@@ -21,7 +21,7 @@ def test_compat_round_trips_through_a_dict() -> None:
 
 
 def test_compat_from_dict_names_unknown_and_missing_fields() -> None:
-    with pytest.raises(VmmError, match="unknown field.*colour"):
+    with pytest.raises(VmmError, match=r"unknown field.*colour"):
         CompatInfo.from_dict({**COMPAT.to_dict(), "colour": "red"})
     data = COMPAT.to_dict()
     del data["accel"]
@@ -58,10 +58,10 @@ def test_snapshot_files_save_and_load(tmp_path: Path) -> None:
 
 
 def test_snapshot_files_load_reports_what_is_missing(tmp_path: Path) -> None:
-    with pytest.raises(RestoreFailed, match="memory.bin"):
+    with pytest.raises(RestoreFailed, match=r"memory.bin"):
         SnapshotFiles.load(tmp_path)
     (tmp_path / "memory.bin").write_bytes(b"")
     (tmp_path / "vmstate").write_bytes(b"")
-    with pytest.raises(RestoreFailed, match="vmm.json"):
+    with pytest.raises(RestoreFailed, match=r"vmm.json"):
         SnapshotFiles.load(tmp_path)
     assert SnapshotFiles.load(tmp_path, compat=COMPAT).compat == COMPAT

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from manifest.fileops import clone_file
 from vmm.base import BootSpec
 from vmm.errors import VmmProtocolError
-from vmm.files import clone_file
 from vmm.firecracker import FirecrackerDriver
 from vmm.firecracker.api import FirecrackerApi
 from vmm.kvm import kvm_problem

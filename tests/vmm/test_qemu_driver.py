@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import BootSpec, SnapshotFiles
 from vmm.errors import BootFailed, RestoreFailed
-from vmm.files import clone_file
 from vmm.guest import GuestImage
 from vmm.qemu import QemuMicrovmDriver
 from vmm.testing import DriverConformance, file_sha256

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xml.etree import ElementTree
+from xml.etree import ElementTree as ET
 
 from web.graph import MAX_DEPENDENTS, GraphNode, lineage_svg
 from web.text import human_bytes, link_digests, markdown_html, plain_text, short_digest
@@ -15,7 +15,7 @@ def test_graph_is_well_formed_svg_with_every_text_escaped() -> None:
     chain = [GraphNode(f"base {HOSTILE}", f"detail {HOSTILE}", f"/r/a/b/t/{HOSTILE}"),
              GraphNode("head", "d", "/r/a/b/t/v2", edge=f"+1 KiB {HOSTILE}")]
     svg = str(lineage_svg(f"Lineage {HOSTILE}", chain, [GraphNode("dep", "builds on", "/x", "dependent")]))
-    root = ElementTree.fromstring(svg)  # parses: nothing broke out of its element
+    root = ET.fromstring(svg)  # parses: nothing broke out of its element
     assert root.tag == f"{SVG}svg" and root.get("role") == "img"
     assert root.find(f"{SVG}title").text == f"Lineage {HOSTILE}"
     assert not list(root.iter(f"{SVG}script"))
@@ -49,4 +49,4 @@ def test_small_formatters() -> None:
     assert short_digest(digest) == "blake3:abababababab"
     linked = str(link_digests(f'{{"d": "{digest}", "x": "<b>"}}', {}, "acme/r"))
     assert f'<a href="/v2/acme/r/blobs/{digest}">{digest}</a>' in linked and "&lt;b&gt;" in linked
-    assert f'<a href="/r/acme/r/t/v1">' in str(link_digests(digest, {digest: "/r/acme/r/t/v1"}, "acme/r"))
+    assert '<a href="/r/acme/r/t/v1">' in str(link_digests(digest, {digest: "/r/acme/r/t/v1"}, "acme/r"))

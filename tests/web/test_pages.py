@@ -7,9 +7,7 @@ import re
 from html.parser import HTMLParser
 
 from tests.hub_server.conftest import Hub
-from tests.hub_server.pushing import auth
 from tests.web.seeding import Catalog
-
 
 
 class _Dangers(HTMLParser):
@@ -110,7 +108,7 @@ def test_repository_page(hub: Hub, catalog: Catalog) -> None:
     numpy = catalog.layers["numpy"]
     assert f'href="/r/acme/py-numpy/t/{numpy.digest}"' in html
     assert "<td>admin</td>" in html  # the pusher, from the audit log
-    assert f"forkd pull testserver.local/acme/py-numpy:1.26" in html
+    assert "forkd pull testserver.local/acme/py-numpy:1.26" in html
     assert f"forkd pull testserver.local/acme/py-numpy@{numpy.digest}" in html
     assert "firecracker · aarch64 · 8 MiB" in html
     base = page(hub, "/r/acme/py-base")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ class FirecrackerApi:
             conn.request(method, path, body=payload, headers=headers)
             response = conn.getresponse()
             raw = response.read()
-        except (OSError, TimeoutError, socket.timeout, http.client.HTTPException) as exc:
+        except (OSError, TimeoutError, http.client.HTTPException) as exc:
             raise VmmProtocolError(f"Firecracker API {method} {path}: {exc}") from exc
         finally:
             conn.close()
@@ -61,7 +60,7 @@ class FirecrackerApi:
                 raise VmmProtocolError(
                     f"Firecracker API {method} {path}: non-JSON reply {raw[:200]!r}") from exc
         if not 200 <= response.status < 300:
-            fault = data.get("fault_message") if isinstance(data, dict) else raw[:300]
+            fault = data.get("fault_message") if isinstance(data, dict) else raw[:300].decode(errors="replace")
             raise VmmProtocolError(f"Firecracker API {method} {path} → {response.status}: {fault}")
         return data
 

@@ -26,6 +26,7 @@ import platform
 import tempfile
 from pathlib import Path
 
+from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
@@ -40,7 +41,7 @@ from vmm.base import (
     check_compat,
 )
 from vmm.errors import BootFailed, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
-from vmm.files import clone_file, merge_sparse, move_file
+from vmm.files import merge_sparse, move_file
 from vmm.firecracker.api import FirecrackerApi
 from vmm.firecracker.vm import API_SOCKET, FIRECRACKER_LOG, FirecrackerVM
 from vmm.kvm import kvm_problem
@@ -140,11 +141,14 @@ class FirecrackerDriver(Driver):
                 merge_sparse(diff, vm.writable_memory)
                 diff.unlink()
                 if not (memory.exists() and os.path.samefile(memory, vm.writable_memory)):
-                    (clone_file if resume else move_file)(vm.writable_memory, memory)
+                    if resume:
+                        clone_file(vm.writable_memory, memory, replace=True)
+                    else:
+                        move_file(vm.writable_memory, memory)
             os.replace(partial_state, vmstate)
             rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
             if rootfs and vm.rootfs:
-                clone_file(vm.rootfs, rootfs)
+                clone_file(vm.rootfs, rootfs, replace=True)
             if resume:
                 vm.resume()
             else:

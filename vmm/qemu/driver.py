@@ -48,6 +48,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
@@ -62,7 +63,7 @@ from vmm.base import (
     check_compat,
 )
 from vmm.errors import BootFailed, CompatibilityError, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
-from vmm.files import clone_file, move_file
+from vmm.files import move_file
 from vmm.qemu import host
 from vmm.qemu.vm import CONSOLE_LOG, CONSOLE_SOCKET, QEMU_LOG, QMP_SOCKET, QemuVM
 
@@ -103,7 +104,7 @@ class QemuMicrovmDriver(Driver):
             raise VmmUnavailable(f"{self.name} unavailable: {status.reason}")
         return CompatInfo(vmm=self.name, vmm_version=".".join(map(str, host.qemu_version(self.binary))),
                           machine=self.machine, accel=status.accel, arch=self.arch,
-                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,
+                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,  # type: ignore[arg-type]  # typing debt, decisions/0008
                           device_ids=device_ids)
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
@@ -154,7 +155,7 @@ class QemuMicrovmDriver(Driver):
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         memory, vmstate = out_dir / MEMORY_FILE, out_dir / VMSTATE_FILE
-        in_place = memory.exists() and os.path.samefile(memory, vm.memory_path)
+        in_place = memory.exists() and os.path.samefile(memory, vm.memory_path)  # type: ignore[arg-type]  # typing debt, decisions/0008
         if resume and in_place:
             raise SnapshotFailed("resume=True needs an out_dir other than the VM's memory file's "
                                  "directory: the running VM would keep writing into the snapshot")
@@ -168,14 +169,14 @@ class QemuMicrovmDriver(Driver):
             os.replace(partial, vmstate)
             rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
             if rootfs and vm.rootfs:
-                clone_file(vm.rootfs, rootfs)  # paused and flushed: matches the RAM's view
+                clone_file(vm.rootfs, rootfs, replace=True)  # paused and flushed: matches the RAM's view
             if resume:
-                clone_file(vm.memory_path, memory)
+                clone_file(vm.memory_path, memory, replace=True)  # type: ignore[arg-type]  # typing debt, decisions/0008
                 vm.resume()
             else:
                 vm.kill()
                 if not in_place:
-                    move_file(vm.memory_path, memory)
+                    move_file(vm.memory_path, memory)  # type: ignore[arg-type]  # typing debt, decisions/0008
         except (VmmError, OSError) as exc:
             partial.unlink(missing_ok=True)
             raise SnapshotFailed(f"snapshot of {vm!r} failed: {exc}") from exc
@@ -209,8 +210,7 @@ class QemuMicrovmDriver(Driver):
                     child_dir = Path(work_dir) / f"child-{i}"
                     child_dir.mkdir(parents=True, exist_ok=True)
                 disk = disks[i] if disks else self._child_disk(snap, child_dir)
-                argv = self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir,
-                                  disk=disk) + ["-incoming", "defer"]
+                argv = [*self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir, disk=disk), "-incoming", "defer"]
                 vms.append(self._start(argv, child_dir, snap.memory, snap.compat, disk,
                                        owns=work_dir is None, error=RestoreFailed))
             with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
@@ -257,7 +257,7 @@ class QemuMicrovmDriver(Driver):
     def _restore_one(self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None,
                      share: bool, owns: bool) -> QemuVM:
         argv = self._argv(snap.compat, memory, share=share, work_dir=work_dir, disk=disk)
-        vm = self._start(argv + ["-incoming", "defer"], work_dir, memory, snap.compat, disk, owns,
+        vm = self._start([*argv, "-incoming", "defer"], work_dir, memory, snap.compat, disk, owns,
                          error=RestoreFailed)
         try:
             self._load_state(vm, snap)

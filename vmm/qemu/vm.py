@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from pathlib import Path
 
@@ -71,10 +72,8 @@ class QemuVM(AgentBackedVM):
     def kill(self) -> None:
         for channel in (self._agent, self._qmp):
             if channel is not None:
-                try:
+                with contextlib.suppress(OSError):
                     channel.close()
-                except OSError:
-                    pass
         self._agent = self._qmp = None
         self._stop_process()
 

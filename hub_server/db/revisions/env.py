@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Literal
 
 from alembic import context
 from sqlalchemy.engine import Connection
@@ -26,11 +27,11 @@ import_models()
 TARGET = SQLModel.metadata
 
 
-def _render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
+def _render_item(type_: str, obj: object, autogen_context: object) -> str | Literal[False]:
     """Render our column types as plain SQLAlchemy ones: a revision never imports the models."""
     from sqlmodel.sql.sqltypes import AutoString
 
-    from hub_server.auth.models import UTCDateTime
+    from hub_server.db.types import UTCDateTime
 
     if type_ == "type" and isinstance(obj, UTCDateTime):
         return "sa.DateTime(timezone=True)"

@@ -94,7 +94,7 @@ def test_listing_referrers(reg: Registry, referred):
 
 def test_filtering_referrers_by_artifact_type(reg: Registry, referred):
     """end-12b: only the requested artifactType, and ``OCI-Filters-Applied: artifactType``."""
-    digest, artifacts, _ = referred
+    digest, _artifacts, _ = referred
     r = reg.http.get(f"/v2/disc/ref/referrers/{digest}", params={"artifactType": "application/vnd.example.sbom"})
     assert r.headers["OCI-Filters-Applied"] == "artifactType"
     assert [m["artifactType"] for m in r.json()["manifests"]] == ["application/vnd.example.sbom"]

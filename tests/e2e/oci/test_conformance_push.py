@@ -162,7 +162,7 @@ def test_a_descriptor_with_the_wrong_size_is_refused(reg: Registry):
     assert r.status_code == 400 and errors(r) == ["SIZE_INVALID"]
 
 
-@pytest.mark.parametrize("change, field", [
+@pytest.mark.parametrize(("change", "field"), [
     ({"schemaVersion": 1}, "schemaVersion"),
     ({"config": {"mediaType": OCI_CONFIG, "digest": "sha256:xyz", "size": 2}}, "config"),
     ({"layers": "nope"}, "layers"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
 
 import httpx
 import pytest
@@ -42,7 +41,7 @@ def pushed(oci_hub: HubProcess, admin_token: str, host: str, tmp_path_factory: p
 
 
 def test_copy_oci_layout_into_the_hub_and_back_is_byte_identical(pushed, admin_token, host, tmp_path):
-    src, image = pushed
+    _src, image = pushed
     out = tmp_path / "out"
     skopeo("copy", *tls_off("src"), "--preserve-digests", "--src-creds", f"me:{admin_token}",
            f"docker://{host}/acme/app:v1", f"oci:{out}:v1")

@@ -28,7 +28,7 @@ def envelope(status, code, message="boom", detail=None):
 
 
 @pytest.mark.parametrize(
-    "status, code, cls",
+    ("status", "code", "cls"),
     [(401, "UNAUTHORIZED", Unauthorized), (403, "DENIED", Forbidden), (404, "NAME_UNKNOWN", NotFound),
      (409, "HAS_DEPENDENTS", HasDependents), (400, "DIGEST_INVALID", DigestInvalid)],
 )

@@ -25,7 +25,7 @@ def test_slices_come_back_in_the_order_asked_whatever_the_spans():
     assert [bytes(piece) for piece in slice_spans(batch, spans, bodies)] == [data[o : o + n] for o, n in batch]
 
 
-@pytest.mark.parametrize("expires, reused_for", [("300", 120.0), ("60", 30.0)])
+@pytest.mark.parametrize(("expires", "reused_for"), [("300", 120.0), ("60", 30.0)])
 def test_a_url_is_reused_for_half_its_stated_life_at_most_two_minutes(expires, reused_for):
     now = [1000.0]
     cache = PresignedCache(clock=lambda: now[0])

@@ -6,6 +6,7 @@ The links zero memory their parent held, grow and shrink it: forkd's spawn-time 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -35,7 +36,7 @@ def test_pulled_links_that_zero_parent_memory_assemble_right_in_forkd(store, oth
     pull(other_store, client, Reference.parse("acme/z:v1"), as_tag="z")
     tags = [s.tag for s in other_store.chain("z")]
     assert_forkd_sees_every_link(other_store.snapshots_dir, tags, tmp_path / "work")
-    for parent, child in zip(tags, tags[1:]):
+    for parent, child in itertools.pairwise(tags):
         assert unsafe_holes(other_store.path(child) / "memory.bin", other_store.path(parent) / "memory.bin") == []
 
 

@@ -9,10 +9,10 @@ import pytest
 from blake3 import blake3
 
 from forkd_client.errors import InvalidSnapshotDir
+from forkd_client.hub import push as push_module
 from forkd_client.hub.client import HubClient
 from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
-from forkd_client.hub import push as push_module
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 
@@ -66,7 +66,7 @@ def test_a_reused_link_whose_files_changed_is_not_built_upon(chain3, other_store
     push(chain3, inproc_hub.client(token), "head", ref)
     pull(other_store, inproc_hub.client(token), ref, as_tag="py")
     scribble(other_store.path("base") / "memory.bin")
-    with pytest.raises(InvalidSnapshotDir, match="local snapshot 'base' .* files have changed"):
+    with pytest.raises(InvalidSnapshotDir, match=r"local snapshot 'base' .* files have changed"):
         pull(other_store, inproc_hub.client(token), ref, as_tag="py")
     again = pull(other_store, inproc_hub.client(token), ref, as_tag="py", force=True)
     assert [link.reused for link in again.links] == [False, True, True]
@@ -117,7 +117,7 @@ def test_a_chain_pull_cut_off_midway_resumes_where_it_stopped(store, other_store
     assert base.reused or (base.chunks_fetched == 0 and base.chunks_resumed == 16)
     assert (mid.chunks_resumed, mid.chunks_fetched) == (4, 4)
     assert (head.chunks_resumed, head.chunks_fetched) == (0, 8)
-    for link, src in zip(again.links, ["rb", "rm", "rh"]):
+    for link, src in zip(again.links, ["rb", "rm", "rh"], strict=True):
         assert (other_store.path(link.tag) / "memory.bin").read_bytes() == (store.path(src) / "memory.bin").read_bytes()
 
 

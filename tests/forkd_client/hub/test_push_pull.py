@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -38,10 +39,10 @@ def test_push_then_pull_a_three_link_chain(chain3, other_store, inproc_hub):
     assert pulled.digest == pushed.digest
     chain = other_store.chain("py")
     assert len(chain) == 3
-    for src, dst in zip(["base", "mid", "head"], [s.tag for s in chain]):
+    for src, dst in zip(["base", "mid", "head"], [s.tag for s in chain], strict=True):
         same_files(chain3, src, other_store, dst)
     # each link records the blake3 of the parent it was assembled on, and forkd's sha256
-    for parent, child in zip(chain, chain[1:]):
+    for parent, child in itertools.pairwise(chain):
         assert child.parent_digest == parent.files["memory.bin"].digest is not None
         assert child.parent_content_hash == sha256_hex(other_store.path(parent.tag) / "memory.bin")
     other_store.verify_chain("py", forkd_hashes=True)  # forkd's own check at spawn holds

@@ -18,7 +18,6 @@ from forkd_client.hub.errors import DigestInvalid
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.store import SnapshotStore
 from hub_server.storage.factory import create_store
 from tests.e2e.hubproc import HubProcess
 from manifest.mediatypes import BLOB_PLAN
@@ -76,7 +75,7 @@ def test_pull_takes_every_data_byte_from_the_store_without_the_token(chain3, oth
     finally:
         hub_wire.close()
     assert len(other_store.chain("py")) == 3
-    for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")]):
+    for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")], strict=True):
         for role in ("memory.bin", "vmstate"):
             assert (chain3.path(src) / role).read_bytes() == (other_store.path(dst) / role).read_bytes()
 

@@ -7,7 +7,7 @@ D = "blake3:" + "a" * 64
 
 
 @pytest.mark.parametrize(
-    "text, host, name, tag, digest, ref",
+    ("text", "host", "name", "tag", "digest", "ref"),
     [
         ("acme/py-base", None, "acme/py-base", None, None, "latest"),
         ("acme/py-base:v1.2", None, "acme/py-base", "v1.2", None, "v1.2"),
@@ -24,7 +24,7 @@ def test_parse(text, host, name, tag, digest, ref):
 
 
 @pytest.mark.parametrize(
-    "text, fragment",
+    ("text", "fragment"),
     [
         ("py-base", "namespace/repo"),
         ("a/b/c/d", "namespace/repo"),

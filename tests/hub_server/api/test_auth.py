@@ -36,7 +36,7 @@ READS = [
 
 
 def test_anonymous_may_pull_public_repositories_only(hub: Hub, pushed):
-    layer, blob = pushed
+    _layer, blob = pushed
     for path in READS:
         assert hub.client.get(path.format(repo="acme/public", blob=blob)).status_code == 200, path
         # a private repository and a missing one answer the same challenge: nothing leaks
@@ -50,7 +50,7 @@ def test_anonymous_may_pull_public_repositories_only(hub: Hub, pushed):
 
 
 def test_a_token_without_pull_sees_private_repositories_as_missing(hub: Hub, pushed):
-    layer, blob = pushed
+    _layer, blob = pushed
     other = hub.token("other", "pull:other/*", "push:other/*")
     for path in READS:
         r = hub.client.get(path.format(repo="acme/private", blob=blob), headers=auth(other))
@@ -61,7 +61,7 @@ def test_a_token_without_pull_sees_private_repositories_as_missing(hub: Hub, pus
 
 
 def test_a_pull_token_reads_its_private_repository(hub: Hub, pushed):
-    layer, blob = pushed
+    _layer, blob = pushed
     reader = hub.token("reader", "pull:acme/*")
     for path in READS:
         assert hub.client.get(path.format(repo="acme/private", blob=blob), headers=auth(reader)).status_code == 200
@@ -69,7 +69,7 @@ def test_a_pull_token_reads_its_private_repository(hub: Hub, pushed):
 
 @pytest.mark.parametrize("header", ["Bearer fkd_" + "x" * 43, "Bearer nonsense", "Basic dXNlcjpwdw==", "Bearer "])
 def test_bad_tokens_get_401_everywhere_even_on_public_reads(hub: Hub, pushed, header):
-    layer, blob = pushed
+    _layer, blob = pushed
     for path in [*READS, "/v2/", "/api/v1/repositories", "/api/v1/namespaces"]:
         r = hub.client.get(path.format(repo="acme/public", blob=blob), headers={"Authorization": header})
         expect_error(r, 401, "UNAUTHORIZED")
@@ -91,7 +91,7 @@ def test_expired_and_revoked_tokens_get_401(hub: Hub, pushed):
 
 
 def test_writes_need_their_scope(hub: Hub, pushed, images, tmp_path):
-    layer, blob = pushed
+    layer, _blob = pushed
     puller = hub.token("puller", "pull:acme/*")
     writes = [
         ("POST", "/v2/acme/public/blobs/uploads/", None),

@@ -13,18 +13,17 @@ import httpx
 import pytest
 
 from hub_server.registry.forkd_compat import PACKS_PREFIX, pack_info_key, pack_key
-from hub_server.registry.paths import blob_key
 from manifest import mediatypes as mt
 from manifest.forkd_unpack import read_pack
 from manifest.model import Descriptor, chain_index
 from tests.e2e.hubproc import HubProcess
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import (
-    damage_stored_byte,
     CREATED,
     PushClient,
     auth,
     chain_images,
+    damage_stored_byte,
     expect_error,
 )
 from tests.manifest.images import same_bytes
@@ -231,7 +230,7 @@ def test_forkd_pull_flow_against_a_real_server(tmp_path: Path):
         with httpx.Client(base_url=url, timeout=30) as http:
             PushClient(http, token).push_chain("acme/vm", images, tmp_path / "push", "v1", public=True)
         first, pack = forkd_pull(f"{url}/registry.json", "acme/vm", tmp_path)
-        assert first["url"] == f"{url}/packs/acme/vm/v1.forkd-snapshot.tar.zst" 
+        assert first["url"] == f"{url}/packs/acme/vm/v1.forkd-snapshot.tar.zst"
         assert first["sha256"] == hashlib.sha256(pack).hexdigest()  # listed only with it: forkd checks it
         again, same = forkd_pull(f"{url}/registry.json", "acme/vm@v1", tmp_path)
         assert same == pack and again["sha256"] == hashlib.sha256(pack).hexdigest()

@@ -10,7 +10,7 @@ from tests.hub_server.webhooks.receiver import Receiver
 SECRET = "api-secret-value"
 
 
-def test_admin_adds_lists_reads_the_log_and_removes(make_hub, make_receiver, images, tmp_path):
+def test_admin_adds_lists_reads_the_log_and_removes(make_hub, make_receiver, images, tmp_path):  # noqa: F811
     hub: Hub = make_hub(**FAST)
     admin = auth(hub.token("admin", "admin"))
     receiver: Receiver = make_receiver()

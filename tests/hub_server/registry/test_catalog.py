@@ -73,7 +73,7 @@ def test_repository_detail(hub: Hub, catalog):
 
 
 def test_visibility_changes_need_push_or_admin(hub: Hub, catalog):
-    admin, _ = catalog
+    _admin, _ = catalog
     owner = hub.token("owner", "push:beta/*")
     reader = hub.token("reader", "pull:beta/*")
     expect_error(hub.client.patch("/api/v1/repositories/beta/secret", json={"public": True}), 401, "UNAUTHORIZED")

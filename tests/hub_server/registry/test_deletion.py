@@ -83,7 +83,7 @@ def test_deleting_one_of_several_tags_keeps_the_manifest(hub: Hub, chain):
 
 
 def test_delete_needs_delete_scope_and_hides_what_the_caller_cannot_see(hub: Hub, chain, tmp_path, images):
-    admin, pusher, layers = chain
+    _admin, pusher, layers = chain
     pusher_only = hub.token("pusher", "push:acme/*")
     expect_error(delete(hub, pusher_only, "head"), 403, "DENIED")
 

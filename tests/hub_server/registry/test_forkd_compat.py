@@ -26,7 +26,6 @@ from hub_server.registry.forkd_compat import (
     pack_key,
 )
 from hub_server.registry.packbuild import StoreFrames
-from hub_server.registry.paths import blob_key
 from hub_server.storage import validate_key
 from manifest import mediatypes as mt
 from manifest.chunktree import file_chunk_tree
@@ -164,7 +163,7 @@ def test_a_rootfs_and_config_metadata_reach_the_pack(hub: Hub, tmp_path):
     unpacked = unpack(pack_bytes(hub, service(hub), "acme/py", "numpy", admin_principal()), tmp_path / "s")
     assert [link.tag for link in unpacked.links] == ["py-base", "py"]
     assert unpacked.description == "numpy on top" and unpacked.base_image == "python:3.12-slim"
-    for link, (memory, rootfs, vmstate) in zip(unpacked.links, [(mem0, root0, b"vm0"), (mem1, root1, b"vm1")]):
+    for link, (memory, rootfs, vmstate) in zip(unpacked.links, [(mem0, root0, b"vm0"), (mem1, root1, b"vm1")], strict=True):
         assert same_bytes(link.directory / "memory.bin", memory)
         assert same_bytes(link.directory / "rootfs.ext4", rootfs)
         assert (link.directory / "vmstate").read_bytes() == vmstate

@@ -52,7 +52,7 @@ def test_corrupted_data_blob_is_rejected_naming_the_chunk(hub: Hub, admin_token,
         bad = layer.rebuild(chunk_map=replace(cm, entries=tuple(entries)))
         victim = entries[a]
     else:
-        (blob_digest, path), = layer.data_blobs.items()
+        (_blob_digest, path), = layer.data_blobs.items()
         raw = bytearray(path.read_bytes())
         if corruption == "flipped-byte":
             victim = entries[data[3]]

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from hub_server.errors import HubError
-from hub_server.registry.names import Reference, check_repository, check_tag, parse_reference
+from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.names import (
+    Reference,
+    check_digest,
+    check_repository,
+    check_tag,
+    parse_digest,
+    parse_reference,
+)
+from manifest.digest import Digest
 
 
 @pytest.mark.parametrize(("ns", "name"), [("acme", "py-base"), ("a1", "x.y_z"), ("a" * 64, "b")])
@@ -30,3 +38,11 @@ def test_references():
             parse_reference(bad)
         assert e.value.code == code
     assert check_tag("_" + "a" * 127)
+
+
+def test_parse_digest_gives_the_digest_value_or_a_digest_invalid_error() -> None:
+    value = parse_digest("sha256:" + "a" * 64)
+    assert isinstance(value, Digest) and value.algorithm == "sha256" and check_digest(str(value)) == str(value)
+    with pytest.raises(HubError) as caught:
+        parse_digest("sha256:short")
+    assert caught.value.code is ErrorCode.DIGEST_INVALID and caught.value.detail == {"digest": "sha256:short"}

@@ -37,7 +37,7 @@ def layer(tmp_path):
 
 
 def test_plan_frames_is_sorted_and_distinct(layer):
-    chunk_map, blob = layer
+    chunk_map, _blob = layer
     doubled = replace(chunk_map, file=mt.ROOTFS_FILE)  # the same frames, seen from a second file
     checks = plan_frames([chunk_map, doubled])
     data_entries = [e for e in chunk_map.entries if e.digest]
@@ -87,10 +87,10 @@ def test_check_chunk_map_against_config_and_parent(layer):
     config = LayerConfig("t", files)
     check_chunk_map(chunk_map, desc, config, parent, {blob.digest})
     bad_cases = [
-        (dict(data_blobs=set()), "blobs"),
-        (dict(parent=None), "parentDigest"),
-        (dict(config=LayerConfig("t", {**files, mt.MEMORY_FILE: FileInfo(1, chunk_map.digest)})), "digest"),
-        (dict(desc=replace(desc, annotations={mt.ANNOTATION_FILE: mt.ROOTFS_FILE})), "file"),
+        ({"data_blobs": set()}, "blobs"),
+        ({"parent": None}, "parentDigest"),
+        ({"config": LayerConfig("t", {**files, mt.MEMORY_FILE: FileInfo(1, chunk_map.digest)})}, "digest"),
+        ({"desc": replace(desc, annotations={mt.ANNOTATION_FILE: mt.ROOTFS_FILE})}, "file"),
     ]
     for change, field in bad_cases:
         args = {"desc": desc, "config": config, "parent": parent, "data_blobs": {blob.digest}, **change}

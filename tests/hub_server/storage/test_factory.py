@@ -1,5 +1,6 @@
 """create_store turns spec strings into backends, and explains every mistake."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_quoted_values_may_contain_spaces(tmp_path: Path) -> None:
     ],
 )
 def test_bad_specs_name_the_problem(spec: str, message: str) -> None:
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
         create_store(spec)
     assert message in str(caught.value)
 

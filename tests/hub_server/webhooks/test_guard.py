@@ -49,7 +49,7 @@ def test_an_address_inside_the_list_passes_and_is_the_one_connected_to():
     ("http://127.0.0.1/", ""),
 ])
 def test_outside_the_list_is_refused(url, allow):
-    with pytest.raises(DestinationRefused, match="^refused: .*FORKD_HUB_WEBHOOK_ALLOW"):
+    with pytest.raises(DestinationRefused, match=r"^refused: .*FORKD_HUB_WEBHOOK_ALLOW"):
         check(url, allow)
 
 

@@ -1,0 +1,40 @@
+"""What ``COMMAND --help`` says beyond one line: a description, the arguments the registering module left
+unexplained, and examples, applied by :func:`document` to the built parser from one table per CLI
+(``forkd_client/cli/helptext.py``, ``hub_server/cli_help.py``), so a command module stays about behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["HelpTable", "document"]
+
+#: command path ("token create") → (description, {dest: help for arguments without one}, examples)
+HelpTable = dict[str, tuple[str, dict[str, str], list[str]]]
+
+
+def document(parser: argparse.ArgumentParser, table: HelpTable) -> None:
+    """Give every subcommand of ``parser`` its description, missing argument helps and examples from ``table``.
+
+    A documented subcommand also gets ``command_usage`` (its ``format_usage``) as a default, so an error about
+    one of its arguments can show that subcommand's usage. Raises nothing.
+    """
+
+    def walk(p: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in p._actions:  # noqa: SLF001 - argparse has no public listing
+            if not isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+                continue
+            for name, sub in action.choices.items():
+                key = " ".join([*path, name])
+                if key in table:
+                    description, arguments, examples = table[key]
+                    sub.description = description
+                    sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+                    sub.formatter_class = argparse.RawDescriptionHelpFormatter
+                    sub.set_defaults(command_usage=sub.format_usage)  # for errors about an argument
+                    for arg in sub._actions:  # noqa: SLF001
+                        if arg.help is None and arg.dest in arguments:
+                            arg.help = arguments[arg.dest]
+                walk(sub, [*path, name])
+
+    walk(parser, [])
