@@ -20,7 +20,7 @@ from hub_server.db.models import Manifest, Repository, Tag
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import can_read, readable_repository, require, writable_repository
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.policy import PolicyChange, apply_policy_change, effective_policy
+from hub_server.registry.policy import EffectivePolicy, PolicyChange, apply_policy_change, effective_policy
 from hub_server.registry.tags import Page, page_size
 
 __all__ = ["CatalogService", "RepositoryDetail", "RepositoryPage", "RepositorySummary", "TagDetail"]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.hubproc import HubProcess, forkd_hub
-from tests.e2e.test_push_pull_cli import MiB, User, make_sources
+from tests.e2e.test_push_pull_cli import MiB, User
 
 pytestmark = pytest.mark.slow
 
@@ -26,10 +26,26 @@ def _lone_source(root: Path) -> Path:
     src = root / "lone"
     src.mkdir(parents=True)
     with open(src / "memory.bin", "wb") as f:
-        f.truncate(16 * MiB)
+        f.truncate(4 * MiB)
         f.write(os.urandom(MiB))
     (src / "vmstate").write_bytes(b"lone" * 300)
     return src
+
+
+def _small_chain(root: Path) -> list[Path]:
+    """Base + 2 links of an 8 MiB sparse memory image; each link rewrites 256 KiB."""
+    sources: list[Path] = []
+    data = bytearray(8 * MiB)
+    data[MiB:2 * MiB] = os.urandom(MiB)
+    for i in range(3):
+        if i:
+            data[(2 + i) * MiB:(2 + i) * MiB + MiB // 4] = os.urandom(MiB // 4)
+        src = root / f"src{i}"
+        src.mkdir(parents=True)
+        (src / "memory.bin").write_bytes(bytes(data))
+        (src / "vmstate").write_bytes(f"vmstate-{i}".encode() * 300)
+        sources.append(src)
+    return sources
 
 
 def test_two_concurrent_pushes_of_an_immutable_tag_have_exactly_one_winner(tmp_path):
@@ -72,7 +88,8 @@ def test_retention_by_gc_keeps_every_kept_chain_pullable(tmp_path):
     hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log")
     try:
         alice = User(tmp_path / "alice", hub, FORKD_TOKEN=hub.token("ci", "push:acme/*"))
-        sources = make_sources(tmp_path / "src", data_mib=2)
+        reader = hub.token("reader", "pull:acme/*")
+        sources = _small_chain(tmp_path / "src")
         alice.run("import", str(_lone_source(tmp_path / "l")), "lone")
         for i, (src, tag) in enumerate(zip(sources, ["base", "numpy", "pandas"], strict=True)):
             alice.run("import", str(src), tag, *(["--parent", ["base", "numpy"][i - 1]] if i else []))
@@ -89,14 +106,14 @@ def test_retention_by_gc_keeps_every_kept_chain_pullable(tmp_path):
         report = json.loads(dry.stdout)
         assert [e["tag"] for e in report["retention"]] == ["nightly-0", "nightly-1", "nightly-2"]
         assert len(report["retention_manifests"]) == 1  # only the lone layer: the others are nightly-3's chain
-        tags = httpx.get(f"{hub.url}/v2/acme/ci/tags/list", headers={"Authorization": f"Bearer {hub.token('r', 'pull:acme/*')}"})
+        tags = httpx.get(f"{hub.url}/v2/acme/ci/tags/list", headers={"Authorization": f"Bearer {reader}"})
         assert sorted(tags.json()["tags"]) == ["nightly-0", "nightly-1", "nightly-2", "nightly-3", "release"]
 
         done = _hub_cli(hub, "gc", "--grace", "0s")
         assert done.returncode == 0, done.stderr
         assert "retention removed 3 tag(s):" in done.stdout and "deleted 1 manifest(s)" in done.stdout
 
-        bob = User(tmp_path / "bob", hub, FORKD_TOKEN=hub.token("reader", "pull:acme/*"))
+        bob = User(tmp_path / "bob", hub, FORKD_TOKEN=reader)
         for tag, expect in (("nightly-3", sources), ("release", sources[:1])):
             pulled = bob.json("pull", f"acme/ci:{tag}", "--as", tag)
             assert pulled["tag"] == tag
