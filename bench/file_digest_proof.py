@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import blake3  # noqa: E402
+import blake3
 
-from manifest import mediatypes as mt  # noqa: E402
-from manifest.chunktree import ChunkList, apply_map  # noqa: E402
-from manifest.model import ChunkEntry, ChunkMap  # noqa: E402
+from manifest import mediatypes as mt
+from manifest.chunktree import ChunkList, apply_map
+from manifest.model import ChunkEntry, ChunkMap
 
 CHUNK = 64 << 10
 SAMPLE = 256 << 20
