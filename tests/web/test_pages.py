@@ -7,6 +7,7 @@ import re
 from html.parser import HTMLParser
 
 from tests.hub_server.conftest import Hub
+from tests.hub_server.pushing import auth
 from tests.web.seeding import Catalog
 
 
