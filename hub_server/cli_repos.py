@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from hub_server.auth.scopes import Principal
-from hub_server.cli_tokens import STORE_FLAGS, add_store_args, cli_actor
+from hub_server.cli_common import STORE_FLAGS, add_store_args, cli_actor
 from hub_server.compose import HubStartError, open_hub
 from hub_server.errors import HubError
 from hub_server.registry.policy import UNCHANGED, EffectivePolicy, PolicyChange

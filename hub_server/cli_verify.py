@@ -18,7 +18,7 @@ import sys
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from hub_server.cli_tokens import add_store_args
+from hub_server.cli_common import add_store_args
 from hub_server.compose import HubStartError, open_hub, redacted_url
 from hub_server.registry.damage import clear_marks
 from hub_server.registry.scrub import Scrubber, ScrubReport

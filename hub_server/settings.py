@@ -216,7 +216,7 @@ def _existing_file(text: str) -> Path:
 
 
 def _tag_globs(text: str) -> str:
-    from hub_server.registry.tagglobs import TagGlobError, TagGlobs
+    from hub_server.tagglobs import TagGlobError, TagGlobs
 
     try:
         return str(TagGlobs.parse(text))

@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Boolean, Column, ForeignKey, Integer, String
 from sqlmodel import Field, SQLModel
 
-from hub_server.auth.models import UTCDateTime, utcnow
+from hub_server.db.types import UTCDateTime, utcnow
 
 __all__ = ["RepositoryPolicy"]
 

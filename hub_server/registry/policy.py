@@ -30,7 +30,7 @@ from hub_server.db.models import Repository
 from hub_server.db.models_policy import RepositoryPolicy
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.tagglobs import TagGlobError, TagGlobs
+from hub_server.tagglobs import TagGlobError, TagGlobs
 
 __all__ = [
     "MAX_KEEP", "EffectivePolicy", "PolicyChange", "Retention", "apply_policy_change", "effective_policy",

@@ -14,7 +14,7 @@ from hub_server.api.schemas import RepositoryPatch
 from hub_server.registry.gc import GcReport
 from hub_server.registry.policy import Retention
 from hub_server.registry.retention import ExpiredTag, select_expired
-from hub_server.registry.tagglobs import TagGlobs
+from hub_server.tagglobs import TagGlobs
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import auth, check
 

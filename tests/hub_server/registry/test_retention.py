@@ -13,7 +13,7 @@ from sqlmodel import col
 from hub_server.db.models import Manifest, Tag
 from hub_server.registry.policy import Retention
 from hub_server.registry.retention import select_expired
-from hub_server.registry.tagglobs import TagGlobs
+from hub_server.tagglobs import TagGlobs
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import auth, check
 from tests.hub_server.registry.test_gc import digests, gc
