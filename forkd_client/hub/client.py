@@ -41,8 +41,8 @@ STORE_SPAN_BYTES = 16 << 20
 STORE_PARALLEL = 8
 #: A blob range GET accepts the bytes, a redirect, or (a recipe blob on S3) a fetch plan of pack ranges.
 ACCEPT_RANGES = f"{BLOB_PLAN}, application/octet-stream;q=0.9, */*;q=0.5"
-#: Room for a fetch plan's JSON beyond the bytes asked for (segments of tiny frames can outweigh them).
-PLAN_BYTES = 4 << 20
+#: Room for a fetch plan's JSON (sources, segments) beyond the bytes asked for.
+PLAN_BYTES = 64 << 10
 ANYWHERE = object()
 """``put_manifest(expect=ANYWHERE)``: move the tag whatever it points at (``forkd push --force``)."""
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -286,6 +286,8 @@ class HubClient:
             batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
             spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
             need = sum(n for _, n in batch)
+            bound = need + 256 * len(batch) + 4096
+            plan_room = need + PLAN_BYTES  # a fetch plan of tiny interleaved frames can outweigh their bytes
             target = self._presigned.get(name, digest)
             if target is not None:
                 try:
@@ -295,10 +297,12 @@ class HubClient:
                     self._presigned.forget(name, digest)
             r = self._request("GET", f"/v2/{name}/blobs/{digest}",
                               headers={"Range": f"bytes={spec}", "Accept": ACCEPT_RANGES},
-                              ok=(200, 206, *REDIRECTS), follow=False, max_bytes=need + 256 * len(batch) + PLAN_BYTES)
+                              ok=(200, 206, *REDIRECTS), follow=False, max_bytes=bound + plan_room)
             if r.status_code == 200 and r.headers.get("content-type", "").startswith(BLOB_PLAN):
                 out.extend(self._ranges_from_plan(_json_object(r, f"the fetch plan of blob {digest}"), batch, digest))
                 continue
+            if len(r.content) > bound:  # bytes, not a plan: held to what the ranges need
+                raise HubError(f"GET blob {digest}: the hub sent more than the {bound:,} bytes this request can need")
             target = _redirect_target(r)
             if target is None:
                 out.extend(_split_ranges(r, batch, digest))

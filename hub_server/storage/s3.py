@@ -18,9 +18,9 @@ buffered in memory up to ``part_size`` and become a multipart upload beyond that
 leftovers of any replica). Appends keep one multipart upload across writers: an append's
 commit is a checkpoint (the parts stay uploaded, the object holds the tail and says so in
 its metadata), the next append resumes it, and the first read, move or copy completes it
-(``s3_writer``); appended bytes stay invisible until commit (``append_isolated``). ``move`` is copy then delete (``atomic_move=False``). A stream is one
-ranged GET pinned to the ETag seen when it opened (``If-Match``), so it reads that version.
-``redirect_url`` presigns a GET (or HEAD) against ``public_endpoint`` (default ``endpoint``).
+(``s3_writer``); appended bytes stay invisible until commit (``append_isolated``). ``move`` is
+copy then delete (``atomic_move=False``). A stream is one ranged GET pinned to the ETag seen
+when it opened (``If-Match``), so it reads that version. ``redirect_url`` presigns a GET (or HEAD) against ``public_endpoint`` (default ``endpoint``).
 
 Errors: botocore errors are translated here (``NoSuchKey``/404 → ``BlobNotFound``,
 ``NoSuchUpload`` → ``WriterClosed``, quota/507 → ``StorageFull``, connection failures,

@@ -210,11 +210,9 @@ class S3Writer(BlobWriter):
                                  Body=bytes(self._buffer))
             elif self.append:  # checkpoint: full parts sent, the tail becomes the object (module docstring)
                 await self._drain()
-                parts = len(self._parts)
-                part_bytes = self.size - len(self._buffer)
+                checkpoint = Checkpoint(self.upload_id, len(self._parts), self.size - len(self._buffer))
                 await store.call(self.key, store.client.put_object, Bucket=store.bucket, Key=self._name,
-                                 Body=bytes(self._buffer),
-                                 Metadata=Checkpoint(self.upload_id, parts, part_bytes).encode())
+                                 Body=bytes(self._buffer), Metadata=checkpoint.encode())
                 self.upload_id = None
             else:
                 if self._buffer or not (self._parts or self._in_flight):
