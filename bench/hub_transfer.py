@@ -12,6 +12,11 @@ move exactly those data bytes (the holes removed):
   cache with shutil.copyfileobj. One request of the whole size.
 * disk: write the bytes in 4 MiB writes + fsync to a new file; read them back in 4 MiB reads
   after evicting that file from the page cache (posix_fadvise DONTNEED).
+* compute, in process on every core: zstd level 3 + blake3 per 64 KiB chunk + sha256 of the
+  frames (what a push cannot avoid), and inflating + blake3 of those frames (a pull).
+
+The limit of each direction is the slowest of its three (push: PUT, disk write, compress+hash;
+pull: GET, disk write, decompress+hash); "vs limit" is forkd against it (issue 15: >= 0.5x).
 
 Then ``forkd push`` of the base into a fresh hub (new data dir each run, so nothing dedups
 against an earlier run) and ``forkd pull`` of it into an empty store, both as real CLI
@@ -110,6 +115,53 @@ def disk_read(path: Path) -> None:
             pass
 
 
+def compress_and_hash(data: bytes, threads: int) -> None:
+    """What a push must do to the data at least: per 64 KiB chunk blake3 + a zstd level-3 frame
+    (as manifest.layer builds them), then sha256 over the frames (the data blob's digest); chunks
+    spread over ``threads`` threads (zstd and hashlib release the GIL)."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    import blake3
+    import zstandard
+
+    view = memoryview(data)
+    chunk = 64 * 1024
+    step = -(-len(data) // threads // chunk) * chunk
+
+    def part(start: int) -> list[bytes]:
+        compressor = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=False)
+        out = []
+        for off in range(start, min(start + step, len(data)), chunk):
+            piece = view[off:off + chunk]
+            blake3.blake3(piece).digest()
+            out.append(compressor.compress(piece))
+        return out
+
+    with ThreadPoolExecutor(threads) as pool:
+        frames = [f for part_frames in pool.map(part, range(0, len(data), step)) for f in part_frames]
+    blob = hashlib.sha256()
+    for frame in frames:
+        blob.update(frame)
+
+
+def decompress_and_hash(frames: list[bytes], threads: int) -> None:
+    """What a pull must do at least: inflate each frame and blake3 the chunk, on ``threads`` threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import blake3
+    import zstandard
+
+    def part(group: list[bytes]) -> None:
+        decompressor = zstandard.ZstdDecompressor()
+        for frame in group:
+            blake3.blake3(decompressor.decompress(frame)).digest()
+
+    size = -(-len(frames) // threads)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(part, [frames[i:i + size] for i in range(0, len(frames), size)]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--image-mib", type=int, default=1024, help="apparent size of memory.bin")
@@ -143,6 +195,14 @@ def main() -> None:
         disk_w = timed_runs(lambda i: disk_write(target, data), args.repeat, before=lambda i: target.unlink(missing_ok=True))
         disk_r = timed_runs(lambda i: disk_read(target), args.repeat, before=lambda i: drop_file_cache(target))
         target.unlink()
+
+        # (iii) compress + hash (push) and decompress + hash (pull), in process, on every core
+        cores = os.cpu_count() or 1
+        comp = timed_runs(lambda i: compress_and_hash(data, cores), args.repeat)
+        zc = __import__("zstandard").ZstdCompressor(level=3, write_content_size=True, write_checksum=False)
+        frames = [zc.compress(data[o:o + 65536]) for o in range(0, nbytes, 65536)]
+        decomp = timed_runs(lambda i: decompress_and_hash(frames, cores), args.repeat)
+        frames = []
         data = b""  # free the buffer before the hub runs
 
         # forkd push into a fresh hub each run; pull from the last one into empty stores
@@ -186,22 +246,31 @@ def main() -> None:
 
     rows = []
     peers = {"put": median(raw_put), "get": median(raw_get), "dw": median(disk_w), "dr": median(disk_r)}
+    # the machine's limit for each direction: the slowest of the steps it cannot avoid
+    peers["push"] = max(peers["put"], peers["dw"], median(comp))
+    peers["pull"] = max(peers["get"], peers["dw"], median(decomp))
 
-    def row(name: str, times: list[float], vs_http: str | None, vs_disk: str | None) -> list[str]:
+    def row(name: str, times: list[float], vs_http: str | None, vs_disk: str | None,
+            vs_limit: str | None = None) -> list[str]:
         rate = mib_s(nbytes, median(times))
         ratio = lambda key: f"{mib_s(nbytes, median(times)) / mib_s(nbytes, peers[key]):.2f}x" if key else ""  # noqa: E731
-        return [name, fmt_runs(times), f"{median(times):.3f}", f"{rate:.0f}", ratio(vs_http), ratio(vs_disk)]
+        return [name, fmt_runs(times), f"{median(times):.3f}", f"{rate:.0f}", ratio(vs_http), ratio(vs_disk),
+                ratio(vs_limit)]
 
     rows.append(row("raw loopback PUT (curl -> http.server, discard)", raw_put, None, None))
     rows.append(row("raw loopback GET (http.server -> curl)", raw_get, None, None))
     rows.append(row("raw disk write + fsync (4 MiB writes)", disk_w, None, None))
     rows.append(row("raw disk read, file evicted from cache", disk_r, None, None))
-    rows.append(row("forkd push base (CLI, fresh hub)", push_t, "put", "dw"))
-    rows.append(row("forkd pull into an empty store (CLI)", pull_t, "get", "dr"))
+    rows.append(row(f"zstd-3 + blake3 + sha256 ({cores} threads)", comp, None, None))
+    rows.append(row(f"unzstd + blake3 ({cores} threads)", decomp, None, None))
+    rows.append(row("forkd push base (CLI, fresh hub)", push_t, "put", "dw", "push"))
+    rows.append(row("forkd pull into an empty store (CLI)", pull_t, "get", "dr", "pull"))
 
     print(f"hub_transfer: memory.bin {human(info.size)} apparent, {human(nbytes)} data "
           f"(half random, half text-like, rest holes); median of {args.repeat}; {MACHINE_NOTE}")
-    print_table(["operation", "runs (s)", "median s", "MiB/s data", "vs loopback", "vs disk"], rows)
+    print_table(["operation", "runs (s)", "median s", "MiB/s data", "vs loopback", "vs disk", "vs limit"], rows)
+    print("limit: the slowest of loopback, disk write and (de)compress + hash, each measured above "
+          "(push: PUT, write, zstd; pull: GET, write, unzstd)")
 
     logical = info.size
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from manifest.chunktree import file_chunk_tree
@@ -124,9 +124,11 @@ class VerifiedRecord:
             return {}
         return {a: v for a, v in row[2].items() if a != _TREE}
 
-    def chunk_tree(self, path: str | os.PathLike[str], chunk_size: int) -> str:
+    def chunk_tree(self, path: str | os.PathLike[str], chunk_size: int,
+                   compute: Callable[[str | os.PathLike[str], int], str] = file_chunk_tree) -> str:
         """The chunk-tree digest (``blake3:…``) of ``path`` cut in ``chunk_size`` chunks, reading the
-        file only when no trusted row holds it for that chunk size; what is read is recorded.
+        file (with ``compute``) only when no trusted row holds it for that chunk size; what is read
+        is recorded.
 
         Raises OSError (file missing or unreadable), InvalidChunkSize.
         """
@@ -139,7 +141,7 @@ class VerifiedRecord:
         size, _, recorded = known.get(_TREE, "").partition(" ")
         if recorded and size == str(chunk_size):
             return recorded
-        tree = file_chunk_tree(key, chunk_size)
+        tree = compute(path, chunk_size)
         if _fingerprint(os.stat(key)) == fp:
             known[_TREE] = f"{chunk_size} {tree}"
             self._store(key, fp, known)

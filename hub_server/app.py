@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Sequence
 
@@ -56,8 +57,17 @@ def route_handlers() -> list[ControllerRouterHandler]:
     return handlers
 
 
-def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerRouterHandler] = ()) -> Litestar:
-    """Build the hub's ASGI app for ``settings`` (nothing is opened until the lifespan starts)."""
+def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerRouterHandler] = (),
+               freeze_gc: bool = False) -> Litestar:
+    """Build the hub's ASGI app for ``settings`` (nothing is opened until the lifespan starts).
+
+    ``freeze_gc`` (what ``forkd-hub serve`` passes): once started, move every object alive to
+    the collector's permanent generation (``gc.freeze``). The app, its routes, schemas and
+    SQLAlchemy's mappers are hundreds of thousands of objects that live as long as the process;
+    without this, each full collection walks them all (a 263 ms pause under load in one probe,
+    docs/benchmarks.md), stalling every request on that worker. Leave it off where many apps
+    come and go in one process (tests).
+    """
     metrics = HubMetrics()
 
     @contextlib.asynccontextmanager
@@ -66,6 +76,9 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
             app.state.update(hub=hub, engine=hub.engine, sessions=hub.sessions, store=hub.store, tokens=hub.tokens,
                              authenticator=hub.authenticator, audit=hub.audit, metrics=hub.metrics,
                              registry=hub.registry, settings=settings)
+            if freeze_gc:
+                gc.collect()
+                gc.freeze()
             async with _periodic_gc(hub.registry, settings.gc_interval), hub.deliverer.running():
                 yield
 
@@ -107,7 +120,7 @@ def create_app_from_environment() -> Litestar:
 
     settings = load_settings()
     configure_logging(settings.log_level.upper())
-    return create_app(settings)
+    return create_app(settings, freeze_gc=True)
 
 
 @contextlib.asynccontextmanager

@@ -123,7 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     def config() -> uvicorn.Config:
         return uvicorn.Config(
-            create_app(settings),
+            create_app(settings, freeze_gc=True),
             host=settings.host,
             port=settings.port,
             log_config=None,  # keep our JSON logging

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
+from manifest.chunktree import file_chunk_tree
 from manifest.layer import DataBlob
 from manifest.signature import fingerprint
 
@@ -141,7 +142,7 @@ def push(
 
     def chunk_tree(path: Path, size: int) -> str:
         # kept in the verified record: an unchanged parent or base is not read again, here or next push
-        return store.verified.chunk_tree(path, size)
+        return store.verified.chunk_tree(path, size, file_chunk_tree)
 
     for snap in chain:
         key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"

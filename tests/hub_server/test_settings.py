@@ -62,3 +62,13 @@ def test_sizes_and_durations():
     for bad in ("", "1x", "-1h"):
         with pytest.raises(SettingsError):
             parse_duration(bad)
+
+
+def test_workers_and_cache_ttl() -> None:
+    """Issue 15: ``--workers`` is a positive count, ``--cache-ttl`` a duration where 0 turns the caches off."""
+    settings = load_settings({"workers": "2", "cache_ttl": "500ms"}, env={})
+    assert (settings.workers, settings.cache_ttl) == (2, 0.5)
+    assert load_settings({}, env={"FORKD_HUB_CACHE_TTL": "0"}).cache_ttl == 0
+    assert (load_settings({}, env={}).workers, load_settings({}, env={}).cache_ttl) == (1, 2.0)
+    with pytest.raises(SettingsError, match="FORKD_HUB_WORKERS"):
+        load_settings({}, env={"FORKD_HUB_WORKERS": "0"})
