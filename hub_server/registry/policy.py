@@ -176,7 +176,7 @@ async def apply_policy_change(session: AsyncSession, ctx: RegistryContext, repo:
     for name, value in columns.items():
         setattr(row, name, value)
     after = combine(row, ctx).to_json()
-    changed = {k: v for k, v in after.items() if before[k] != v or (k == "immutableSource" and before[k] != v)}
+    changed = {k: v for k, v in after.items() if before[k] != v}
     if columns:
         row.updated_at = ctx.clock()
         session.add(row)

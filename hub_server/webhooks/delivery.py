@@ -70,6 +70,8 @@ class DeliveryPolicy:
     """Finished deliveries kept per webhook when the loop prunes the log."""
     log_max_age: float = 30 * 86400.0
     """Seconds a finished delivery stays in the log at most."""
+    prune_every: float = PRUNE_EVERY.total_seconds()
+    """Seconds between two prunings of the log by the loop."""
 
     def tls_context(self) -> ssl.SSLContext:
         """The context HTTPS deliveries verify with. Raises ``OSError``/``ssl.SSLError`` for an unreadable CA file."""
@@ -163,7 +165,7 @@ class Deliverer:
 
     async def _prune_now_and_then(self) -> None:
         now = self._clock()
-        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY:
+        if self._pruned_at is None or now - self._pruned_at >= timedelta(seconds=self.policy.prune_every):
             self._pruned_at = now
             pruned = await self.prune_log()
             if pruned:

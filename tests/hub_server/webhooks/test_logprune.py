@@ -74,6 +74,38 @@ def test_keep_the_newest_per_webhook_and_drop_the_old_but_never_a_pending_one(hu
         hub.call(prune_deliveries, sessions, keep=0, max_age=timedelta(days=1), now=now)
 
 
+def test_the_delivery_loop_prunes_the_log_now_and_then(hub):
+    import asyncio
+
+    from hub_server.webhooks.delivery import Deliverer, DeliveryPolicy
+    from hub_server.webhooks.guard import AllowList
+
+    ids = _seed(hub)
+    policy = DeliveryPolicy(AllowList(), poll=0.05, log_keep=2, prune_every=0.05)
+    deliverer = Deliverer(hub.registry.ctx.sessions, policy)
+
+    want = {*ids["a"][:2], *ids["b"][:2]}
+
+    async def run() -> set[str]:
+        async with deliverer.running():
+            for _ in range(200):
+                left = (await _left_async(hub))[0]
+                if left == want:
+                    break
+                await asyncio.sleep(0.05)
+        return left
+
+    # the old pending deliveries are refused (nothing is allowed), then pruned as over 30 days old
+    assert hub.call(run) == want
+
+
+async def _left_async(hub) -> tuple[set[str], int]:
+    async with hub.registry.ctx.sessions() as session:
+        deliveries = set((await session.exec(select(WebhookDelivery.id))).all())
+        attempts = len((await session.exec(select(WebhookAttempt.id))).all())
+        return deliveries, attempts
+
+
 def test_the_prune_command(tmp_path, capsys):
     from litestar.testing import TestClient
 
