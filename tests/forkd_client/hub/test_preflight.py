@@ -45,8 +45,11 @@ def test_an_existing_local_tag_is_refused_before_any_chunk_moves(chain3, other_s
 def test_pulling_what_this_host_just_pushed_transfers_no_chunk(chain3, inproc_hub):
     client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
     push(chain3, client, "head", REF)
+    junk = chain3.path("base").parent / "junk"  # an unrelated snapshot whose metadata does not read
+    junk.mkdir()
+    (junk / "snapshot.json").write_text("{not json")
     same_tag = pull(chain3, client, REF, as_tag="head")
-    assert same_tag.up_to_date and chain3.tags() == ["base", "head", "mid"]
+    assert same_tag.up_to_date and chain3.tags() == ["base", "head", "junk", "mid"]
 
     other_tag = pull(chain3, client, REF, as_tag="py")
     assert [link.reused for link in other_tag.links] == [True, True, False]

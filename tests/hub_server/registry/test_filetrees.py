@@ -87,3 +87,26 @@ def test_chunk_list_cache_is_bounded_and_keyed_by_content(budget):
     else:
         assert kept == lists
         assert cache.get(FALSE) is None
+
+
+def test_a_child_of_a_damaged_ancestor_names_the_ancestor(hub: Hub, admin_token, images, tmp_path, monkeypatch):
+    """A base stored before the proof existed (switched off here) with a false digest: its child is refused."""
+    from hub_server.registry import manifests
+
+    pusher = hub.pusher(admin_token)
+    good = pusher.build_layer("acme/vm", *images[0], tmp_path / "b")
+    lying = with_memory_digest(good, FALSE)
+
+    async def unproven(*args, **kwargs):
+        return None
+
+    with monkeypatch.context() as m:
+        m.setattr(manifests, "prove_file_digests", unproven)
+        pusher.push_layer("acme/vm", lying, "base")
+    child = pusher.build_layer("acme/vm", *images[1], tmp_path / "c", lying)
+    child = child.rebuild(chunk_map=replace(child.chunk_map, parent_digest=FALSE))
+    upload_all(pusher, "acme/vm", child)
+    detail = expect_error(put(hub, admin_token, "acme/vm", "v1", child.manifest), 400, "MANIFEST_INVALID")
+    assert detail == {"file": mt.MEMORY_FILE, "digest": FALSE, "actual": good.chunk_map.digest}
+    message = put(hub, admin_token, "acme/vm", "v1", child.manifest).json()["errors"][0]["message"]
+    assert f"layer {lying.digest} (an ancestor)" in message
