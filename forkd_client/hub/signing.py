@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from manifest.signature import (
+    ANNOTATION_KEY,
     EMPTY_CONFIG,
     EMPTY_CONFIG_BYTES,
     MAX_ENVELOPE_BYTES,
@@ -108,6 +109,10 @@ def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519Pub
         found = client.referrers(name, digest, SIGNATURE_ARTIFACT)
     except NotFound:
         found = []
+    # Those naming a trusted key first: junk referrers anyone with push rights can add must not
+    # push a genuine signature past the candidates this looks at.
+    trusted_ids = {fingerprint(k) for k in keys}
+    found = sorted(found, key=lambda d: (d.get("annotations") or {}).get(ANNOTATION_KEY) not in trusted_ids)
     reasons: list[str] = []
     for descriptor in found[:MAX_CANDIDATES]:
         artifact = str(descriptor.get("digest", ""))

@@ -45,6 +45,10 @@ from manifest.signature import (
 __all__ = ["SignatureClaim", "SignaturePolicy", "SignaturePolicyError", "signature_claims"]
 
 
+#: signature referrers looked at per check (junk referrers cannot make a check arbitrarily long)
+MAX_CANDIDATES = 32
+
+
 class SignaturePolicyError(ValueError):
     """The policy file cannot be used (names the file and what is wrong)."""
 
@@ -96,7 +100,8 @@ class SignaturePolicy:
             return None
         full = f"{namespace}/{name}"
         reasons: list[str] = []
-        for artifact in await _signature_referrers(ctx, repository_id, digest):
+        wanted_ids = {fingerprint(k) for k in keys}
+        for artifact in await _signature_referrers(ctx, repository_id, digest, wanted_ids):
             try:
                 manifest = await _read_small(ctx, blob_key(artifact))
                 envelope = await _read_small(ctx, blob_key(envelope_digest_of(manifest, digest)))
@@ -150,17 +155,21 @@ async def _read_small(ctx: RegistryContext, key: str) -> bytes:
     return await ctx.store.read(key)
 
 
-async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, digest: str) -> list[str]:
-    """Digests of the signature artifacts linked to the repository whose subject is ``digest``."""
+async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, digest: str,
+                               first: set[str] | None = None) -> list[str]:
+    """Digests of the signature artifacts linked to the repository whose subject is ``digest``, newest
+    first, those whose annotation names a key in ``first`` before the others; at most MAX_CANDIDATES."""
     if repository_id is None:
         return []
     async with ctx.sessions() as session:
         rows = await session.exec(
-            select(Manifest.digest)
+            select(Manifest.digest, Manifest.annotations)  # type: ignore[call-overload]
             .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
             .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
             .where(col(RepositoryManifest.repository_id) == repository_id,
                    col(ManifestSubject.subject_digest) == digest,
                    col(Manifest.artifact_type) == SIGNATURE_ARTIFACT)
             .order_by(col(Manifest.created_at).desc()))
-        return list(rows.all())
+        found = list(rows.all())
+    found.sort(key=lambda row: (row[1] or {}).get(ANNOTATION_KEY) not in (first or set()))
+    return [row[0] for row in found[:MAX_CANDIDATES]]

@@ -15,7 +15,8 @@
 #   BASE_TAG             tag of the base on the hub (default: base)
 #   MEM_MIB              guest memory of the base (default 256)
 #   FORKD_HOME           local store (cache it between runs to skip re-baking an unchanged base)
-#   FORKD_PUSH_ARGS      extra arguments for both pushes (e.g. --json or --annotation k=v, where supported)
+#   FORKD_PUSH_ARGS      extra arguments for both pushes (e.g. --annotation k=v, where supported)
+#   PUSH_SUMMARY         keep the link push's --json summary (digest, signature, bytes sent, links) in this file
 #
 # Prints the pushed link as REPO@DIGEST on the last line. Exit status: 0 published; otherwise that of
 # the failing forkd command (its message on stderr says what was wrong).
@@ -62,5 +63,7 @@ fi
 
 # 3. sign and push: each head is signed before its tag moves (a hub may require it for the namespace)
 "$FORKD" push "$local_base" "$REPO:$BASE_TAG" --sign "$key" "${extra[@]}" >&2
-digest="$("$FORKD" push "$local_link" "$REPO:$TAG" --sign "$key" --quiet)"
+summary="${PUSH_SUMMARY:-$work/push.json}"
+"$FORKD" push "$local_link" "$REPO:$TAG" --sign "$key" --json "${extra[@]}" > "$summary"
+digest="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["digest"])' "$summary")"
 echo "$REPO@$digest"

@@ -43,11 +43,14 @@ def test_the_ci_script_bakes_signs_and_pushes_and_the_pull_verifies(tmp_path):
                "FORKD_HOME": str(tmp_path / "ci-home"), "XDG_CONFIG_HOME": str(tmp_path / "ci-cfg"),
                "FORKD_SIGNING_KEY_PEM": key.read_text(), "REPO": "team/python", "MEM_MIB": "128",
                "BASE_EXEC": "echo base > /root/base", "LINK_EXEC": "echo numpy > /root/link", "GITHUB_SHA": "0123456789abcdef0"}
-        published = run_script(env)
+        published = run_script(env, PUSH_SUMMARY=str(tmp_path / "push.json"))
         assert published.returncode == 0, published.stderr
         reference = published.stdout.strip().splitlines()[-1]
-        assert reference.startswith("team/python@sha256:")
-        assert "signed: sha256:" in published.stderr
+        summary = json.loads((tmp_path / "push.json").read_text())
+        assert reference == f"team/python@{summary['digest']}"
+        assert summary["signature"].startswith("sha256:")
+        assert [link["skipped"] for link in summary["links"]] == [True, False]  # the base went up just before
+        assert "signed: sha256:" in published.stderr  # the base push's human output
 
         consumer = User(tmp_path / "consumer", hub, FORKD_TOKEN=hub.token("consumer", "pull:team/*"))
         pulled = consumer.json("pull", "team/python:0123456789ab", "--as", "numpy",

@@ -7,14 +7,16 @@ import base64
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from forkd_client.hub.client import HubClient
 from forkd_client.hub.errors import DigestInvalid, SignatureInvalid
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.hub.signing import TrustedKeys, verify_head
+from forkd_client.hub.signing import TrustedKeys, push_signature, verify_head
 from forkd_client.store import SnapshotStore
 from manifest.signature import (
     SIGNATURE_ARTIFACT,
@@ -25,6 +27,7 @@ from manifest.signature import (
 )
 
 from ..snapshots import make_link_source
+from .hubproxy import proxy
 
 REF = Reference.parse("team/py:v1")
 
@@ -156,3 +159,44 @@ def test_trusted_keys_per_namespace_from_the_client_config(tmp_path: Path, key):
     config.write_text('{"namespaces": {"team": "keys/team.pub"}}')
     with pytest.raises(SignatureError, match="namespace 'team' must list key file paths"):
         trusted.for_namespace("team")
+
+
+def test_a_hub_that_lists_another_heads_signature_as_a_referrer_is_refused(chain3, other_store, inproc_hub, key,
+                                                                            tmp_path):
+    """The referrer link is the hub's word: a hostile hub answers the referrers of B with A's genuine
+    signature artifact. The artifact's own subject (A) gives it away."""
+    client = inproc_hub.client(inproc_hub.token("ci", "push:team/*"))
+    a = push(chain3, client, "head", Reference.parse("team/py:a"), sign=key)
+    other = make_link_source(tmp_path / "other", chain3.path("mid") / "memory.bin", seed=7)
+    chain3.import_snapshot(other, "other", parent="mid")
+    b = push(chain3, client, "other", Reference.parse("team/py:b"))
+    listing = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                          "manifests": client.referrers("team/py", a.digest)}).encode()  # A's genuine referrers
+    assert a.signature in listing.decode()
+
+    def tamper(request: httpx.Request):
+        if request.url.path == f"/v2/team/py/referrers/{b.digest}":
+            return httpx.Response(200, content=listing, headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+        return None
+
+    hostile = HubClient("http://hub.test", client.token, http=proxy(inproc_hub, tamper))
+    with pytest.raises(SignatureInvalid, match=f"the artifact's subject is {a.digest}, not {b.digest}"):
+        pull(other_store, hostile, Reference.parse("team/py:b"), as_tag="b", verify_keys=[key.public_key()])
+    assert installed(other_store) == []
+
+
+def test_junk_referrers_do_not_hide_a_genuine_signature(chain3, other_store, client, key):
+    """Anyone with push rights may add referrers; those naming a trusted key are checked first."""
+    pushed = push(chain3, client, "head", REF)
+    junk = Ed25519PrivateKey.generate()
+    for i in range(40):
+        envelope = sign_digest(junk, pushed.digest, f"team/junk{i}")
+        head, _ = client.get_manifest("team/py", pushed.digest)
+        artifact = signature_artifact(envelope, fingerprint(junk.public_key()), pushed.digest, len(head))
+        client.finish_upload(client.upload_chunk(client.start_upload("team/py"), envelope, 0), artifact.envelope_digest)
+        if i == 0:
+            client.finish_upload(client.upload_chunk(client.start_upload("team/py"), b"{}", 0),
+                                 "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
+        client.put_manifest("team/py", artifact.digest, artifact.manifest)
+    genuine = push_signature(client, "team/py", pushed.digest, key)  # the newest, behind 40 junk ones
+    assert verify_head(client, "team/py", pushed.digest, [key.public_key()]).artifact == genuine
