@@ -73,7 +73,7 @@ def test_one_clone_file_and_one_atomic_write() -> None:
     for name, tree in MODULES:
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name in ("clone_file", "atomic_write", "write_atomically",
-                                                                   "write_file_atomic", "fsync_dir"):
+                                                                   "write_file_atomic", "fsync_dir", "_fsync_dir"):
                 defined.setdefault(node.name, []).append(name)
     assert defined == {
         "clone_file": ["manifest/fileops.py"],

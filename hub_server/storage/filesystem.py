@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from manifest.fileops import fsync_dir
+
 from .base import BlobInfo, BlobStore, BlobStream, BlobWriter, Capabilities, checked_range
 from .errors import BlobNotFound, InvalidKey, StorageError, StorageUnavailable, WriterClosed, from_os_error
 from .keys import RESERVED_PREFIX, validate_key
@@ -208,7 +210,7 @@ class FilesystemStore(BlobStore):
                     os.rmdir(dst_path)
                 except OSError:
                     raise InvalidKey(key, "it is already the parent of other keys") from None
-        _fsync_dir(parent)
+        fsync_dir(parent)
 
     def _makedirs(self, directory: str, key: str) -> None:
         missing: list[str] = []
@@ -225,7 +227,7 @@ class FilesystemStore(BlobStore):
                 continue  # created concurrently
             except NotADirectoryError:
                 raise InvalidKey(key, "one of its parents is an object") from None
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
 
     def _prune(self, directory: str) -> None:
         """Remove now-empty parent directories of a deleted key, up to (not including) root."""
@@ -298,14 +300,6 @@ def _is_key(key: str) -> bool:
 
 def _mtime(st: os.stat_result) -> datetime:
     return datetime.fromtimestamp(st.st_mtime, UTC)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, *chunks: bytes | bytearray | memoryview) -> None:
