@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MACHINE_NOTE, median, MiB, print_table, ROOT  # noqa: E402
+from common import MACHINE_NOTE, ROOT, MiB, median, print_table  # noqa: E402
 from images import make_memory_image, make_vmstate  # noqa: E402
 from manifest_rps import OCI_MANIFEST, run_wrk  # noqa: E402
-from procs import ForkdUser, free_port, HubServer, log_summary, stop_process, wait_http  # noqa: E402
+from procs import ForkdUser, HubServer, free_port, log_summary, stop_process, wait_http  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MACHINE_NOTE, median, MiB, print_table, timed  # noqa: E402
+from common import MACHINE_NOTE, MiB, median, print_table, timed  # noqa: E402
 from images import make_child_image, make_memory_image, make_vmstate  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary  # noqa: E402
 

@@ -25,6 +25,7 @@ for an unknown algorithm or a malformed digest given to :meth:`VerifiedRecord.re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -94,10 +95,8 @@ class VerifiedRecord:
         self._db.execute(_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(verified)")}
         if "chunk_tree" not in columns:  # a record written before chunk trees were kept
-            try:
+            with contextlib.suppress(sqlite3.OperationalError):  # another process may add it first
                 self._db.execute("ALTER TABLE verified ADD COLUMN chunk_tree TEXT")
-            except sqlite3.OperationalError:  # another process added it first
-                pass
 
     def close(self) -> None:
         self._db.close()
@@ -244,7 +243,7 @@ class VerifiedRecord:
         if row is None:
             return None
         digests = {a: v for a, v in (("blake3", row[6]), ("sha256", row[7]), (_TREE, row[8])) if v}
-        return tuple(row[:5]), row[5], digests  # type: ignore[return-value]
+        return tuple(row[:5]), row[5], digests
 
     def _store(self, key: str, fp: Fingerprint, digests: Mapping[str, str]) -> None:
         self._db.execute(

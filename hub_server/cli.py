@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-
 from hub_server import cli_repos, cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url

@@ -28,7 +28,7 @@ __all__ = ["register"]
 _DEFAULT = "default"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``repo`` command (``policy``)."""
     repo = subparsers.add_parser("repo", help="repository settings: immutable tags, retention")
     commands = repo.add_subparsers(dest="repo_command", metavar="COMMAND", required=True)

@@ -32,7 +32,7 @@ __all__ = ["PROBLEMS_FOUND", "register"]
 PROBLEMS_FOUND = 3
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     verify = subparsers.add_parser("verify", help="re-hash stored objects, check the database against the store")
     add_store_args(verify)
     verify.add_argument("--quarantine", action="store_true",

@@ -17,6 +17,7 @@ answered by one worker: counters are that worker's), periodic GC and the webhook
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -61,10 +62,8 @@ def run_workers(serve_one: Callable[[socket.socket], int], host: str, port: int,
         nonlocal stopping
         stopping = True
         for pid in list(children):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
 
     previous = {sig: signal.signal(sig, stop_all) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

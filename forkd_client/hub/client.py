@@ -23,8 +23,17 @@ from manifest.jsontext import loads as loads_json
 from manifest.mediatypes import BLOB_PLAN
 from manifest.model import MAX_MANIFEST_BYTES
 
-from .errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable, NotFound, SignatureRequired,
-                     TagConflict, Unauthorized)
+from .errors import (
+    DigestInvalid,
+    Forbidden,
+    HasDependents,
+    HubError,
+    HubUnreachable,
+    NotFound,
+    SignatureRequired,
+    TagConflict,
+    Unauthorized,
+)
 from .presigned import PresignedCache, merge_spans, parse_plan, read_plan, slice_spans
 from .transport import make_http_client
 

@@ -125,7 +125,7 @@ def index_held_head(store: SnapshotStore, client: HubClient, name: str, plan: Pu
         for role, chunk_map in maps.items():
             cs = chunk_map.chunk_size
             index.add(plan.head_holder.dir / role,
-                      ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))  # type: ignore[misc]
+                      ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
                        for e in chunk_map.entries if e.digest is not None))
     finally:
         index.close()

@@ -139,7 +139,7 @@ def read_plan(plan: BlobPlan, batch: Sequence[tuple[int, int]], gap: int, max_sp
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(jobs)))) as pool:
         bodies = list(pool.map(lambda job: get(plan.sources[job[0]], *job[1]), jobs))
     by_source: dict[int, tuple[list[tuple[int, int]], list[memoryview]]] = {}
-    for (source, span), body in zip(jobs, bodies):
+    for (source, span), body in zip(jobs, bodies, strict=True):
         by_source.setdefault(source, ([], []))[0].append(span)
         by_source[source][1].append(body)
     pieces = [slice_spans([(at, length)], *by_source[source])[0] for _, length, source, at in plan.segments]

@@ -195,7 +195,7 @@ def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkI
         raise
 
 
-def _raise_failed_check(waiting: list["_Fetched"]) -> None:
+def _raise_failed_check(waiting: list[_Fetched]) -> None:
     """Deferred installs: re-raise the first failed check of the waiting links (their staged files
     are then not resumed), so it is reported rather than what it caused downstream."""
     for fetched in waiting:

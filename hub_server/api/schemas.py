@@ -170,11 +170,11 @@ class RetentionPatch(_Wire, forbid_unknown_fields=True):
 class RepositoryPatch(_Wire, forbid_unknown_fields=True):
     public: bool | None = None
     description: str | None = None
-    immutable_tags: bool | None | msgspec.UnsetType = msgspec.UNSET
+    immutable_tags: bool | msgspec.UnsetType | None = msgspec.UNSET
     """true/false on this repository; null: follow the hub default."""
-    immutable_exempt: str | None | msgspec.UnsetType = msgspec.UNSET
+    immutable_exempt: str | msgspec.UnsetType | None = msgspec.UNSET
     """Comma-separated tag globs that stay movable; null: the hub default."""
-    retention: RetentionPatch | None | msgspec.UnsetType = msgspec.UNSET
+    retention: RetentionPatch | msgspec.UnsetType | None = msgspec.UNSET
     """Retention rules (replacing the current ones); null: no retention."""
 
     def policy_change(self) -> PolicyChange:
@@ -186,8 +186,8 @@ class RepositoryPatch(_Wire, forbid_unknown_fields=True):
             immutable_tags=field(self.immutable_tags),  # type: ignore[arg-type]
             immutable_exempt=field(self.immutable_exempt),  # type: ignore[arg-type]
             retention=UNCHANGED if retention is msgspec.UNSET else None if retention is None else {
-                "keepLast": retention.keep_last, "keepDays": retention.keep_days,  # type: ignore[union-attr]
-                "pattern": retention.pattern},  # type: ignore[union-attr]
+                "keepLast": retention.keep_last, "keepDays": retention.keep_days,
+                "pattern": retention.pattern},
         )
 
 

@@ -126,7 +126,7 @@ class CatalogService:
             if public is not None and public != repo.public:
                 repo.public = changes["public"] = public
             if description is not None and description != repo.description:
-                repo.description = changes["description"] = description  # type: ignore[assignment]
+                repo.description = changes["description"] = description
             if changes or policy_changes:
                 repo.updated_at = self.ctx.clock()
                 session.add(repo)

@@ -55,6 +55,6 @@ async def clear_marks(ctx: RegistryContext, *, before: datetime | None = None) -
         statement = delete(Damage)
         if before is not None:
             statement = statement.where(col(Damage.found_at) < before)
-        result = await session.exec(statement)  # type: ignore[call-overload]
+        result = await session.exec(statement)
         await session.commit()
         return int(result.rowcount or 0)

@@ -47,8 +47,8 @@ from hub_server.registry.oci_content import OciDocument, is_forkd_document, load
 from hub_server.registry.oci_plan import plan_generic
 from hub_server.registry.paths import blob_key
 from hub_server.registry.policy import tag_is_immutable
-from hub_server.registry.readcache import CachedManifest
 from hub_server.registry.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
+from hub_server.registry.readcache import CachedManifest
 from hub_server.registry.recipes import read_blob_range
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.registry.tags import ANY, move_tag, resolve_reference

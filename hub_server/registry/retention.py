@@ -92,7 +92,7 @@ async def expire_tags(ctx: RegistryContext, expired: list[ExpiredTag], actor: st
     done: list[ExpiredTag] = []
     async with ctx.sessions() as session:
         for item in expired:
-            result = await session.exec(delete(Tag).where(  # type: ignore[call-overload]
+            result = await session.exec(delete(Tag).where(
                 col(Tag.repository_id) == item.repository_id, col(Tag.name) == item.tag,
                 col(Tag.manifest_digest) == item.digest))
             if result.rowcount == 1:

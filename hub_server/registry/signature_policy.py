@@ -163,7 +163,7 @@ async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, 
         return []
     async with ctx.sessions() as session:
         rows = await session.exec(
-            select(Manifest.digest, Manifest.annotations)  # type: ignore[call-overload]
+            select(Manifest.digest, Manifest.annotations)
             .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
             .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
             .where(col(RepositoryManifest.repository_id) == repository_id,

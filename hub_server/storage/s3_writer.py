@@ -86,9 +86,8 @@ async def _listed_parts(store: S3Store, key: str, checkpoint: Checkpoint) -> lis
     while True:
         page = await store.call(key, store.client.list_parts, Bucket=store.bucket, Key=name,
                                 UploadId=checkpoint.upload_id, PartNumberMarker=marker)
-        for part in page.get("Parts", []):
-            if part["PartNumber"] <= checkpoint.parts:
-                parts.append({"PartNumber": part["PartNumber"], "ETag": part["ETag"], "Size": int(part["Size"])})
+        parts.extend({"PartNumber": part["PartNumber"], "ETag": part["ETag"], "Size": int(part["Size"])}
+                     for part in page.get("Parts", []) if part["PartNumber"] <= checkpoint.parts)
         if not page.get("IsTruncated"):
             break
         marker = int(page["NextPartNumberMarker"])

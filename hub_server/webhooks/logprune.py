@@ -44,7 +44,7 @@ async def prune_deliveries(sessions: async_sessionmaker[AsyncSession], *, keep: 
         ids = sorted(doomed)
         for start in range(0, len(ids), _BATCH):
             batch = ids[start:start + _BATCH]
-            await session.exec(delete(WebhookAttempt).where(col(WebhookAttempt.delivery_id).in_(batch)))  # type: ignore[call-overload]
-            await session.exec(delete(WebhookDelivery).where(col(WebhookDelivery.id).in_(batch), finished))  # type: ignore[call-overload]
+            await session.exec(delete(WebhookAttempt).where(col(WebhookAttempt.delivery_id).in_(batch)))
+            await session.exec(delete(WebhookDelivery).where(col(WebhookDelivery.id).in_(batch), finished))
         await session.commit()
     return len(ids)

@@ -9,10 +9,28 @@ from pathlib import Path
 import pytest
 
 from forkd_client.cli import exitcodes as ec
-from forkd_client.errors import (ChainBroken, DependentsExist, FileContentMismatch, Interrupted, InvalidTag,
-                                 ParentContentMismatch, SnapshotExists, SnapshotNotFound, UsageError)
-from forkd_client.hub.errors import (DigestInvalid, Forbidden, HasDependents, HubError, HubUnreachable,
-                                     InvalidReference, NotFound, TagConflict, Unauthorized)
+from forkd_client.errors import (
+    ChainBroken,
+    DependentsExist,
+    FileContentMismatch,
+    Interrupted,
+    InvalidTag,
+    ParentContentMismatch,
+    SnapshotExists,
+    SnapshotNotFound,
+    UsageError,
+)
+from forkd_client.hub.errors import (
+    DigestInvalid,
+    Forbidden,
+    HasDependents,
+    HubError,
+    HubUnreachable,
+    InvalidReference,
+    NotFound,
+    TagConflict,
+    Unauthorized,
+)
 from manifest.errors import DigestMismatch
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"

@@ -28,7 +28,7 @@ def test_a_port_in_use_is_refused_before_any_worker_starts(tmp_path: Path) -> No
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="in use"):
             port_socket("127.0.0.1", port).close()
         done = subprocess.run(forkd_hub("serve", "--workers", "2", "--port", str(port), "--data-dir",
                                         str(tmp_path / "hub")), capture_output=True, text=True, timeout=120)

@@ -35,7 +35,7 @@ def test_an_existing_local_tag_is_refused_before_any_chunk_moves(chain3, other_s
     push(chain3, client, "head", REF)
     other_store.import_snapshot(make_base_source(tmp_path / "mine", seed=42), "py")
     before = client.bytes_received
-    with pytest.raises(SnapshotExists, match="'py' already exists .* --as ANOTHER_TAG, or --force"):
+    with pytest.raises(SnapshotExists, match=r"'py' already exists .* --as ANOTHER_TAG, or --force"):
         pull(other_store, client, REF, as_tag="py")
     assert client.bytes_received - before < 20_000  # the chain's manifests and configs, no chunks
     assert staged(other_store) == [] and other_store.tags() == ["py"]

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from forkd_client.hub.errors import HubError
-from forkd_client.hub.presigned import (MAX_REUSE_SECONDS, PresignedCache, merge_spans, parse_plan, read_plan,
-                                        slice_spans)
+from forkd_client.hub.presigned import (
+    MAX_REUSE_SECONDS,
+    PresignedCache,
+    merge_spans,
+    parse_plan,
+    read_plan,
+    slice_spans,
+)
 
 
 def test_spans_merge_neighbours_within_the_gap_and_the_size_limit():
@@ -76,7 +82,7 @@ def test_a_plan_is_fetched_from_its_sources_and_cut_back_into_the_ranges_asked()
     assert sorted(calls) == sorted([(A, 0, 600), (B, 10, 60)])
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize(("change", "message"), [
     ({"digest": "sha256:" + "1" * 64}, "not a plan for this blob"),
     ({"sources": ["file:///etc/passwd", B]}, "not http"),
     ({"segments": [[0, 100, 2, 0]]}, "malformed segment"),

@@ -8,8 +8,16 @@ import json
 import pytest
 
 from forkd_client.errors import UsageError
-from forkd_client.hub.provenance import (ARTIFACT_TYPE, BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, attach_provenance,
-                                         ci_annotations, parse_annotations, provenance_statement)
+from forkd_client.hub.provenance import (
+    ARTIFACT_TYPE,
+    BUILD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    attach_provenance,
+    ci_annotations,
+    parse_annotations,
+    provenance_statement,
+)
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 from forkd_client.hub.referrers import fetch_documents, list_referrers

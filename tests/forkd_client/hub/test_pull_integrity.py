@@ -37,7 +37,7 @@ def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
 
     monkeypatch.setattr(VerifiedRecord, "chunk_tree", tree)  # push asks the verified record for chunk trees
     token = inproc_hub.token("ci", "push:acme/*")
-    with pytest.raises(HubError, match="memory.bin declares digest .* could never be pulled"):
+    with pytest.raises(HubError, match=r"memory\.bin declares digest .* could never be pulled"):
         push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
 
     async def unproven(*args, **kwargs):

@@ -19,8 +19,8 @@ from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 from hub_server.storage.factory import create_store
-from tests.e2e.hubproc import HubProcess
 from manifest.mediatypes import BLOB_PLAN
+from tests.e2e.hubproc import HubProcess
 from tests.services.capture import CaptureRelay, HttpExchange, http_exchanges
 
 pytestmark = pytest.mark.slow

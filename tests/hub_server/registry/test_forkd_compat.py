@@ -270,7 +270,7 @@ def test_a_damaged_build_is_marked_once_and_refused_from_the_mark(hub: Hub, imag
                                     return_exceptions=True)
 
     with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd_compat"):
-        answers = hub.call(together) + [hub.call(together)[0]]
+        answers = [*hub.call(together), hub.call(together)[0]]
     assert all(isinstance(a, HubError) and a.code is ErrorCode.INTERNAL and a.detail["damaged"] for a in answers)
     assert all(f"chunk {victim.index}" in a.message for a in answers)  # the mark keeps the reason
     assert sum("cannot build the forkd pack" in r.getMessage() for r in caplog.records) == 1  # built once

@@ -89,8 +89,9 @@ def test_the_hub_default_applies_unless_the_repository_says_otherwise(make_hub, 
 def test_the_oci_manifest_put_is_held_too(hub: Hub, admin_token):
     upload(hub, admin_token, "acme/py", b"{}")
     first, second = artifact(annotations={"n": "1"}), artifact(annotations={"n": "2"})
-    put = lambda body: hub.client.put("/v2/acme/py/manifests/sig", content=body,
-                                      headers={**auth(admin_token), "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    def put(body: bytes):
+        return hub.client.put("/v2/acme/py/manifests/sig", content=body,
+                              headers={**auth(admin_token), "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
     check(put(first), 201)
     check(_settings(hub, admin_token, immutableTags=True), 200)
     expect_error(put(second), 409, "TAG_IMMUTABLE")
