@@ -60,6 +60,7 @@ __all__ = [
     "SignatureError",
     "SignedArtifact",
     "canonical_payload",
+    "envelope_digest_of",
     "fingerprint",
     "load_private_key",
     "load_public_key",
