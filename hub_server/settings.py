@@ -109,7 +109,7 @@ class Settings:
     immutable_exempt: str = "latest"
     """Hub-wide default: comma-separated tag globs that stay movable under immutable tags."""
     signature_policy: Path | None = None
-    """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0008-signatures.md)."""
+    """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0009-signatures.md)."""
     limits: Limits = field(default_factory=Limits)
 
     @property

@@ -16,7 +16,7 @@ signature artifact) carries the payload, the signature and the key id::
 
 The **artifact** is an OCI image manifest with ``artifactType`` :data:`SIGNATURE_ARTIFACT`, the
 empty config, that envelope as its only layer and ``subject`` the head's descriptor, so it is a
-referrer of the head and travels with OCI copies (docs/decisions/0008-signatures.md).
+referrer of the head and travels with OCI copies (docs/decisions/0009-signatures.md).
 
 Keys are Ed25519 (``cryptography``): private keys PKCS#8 PEM, public keys SubjectPublicKeyInfo PEM.
 

@@ -136,7 +136,7 @@ class ManifestService:
                 plan = await plan_index(self.ctx, session, principal, repo, document)
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
-        if reference.tag is not None and self.ctx.signatures is not None:  # docs/decisions/0008-signatures.md
+        if reference.tag is not None and self.ctx.signatures is not None:  # docs/decisions/0009-signatures.md
             await self.ctx.signatures.check_tag(self.ctx, repo.id if repo else None, namespace, name, digest)
         await verify_frames(partial(read_blob_range, self.ctx), plan.frames, plan.blob_sizes)
         if plan.proven_maps:  # format v2: the chunk digests hold, so the file digests can be proven from them

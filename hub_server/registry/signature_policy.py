@@ -1,5 +1,5 @@
 """Namespaces that require signed tags: the hub moves a tag there only onto a manifest that has a
-signature referrer made by one of the namespace's registered keys (docs/decisions/0008-signatures.md).
+signature referrer made by one of the namespace's registered keys (docs/decisions/0009-signatures.md).
 
 The policy is a JSON file named by ``FORKD_HUB_SIGNATURE_POLICY``, read
 once at start::
