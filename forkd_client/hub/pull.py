@@ -104,7 +104,7 @@ def pull(
     parsed = [_parse_link(link) for link in chain]
     _check_chain(client, ref, parsed)
     head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
-                          else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
+                          else local_tag_for(f"{ref.repository}-{ref.tag or (ref.digest or '').partition(':')[2][:12]}"))
     tags = _local_tags(store, parsed, head_tag)
     result = PullResult(str(ref), chain[-1].digest, head_tag)
     # Links are pipelined: while one link's files are fsynced and hashed on the verifier thread,
@@ -413,9 +413,8 @@ def _index_installed(store: SnapshotStore, index: LocalChunkIndex, tag: str, map
     (of other chains sharing them) read them locally."""
     for role, chunk_map in maps.items():
         cs = chunk_map.chunk_size
-        entries = [e for e in chunk_map.entries if not e.is_zero]
-        index.add(store.path(tag) / role,
-                  ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs)) for e in entries))  # type: ignore[misc]
+        index.add(store.path(tag) / role, ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
+                                           for e in chunk_map.entries if e.digest is not None))  # not a zero chunk
 
 
 def _marker_layer(marker: Path) -> str | None:
