@@ -129,7 +129,7 @@ def check_host_compat(compat: Mapping[str, Any], driver: HostCompatDriver, *,
     else:
         recorded_mem = compat.get("memMiB")
         mem_mib = recorded_mem if isinstance(recorded_mem, int) else 0
-    host_info = driver.host_compat(int(mem_mib), vcpus if isinstance(vcpus, int) else 1, devices)
+    host_info = driver.host_compat(mem_mib, vcpus if isinstance(vcpus, int) else 1, devices)
     host: dict[str, object] = dict(to_manifest_compat(dataclasses.replace(host_info, mem_mib=0)))
     host["memMiB"] = mem_mib  # may be fractional for an odd-sized file: then it differs
     recorded: dict[str, object] = dict(compat)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from . import mediatypes as mt
 from .chunking import ChunkGeometry, validate_chunk_size
@@ -70,6 +70,10 @@ def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str
     return value
 
 
+@overload
+def _digest(obj: dict[str, Any], key: str, path: str) -> str: ...
+@overload
+def _digest(obj: dict[str, Any], key: str, path: str, *, optional: bool) -> str | None: ...
 def _digest(obj: dict[str, Any], key: str, path: str, *, optional: bool = False) -> str | None:
     value = _get(obj, key, str, path, optional=optional)
     if value is not None and not is_digest(value):
@@ -116,7 +120,7 @@ class Descriptor:
             raise InvalidManifest(f"{path} must be an object")
         return cls(
             media_type=_get(obj, "mediaType", str, path),
-            digest=_digest(obj, "digest", path),  # type: ignore[arg-type]
+            digest=_digest(obj, "digest", path),
             size=_size(obj, "size", path),
             annotations=_annotations(obj, path),
             artifact_type=_get(obj, "artifactType", str, path, optional=True),
@@ -206,7 +210,7 @@ class ChunkMap:
             _require_algorithm(parent_digest, "blake3", f"{p}.parentDigest")
             for i, b in enumerate(blobs):
                 _require_algorithm(b, OCI_ALGORITHM, f"{p}.blobs[{i}]")
-        return cls(file, geometry.size, geometry.chunk_size, digest,  # type: ignore[arg-type]
+        return cls(file, geometry.size, geometry.chunk_size, digest,
                    parent_digest, tuple(blobs), entries, version=version)
 
 
@@ -308,7 +312,7 @@ class LayerConfig:
         parent = None
         pobj = _get(obj, "parent", dict, p, optional=True)
         if pobj is not None:
-            parent = ParentRef(_digest(pobj, "digest", f"{p}.parent"), _get(pobj, "tag", str, f"{p}.parent", optional=True))  # type: ignore[arg-type]
+            parent = ParentRef(_digest(pobj, "digest", f"{p}.parent"), _get(pobj, "tag", str, f"{p}.parent", optional=True))
         compat = _get(obj, "compat", dict, p, optional=True) or {}
         for key, value in compat.items():
             want = mt.COMPAT_FIELDS.get(key, (str, int))
@@ -330,7 +334,7 @@ class LayerConfig:
                     validate_chunk_size(chunk_size)
                 except InvalidChunkSize as e:
                     raise InvalidManifest(f"{where}.chunkSize: {e}") from None
-            info = FileInfo(_size(fobj, "size", where), _digest(fobj, "digest", where), sha, chunk_size)  # type: ignore[arg-type]
+            info = FileInfo(_size(fobj, "size", where), _digest(fobj, "digest", where), sha, chunk_size)
             if version >= 2:
                 _require_algorithm(info.digest, "blake3", f"{where}.digest")
                 if sha is None:

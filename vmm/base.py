@@ -73,7 +73,7 @@ class CompatInfo:
     arch: str
     cpu_model: str
     vcpus: int
-    mem_mib: int
+    mem_mib: float  # whole MiB; fractional only for an odd-sized memory file (never matches)
     device_ids: tuple[str, ...] = ()
     kernel_release: str | None = None
     kernel_digest: str | None = None

@@ -113,10 +113,11 @@ class HubClient:
         content = kw.get("content")
         try:
             response = self._send(method, self.url(path), headers, max_bytes, **kw)
-            if follow and method in ("GET", "HEAD") and _redirect_target(response) is not None:
+            target = _redirect_target(response) if follow and method in ("GET", "HEAD") else None
+            if target is not None:
                 # A presigned object-store URL: follow it with the same Range but never our token.
                 forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-                response = self._send(method, _redirect_target(response), forwarded, max_bytes,  # type: ignore[arg-type]
+                response = self._send(method, target, forwarded, max_bytes,
                                       **{k: v for k, v in kw.items() if k != "json"})
             if method == "HEAD" and response.status_code == 401:
                 # a HEAD answer has no body: ask once with GET for the envelope that says why (expired,

@@ -119,7 +119,7 @@ def pull(
     verified = verify_head(client, ref.name, chain[-1].digest, verify_keys) if verify_keys else None
     defer = verified is not None  # all or nothing: install only once every link is checked
     head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
-                          else local_tag_for(f"{ref.repository}-{ref.tag or ref.digest.split(':')[1][:12]}"))  # type: ignore[union-attr]
+                          else local_tag_for(f"{ref.repository}-{ref.tag or (ref.digest or '').partition(':')[2][:12]}"))
     plan = plan_pull(store, parsed, _local_tags(store, parsed, head_tag), force=force)
     tags = plan.tags
     index_held_head(store, client, _repository_of(parsed[-1][0], ref), plan, parsed[-1])
@@ -449,9 +449,8 @@ def _index_installed(store: SnapshotStore, index: LocalChunkIndex, tag: str, map
     (of other chains sharing them) read them locally."""
     for role, chunk_map in maps.items():
         cs = chunk_map.chunk_size
-        entries = [e for e in chunk_map.entries if not e.is_zero]
-        index.add(store.path(tag) / role,
-                  ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs)) for e in entries))  # type: ignore[misc]
+        index.add(store.path(tag) / role, ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
+                                           for e in chunk_map.entries if e.digest is not None))  # not a zero chunk
 
 
 def _marker_layer(marker: Path) -> str | None:

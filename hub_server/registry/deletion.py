@@ -81,7 +81,7 @@ class DeleteService:
             if reference.tag is not None and (len(tags) > 1 or not await _is_forkd(session, digest)):
                 # Only the tag goes: another tag holds the manifest, or it is generic OCI content
                 # (deleting a tag is not deleting the manifest there: distribution-spec "Deleting tags").
-                await session.exec(delete(Tag).where(Tag.repository_id == repo.id, Tag.name == reference.tag))  # type: ignore[arg-type]
+                await session.exec(delete(Tag).where(col(Tag.repository_id) == repo.id, col(Tag.name) == reference.tag))
                 removed.append(Removal(full, None, [reference.tag]))
             else:
                 holders = await _dependent_holders(session, digest)
@@ -120,9 +120,9 @@ async def _tags_on(session: AsyncSession, repo: Repository, digest: str) -> list
 
 
 async def _unlink(session: AsyncSession, repo: Repository, digest: str) -> None:
-    await session.exec(delete(Tag).where(Tag.repository_id == repo.id, Tag.manifest_digest == digest))  # type: ignore[arg-type]
+    await session.exec(delete(Tag).where(col(Tag.repository_id) == repo.id, col(Tag.manifest_digest) == digest))
     await session.exec(delete(RepositoryManifest).where(
-        RepositoryManifest.repository_id == repo.id, RepositoryManifest.manifest_digest == digest))  # type: ignore[arg-type]
+        col(RepositoryManifest.repository_id) == repo.id, col(RepositoryManifest.manifest_digest) == digest))
 
 
 async def _dependent_holders(session: AsyncSession, digest: str) -> list[_Holder]:
@@ -133,7 +133,7 @@ async def _dependent_holders(session: AsyncSession, digest: str) -> list[_Holder
     for batch in batched(order):
         rows = await session.exec(
             select(RepositoryManifest.manifest_digest, Repository)
-            .join(Repository, Repository.id == RepositoryManifest.repository_id)  # type: ignore[arg-type]
+            .join(Repository, col(Repository.id) == col(RepositoryManifest.repository_id))
             .where(col(RepositoryManifest.manifest_digest).in_(batch))
         )
         for dep, repo in rows.all():

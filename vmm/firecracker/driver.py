@@ -75,14 +75,14 @@ class FirecrackerDriver(Driver):
             return Availability(False, None, f"Firecracker needs hardware KVM: {problem}")
         return Availability(True, "kvm", f"firecracker {version}")
 
-    def host_compat(self, mem_mib: int | float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
+    def host_compat(self, mem_mib: float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
         """The compat record this host would give such a VM. Raises ``VmmUnavailable``."""
         status = self.available()
         if not status.ok:
             raise VmmUnavailable(f"{self.name} unavailable: {status.reason}")
         return CompatInfo(vmm=self.name, vmm_version=self.version(), machine=self.machine,
                           accel="kvm", arch=platform.machine(), cpu_model="host", vcpus=vcpus,
-                          mem_mib=mem_mib, device_ids=device_ids)  # type: ignore[arg-type]
+                          mem_mib=mem_mib, device_ids=device_ids)
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
         try:

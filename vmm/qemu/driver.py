@@ -97,14 +97,14 @@ class QemuMicrovmDriver(Driver):
             return Availability(False, accel, f"KVM forced but unusable: {host.kvm_problem()}")
         return Availability(True, accel, f"{self.binary} {'.'.join(map(str, version))}; {why}")
 
-    def host_compat(self, mem_mib: int | float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
+    def host_compat(self, mem_mib: float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
         """The compat record this host would give a VM of this shape. Raises ``VmmUnavailable``."""
         status = self.available()
         if not status.ok or status.accel is None:
             raise VmmUnavailable(f"{self.name} unavailable: {status.reason}")
         return CompatInfo(vmm=self.name, vmm_version=".".join(map(str, host.qemu_version(self.binary))),
                           machine=self.machine, accel=status.accel, arch=self.arch,
-                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,  # type: ignore[arg-type]  # typing debt, decisions/0008
+                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,
                           device_ids=device_ids)
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
