@@ -71,8 +71,8 @@ class Authenticator:
         if self.cache_ttl > 0:
             if len(self._accepted) >= self.MAX_CACHED:
                 self._accepted.clear()
-            self._accepted[authorization] = (principal, now + min(self.cache_ttl, self.cache_ttl if left is None
-                                                                  else left))
+            self._accepted[authorization] = (principal, now + (self.cache_ttl if left is None
+                                                               else min(self.cache_ttl, left)))
         return principal
 
     async def _authenticate(self, authorization: str) -> tuple[Principal, float | None]:

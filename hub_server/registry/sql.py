@@ -36,6 +36,13 @@ async def insert_ignore(session: AsyncSession, model: type[SQLModel], rows: Sequ
     table = model.__table__  # type: ignore[attr-defined]
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    # Batches keep the bound-parameter count under SQLite's limit for wide rows too.
-    for batch in batched(rows, max(1, IN_BATCH // max(1, len(rows[0])))):
-        await session.exec(insert(table).values(batch).on_conflict_do_nothing())
+    # One statement executed with many parameter sets: SQLAlchemy compiles it once (cached) and
+    # sends the rows in multi-row VALUES batches under the driver's parameter limit itself. A
+    # statement built with .values(rows) was compiled anew for every batch: ~10% of a push's
+    # hub CPU went to that (docs/benchmarks.md). Rows with different keys go in separate groups.
+    statement = insert(table).on_conflict_do_nothing()
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(dict(row))
+    for group in groups.values():
+        await session.exec(statement, params=group)  # type: ignore[call-overload]
