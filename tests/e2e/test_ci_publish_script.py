@@ -61,7 +61,7 @@ def test_the_ci_script_bakes_signs_and_pushes_and_the_pull_verifies(tmp_path):
 
         # the same robot token cannot publish outside team/*: the push fails, the script says so, no tag moves
         outside = run_script(env, REPO="other/python")
-        assert outside.returncode != 0 and "forkd: error:" in outside.stderr
+        assert outside.returncode == 3 and "forkd: error:" in outside.stderr
         assert "Traceback" not in outside.stderr
     finally:
         assert hub.stop() == 0
