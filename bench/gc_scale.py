@@ -26,7 +26,6 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import MACHINE_NOTE, print_table  # noqa: E402
-
 from litestar.testing import TestClient  # noqa: E402
 
 from hub_server.app import create_app  # noqa: E402

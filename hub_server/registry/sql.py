@@ -45,4 +45,4 @@ async def insert_ignore(session: AsyncSession, model: type[SQLModel], rows: Sequ
     for row in rows:
         groups.setdefault(tuple(row), []).append(dict(row))
     for group in groups.values():
-        await session.exec(statement, params=group)  # type: ignore[call-overload]
+        await session.exec(statement, params=group)
