@@ -4,9 +4,12 @@ Every changed chunk of a layer comes from the first of: the staged file itself (
 pull left it there; it is read and hashed, never trusted), a local snapshot holding the same
 content at any offset (``chunk-index.db``), or the hub. Chunks from the hub are fetched as
 coalesced byte ranges of the layer's data blobs (touching frames merged into ranges of at most
-FORKD_PULL_RANGE_BYTES, up to 64 ranges per request, FORKD_PULL_PARALLEL requests in flight),
-each zstd frame decompressed and hashed against its chunk digest on arrival, then written
-straight into place: a killed pull leaves only verified chunks behind.
+FORKD_PULL_RANGE_BYTES, up to 64 ranges per request, FORKD_PULL_PARALLEL requests in flight).
+Two stages overlap: a request to the hub answers with the bytes, a redirect or a fetch plan
+(``HubClient.open_ranges``); its frames are then cut into pieces of at most
+FORKD_PULL_PIECE_BYTES, and twice FORKD_PULL_PARALLEL piece workers each fetch a piece from the
+object store (where the hub redirected or planned), decompress and hash every frame against its
+chunk digest, and write it straight into place: a killed pull leaves only verified chunks behind.
 
 Errors: DigestInvalid (a corrupt frame, naming layer, file, chunk, blob and offset), HubError
 (a bad tuning variable, or the hub's refusals), OSError.
@@ -33,7 +36,7 @@ RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
 MAX_RANGE_BYTES = 8 << 20
 PARALLEL_REQUESTS = 4
 MAX_RANGES_PER_REQUEST = 64
-PIECE_BYTES = 1 << 20  # frames fetched from the store and verified together, on one worker
+PIECE_BYTES = 4 << 20  # frames fetched from the store and verified together, on one worker
 
 
 def tunable(name: str, default: int, minimum: int) -> int:
@@ -141,15 +144,18 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
     asking: dict[Future, int] = {}
     working: dict[Future, int] = {}
     left: dict[int, int] = {}  # open request -> its pieces not done yet
+    drain = False
     try:
         while True:
-            while len(asking) + len(left) < 2 * parallel and (nxt := next(todo, None)) is not None:
+            while len(left) < 2 * parallel and (nxt := next(todo, None)) is not None:
                 asking[askers.submit(ask, nxt[1])] = nxt[0]
                 left[nxt[0]] = -1  # asked, pieces not known yet
             if not asking and not working:
                 break
             done, _ = wait([*asking, *working], return_when=FIRST_COMPLETED)
-            for future in done:
+            # finished pieces first, then answered requests in their order: when one request fails,
+            # the pieces of the requests before it are already queued (and are written, below)
+            for future in sorted(done, key=lambda f: asking.get(f, -1)):
                 if future in asking:
                     number = asking.pop(future)
                     pieces = future.result()
@@ -166,10 +172,14 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
                     left[number] -= 1
                     if not left[number]:
                         del left[number]
+    except Exception:
+        drain = True
+        raise
     finally:
-        # On an error or Ctrl-C, requests and pieces in flight finish; queued ones never start.
+        # On an error, pieces already queued are still verified and written (what a resumed pull
+        # keeps), requests not asked yet never start; on Ctrl-C queued pieces are dropped too.
         askers.shutdown(wait=True, cancel_futures=True)
-        workers.shutdown(wait=True, cancel_futures=True)
+        workers.shutdown(wait=True, cancel_futures=not drain)
     return counts
 
 
