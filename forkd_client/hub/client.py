@@ -8,9 +8,10 @@ from the hub's envelope; httpx exceptions never escape this module. All calls ha
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -294,32 +295,55 @@ class HubClient:
         out: list[memoryview] = []
         for start in range(0, len(ranges), MAX_RANGES_PER_REQUEST):
             batch = ranges[start : start + MAX_RANGES_PER_REQUEST]
-            spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
-            need = sum(n for _, n in batch)
-            bound = need + 256 * len(batch) + 4096
-            plan_room = need + PLAN_BYTES  # a fetch plan of tiny interleaved frames can outweigh their bytes
-            target = self._presigned.get(name, digest)
-            if target is not None:
-                try:
-                    out.extend(self._ranges_from_store(target, batch, digest))
-                    continue
-                except HubError:  # expired or refused: ask the hub again
-                    self._presigned.forget(name, digest)
-            r = self._request("GET", f"/v2/{name}/blobs/{digest}",
-                              headers={"Range": f"bytes={spec}", "Accept": ACCEPT_RANGES},
-                              ok=(200, 206, *REDIRECTS), follow=False, max_bytes=bound + plan_room)
-            if r.status_code == 200 and r.headers.get("content-type", "").startswith(BLOB_PLAN):
-                out.extend(self._ranges_from_plan(_json_object(r, f"the fetch plan of blob {digest}"), batch, digest))
-                continue
-            if len(r.content) > bound:  # bytes, not a plan: held to what the ranges need
-                raise HubError(f"GET blob {digest}: the hub sent more than the {bound:,} bytes this request can need")
-            target = _redirect_target(r)
-            if target is None:
-                out.extend(_split_ranges(r, batch, digest))
-                continue
-            self._presigned.remember(name, digest, target)
-            out.extend(self._ranges_from_store(target, batch, digest))
+            out.extend(self.open_ranges(name, digest, batch)(batch))
         return out
+
+    def open_ranges(self, name: str, digest: str,
+                    batch: Sequence[tuple[int, int]]) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
+        """Ask the hub once for ``batch`` (at most MAX_RANGES_PER_REQUEST ranges of blob ``digest``) and
+        return a reader: ``reader(pieces)`` gives the bytes of ``pieces``, each inside one range of
+        ``batch``, in their order. Where the hub sent the bytes, the reader slices them (no copy);
+        where it redirected or sent a fetch plan, each call fetches its pieces from the store, so a
+        caller can split a batch into pieces fetched (and verified) in parallel.
+
+        Raises: HubError (a malformed plan, an oversized answer), the hub's refusals; the reader
+        raises what the store fetch raises.
+        """
+        if len(batch) > MAX_RANGES_PER_REQUEST:
+            raise HubError(f"blob {digest}: {len(batch)} ranges in one request, over {MAX_RANGES_PER_REQUEST}")
+        spec = ",".join(f"{o}-{o + n - 1}" for o, n in batch)
+        need = sum(n for _, n in batch)
+        bound = need + 256 * len(batch) + 4096
+        plan_room = need + PLAN_BYTES  # a fetch plan of tiny interleaved frames can outweigh their bytes
+        target = self._presigned.get(name, digest)
+        if target is not None:
+            return self._cached_reader(name, digest, target)
+        r = self._request("GET", f"/v2/{name}/blobs/{digest}",
+                          headers={"Range": f"bytes={spec}", "Accept": ACCEPT_RANGES},
+                          ok=(200, 206, *REDIRECTS), follow=False, max_bytes=bound + plan_room)
+        if r.status_code == 200 and r.headers.get("content-type", "").startswith(BLOB_PLAN):
+            plan = parse_plan(_json_object(r, f"the fetch plan of blob {digest}"), digest, batch)
+            return lambda pieces: read_plan(plan, pieces, STORE_RANGE_GAP, STORE_SPAN_BYTES,
+                                            lambda url, start, end: self._store_range(url, start, end, digest),
+                                            STORE_PARALLEL)
+        if len(r.content) > bound:  # bytes, not a plan: held to what the ranges need
+            raise HubError(f"GET blob {digest}: the hub sent more than the {bound:,} bytes this request can need")
+        target = _redirect_target(r)
+        if target is None:
+            return _slicer(batch, _split_ranges(r, batch, digest), digest)
+        self._presigned.remember(name, digest, target)
+        return lambda pieces: self._ranges_from_store(target, pieces, digest)
+
+    def _cached_reader(self, name: str, digest: str,
+                       target: str) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
+        """A reader from a remembered presigned URL; when the store refuses it (expired), the hub is asked again."""
+        def read(pieces: Sequence[tuple[int, int]]) -> list[memoryview]:
+            try:
+                return self._ranges_from_store(target, pieces, digest)
+            except HubError:
+                self._presigned.forget(name, digest)
+                return self.open_ranges(name, digest, pieces)(pieces)
+        return read
 
     def _ranges_from_store(self, target: str, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
         """``batch`` from a presigned object-store URL, without our token: one GET per merged span
@@ -329,6 +353,8 @@ class HubClient:
         def get(span: tuple[int, int]) -> memoryview:
             return self._store_range(target, span[0], span[1], digest)
 
+        if len(spans) == 1:
+            return slice_spans(batch, spans, [get(spans[0])])
         with ThreadPoolExecutor(max_workers=min(STORE_PARALLEL, len(spans))) as pool:
             return slice_spans(batch, spans, list(pool.map(get, spans)))
 
@@ -337,12 +363,6 @@ class HubClient:
         r = self._request("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}, ok=(200, 206),
                           follow=False, max_bytes=end - start + 4096)
         return _split_ranges(r, [(start, end - start)], digest)[0]
-
-    def _ranges_from_plan(self, plan: dict[str, Any], batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
-        """``batch`` of a recipe blob, fetched from the pack ranges the hub's fetch plan lists."""
-        checked = parse_plan(plan, digest, batch)
-        return read_plan(checked, batch, STORE_RANGE_GAP, STORE_SPAN_BYTES,
-                         lambda url, start, end: self._store_range(url, start, end, digest), STORE_PARALLEL)
 
     def start_upload(self, name: str) -> str:
         r = self._request("POST", f"/v2/{name}/blobs/uploads/", ok=(202,))
@@ -435,6 +455,23 @@ def _range_end(header: str | None) -> int:
     if not m:
         raise HubError(f"hub sent an invalid upload Range header {header!r}")
     return int(m.group(1)) + 1 if header.strip() not in ("0-0",) else 0
+
+
+def _slicer(batch: Sequence[tuple[int, int]], bodies: list[memoryview],
+            digest: str) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
+    """A reader of pieces of ``batch`` out of its already received ``bodies`` (views, no copies)."""
+    starts = sorted(((o, n, body) for (o, n), body in zip(batch, bodies, strict=True)), key=lambda t: t[0])
+    offsets = [o for o, _, _ in starts]
+
+    def read(pieces: Sequence[tuple[int, int]]) -> list[memoryview]:
+        out = []
+        for offset, size in pieces:
+            i = bisect.bisect_right(offsets, offset) - 1
+            if i < 0 or offset + size > starts[i][0] + starts[i][1]:
+                raise HubError(f"blob {digest}: bytes {offset}-{offset + size - 1} were not asked for")
+            out.append(starts[i][2][offset - starts[i][0] : offset - starts[i][0] + size])
+        return out
+    return read
 
 
 def _split_ranges(r: httpx.Response, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:

@@ -4,9 +4,12 @@ Every changed chunk of a layer comes from the first of: the staged file itself (
 pull left it there; it is read and hashed, never trusted), a local snapshot holding the same
 content at any offset (``chunk-index.db``), or the hub. Chunks from the hub are fetched as
 coalesced byte ranges of the layer's data blobs (touching frames merged into ranges of at most
-FORKD_PULL_RANGE_BYTES, up to 64 ranges per request, FORKD_PULL_PARALLEL requests in flight),
-each zstd frame decompressed and hashed against its chunk digest on arrival, then written
-straight into place: a killed pull leaves only verified chunks behind.
+FORKD_PULL_RANGE_BYTES, up to 64 ranges per request, FORKD_PULL_PARALLEL requests in flight).
+Two stages overlap: a request to the hub answers with the bytes, a redirect or a fetch plan
+(``HubClient.open_ranges``); its frames are then cut into pieces of at most
+FORKD_PULL_PIECE_BYTES, and twice FORKD_PULL_PARALLEL piece workers each fetch a piece from the
+object store (where the hub redirected or planned), decompress and hash every frame against its
+chunk digest, and write it straight into place: a killed pull leaves only verified chunks behind.
 
 Errors: DigestInvalid (a corrupt frame, naming layer, file, chunk, blob and offset), HubError
 (a bad tuning variable, or the hub's refusals), OSError.
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from manifest.assemble import FileAssembler, decompress_chunk
@@ -32,6 +36,7 @@ RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
 MAX_RANGE_BYTES = 8 << 20
 PARALLEL_REQUESTS = 4
 MAX_RANGES_PER_REQUEST = 64
+PIECE_BYTES = 4 << 20  # frames fetched from the store and verified together, on one worker
 
 
 def tunable(name: str, default: int, minimum: int) -> int:
@@ -56,6 +61,8 @@ class FillCounts:
 
 #: per data blob: frame offset -> (frame length, chunk digest, chunk length, [(role, index), …])
 Wanted = dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]]
+#: (data blob, the reader of its hub request, frame offsets): what one worker fetches and verifies
+Piece = tuple[str, Callable[[Sequence[tuple[int, int]]], list[memoryview]], list[int]]
 
 
 def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, tag: str,
@@ -86,39 +93,93 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
                 wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[assignment]  # typing debt, decisions/0008
     max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
     parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
+    piece_bytes = tunable("FORKD_PULL_PIECE_BYTES", PIECE_BYTES, 64 << 10)
     requests = coalesce(wanted, max_range)
     progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
     offsets = {blob: sorted(frames) for blob, frames in wanted.items()}
 
-    def fetch(request: tuple[str, list[tuple[int, int]]]) -> tuple[int, int]:
+    def ask(request: tuple[str, list[tuple[int, int]]]) -> list[Piece]:
+        """One hub request; its frames cut into pieces of at most ``piece_bytes`` to verify in parallel."""
         blob, ranges = request
-        count = nbytes = 0
-        for (start, size), data in zip(ranges, client.read_ranges(name, blob, ranges), strict=False):
-            frames = offsets[blob]
+        read = client.open_ranges(name, blob, ranges)
+        frames, pieces = offsets[blob], []
+        for start, size in ranges:
+            group: list[int] = []
             for offset in frames[bisect.bisect_left(frames, start) : bisect.bisect_left(frames, start + size)]:
-                flen, digest, length, places = wanted[blob][offset]
-                frame = data[offset - start : offset - start + flen]
-                role, first = places[0]
-                try:
-                    chunk = decompress_chunk(frame, length, digest, f"{role} chunk {first} ({digest})")  # type: ignore[arg-type]  # typing debt, decisions/0008
-                except (DigestMismatch, AssemblyError, ManifestError) as e:
-                    raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {first} ({digest}) from blob {blob} "
-                                        f"at offset {offset} is corrupt: {e}") from None
-                for where, at in places:
-                    assemblers[where].write(at, chunk)
-                count += 1
-                nbytes += flen
-        progress.advance(nbytes)
-        return count, nbytes
+                if group and offset + wanted[blob][offset][0] - group[0] > piece_bytes:
+                    pieces.append((blob, read, group))
+                    group = []
+                group.append(offset)
+            if group:
+                pieces.append((blob, read, group))
+        return pieces
 
-    pool = ThreadPoolExecutor(max_workers=parallel)
+    def verify(piece: Piece) -> tuple[int, int]:
+        """Fetch a piece (where the hub redirected or planned), verify each frame, write its chunk."""
+        blob, read, group = piece
+        first, last = group[0], group[-1]
+        data = read([(first, last + wanted[blob][last][0] - first)])[0]
+        nbytes = 0
+        for offset in group:
+            flen, digest, length, places = wanted[blob][offset]
+            role, at = places[0]
+            try:
+                chunk = decompress_chunk(data[offset - first : offset - first + flen], length, digest,  # type: ignore[arg-type]  # typing debt, decisions/0008
+                                         f"{role} chunk {at} ({digest})")
+            except (DigestMismatch, AssemblyError, ManifestError) as e:
+                raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {at} ({digest}) from blob {blob} "
+                                    f"at offset {offset} is corrupt: {e}") from None
+            for where, index in places:
+                assemblers[where].write(index, chunk)
+            nbytes += flen
+        progress.advance(nbytes)
+        return len(group), nbytes
+
+    # Two stages overlap: ``parallel`` hub requests (bytes, or a redirect / fetch plan) and twice as
+    # many piece workers fetching from the store and verifying. At most 2 * ``parallel`` requests
+    # are open (asked, or with pieces not done), which bounds what a hub serving bytes buffers.
+    askers = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="forkd-ask")
+    workers = ThreadPoolExecutor(max_workers=2 * parallel, thread_name_prefix="forkd-fill")
+    todo = iter(enumerate(requests))
+    asking: dict[Future, int] = {}
+    working: dict[Future, int] = {}
+    left: dict[int, int] = {}  # open request -> its pieces not done yet
+    drain = False
     try:
-        for count, nbytes in pool.map(fetch, requests):
-            counts.fetched += count
-            counts.bytes_fetched += nbytes
+        while True:
+            while len(left) < 2 * parallel and (nxt := next(todo, None)) is not None:
+                asking[askers.submit(ask, nxt[1])] = nxt[0]
+                left[nxt[0]] = -1  # asked, pieces not known yet
+            if not asking and not working:
+                break
+            done, _ = wait([*asking, *working], return_when=FIRST_COMPLETED)
+            # finished pieces first, then answered requests in their order: when one request fails,
+            # the pieces of the requests before it are already queued (and are written, below)
+            for future in sorted(done, key=lambda f: asking.get(f, -1)):
+                if future in asking:
+                    number = asking.pop(future)
+                    pieces = future.result()
+                    left[number] = len(pieces)
+                    for piece in pieces:
+                        working[workers.submit(verify, piece)] = number
+                    if not pieces:
+                        del left[number]
+                else:
+                    number = working.pop(future)
+                    count, nbytes = future.result()
+                    counts.fetched += count
+                    counts.bytes_fetched += nbytes
+                    left[number] -= 1
+                    if not left[number]:
+                        del left[number]
+    except Exception:
+        drain = True
+        raise
     finally:
-        # On an error or Ctrl-C, requests in flight finish; queued ones never start.
-        pool.shutdown(wait=True, cancel_futures=True)
+        # On an error, pieces already queued are still verified and written (what a resumed pull
+        # keeps), requests not asked yet never start; on Ctrl-C queued pieces are dropped too.
+        askers.shutdown(wait=True, cancel_futures=True)
+        workers.shutdown(wait=True, cancel_futures=not drain)
     return counts
 
 

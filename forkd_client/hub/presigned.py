@@ -129,34 +129,37 @@ def parse_plan(obj: object, digest: str, batch: Sequence[tuple[int, int]]) -> Bl
 
 def read_plan(plan: BlobPlan, batch: Sequence[tuple[int, int]], gap: int, max_span: int,
               get: Callable[[str, int, int], memoryview], parallel: int) -> list[memoryview]:
-    """The bytes of each range of ``batch`` (in its order), fetched as ``plan`` says: per source, the
-    segments' ranges merged (``merge_spans``) into GETs ``get(url, start, end)``, ``parallel`` at a time."""
+    """The bytes of each range of ``batch`` (in its order), fetched as ``plan`` says: only the parts of
+    segments the ranges cover, per source merged (``merge_spans``) into GETs ``get(url, start, end)``,
+    ``parallel`` at a time. A range inside one segment is a view (no copy); one across segments is joined."""
+    starts = [s[0] for s in plan.segments]
+    wanted: list[list[tuple[int, int, int]]] = []  # per range: (source, source offset, length) parts
+    for offset, size in batch:
+        i = bisect.bisect_right(starts, offset) - 1
+        parts, pos, end = [], offset, offset + size
+        while pos < end:  # parse_plan checked that the segments cover the range
+            seg_offset, seg_length, source, at = plan.segments[i]
+            take = min(end, seg_offset + seg_length) - pos
+            parts.append((source, at + pos - seg_offset, take))
+            pos += take
+            i += 1
+        wanted.append(parts)
     per_source: dict[int, list[tuple[int, int]]] = {}
-    for _, length, source, at in plan.segments:
-        per_source.setdefault(source, []).append((at, length))
-    spans = {source: merge_spans(pieces, gap, max_span) for source, pieces in per_source.items()}
-    jobs = [(source, span) for source, spans_of in spans.items() for span in spans_of]
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(jobs)))) as pool:
-        bodies = list(pool.map(lambda job: get(plan.sources[job[0]], *job[1]), jobs))
+    for parts in wanted:
+        for source, at, length in parts:
+            per_source.setdefault(source, []).append((at, length))
+    jobs = [(source, span) for source, pieces in per_source.items() for span in merge_spans(pieces, gap, max_span)]
+    if len(jobs) == 1:  # the common case of a piece inside one pack: no thread to start
+        bodies = [get(plan.sources[jobs[0][0]], *jobs[0][1])]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(jobs)))) as pool:
+            bodies = list(pool.map(lambda job: get(plan.sources[job[0]], *job[1]), jobs))
     by_source: dict[int, tuple[list[tuple[int, int]], list[memoryview]]] = {}
     for (source, span), body in zip(jobs, bodies, strict=True):
         by_source.setdefault(source, ([], []))[0].append(span)
         by_source[source][1].append(body)
-    pieces = [slice_spans([(at, length)], *by_source[source])[0] for _, length, source, at in plan.segments]
-    starts = [s[0] for s in plan.segments]
     out: list[memoryview] = []
-    for offset, size in batch:
-        i = bisect.bisect_right(starts, offset) - 1
-        seg = plan.segments[i]
-        if offset + size <= seg[0] + seg[1]:  # within one segment: a view, no copy
-            out.append(pieces[i][offset - seg[0] : offset - seg[0] + size])
-            continue
-        parts, pos, end = [], offset, offset + size
-        while pos < end:
-            seg = plan.segments[i]
-            take = min(end, seg[0] + seg[1]) - pos
-            parts.append(pieces[i][pos - seg[0] : pos - seg[0] + take])
-            pos += take
-            i += 1
-        out.append(memoryview(b"".join(parts)))
+    for parts in wanted:
+        views = [slice_spans([(at, length)], *by_source[source])[0] for source, at, length in parts]
+        out.append(views[0] if len(views) == 1 else memoryview(b"".join(views)))
     return out

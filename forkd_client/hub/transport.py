@@ -46,7 +46,7 @@ class LazyTLSTransport(httpx.BaseTransport):
             self._tls.close()
 
 
-def make_http_client(timeout: float, *, max_connections: int = 16, keepalive: int = 8) -> httpx.Client:
+def make_http_client(timeout: float, *, max_connections: int = 16, keepalive: int = 16) -> httpx.Client:
     """The client HubClient uses by default: bounded pool, no automatic redirects."""
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive)
     options = {"timeout": httpx.Timeout(timeout, connect=10.0), "follow_redirects": False}

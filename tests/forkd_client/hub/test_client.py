@@ -199,3 +199,22 @@ def test_a_manifest_answer_is_bounded_by_the_manifest_limit():
     big = b"{" + b" " * (2 << 20) + b"}"
     with pytest.raises(HubError, match="more than the 1,048,576"):
         client_for(lambda request: httpx.Response(200, content=big)).get_manifest("a/b", "v1")
+
+
+def test_a_request_read_in_pieces_asks_the_hub_once_and_slices_what_it_sent():
+    blob = bytes(range(256)) * 4
+    asked: list[str] = []
+
+    def single(request):
+        asked.append(request.headers["range"])
+        a, b = map(int, request.headers["range"].removeprefix("bytes=").split("-"))
+        return httpx.Response(206, content=blob[a : b + 1], headers={"content-range": f"bytes {a}-{b}/{len(blob)}"})
+
+    read = client_for(single).open_ranges("a/b", "blake3:" + "0" * 64, [(100, 500)])
+    assert read([(100, 10), (550, 50)]) == [blob[100:110], blob[550:600]]
+    assert read([(300, 1)]) == [blob[300:301]]
+    assert asked == ["bytes=100-599"]
+    from forkd_client.hub.errors import HubError
+
+    with pytest.raises(HubError, match="not asked for"):
+        read([(590, 20)])  # past the range the hub answered

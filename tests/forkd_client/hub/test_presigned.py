@@ -94,3 +94,17 @@ def test_a_plan_is_fetched_from_its_sources_and_cut_back_into_the_ranges_asked()
 def test_a_broken_plan_is_refused_naming_what_is_wrong(change, message):
     with pytest.raises(HubError, match=message):
         parse_plan({**PLAN, **change}, PLAN["digest"], [(0, 300)])
+
+
+def test_a_piece_of_a_plan_fetches_only_the_segments_it_covers():
+    # a pull asks the hub once for a whole request's plan, then fetches and verifies it piece by
+    # piece in parallel: each piece must GET its own bytes, not the whole plan's again
+    plan = parse_plan(PLAN, PLAN["digest"], [(0, 300)])
+    calls: list[tuple[str, int, int]] = []
+    got = read_plan(plan, [(0, 10)], gap=1 << 10, max_span=1 << 20, get=_get(calls), parallel=4)
+    assert [bytes(piece) for piece in got] == [BLOB[0:10]]
+    assert calls == [(A, 500, 510)]  # blob bytes [0, 100) are a[500:600]
+    calls.clear()
+    got = read_plan(plan, [(210, 20)], gap=1 << 10, max_span=1 << 20, get=_get(calls), parallel=4)
+    assert [bytes(piece) for piece in got] == [BLOB[210:230]]
+    assert len(calls) == 1 and calls[0][2] - calls[0][1] == 20
