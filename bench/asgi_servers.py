@@ -38,10 +38,28 @@ def granian(data_dir: Path, log_path: Path, workers: int):
     port = free_port()
     env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}
     with log_path.open("ab") as log:
-        proc = subprocess.Popen([exe, "--interface", "asgi", "--factory", "--workers", str(workers), "--host",
-                                 "127.0.0.1", "--port", str(port), "--no-ws", "--log-level", "warning",
-                                 "hub_server.app:create_app_from_environment"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        proc = subprocess.Popen(
+            [
+                exe,
+                "--interface",
+                "asgi",
+                "--factory",
+                "--workers",
+                str(workers),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-ws",
+                "--log-level",
+                "warning",
+                "hub_server.app:create_app_from_environment",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_http(url + "/healthz", proc, "granian")
@@ -77,8 +95,9 @@ def main() -> None:
         def measure(name: str, workers: int, url: str) -> None:
             for c in levels:
                 run_wrk(url + path, c, 1, headers)
-                results[(name, workers, c)] = [run_wrk(url + path, c, args.seconds, headers)
-                                               for _ in range(args.repeat)]
+                results[(name, workers, c)] = [
+                    run_wrk(url + path, c, args.seconds, headers) for _ in range(args.repeat)
+                ]
 
         for workers in (1, 2):
             with HubServer(data, root / "uvicorn.log", env={"FORKD_HUB_WORKERS": str(workers)}) as hub:
@@ -87,8 +106,10 @@ def main() -> None:
                 measure("granian", workers, url)
         logs = log_summary(uvicorn=root / "uvicorn.log", granian=root / "granian.log")
 
-    print(f"asgi_servers: anonymous GET of the hub's 882-byte manifest; wrk, {args.seconds:g} s per run; median of "
-          f"{args.repeat}; {MACHINE_NOTE}")
+    print(
+        f"asgi_servers: anonymous GET of the hub's 882-byte manifest; wrk, {args.seconds:g} s per run; median of "
+        f"{args.repeat}; {MACHINE_NOTE}"
+    )
     rows = []
     for c in levels:
         base = median([r["rps"] for r in results[("uvicorn", 1, c)]])
@@ -96,8 +117,17 @@ def main() -> None:
             if level != c:
                 continue
             rps = median([r["rps"] for r in runs])
-            rows.append([c, name, workers, f"{rps:,.0f}", f"{rps / base:.2f}x",
-                         f"{median([r['p50'] for r in runs]):.2f}", f"{median([r['p99'] for r in runs]):.2f}"])
+            rows.append(
+                [
+                    c,
+                    name,
+                    workers,
+                    f"{rps:,.0f}",
+                    f"{rps / base:.2f}x",
+                    f"{median([r['p50'] for r in runs]):.2f}",
+                    f"{median([r['p99'] for r in runs]):.2f}",
+                ]
+            )
     print_table(["clients", "server", "workers", "rps", "vs uvicorn x1", "p50 ms", "p99 ms"], rows)
     print(logs)
 

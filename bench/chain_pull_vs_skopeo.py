@@ -87,7 +87,9 @@ def make_chain(root: Path, mem: int, data_fraction: float, dirty: float, childre
     for i in range(children):
         d = root / f"src-child{i}"
         d.mkdir()
-        chain.child_changed.append(make_child_image(chain.srcs[-1] / "memory.bin", d / "memory.bin", dirty, seed=200 + i))
+        chain.child_changed.append(
+            make_child_image(chain.srcs[-1] / "memory.bin", d / "memory.bin", dirty, seed=200 + i)
+        )
         make_vmstate(d / "vmstate", seed=200 + i)
         chain.children.append(d)
     return chain
@@ -105,11 +107,15 @@ def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
     runs: dict[str, list] = {"forkd": [], "skopeo": [], "reports": []}
     for i in range(warmup + repeat):
         user = ForkdUser(root / f"puller{i}", hub.url)
-        runs["forkd"].append(timed_cpu(lambda: runs["reports"].append(user.json("pull", "acme/chain:v1", "--as", "head"))))
+        runs["forkd"].append(
+            timed_cpu(lambda: runs["reports"].append(user.json("pull", "acme/chain:v1", "--as", "head")))
+        )
         shutil.rmtree(user.root)
         out = root / f"oci-pull{i}"
         skopeo_clear_cache()
-        runs["skopeo"].append(timed_cpu(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{out}:v1")))
+        runs["skopeo"].append(
+            timed_cpu(lambda: skopeo_copy(f"docker://{registry.host}/bench/chain:v1", f"oci:{out}:v1"))
+        )
         shutil.rmtree(out)
     result: dict = {"reports": runs["reports"][warmup:]}
     for tool in ("forkd", "skopeo"):
@@ -118,8 +124,9 @@ def pull_times(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
     return result
 
 
-def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, warmup: int,
-               stack: contextlib.ExitStack) -> dict:
+def bench_pull(
+    root: Path, hub: HubServer, registry: RegistryServer, repeat: int, warmup: int, stack: contextlib.ExitStack
+) -> dict:
     timing = pull_times(root, hub, registry, repeat, warmup)
     # bytes on the wire, untimed, through counting proxies
     hub_proxy = stack.enter_context(CountingProxy(hub.port))
@@ -131,9 +138,15 @@ def bench_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int
     skopeo_clear_cache()
     skopeo_copy(f"docker://{reg_proxy.host}/bench/chain:v1", f"oci:{root / 'oci-counted'}:v1")
     skopeo_up, skopeo_down = reg_proxy.reset()
-    return {**timing, "report": timing["reports"][-1], "forkd_wire": (forkd_up, forkd_down),
-            "skopeo_wire": (skopeo_up, skopeo_down), "head_sha": sha256_file(head),
-            "skopeo_dir": root / "oci-counted", "counted_home": user.root}
+    return {
+        **timing,
+        "report": timing["reports"][-1],
+        "forkd_wire": (forkd_up, forkd_down),
+        "skopeo_wire": (skopeo_up, skopeo_down),
+        "head_sha": sha256_file(head),
+        "skopeo_dir": root / "oci-counted",
+        "counted_home": user.root,
+    }
 
 
 def bench_shaped_pull(root: Path, hub: HubServer, registry: RegistryServer, repeat: int, mbit: int) -> dict:
@@ -144,16 +157,25 @@ def bench_shaped_pull(root: Path, hub: HubServer, registry: RegistryServer, repe
         return pull_times(root, hub, registry, repeat)
 
 
-def bench_push(root: Path, hub: HubServer, registry: RegistryServer, pusher: ForkdUser, chain: Chain, layout: Path,
-               repeat: int, stack: contextlib.ExitStack) -> dict:
+def bench_push(
+    root: Path,
+    hub: HubServer,
+    registry: RegistryServer,
+    pusher: ForkdUser,
+    chain: Chain,
+    layout: Path,
+    repeat: int,
+    stack: contextlib.ExitStack,
+) -> dict:
     forkd_t, skopeo_t, reports = [], [], []
     base_layers = chain.layer_files()
     for i in range(repeat):
         child = chain.children[i]
         pusher.run("import", str(child), f"child{i}", "--parent", "link2")
         forkd_t.append(timed(lambda: reports.append(pusher.json("push", f"child{i}", "acme/chain:v2"))))
-        chain.digests = write_oci_layout(layout, f"v2-{i}", [*base_layers, child / "memory.bin", child / "vmstate"],
-                                         digests=chain.digests)
+        chain.digests = write_oci_layout(
+            layout, f"v2-{i}", [*base_layers, child / "memory.bin", child / "vmstate"], digests=chain.digests
+        )
         skopeo_clear_cache()
         skopeo_t.append(timed(lambda: skopeo_copy(f"oci:{layout}:v2-{i}", f"docker://{registry.host}/bench/chain:v2")))
     # bytes on the wire: a second client that knows the chain is on the hub pushes one more child
@@ -167,15 +189,22 @@ def bench_push(root: Path, hub: HubServer, registry: RegistryServer, pusher: For
     hub_proxy.reset()
     counted_report = counted.json("push", "childx", "acme/chain:v2")
     forkd_up, forkd_down = hub_proxy.reset()
-    chain.digests = write_oci_layout(layout, "v2-x", [*base_layers, child / "memory.bin", child / "vmstate"],
-                                     digests=chain.digests)
+    chain.digests = write_oci_layout(
+        layout, "v2-x", [*base_layers, child / "memory.bin", child / "vmstate"], digests=chain.digests
+    )
     skopeo_clear_cache()
     skopeo_copy(f"oci:{layout}:v2-x", f"docker://{reg_proxy.host}/bench/chain:v2")
     skopeo_up, skopeo_down = reg_proxy.reset()
     shutil.rmtree(counted.root)
-    return {"forkd_t": forkd_t, "skopeo_t": skopeo_t, "reports": reports, "counted_report": counted_report,
-            "counted_changed": chain.child_changed[repeat], "forkd_wire": (forkd_up, forkd_down),
-            "skopeo_wire": (skopeo_up, skopeo_down)}
+    return {
+        "forkd_t": forkd_t,
+        "skopeo_t": skopeo_t,
+        "reports": reports,
+        "counted_report": counted_report,
+        "counted_changed": chain.child_changed[repeat],
+        "forkd_wire": (forkd_up, forkd_down),
+        "skopeo_wire": (skopeo_up, skopeo_down),
+    }
 
 
 @contextlib.contextmanager
@@ -192,8 +221,10 @@ def xfs_mount(root: Path, gib: int):
     with open(img, "wb") as f:
         f.truncate(gib * GiB)
     made = subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(img)], capture_output=True, text=True)
-    mounted = made.returncode == 0 and subprocess.run(["mount", "-o", "loop", str(img), str(mnt)],
-                                                      capture_output=True, text=True).returncode == 0
+    mounted = (
+        made.returncode == 0
+        and subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, text=True).returncode == 0
+    )
     if not mounted:
         yield None, f"could not make or loop-mount an XFS image ({made.stderr.strip() or 'mount failed'})"
         return
@@ -252,8 +283,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds of (a) before the timed ones (both tools)")
     ap.add_argument("--xfs-gib", type=int, default=8, help="size of the loop-mounted XFS for (c) (a sparse file)")
     ap.add_argument("--no-xfs", action="store_true", help="skip (c)")
-    ap.add_argument("--link-mbit", type=int, default=1000,
-                    help="also time (a) with loopback shaped to this many Mbit/s (root, tc); 0 skips it")
+    ap.add_argument(
+        "--link-mbit",
+        type=int,
+        default=1000,
+        help="also time (a) with loopback shaped to this many Mbit/s (root, tc); 0 skips it",
+    )
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
     if not shutil.which("skopeo") or not shutil.which("docker-registry"):
@@ -279,8 +314,11 @@ def main() -> None:
         skopeo_ok = all((oci_blobs / chain.digests[f]).is_file() for f in chain.layer_files())
         shutil.rmtree(pull["skopeo_dir"])
         shutil.rmtree(pull["counted_home"])
-        shaped = bench_shaped_pull(root, hub, registry, args.repeat, args.link_mbit) if args.link_mbit else \
-            {"skipped": "--link-mbit 0"}
+        shaped = (
+            bench_shaped_pull(root, hub, registry, args.repeat, args.link_mbit)
+            if args.link_mbit
+            else {"skipped": "--link-mbit 0"}
+        )
         push = bench_push(root, hub, registry, pusher, chain, layout, args.repeat, stack)
         if args.no_xfs:
             disk, why = None, "--no-xfs"
@@ -297,11 +335,15 @@ def main() -> None:
 
     mem = args.mem_mib * MiB
     logical = len(chain.srcs) * mem
-    print(f"chain_pull_vs_skopeo: 3-link chain, memory.bin {human(mem)} each, base {args.data_fraction:.0%} data, "
-          f"links rewrite {args.dirty:.0%} each (changed: {', '.join(human(c) for c in chain.changed[1:])} "
-          f"in 4 KiB pages); median of {args.repeat} after {args.warmup} untimed round(s) of (a); {MACHINE_NOTE}")
-    print(f"setup: forkd push of the whole chain sent {human(chain_push['bytes_sent'])}; "
-          f"pulled head identical: {pull_ok}; skopeo pulled every layer: {skopeo_ok}\n")
+    print(
+        f"chain_pull_vs_skopeo: 3-link chain, memory.bin {human(mem)} each, base {args.data_fraction:.0%} data, "
+        f"links rewrite {args.dirty:.0%} each (changed: {', '.join(human(c) for c in chain.changed[1:])} "
+        f"in 4 KiB pages); median of {args.repeat} after {args.warmup} untimed round(s) of (a); {MACHINE_NOTE}"
+    )
+    print(
+        f"setup: forkd push of the whole chain sent {human(chain_push['bytes_sent'])}; "
+        f"pulled head identical: {pull_ok}; skopeo pulled every layer: {skopeo_ok}\n"
+    )
 
     f_t, s_t = median(pull["forkd_t"]), median(pull["skopeo_t"])
     f_cpu, s_cpu = median(pull["forkd_cpu"]), median(pull["skopeo_cpu"])
@@ -309,17 +351,37 @@ def main() -> None:
     print_table(
         ["(a) cold pull of the chain", "runs (s)", "median s", "client CPU s", "bytes moved", "vs logical"],
         [
-            ["forkd pull (hub)", "/".join(f"{t:.2f}" for t in pull["forkd_t"]), f"{f_t:.2f}", f"{f_cpu:.2f}",
-             f"{f_moved:,}", f"{f_moved / logical:.3f}"],
-            ["skopeo copy (docker-registry)", "/".join(f"{t:.2f}" for t in pull["skopeo_t"]), f"{s_t:.2f}",
-             f"{s_cpu:.2f}", f"{s_moved:,}", f"{s_moved / logical:.3f}"],
-            ["skopeo / forkd (goal >= 3x both)", "", f"{s_t / f_t:.2f}x", f"{s_cpu / f_cpu:.2f}x",
-             f"{s_moved / f_moved:.2f}x", ""],
+            [
+                "forkd pull (hub)",
+                "/".join(f"{t:.2f}" for t in pull["forkd_t"]),
+                f"{f_t:.2f}",
+                f"{f_cpu:.2f}",
+                f"{f_moved:,}",
+                f"{f_moved / logical:.3f}",
+            ],
+            [
+                "skopeo copy (docker-registry)",
+                "/".join(f"{t:.2f}" for t in pull["skopeo_t"]),
+                f"{s_t:.2f}",
+                f"{s_cpu:.2f}",
+                f"{s_moved:,}",
+                f"{s_moved / logical:.3f}",
+            ],
+            [
+                "skopeo / forkd (goal >= 3x both)",
+                "",
+                f"{s_t / f_t:.2f}x",
+                f"{s_cpu / f_cpu:.2f}x",
+                f"{s_moved / f_moved:.2f}x",
+                "",
+            ],
         ],
     )
-    print(f"forkd pull --json: bytes_received {pull['report']['bytes_received']:,}; per link "
-          f"{[(ln['tag'], ln['chunks_fetched'], ln.get('chunks_local', 0)) for ln in pull['report']['links']]} "
-          f"(tag, chunks fetched, chunks found locally); logical size of the chain {logical:,}\n")
+    print(
+        f"forkd pull --json: bytes_received {pull['report']['bytes_received']:,}; per link "
+        f"{[(ln['tag'], ln['chunks_fetched'], ln.get('chunks_local', 0)) for ln in pull['report']['links']]} "
+        f"(tag, chunks fetched, chunks found locally); logical size of the chain {logical:,}\n"
+    )
 
     if "skipped" in shaped:
         print(f"(a') shaped link skipped: {shaped['skipped']}\n")
@@ -328,10 +390,18 @@ def main() -> None:
         print_table(
             [f"(a') cold pull over a {args.link_mbit} Mbit/s link", "runs (s)", "median s", "wire floor s"],
             [
-                ["forkd pull (hub)", "/".join(f"{t:.2f}" for t in shaped["forkd_t"]), f"{f_t:.2f}",
-                 f"{f_moved * 8 / (args.link_mbit * 1e6):.2f}"],
-                ["skopeo copy (docker-registry)", "/".join(f"{t:.2f}" for t in shaped["skopeo_t"]), f"{s_t:.2f}",
-                 f"{s_moved * 8 / (args.link_mbit * 1e6):.2f}"],
+                [
+                    "forkd pull (hub)",
+                    "/".join(f"{t:.2f}" for t in shaped["forkd_t"]),
+                    f"{f_t:.2f}",
+                    f"{f_moved * 8 / (args.link_mbit * 1e6):.2f}",
+                ],
+                [
+                    "skopeo copy (docker-registry)",
+                    "/".join(f"{t:.2f}" for t in shaped["skopeo_t"]),
+                    f"{s_t:.2f}",
+                    f"{s_moved * 8 / (args.link_mbit * 1e6):.2f}",
+                ],
                 ["skopeo / forkd (goal >= 3x)", "", f"{s_t / f_t:.2f}x", f"{s_moved / f_moved:.2f}x"],
             ],
         )
@@ -344,18 +414,35 @@ def main() -> None:
     print_table(
         ["(b) push of a new child link", "runs (s)", "median s", "bytes sent", "/ changed bytes"],
         [
-            ["forkd push (hub)", "/".join(f"{t:.2f}" for t in push["forkd_t"]), f"{f_t:.2f}", f"{f_sent:,}",
-             f"{f_sent / changed:.2f}"],
-            ["skopeo copy (docker-registry)", "/".join(f"{t:.2f}" for t in push["skopeo_t"]), f"{s_t:.2f}",
-             f"{s_sent:,}", f"{s_sent / changed:.2f}"],
+            [
+                "forkd push (hub)",
+                "/".join(f"{t:.2f}" for t in push["forkd_t"]),
+                f"{f_t:.2f}",
+                f"{f_sent:,}",
+                f"{f_sent / changed:.2f}",
+            ],
+            [
+                "skopeo copy (docker-registry)",
+                "/".join(f"{t:.2f}" for t in push["skopeo_t"]),
+                f"{s_t:.2f}",
+                f"{s_sent:,}",
+                f"{s_sent / changed:.2f}",
+            ],
             ["changed bytes (4 KiB pages)", "", "", f"{changed:,}", "1.00"],
-            ["changed 64 KiB chunks (forkd's changed_bytes)", "", "", f"{chunk_changed:,}",
-             f"{chunk_changed / changed:.2f}"],
+            [
+                "changed 64 KiB chunks (forkd's changed_bytes)",
+                "",
+                "",
+                f"{chunk_changed:,}",
+                f"{chunk_changed / changed:.2f}",
+            ],
             ["skopeo / forkd", "", f"{s_t / f_t:.2f}x", f"{s_sent / f_sent:.2f}x", ""],
         ],
     )
-    print(f"forkd push --json bytes_sent per timed run: {[r['bytes_sent'] for r in push['reports']]}; "
-          f"counted run: {push['counted_report']['bytes_sent']:,} (wire {f_sent:,} up, {push['forkd_wire'][1]:,} down)\n")
+    print(
+        f"forkd push --json bytes_sent per timed run: {[r['bytes_sent'] for r in push['reports']]}; "
+        f"counted run: {push['counted_report']['bytes_sent']:,} (wire {f_sent:,} up, {push['forkd_wire'][1]:,} down)\n"
+    )
 
     if disk is None:
         print(f"(c) skipped: {why}")
@@ -365,13 +452,22 @@ def main() -> None:
         ["(c) client disk after a cold pull (XFS, reflink)", "statvfs delta", "vs forkd"],
         [
             ["forkd pull: FORKD_HOME as left by the pull", human(disk["forkd_total"]), "1.00x"],
-            ["skopeo: OCI directory (3 full images)", human(disk["skopeo"]), f"{disk['skopeo'] / disk['forkd_total']:.2f}x"],
-            ["3 sparse copies (forkd without reflink)", human(disk["sparse_copies"]),
-             f"{disk['sparse_copies'] / disk['forkd_total']:.2f}x"],
+            [
+                "skopeo: OCI directory (3 full images)",
+                human(disk["skopeo"]),
+                f"{disk['skopeo'] / disk['forkd_total']:.2f}x",
+            ],
+            [
+                "3 sparse copies (forkd without reflink)",
+                human(disk["sparse_copies"]),
+                f"{disk['sparse_copies'] / disk['forkd_total']:.2f}x",
+            ],
         ],
     )
-    print(f"st_blocks of the forkd snapshots (shared extents counted per file): {human(disk['forkd_snapshot_blocks'])}; "
-          f"staging entries left: {disk['forkd_staging_left']}")
+    print(
+        f"st_blocks of the forkd snapshots (shared extents counted per file): {human(disk['forkd_snapshot_blocks'])}; "
+        f"staging entries left: {disk['forkd_staging_left']}"
+    )
     f_t, s_t = median(disk["forkd_t"]), median(disk["skopeo_t"])
     print_table(
         ["(c') cold pull, client writing to this XFS", "runs (s)", "median s"],

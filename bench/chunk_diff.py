@@ -80,14 +80,22 @@ def main() -> None:
         parent, child, data_bytes = make_images(root, args.size_mib * MiB, args.data_fraction, args.change_fraction)
         with open(child, "rb") as f:  # the same data bytes, in memory, for the raw blake3 peers
             buf = f.read()
-        data_only = b"".join(buf[o : o + DEFAULT_CHUNK_SIZE] for o in range(0, len(buf), DEFAULT_CHUNK_SIZE)
-                             if buf[o : o + DEFAULT_CHUNK_SIZE].count(0) != DEFAULT_CHUNK_SIZE)
+        data_only = b"".join(
+            buf[o : o + DEFAULT_CHUNK_SIZE]
+            for o in range(0, len(buf), DEFAULT_CHUNK_SIZE)
+            if buf[o : o + DEFAULT_CHUNK_SIZE].count(0) != DEFAULT_CHUNK_SIZE
+        )
         del buf
 
         raw1 = timed(lambda: blake3.blake3(data_only).digest(), args.repeat)
         rawN = timed(lambda: blake3.blake3(data_only, max_threads=blake3.blake3.AUTO).digest(), args.repeat)
-        raw_chunks = timed(lambda: [blake3.blake3(data_only[o : o + DEFAULT_CHUNK_SIZE]).digest()
-                                    for o in range(0, len(data_only), DEFAULT_CHUNK_SIZE)], args.repeat)
+        raw_chunks = timed(
+            lambda: [
+                blake3.blake3(data_only[o : o + DEFAULT_CHUNK_SIZE]).digest()
+                for o in range(0, len(data_only), DEFAULT_CHUNK_SIZE)
+            ],
+            args.repeat,
+        )
 
         def chunk_and_hash() -> None:
             for _, piece in iter_nonzero_chunks(child):
@@ -103,8 +111,14 @@ def main() -> None:
 
         def build_child_layer() -> None:
             b = LayerBuilder(root / "blobs")
-            b.add_file("memory.bin", diff_files(parent, child), size=os.path.getsize(child), chunk_size=DEFAULT_CHUNK_SIZE,
-                       digest="blake3:" + "0" * 64, parent_digest="blake3:" + "0" * 64)
+            b.add_file(
+                "memory.bin",
+                diff_files(parent, child),
+                size=os.path.getsize(child),
+                chunk_size=DEFAULT_CHUNK_SIZE,
+                digest="blake3:" + "0" * 64,
+                parent_digest="blake3:" + "0" * 64,
+            )
             b.finish()
 
         t_layer = timed(build_child_layer, args.repeat)
@@ -112,8 +126,10 @@ def main() -> None:
     def rate(seconds: float, nbytes: int) -> float:
         return nbytes / seconds / GiB
 
-    print(f"image: {args.size_mib} MiB apparent, {data_bytes / MiB:.0f} MiB data, chunk {DEFAULT_CHUNK_SIZE // 1024} KiB, "
-          f"{changed} changed chunks ({args.change_fraction:.0%} target), median of {args.repeat}")
+    print(
+        f"image: {args.size_mib} MiB apparent, {data_bytes / MiB:.0f} MiB data, chunk {DEFAULT_CHUNK_SIZE // 1024} KiB, "
+        f"{changed} changed chunks ({args.change_fraction:.0%} target), median of {args.repeat}"
+    )
     print(f"{'operation':<46}{'seconds':>9}{'GiB/s data':>12}{'GiB/s apparent':>16}{'vs blake3 1-thread':>20}")
     rows = [
         ("blake3 raw, data bytes in memory, 1 thread", raw1, 1),
@@ -124,8 +140,10 @@ def main() -> None:
         ("diff + zstd frames into a data blob", t_layer, 2),
     ]
     for name, seconds, _files in rows:
-        print(f"{name:<46}{seconds:>9.3f}{rate(seconds, data_bytes):>12.2f}{rate(seconds, args.size_mib * MiB):>16.2f}"
-              f"{raw1 / seconds:>19.2f}x")
+        print(
+            f"{name:<46}{seconds:>9.3f}{rate(seconds, data_bytes):>12.2f}{rate(seconds, args.size_mib * MiB):>16.2f}"
+            f"{raw1 / seconds:>19.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,15 @@ def synthetic_map(size: int, fraction: float) -> ChunkMap:
         length = 40_000 + index % 5000
         entries.append(ChunkEntry(index, "blake3:" + os.urandom(32).hex(), 0, offset, length))
         offset += length
-    return ChunkMap(mt.MEMORY_FILE, size, CHUNK, "blake3:" + os.urandom(32).hex(), None,
-                    ("sha256:" + os.urandom(32).hex(),), tuple(entries))
+    return ChunkMap(
+        mt.MEMORY_FILE,
+        size,
+        CHUNK,
+        "blake3:" + os.urandom(32).hex(),
+        None,
+        ("sha256:" + os.urandom(32).hex(),),
+        tuple(entries),
+    )
 
 
 def timed(fn, repeat: int) -> float:  # noqa: ANN001
@@ -60,8 +67,11 @@ def main() -> None:
     ap.add_argument("--data-fraction", type=float, default=0.25)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    cases = [("512 MiB", 512 << 20, args.data_fraction), ("16 GiB", 16 << 30, args.data_fraction),
-             ("16 GiB, all data", 16 << 30, 1.0)]
+    cases = [
+        ("512 MiB", 512 << 20, args.data_fraction),
+        ("16 GiB", 16 << 30, args.data_fraction),
+        ("16 GiB, all data", 16 << 30, 1.0),
+    ]
     rows, results = [], {}
     for name, size, fraction in cases:
         cmap = synthetic_map(size, fraction)
@@ -71,14 +81,37 @@ def main() -> None:
         stdlib = timed(lambda: json.loads(data), args.repeat)
         fast = timed(lambda: msgspec.json.decode(data), args.repeat)
         results[name] = (len(data), parse)
-        rows.append([name, f"{len(cmap.entries):,}", f"{len(data) / 2**20:.1f}", f"{encode * 1e3:.1f}",
-                     f"{parse * 1e3:.1f}", f"{stdlib * 1e3:.1f}", f"{fast * 1e3:.1f}", f"{parse / fast:.1f}x"])
+        rows.append(
+            [
+                name,
+                f"{len(cmap.entries):,}",
+                f"{len(data) / 2**20:.1f}",
+                f"{encode * 1e3:.1f}",
+                f"{parse * 1e3:.1f}",
+                f"{stdlib * 1e3:.1f}",
+                f"{fast * 1e3:.1f}",
+                f"{parse / fast:.1f}x",
+            ]
+        )
     print(f"chunkmap_scale: synthetic base chunk maps, 64 KiB chunks, median of {args.repeat}; {MACHINE_NOTE}")
-    print_table(["memory.bin", "entries", "MiB JSON", "to_json ms", "from_json ms", "json.loads ms",
-                 "msgspec ms", "from_json / msgspec"], rows)
+    print_table(
+        [
+            "memory.bin",
+            "entries",
+            "MiB JSON",
+            "to_json ms",
+            "from_json ms",
+            "json.loads ms",
+            "msgspec ms",
+            "from_json / msgspec",
+        ],
+        rows,
+    )
     small, big = results["512 MiB"], results["16 GiB"]
-    print(f"16 GiB / (32 x 512 MiB): size {big[0] / (32 * small[0]):.2f}x, parse {big[1] / (32 * small[1]):.2f}x "
-          f"(goal <= 1.2x); chunk-map limit {64} MiB (FORKD_HUB_CHUNK_MAP_BYTES)")
+    print(
+        f"16 GiB / (32 x 512 MiB): size {big[0] / (32 * small[0]):.2f}x, parse {big[1] / (32 * small[1]):.2f}x "
+        f"(goal <= 1.2x); chunk-map limit {64} MiB (FORKD_HUB_CHUNK_MAP_BYTES)"
+    )
 
 
 if __name__ == "__main__":

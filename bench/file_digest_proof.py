@@ -49,15 +49,19 @@ def main() -> None:
     count = size // CHUNK
     parent = ChunkList(size, CHUNK, b"".join(blake3.blake3(i.to_bytes(8, "little")).digest() for i in range(count)))
     step = max(1, round(1 / args.changed)) if args.changed > 0 else count + 1
-    entries = tuple(ChunkEntry(i, "blake3:" + blake3.blake3(b"new" + i.to_bytes(8, "little")).hexdigest(), 0, i * 100, 100)
-                    for i in range(0, count, step))
+    entries = tuple(
+        ChunkEntry(i, "blake3:" + blake3.blake3(b"new" + i.to_bytes(8, "little")).hexdigest(), 0, i * 100, 100)
+        for i in range(0, count, step)
+    )
     child = apply_map(parent, ((e.index, e.digest) for e in entries), size, CHUNK)
-    raw = ChunkMap(mt.MEMORY_FILE, size, CHUNK, child.digest(), parent.digest(), ("sha256:" + "0" * 64,),
-                   entries).to_json()
+    raw = ChunkMap(
+        mt.MEMORY_FILE, size, CHUNK, child.digest(), parent.digest(), ("sha256:" + "0" * 64,), entries
+    ).to_json()
 
     base_entries = tuple(ChunkEntry(i, "blake3:" + parent[i].hex(), 0, i * 100, 100) for i in range(count))
-    base_raw = ChunkMap(mt.MEMORY_FILE, size, CHUNK, parent.digest(), None, ("sha256:" + "0" * 64,),
-                        base_entries).to_json()
+    base_raw = ChunkMap(
+        mt.MEMORY_FILE, size, CHUNK, parent.digest(), None, ("sha256:" + "0" * 64,), base_entries
+    ).to_json()
 
     proofs, colds, hashes = [], [], []
     buffer = os.urandom(SAMPLE)
@@ -78,8 +82,10 @@ def main() -> None:
         blake3.blake3(buffer, max_threads=blake3.blake3.AUTO).digest()
         hashes.append((time.perf_counter() - start) * size / SAMPLE)
     proof, cold, hashed = statistics.median(proofs), statistics.median(colds), statistics.median(hashes)
-    print(f"file {size / (1 << 30):.1f} GiB, {count} chunks, link changes {len(entries)} "
-          f"(chunk map {len(raw) / (1 << 20):.1f} MiB); median of {args.runs} runs")
+    print(
+        f"file {size / (1 << 30):.1f} GiB, {count} chunks, link changes {len(entries)} "
+        f"(chunk map {len(raw) / (1 << 20):.1f} MiB); median of {args.runs} runs"
+    )
     print(f"proof (parse map + apply + chunk-tree digest): {proof * 1000:8.1f} ms")
     print(f"cold proof (+ the base's full map)            : {cold * 1000:8.1f} ms")
     print(f"hash the file's bytes (blake3, in memory)     : {hashed * 1000:8.1f} ms")

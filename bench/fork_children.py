@@ -55,6 +55,7 @@ class Round:
 
 # -- naive full-copy baseline ----------------------------------------------------------------
 
+
 class NaiveVm:
     """A QEMU microvm with anonymous RAM, driven just enough for the baseline."""
 
@@ -74,16 +75,39 @@ class NaiveVm:
 
 
 def naive_argv(mem_mib: int) -> list[str]:
-    return ["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-cpu", "max",
-            "-m", f"{mem_mib}M", "-smp", "1", "-nodefaults", "-no-user-config", "-display", "none",
-            "-no-reboot", "-chardev", "socket,id=con,path=console.sock,server=on,wait=off",
-            "-serial", "chardev:con", "-qmp", "unix:qmp.sock,server=on,wait=off"]
+    return [
+        "qemu-system-x86_64",
+        "-M",
+        "microvm",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-m",
+        f"{mem_mib}M",
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-chardev",
+        "socket,id=con,path=console.sock,server=on,wait=off",
+        "-serial",
+        "chardev:con",
+        "-qmp",
+        "unix:qmp.sock,server=on,wait=off",
+    ]
 
 
 def naive_snapshot(root: Path, mem_mib: int, fill_mib: int) -> tuple[Path, float]:
     guest = cached_guest()
     cmdline = f"{guest.cmdline} {' '.join(tcg_kernel_args())}"
-    vm = NaiveVm(root / "naive-base", [*naive_argv(mem_mib), "-kernel", str(guest.kernel), "-initrd", str(guest.initrd), "-append", cmdline])
+    vm = NaiveVm(
+        root / "naive-base",
+        [*naive_argv(mem_mib), "-kernel", str(guest.kernel), "-initrd", str(guest.initrd), "-append", cmdline],
+    )
     try:
         vm.connect()
         vm.agent.hello(90)
@@ -101,7 +125,10 @@ def naive_snapshot(root: Path, mem_mib: int, fill_mib: int) -> tuple[Path, float
 
 def naive_fork(root: Path, state: Path, mem_mib: int, n: int) -> tuple[list[NaiveVm], float]:
     started = time.perf_counter()
-    vms = [NaiveVm(root / f"naive-{n}-{i}", [*naive_argv(mem_mib), "-incoming", f"exec:cat {shlex.quote(str(state))}"]) for i in range(n)]
+    vms = [
+        NaiveVm(root / f"naive-{n}-{i}", [*naive_argv(mem_mib), "-incoming", f"exec:cat {shlex.quote(str(state))}"])
+        for i in range(n)
+    ]
 
     def restore(vm: NaiveVm) -> None:
         vm.connect()  # QMP is served only once the incoming migration has loaded
@@ -140,6 +167,7 @@ def anonymous_ram(pid: int, mem_mib: int) -> tuple[int, int]:
 
 # -- the run ---------------------------------------------------------------------------------
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mem-mib", type=int, default=256)
@@ -170,8 +198,16 @@ def main() -> int:
             children = driver.fork(snap, n, work_dir=root / f"cow-{n}")
             cow_s = time.perf_counter() - started
             stats = [c.mem_stats() for c in children]
-            rounds.append(Round("CoW", n, cow_s, [s.pss for s in stats], [s.guest_ram_pss for s in stats],
-                                [s.guest_ram_private_dirty for s in stats]))
+            rounds.append(
+                Round(
+                    "CoW",
+                    n,
+                    cow_s,
+                    [s.pss for s in stats],
+                    [s.guest_ram_pss for s in stats],
+                    [s.guest_ram_private_dirty for s in stats],
+                )
+            )
             for c in children:
                 c.kill()
 
@@ -182,39 +218,63 @@ def main() -> int:
             for v in naive:
                 v.kill()
 
-        report(rounds, args, cow_snap_s, snap.vmstate.stat().st_size, naive_snap_s,
-               naive_state.stat().st_size, status.accel or "?")
+        report(
+            rounds,
+            args,
+            cow_snap_s,
+            snap.vmstate.stat().st_size,
+            naive_snap_s,
+            naive_state.stat().st_size,
+            status.accel or "?",
+        )
     finally:
         process.kill_all()
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
 
-def report(rounds: list[Round], args: argparse.Namespace, cow_snap_s: float, cow_state: int,
-           naive_snap_s: float, naive_state: int, accel: str) -> None:
+def report(
+    rounds: list[Round],
+    args: argparse.Namespace,
+    cow_snap_s: float,
+    cow_state: int,
+    naive_snap_s: float,
+    naive_state: int,
+    accel: str,
+) -> None:
     mem = args.mem_mib * MIB
-    print(f"guest {args.mem_mib} MiB, {args.fill_mib} MiB filled before the snapshot, accel {accel}, "
-          f"{os.cpu_count()} host cores\n")
-    print(f"snapshot: CoW {cow_snap_s * 1000:.0f} ms (vmstate {cow_state / 1024:.0f} KiB)   "
-          f"naive {naive_snap_s * 1000:.0f} ms (vmstate {naive_state / MIB:.0f} MiB)   "
-          f"ratio naive/CoW {naive_snap_s / cow_snap_s:.0f}x\n")
-    header = (f"{'mode':<6} {'N':>3} {'fork→all up':>12} {'per child':>10} {'Pss/child':>10} "
-              f"{'RAM Pss':>9} {'RAM priv':>9} {'priv % RAM':>10} {'sum Pss':>9}")
+    print(
+        f"guest {args.mem_mib} MiB, {args.fill_mib} MiB filled before the snapshot, accel {accel}, "
+        f"{os.cpu_count()} host cores\n"
+    )
+    print(
+        f"snapshot: CoW {cow_snap_s * 1000:.0f} ms (vmstate {cow_state / 1024:.0f} KiB)   "
+        f"naive {naive_snap_s * 1000:.0f} ms (vmstate {naive_state / MIB:.0f} MiB)   "
+        f"ratio naive/CoW {naive_snap_s / cow_snap_s:.0f}x\n"
+    )
+    header = (
+        f"{'mode':<6} {'N':>3} {'fork→all up':>12} {'per child':>10} {'Pss/child':>10} "
+        f"{'RAM Pss':>9} {'RAM priv':>9} {'priv % RAM':>10} {'sum Pss':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in rounds:
-        print(f"{r.mode:<6} {r.n:>3} {r.seconds:>10.2f} s {r.seconds / r.n * 1000:>7.0f} ms "
-              f"{_mib(statistics.mean(r.pss)):>10} {_mib(statistics.mean(r.ram_pss)):>9} "
-              f"{_mib(statistics.mean(r.ram_private)):>9} "
-              f"{100 * statistics.mean(r.ram_private) / mem:>9.1f}% {_mib(sum(r.pss)):>9}")
+        print(
+            f"{r.mode:<6} {r.n:>3} {r.seconds:>10.2f} s {r.seconds / r.n * 1000:>7.0f} ms "
+            f"{_mib(statistics.mean(r.pss)):>10} {_mib(statistics.mean(r.ram_pss)):>9} "
+            f"{_mib(statistics.mean(r.ram_private)):>9} "
+            f"{100 * statistics.mean(r.ram_private) / mem:>9.1f}% {_mib(sum(r.pss)):>9}"
+        )
     print("\nratios naive / CoW (higher = CoW better):")
     by_key = {(r.mode, r.n): r for r in rounds}
     for n in sorted({r.n for r in rounds}):
         cow, naive = by_key[("CoW", n)], by_key[("naive", n)]
-        print(f"  N={n:<3} fork time {naive.seconds / cow.seconds:5.1f}x   "
-              f"Pss/child {statistics.mean(naive.pss) / statistics.mean(cow.pss):5.1f}x   "
-              f"guest-RAM private/child "
-              f"{statistics.mean(naive.ram_private) / max(1, statistics.mean(cow.ram_private)):6.1f}x")
+        print(
+            f"  N={n:<3} fork time {naive.seconds / cow.seconds:5.1f}x   "
+            f"Pss/child {statistics.mean(naive.pss) / statistics.mean(cow.pss):5.1f}x   "
+            f"guest-RAM private/child "
+            f"{statistics.mean(naive.ram_private) / max(1, statistics.mean(cow.ram_private)):6.1f}x"
+        )
 
 
 def _mib(value: float) -> str:

@@ -82,22 +82,43 @@ def main() -> None:
             list_s, objects = timed(list_store)
             mark_s, first = timed(lambda: gc.run(grace=timedelta(0)))
             for r in range(0, repos, 2):
-                check(client.delete(f"/v2/acme/r{r}/manifests/v0", params={"cascade": "true"}, headers=auth(admin)),
-                      202)
+                check(
+                    client.delete(f"/v2/acme/r{r}/manifests/v0", params={"cascade": "true"}, headers=auth(admin)), 202
+                )
             unmark_s, second = timed(lambda: gc.run(grace=timedelta(0)))
             sweep_s, third = timed(lambda: gc.run(grace=timedelta(0)))
 
-    print(f"gc_scale: {args.layers} layers in {repos} chains of {args.chain} (256 KiB memory each), {objects} objects "
-          f"in the store; pushed in {push_s:.0f} s; {MACHINE_NOTE}")
-    print_table(["operation", "seconds", "deleted manifests", "deleted blobs", "vs listing the store"], [
-        ["list every object of the blob store", f"{list_s:.2f}", "", "", "1.00x"],
-        ["gc, everything referenced", f"{mark_s:.2f}", len(first.manifests), len(first.blobs),
-         f"{mark_s / list_s:.1f}x"],
-        ["gc after deleting half the repositories (sweeps)", f"{unmark_s:.2f}", len(second.manifests), len(second.blobs),
-         f"{unmark_s / list_s:.1f}x"],
-        ["gc again (nothing left to sweep)", f"{sweep_s:.2f}", len(third.manifests), len(third.blobs),
-         f"{sweep_s / list_s:.1f}x"],
-    ])
+    print(
+        f"gc_scale: {args.layers} layers in {repos} chains of {args.chain} (256 KiB memory each), {objects} objects "
+        f"in the store; pushed in {push_s:.0f} s; {MACHINE_NOTE}"
+    )
+    print_table(
+        ["operation", "seconds", "deleted manifests", "deleted blobs", "vs listing the store"],
+        [
+            ["list every object of the blob store", f"{list_s:.2f}", "", "", "1.00x"],
+            [
+                "gc, everything referenced",
+                f"{mark_s:.2f}",
+                len(first.manifests),
+                len(first.blobs),
+                f"{mark_s / list_s:.1f}x",
+            ],
+            [
+                "gc after deleting half the repositories (sweeps)",
+                f"{unmark_s:.2f}",
+                len(second.manifests),
+                len(second.blobs),
+                f"{unmark_s / list_s:.1f}x",
+            ],
+            [
+                "gc again (nothing left to sweep)",
+                f"{sweep_s:.2f}",
+                len(third.manifests),
+                len(third.blobs),
+                f"{sweep_s / list_s:.1f}x",
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

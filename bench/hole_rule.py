@@ -77,8 +77,10 @@ def main() -> None:
             fills.append(time.perf_counter() - started)
             assert unsafe_holes(link, parent) == []
         hash_ms, fill_ms = statistics.median(hashes) * 1000, statistics.median(fills) * 1000
-        print(f"link: {args.mem_mib} MiB memory.bin, {args.zeroed:.0%} of the parent's data chunks zeroed as holes "
-              f"({written / 2**20:.1f} MiB of real zeros written); median of {args.runs}")
+        print(
+            f"link: {args.mem_mib} MiB memory.bin, {args.zeroed:.0%} of the parent's data chunks zeroed as holes "
+            f"({written / 2**20:.1f} MiB of real zeros written); median of {args.runs}"
+        )
         print(f"{'step':<40}{'ms':>10}")
         print(f"{'hash: blake3 + sha256 of the link':<40}{hash_ms:>10.1f}")
         print(f"{'fill: fill_unsafe_holes(link, parent)':<40}{fill_ms:>10.1f}")

@@ -133,7 +133,7 @@ def compress_and_hash(data: bytes, threads: int) -> None:
         compressor = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=False)
         out = []
         for off in range(start, min(start + step, len(data)), chunk):
-            piece = view[off:off + chunk]
+            piece = view[off : off + chunk]
             blake3.blake3(piece).digest()
             out.append(compressor.compress(piece))
         return out
@@ -159,7 +159,7 @@ def decompress_and_hash(frames: list[bytes], threads: int) -> None:
 
     size = -(-len(frames) // threads)
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(part, [frames[i:i + size] for i in range(0, len(frames), size)]))
+        list(pool.map(part, [frames[i : i + size] for i in range(0, len(frames), size)]))
 
 
 def main() -> None:
@@ -192,7 +192,9 @@ def main() -> None:
 
         # (ii) raw disk
         target = root / "disk.bin"
-        disk_w = timed_runs(lambda i: disk_write(target, data), args.repeat, before=lambda i: target.unlink(missing_ok=True))
+        disk_w = timed_runs(
+            lambda i: disk_write(target, data), args.repeat, before=lambda i: target.unlink(missing_ok=True)
+        )
         disk_r = timed_runs(lambda i: disk_read(target), args.repeat, before=lambda i: drop_file_cache(target))
         target.unlink()
 
@@ -200,7 +202,7 @@ def main() -> None:
         cores = os.cpu_count() or 1
         comp = timed_runs(lambda i: compress_and_hash(data, cores), args.repeat)
         zc = __import__("zstandard").ZstdCompressor(level=3, write_content_size=True, write_checksum=False)
-        frames = [zc.compress(data[o:o + 65536]) for o in range(0, nbytes, 65536)]
+        frames = [zc.compress(data[o : o + 65536]) for o in range(0, nbytes, 65536)]
         decomp = timed_runs(lambda i: decompress_and_hash(frames, cores), args.repeat)
         frames = []
         data = b""  # free the buffer before the hub runs
@@ -219,14 +221,18 @@ def main() -> None:
             live["user"].run("import", str(src), "base")  # type: ignore[union-attr]
 
         push_results: list[dict] = []
-        push_t = timed_runs(lambda i: push_results.append(live["user"].json("push", "base", "acme/mem:v1", "--public")),
-                            args.repeat, before=fresh_hub)
+        push_t = timed_runs(
+            lambda i: push_results.append(live["user"].json("push", "base", "acme/mem:v1", "--public")),
+            args.repeat,
+            before=fresh_hub,
+        )
         hub: HubServer = live["hub"]  # type: ignore[assignment]
         stored = allocated(hub.data_dir / "blobs")
         pullers = [ForkdUser(root / f"bob{i}", hub.url) for i in range(args.repeat)]
         pull_results: list[dict] = []
-        pull_t = timed_runs(lambda i: pull_results.append(pullers[i].json("pull", "acme/mem:v1", "--as", "mem")),
-                            args.repeat)
+        pull_t = timed_runs(
+            lambda i: pull_results.append(pullers[i].json("pull", "acme/mem:v1", "--as", "mem")), args.repeat
+        )
         pulled = pullers[0].home / "snapshots" / "mem" / "memory.bin"
         identical = sha256_file(pulled) == sha256_file(src / "memory.bin")
 
@@ -250,12 +256,20 @@ def main() -> None:
     peers["push"] = max(peers["put"], peers["dw"], median(comp))
     peers["pull"] = max(peers["get"], peers["dw"], median(decomp))
 
-    def row(name: str, times: list[float], vs_http: str | None, vs_disk: str | None,
-            vs_limit: str | None = None) -> list[str]:
+    def row(
+        name: str, times: list[float], vs_http: str | None, vs_disk: str | None, vs_limit: str | None = None
+    ) -> list[str]:
         rate = mib_s(nbytes, median(times))
         ratio = lambda key: f"{mib_s(nbytes, median(times)) / mib_s(nbytes, peers[key]):.2f}x" if key else ""  # noqa: E731
-        return [name, fmt_runs(times), f"{median(times):.3f}", f"{rate:.0f}", ratio(vs_http), ratio(vs_disk),
-                ratio(vs_limit)]
+        return [
+            name,
+            fmt_runs(times),
+            f"{median(times):.3f}",
+            f"{rate:.0f}",
+            ratio(vs_http),
+            ratio(vs_disk),
+            ratio(vs_limit),
+        ]
 
     rows.append(row("raw loopback PUT (curl -> http.server, discard)", raw_put, None, None))
     rows.append(row("raw loopback GET (http.server -> curl)", raw_get, None, None))
@@ -266,11 +280,15 @@ def main() -> None:
     rows.append(row("forkd push base (CLI, fresh hub)", push_t, "put", "dw", "push"))
     rows.append(row("forkd pull into an empty store (CLI)", pull_t, "get", "dr", "pull"))
 
-    print(f"hub_transfer: memory.bin {human(info.size)} apparent, {human(nbytes)} data "
-          f"(half random, half text-like, rest holes); median of {args.repeat}; {MACHINE_NOTE}")
+    print(
+        f"hub_transfer: memory.bin {human(info.size)} apparent, {human(nbytes)} data "
+        f"(half random, half text-like, rest holes); median of {args.repeat}; {MACHINE_NOTE}"
+    )
     print_table(["operation", "runs (s)", "median s", "MiB/s data", "vs loopback", "vs disk", "vs limit"], rows)
-    print("limit: the slowest of loopback, disk write and (de)compress + hash, each measured above "
-          "(push: PUT, write, zstd; pull: GET, write, unzstd)")
+    print(
+        "limit: the slowest of loopback, disk write and (de)compress + hash, each measured above "
+        "(push: PUT, write, zstd; pull: GET, write, unzstd)"
+    )
 
     logical = info.size
 
@@ -292,9 +310,11 @@ def main() -> None:
         ],
         title="bytes (wire: one extra push + pull through a counting TCP proxy, HTTP headers included)",
     )
-    print(f"pulled memory.bin identical to the source: {identical}; "
-          f"push links: {[(ln['new_chunks'], ln['reused_chunks']) for ln in push_results[-1]['links']]} (new, reused chunks); "
-          f"pull chunks fetched: {sum(ln['chunks_fetched'] for ln in pull_results[-1]['links'])}")
+    print(
+        f"pulled memory.bin identical to the source: {identical}; "
+        f"push links: {[(ln['new_chunks'], ln['reused_chunks']) for ln in push_results[-1]['links']]} (new, reused chunks); "
+        f"pull chunks fetched: {sum(ln['chunks_fetched'] for ln in pull_results[-1]['links'])}"
+    )
     print(logs)
 
 

@@ -18,9 +18,39 @@ from common import BLOCK, PAGE, KiB, MiB
 # Bytes weighted roughly like English letter frequencies: ~4.1 bits of entropy per byte, so
 # zstd compresses it about 2x, like the real /usr/lib mix in baselines.md §5. Built with
 # bytes.translate so hundreds of MiB take well under a second.
-_TEXT_WEIGHTS = {" ": 40, "e": 26, "t": 19, "a": 16, "o": 15, "i": 14, "n": 14, "s": 13, "h": 12, "r": 12,
-                 "d": 9, "l": 8, "c": 6, "u": 6, "m": 5, "w": 4, "f": 4, "g": 4, "y": 4, "p": 4, "b": 3,
-                 "\n": 3, "v": 2, "k": 2, ".": 2, ",": 2, "x": 1, "_": 1, "(": 1, ")": 1, "=": 1}
+_TEXT_WEIGHTS = {
+    " ": 40,
+    "e": 26,
+    "t": 19,
+    "a": 16,
+    "o": 15,
+    "i": 14,
+    "n": 14,
+    "s": 13,
+    "h": 12,
+    "r": 12,
+    "d": 9,
+    "l": 8,
+    "c": 6,
+    "u": 6,
+    "m": 5,
+    "w": 4,
+    "f": 4,
+    "g": 4,
+    "y": 4,
+    "p": 4,
+    "b": 3,
+    "\n": 3,
+    "v": 2,
+    "k": 2,
+    ".": 2,
+    ",": 2,
+    "x": 1,
+    "_": 1,
+    "(": 1,
+    ")": 1,
+    "=": 1,
+}
 
 
 def _text_table() -> bytes:

@@ -48,11 +48,17 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 def push_oci_manifest(registry: RegistryServer, name: str, tag: str, size: int) -> bytes:
     """Push a config + one small layer by monolithic upload, then a manifest of exactly ``size`` bytes."""
     descriptors = []
-    for media_type, data in (("application/vnd.oci.image.config.v1+json", b'{"architecture":"amd64","os":"linux"}'),
-                             ("application/vnd.oci.image.layer.v1.tar", b"layer bytes" * 100)):
+    for media_type, data in (
+        ("application/vnd.oci.image.config.v1+json", b'{"architecture":"amd64","os":"linux"}'),
+        ("application/vnd.oci.image.layer.v1.tar", b"layer bytes" * 100),
+    ):
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        r = httpx.post(f"{registry.url}/v2/{name}/blobs/uploads/", params={"digest": digest}, content=data,
-                       headers={"Content-Type": "application/octet-stream"})
+        r = httpx.post(
+            f"{registry.url}/v2/{name}/blobs/uploads/",
+            params={"digest": digest},
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         if r.status_code != 201:  # some registries want POST then PUT
             r = httpx.post(f"{registry.url}/v2/{name}/blobs/uploads/")
             location = httpx.URL(registry.url).join(r.headers["location"])
@@ -61,8 +67,15 @@ def push_oci_manifest(registry: RegistryServer, name: str, tag: str, size: int) 
         descriptors.append({"mediaType": media_type, "digest": digest, "size": len(data)})
 
     def manifest(pad: int) -> bytes:
-        return json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptors[0],
-                           "layers": descriptors[1:], "annotations": {"dev.forkd.bench.pad": "x" * pad}}).encode()
+        return json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": descriptors[0],
+                "layers": descriptors[1:],
+                "annotations": {"dev.forkd.bench.pad": "x" * pad},
+            }
+        ).encode()
 
     pad = size - len(manifest(0))
     if pad < 0:
@@ -85,8 +98,18 @@ def _ms(text: str) -> float:
 
 
 def run_wrk(url: str, concurrency: int, seconds: float, headers: dict[str, str]) -> dict[str, float]:
-    cmd = ["wrk", "-t", str(min(concurrency, 2)), "-c", str(concurrency), "-d", f"{seconds:g}s", "--latency",
-           "--timeout", "10s"]
+    cmd = [
+        "wrk",
+        "-t",
+        str(min(concurrency, 2)),
+        "-c",
+        str(concurrency),
+        "-d",
+        f"{seconds:g}s",
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
     for k, v in headers.items():
         cmd += ["-H", f"{k}: {v}"]
     done = subprocess.run([*cmd, url], capture_output=True, text=True, timeout=seconds + 60)
@@ -147,8 +170,9 @@ def main() -> None:
         src.mkdir()
         make_memory_image(src / "memory.bin", 64 * MiB, 16 * MiB, seed=7)
         make_vmstate(src / "vmstate", seed=7)
-        hub = stack.enter_context(HubServer(root / "hub", root / "hub.log",
-                                            env={"FORKD_HUB_WORKERS": str(args.hub_workers)}))
+        hub = stack.enter_context(
+            HubServer(root / "hub", root / "hub.log", env={"FORKD_HUB_WORKERS": str(args.hub_workers)})
+        )
         user = ForkdUser(root / "alice", hub.url, hub.token("alice", "push:acme/*"))
         user.run("import", str(src), "base")
         user.run("push", "base", "acme/mem:v1", "--public", "--json")
@@ -179,8 +203,10 @@ def main() -> None:
                     run_wrk(url, c, 1, headers)  # warm-up
                 else:
                     run_httpx(url, c, min(500, args.requests), headers)
-                runs.extend(run_wrk(url, c, args.seconds, headers) if use_wrk
-                            else run_httpx(url, c, args.requests, headers) for _ in range(args.repeat))
+                runs.extend(
+                    run_wrk(url, c, args.seconds, headers) if use_wrk else run_httpx(url, c, args.requests, headers)
+                    for _ in range(args.repeat)
+                )
                 results[(name, c)] = runs
         stack.close()  # stop the servers so their logs are complete
         logs = log_summary(hub=root / "hub.log", registry=root / "registry.log")
@@ -189,19 +215,50 @@ def main() -> None:
         return median([r[key] for r in results[(name, c)]])
 
     gen = f"wrk, {args.seconds:g} s per run" if use_wrk else f"asyncio httpx, {args.requests} requests per run"
-    print(f"manifest_rps: GET of a {size}-byte manifest (hub: forkd layer manifest, {args.hub_workers} worker(s); "
-          f"registry: OCI manifest padded to the same size); {gen}; median of {args.repeat}; {MACHINE_NOTE}")
+    print(
+        f"manifest_rps: GET of a {size}-byte manifest (hub: forkd layer manifest, {args.hub_workers} worker(s); "
+        f"registry: OCI manifest padded to the same size); {gen}; median of {args.repeat}; {MACHINE_NOTE}"
+    )
     rows = []
     for c in levels:
         h, r, t = (med("hub", c, "rps"), med("registry", c, "rps"), med("hub+token", c, "rps"))
-        rows.append([c, f"{h:,.0f}", f"{r:,.0f}", f"{h / r:.2f}x", f"{t:,.0f}", f"{t / h:.2f}x",
-                     f"{med('hub', c, 'p50'):.2f}", f"{med('registry', c, 'p50'):.2f}",
-                     f"{med('hub', c, 'p99'):.2f}", f"{med('registry', c, 'p99'):.2f}",
-                     f"{med('hub', c, 'p99') / med('registry', c, 'p99'):.2f}x", f"{med('hub+token', c, 'p99'):.2f}"])
-    print_table(["clients", "hub rps", "registry rps", "hub/reg", "hub+token rps", "token/anon",
-                 "hub p50 ms", "reg p50 ms", "hub p99 ms", "reg p99 ms", "p99 hub/reg", "hub+token p99 ms"], rows)
-    print("runs (rps): " + "; ".join(f"{name}@{c}: " + "/".join(f"{x['rps']:.0f}" for x in runs)
-                                      for (name, c), runs in results.items()))
+        rows.append(
+            [
+                c,
+                f"{h:,.0f}",
+                f"{r:,.0f}",
+                f"{h / r:.2f}x",
+                f"{t:,.0f}",
+                f"{t / h:.2f}x",
+                f"{med('hub', c, 'p50'):.2f}",
+                f"{med('registry', c, 'p50'):.2f}",
+                f"{med('hub', c, 'p99'):.2f}",
+                f"{med('registry', c, 'p99'):.2f}",
+                f"{med('hub', c, 'p99') / med('registry', c, 'p99'):.2f}x",
+                f"{med('hub+token', c, 'p99'):.2f}",
+            ]
+        )
+    print_table(
+        [
+            "clients",
+            "hub rps",
+            "registry rps",
+            "hub/reg",
+            "hub+token rps",
+            "token/anon",
+            "hub p50 ms",
+            "reg p50 ms",
+            "hub p99 ms",
+            "reg p99 ms",
+            "p99 hub/reg",
+            "hub+token p99 ms",
+        ],
+        rows,
+    )
+    print(
+        "runs (rps): "
+        + "; ".join(f"{name}@{c}: " + "/".join(f"{x['rps']:.0f}" for x in runs) for (name, c), runs in results.items())
+    )
     print(logs)
 
 

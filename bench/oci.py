@@ -35,8 +35,13 @@ def sha256_file(path: Path) -> str:
     return digest_file(path, ("sha256",))["sha256"].hex
 
 
-def write_oci_layout(layout: Path, tag: str, layer_files: Sequence[Path], annotations: dict[str, str] | None = None,
-                     digests: dict[Path, str] | None = None) -> dict[Path, str]:
+def write_oci_layout(
+    layout: Path,
+    tag: str,
+    layer_files: Sequence[Path],
+    annotations: dict[str, str] | None = None,
+    digests: dict[Path, str] | None = None,
+) -> dict[Path, str]:
     """An OCI image layout holding one image whose layers are ``layer_files`` as they are
     (uncompressed, media type ``…layer.v1.tar`` as in baselines.md §1), blobs hard-linked (or
     copied across filesystems). Returns the sha256 of every layer file (reusing ``digests``)."""
@@ -53,19 +58,28 @@ def write_oci_layout(layout: Path, tag: str, layer_files: Sequence[Path], annota
                 os.link(f, target)
             except OSError:
                 shutil.copyfile(f, target)
-        layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{d}",
-                       "size": f.stat().st_size})
+        layers.append(
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{d}", "size": f.stat().st_size}
+        )
     diff_ids = [layer["digest"] for layer in layers]
-    config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "rootfs": {"type": "layers", "diff_ids": diff_ids}, "config": {}}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": _write_blob(blobs, config, "application/vnd.oci.image.config.v1+json"),
-                           "layers": layers, **({"annotations": annotations} if annotations else {})}).encode()
+    config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": diff_ids}, "config": {}}
+    ).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": _write_blob(blobs, config, "application/vnd.oci.image.config.v1+json"),
+            "layers": layers,
+            **({"annotations": annotations} if annotations else {}),
+        }
+    ).encode()
     mdesc = _write_blob(blobs, manifest, "application/vnd.oci.image.manifest.v1+json")
     index_path = layout / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {"schemaVersion": 2, "manifests": []}
-    index["manifests"] = [m for m in index["manifests"]
-                          if m.get("annotations", {}).get("org.opencontainers.image.ref.name") != tag]
+    index["manifests"] = [
+        m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") != tag
+    ]
     index["manifests"].append({**mdesc, "annotations": {"org.opencontainers.image.ref.name": tag}})
     index_path.write_text(json.dumps(index))
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')

@@ -83,10 +83,24 @@ def main() -> int:
             hub_push, hub_pull = round_trip(hub.url.removeprefix("http://"), src, root / "from-hub", f"bench:{token}")
         print_table(
             ["copy", "docker-registry s", "hub s", "registry MiB/s", "hub MiB/s", "registry/hub (≥1: hub as fast)"],
-            [["oci-layout → registry", f"{reg_push:.2f}", f"{hub_push:.2f}", f"{mib_s(size, reg_push):.0f}",
-              f"{mib_s(size, hub_push):.0f}", f"{reg_push / hub_push:.2f}×"],
-             ["registry → oci-layout", f"{reg_pull:.2f}", f"{hub_pull:.2f}", f"{mib_s(size, reg_pull):.0f}",
-              f"{mib_s(size, hub_pull):.0f}", f"{reg_pull / hub_pull:.2f}×"]],
+            [
+                [
+                    "oci-layout → registry",
+                    f"{reg_push:.2f}",
+                    f"{hub_push:.2f}",
+                    f"{mib_s(size, reg_push):.0f}",
+                    f"{mib_s(size, hub_push):.0f}",
+                    f"{reg_push / hub_push:.2f}×",
+                ],
+                [
+                    "registry → oci-layout",
+                    f"{reg_pull:.2f}",
+                    f"{hub_pull:.2f}",
+                    f"{mib_s(size, reg_pull):.0f}",
+                    f"{mib_s(size, hub_pull):.0f}",
+                    f"{reg_pull / hub_pull:.2f}×",
+                ],
+            ],
             title=f"skopeo copy of one {args.size_mib} MiB uncompressed layer, one run each",
         )
         print(log_summary(hub=root / "hub.log", registry=root / "registry.log"))

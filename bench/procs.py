@@ -80,8 +80,13 @@ class HubServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(forkd_hub_cmd("serve", "--port", str(self.port), "--data-dir", str(data_dir)),
-                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
+        self.proc = subprocess.Popen(
+            forkd_hub_cmd("serve", "--port", str(self.port), "--data-dir", str(data_dir)),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=self.env,
+        )
         try:
             wait_http(self.url + "/healthz", self.proc, "forkd-hub serve")
         except BaseException:
@@ -92,8 +97,9 @@ class HubServer:
         args = ["token", "create", name, "--data-dir", str(self.data_dir)]
         for scope in scopes:
             args += ["--scope", scope]
-        return subprocess.run(forkd_hub_cmd(*args), check=True, capture_output=True, text=True, env=self.env,
-                              timeout=60).stdout.strip()
+        return subprocess.run(
+            forkd_hub_cmd(*args), check=True, capture_output=True, text=True, env=self.env, timeout=60
+        ).stdout.strip()
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -173,15 +179,20 @@ class ForkdUser:
     def __init__(self, root: Path, hub_url: str, token: str | None = None, home: Path | None = None) -> None:
         self.root = root
         self.home = home or root / "home"
-        self.env = {**os.environ, "FORKD_HOME": str(self.home), "XDG_CONFIG_HOME": str(root / "cfg"),
-                    "FORKD_HUB_URL": hub_url}
+        self.env = {
+            **os.environ,
+            "FORKD_HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(root / "cfg"),
+            "FORKD_HUB_URL": hub_url,
+        }
         self.env.pop("FORKD_TOKEN", None)
         if token:
             self.run("login", hub_url, "--token-stdin", input=token + "\n")
 
     def run(self, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> str:
-        result = subprocess.run(forkd_cmd(*args), env={**self.env, **(env or {})}, capture_output=True, text=True,
-                                input=input, timeout=600)
+        result = subprocess.run(
+            forkd_cmd(*args), env={**self.env, **(env or {})}, capture_output=True, text=True, input=input, timeout=600
+        )
         if result.returncode != 0:
             raise RuntimeError(f"forkd {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
         return result.stdout
@@ -196,11 +207,22 @@ def log_problems(path: Path) -> list[str]:
     expected and left out."""
     if not path.exists():
         return []
-    bad = ('"level": "WARNING"', '"level": "ERROR"', '"level": "CRITICAL"', "level=warning", "level=error",
-           "level=fatal", "level=panic", "Traceback")
+    bad = (
+        '"level": "WARNING"',
+        '"level": "ERROR"',
+        '"level": "CRITICAL"',
+        "level=warning",
+        "level=error",
+        "level=fatal",
+        "level=panic",
+        "Traceback",
+    )
     expected = ('err.code="blob unknown"',)
-    return [line.rstrip() for line in path.read_text(errors="replace").splitlines()
-            if any(b in line for b in bad) and not any(e in line for e in expected)]
+    return [
+        line.rstrip()
+        for line in path.read_text(errors="replace").splitlines()
+        if any(b in line for b in bad) and not any(e in line for e in expected)
+    ]
 
 
 def log_summary(**logs: Path) -> str:
@@ -208,5 +230,7 @@ def log_summary(**logs: Path) -> str:
     parts = []
     for name, path in logs.items():
         problems = log_problems(path)
-        parts.append(f"{name} log: {len(problems)} warning/error lines" + (f" (first: {problems[0][:300]})" if problems else ""))
+        parts.append(
+            f"{name} log: {len(problems)} warning/error lines" + (f" (first: {problems[0][:300]})" if problems else "")
+        )
     return "; ".join(parts)

@@ -73,17 +73,34 @@ def main() -> None:
                 sent.append(reports[0].get("bytes_sent", 0))
         logs = log_summary(hub=root / "hub.log")
 
-    print(f"push_link: new child of a pushed base, memory.bin {args.mem_mib} MiB, {args.data_fraction:.0%} data, "
-          f"{args.dirty:.0%} rewritten; median of {args.repeat}; {MACHINE_NOTE}")
+    print(
+        f"push_link: new child of a pushed base, memory.bin {args.mem_mib} MiB, {args.data_fraction:.0%} data, "
+        f"{args.dirty:.0%} rewritten; median of {args.repeat}; {MACHINE_NOTE}"
+    )
     t_tree, t_warm, t_cold = median(tree), median(warm), median(cold)
-    print_table(["operation", "runs (s)", "median s", "vs one chunk tree"], [
-        ["chunk tree of the child's memory.bin (in process)", "/".join(f"{x:.2f}" for x in tree), f"{t_tree:.3f}",
-         "1.00x"],
-        ["forkd push child (chunk trees kept)", "/".join(f"{x:.2f}" for x in warm), f"{t_warm:.3f}",
-         f"{t_warm / t_tree:.2f}x"],
-        ["forkd push child (chunk trees cleared first)", "/".join(f"{x:.2f}" for x in cold), f"{t_cold:.3f}",
-         f"{t_cold / t_tree:.2f}x"],
-    ])
+    print_table(
+        ["operation", "runs (s)", "median s", "vs one chunk tree"],
+        [
+            [
+                "chunk tree of the child's memory.bin (in process)",
+                "/".join(f"{x:.2f}" for x in tree),
+                f"{t_tree:.3f}",
+                "1.00x",
+            ],
+            [
+                "forkd push child (chunk trees kept)",
+                "/".join(f"{x:.2f}" for x in warm),
+                f"{t_warm:.3f}",
+                f"{t_warm / t_tree:.2f}x",
+            ],
+            [
+                "forkd push child (chunk trees cleared first)",
+                "/".join(f"{x:.2f}" for x in cold),
+                f"{t_cold:.3f}",
+                f"{t_cold / t_tree:.2f}x",
+            ],
+        ],
+    )
     print(f"trees cleared / kept: {t_cold / t_warm:.2f}x; bytes sent per push: {sorted(sent)}")
     print(logs)
 

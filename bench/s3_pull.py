@@ -96,11 +96,14 @@ def main() -> None:
         client = weed.client()
         chain = make_chain(root, args.mem_mib * MiB, args.data_fraction, args.dirty, 0)
         prefix = "bench-chain"
-        store_env = {"FORKD_HUB_STORAGE": weed.storage_spec(prefix=prefix),
-                     "FORKD_HUB_DATABASE_URL": f"sqlite+aiosqlite:///{root / 'hub.db'}"}
+        store_env = {
+            "FORKD_HUB_STORAGE": weed.storage_spec(prefix=prefix),
+            "FORKD_HUB_DATABASE_URL": f"sqlite+aiosqlite:///{root / 'hub.db'}",
+        }
         redirecting = stack.enter_context(HubServer(root / "hub-r", root / "hub-r.log", env=store_env))
-        proxying = stack.enter_context(HubServer(root / "hub-p", root / "hub-p.log",
-                                                 env={**store_env, "FORKD_HUB_BLOB_REDIRECTS": "false"}))
+        proxying = stack.enter_context(
+            HubServer(root / "hub-p", root / "hub-p.log", env={**store_env, "FORKD_HUB_BLOB_REDIRECTS": "false"})
+        )
         token = redirecting.token("bench", "push:acme/*")
 
         pusher = ForkdUser(root / "pusher", redirecting.url, token)
@@ -126,30 +129,64 @@ def main() -> None:
 
         files = [(root / "raw-get" / f"o{i}", f"raw-put/{key}") for i, (key, _) in enumerate(stored)]
         raw_put_t = timed(lambda: raw_put(client, weed.bucket, files))
-        problems = log_summary(redirecting=root / "hub-r.log", proxied=root / "hub-p.log", filesystem=root / "hub-fs.log")
+        problems = log_summary(
+            redirecting=root / "hub-r.log", proxied=root / "hub-p.log", filesystem=root / "hub-fs.log"
+        )
 
-    print(f"s3_pull: 3-link chain, memory.bin {human(args.mem_mib * MiB)} each, {len(stored)} objects, "
-          f"{human(stored_bytes)} stored on SeaweedFS; {MACHINE_NOTE}")
+    print(
+        f"s3_pull: 3-link chain, memory.bin {human(args.mem_mib * MiB)} each, {len(stored)} objects, "
+        f"{human(stored_bytes)} stored on SeaweedFS; {MACHINE_NOTE}"
+    )
     rows = [
-        ["pull: forkd via 307 presigned redirects", f"{pulls['redirected']:.2f}",
-         f"{mib_s(stored_bytes, pulls['redirected']):.0f}", f"{raw_get_t / pulls['redirected']:.2f}"],
-        ["pull: forkd proxied through the hub", f"{pulls['proxied']:.2f}",
-         f"{mib_s(stored_bytes, pulls['proxied']):.0f}", f"{raw_get_t / pulls['proxied']:.2f}"],
-        ["pull: raw boto3 GETs of the same objects", f"{raw_get_t:.2f}", f"{mib_s(stored_bytes, raw_get_t):.0f}",
-         "1.00"],
-        ["pull: forkd from a filesystem hub (no S3)", f"{fs_pull_t:.2f}", f"{mib_s(stored_bytes, fs_pull_t):.0f}",
-         f"{raw_get_t / fs_pull_t:.2f}"],
-        ["push: forkd push through the hub", f"{push_t:.2f}", f"{mib_s(stored_bytes, push_t):.0f}",
-         f"{raw_put_t / push_t:.2f}"],
-        ["push: raw boto3 multipart of the same objects", f"{raw_put_t:.2f}", f"{mib_s(stored_bytes, raw_put_t):.0f}",
-         "1.00"],
-        ["push: forkd push to a filesystem hub (no S3)", f"{fs_push_t:.2f}", f"{mib_s(stored_bytes, fs_push_t):.0f}",
-         f"{raw_put_t / fs_push_t:.2f}"],
+        [
+            "pull: forkd via 307 presigned redirects",
+            f"{pulls['redirected']:.2f}",
+            f"{mib_s(stored_bytes, pulls['redirected']):.0f}",
+            f"{raw_get_t / pulls['redirected']:.2f}",
+        ],
+        [
+            "pull: forkd proxied through the hub",
+            f"{pulls['proxied']:.2f}",
+            f"{mib_s(stored_bytes, pulls['proxied']):.0f}",
+            f"{raw_get_t / pulls['proxied']:.2f}",
+        ],
+        [
+            "pull: raw boto3 GETs of the same objects",
+            f"{raw_get_t:.2f}",
+            f"{mib_s(stored_bytes, raw_get_t):.0f}",
+            "1.00",
+        ],
+        [
+            "pull: forkd from a filesystem hub (no S3)",
+            f"{fs_pull_t:.2f}",
+            f"{mib_s(stored_bytes, fs_pull_t):.0f}",
+            f"{raw_get_t / fs_pull_t:.2f}",
+        ],
+        [
+            "push: forkd push through the hub",
+            f"{push_t:.2f}",
+            f"{mib_s(stored_bytes, push_t):.0f}",
+            f"{raw_put_t / push_t:.2f}",
+        ],
+        [
+            "push: raw boto3 multipart of the same objects",
+            f"{raw_put_t:.2f}",
+            f"{mib_s(stored_bytes, raw_put_t):.0f}",
+            "1.00",
+        ],
+        [
+            "push: forkd push to a filesystem hub (no S3)",
+            f"{fs_push_t:.2f}",
+            f"{mib_s(stored_bytes, fs_push_t):.0f}",
+            f"{raw_put_t / fs_push_t:.2f}",
+        ],
     ]
     print_table(["one run", "seconds", "MiB/s stored", "raw / this"], rows)
-    print(f"redirected pull vs raw boto3: {raw_get_t / pulls['redirected']:.0%} of raw speed (goal >= 80%); "
-          f"redirected vs proxied: {pulls['proxied'] / pulls['redirected']:.2f}x; "
-          f"redirected vs the filesystem hub: {fs_pull_t / pulls['redirected']:.2f}x")
+    print(
+        f"redirected pull vs raw boto3: {raw_get_t / pulls['redirected']:.0%} of raw speed (goal >= 80%); "
+        f"redirected vs proxied: {pulls['proxied'] / pulls['redirected']:.2f}x; "
+        f"redirected vs the filesystem hub: {fs_pull_t / pulls['redirected']:.2f}x"
+    )
     print(problems)
 
 

@@ -127,16 +127,22 @@ def main() -> int:
 
         ours_fresh_ms = median_ms(fresh, args.runs)
         data_mib = sum((store_root / "snapshots" / t / "memory.bin").stat().st_blocks * 512 for t in tags) / MIB
-        print(f"chain: {' -> '.join(tags)}; memory.bin {args.mem_mib} MiB each, "
-              f"{data_mib / len(tags):.0f} MiB data each; built in {build_s:.1f} s; median of {args.runs} spawns")
+        print(
+            f"chain: {' -> '.join(tags)}; memory.bin {args.mem_mib} MiB each, "
+            f"{data_mib / len(tags):.0f} MiB data each; built in {build_s:.1f} s; median of {args.runs} spawns"
+        )
         print(f"{'method':<46} {'ms/link':>10} {'ms/spawn':>10}")
-        rows = [("forkd: stream SHA-256 of every parent (1 MiB)", forkd_ms),
-                ("ours: verified record, open store", ours_open_ms),
-                ("ours: verified record, store opened per spawn", ours_fresh_ms)]
+        rows = [
+            ("forkd: stream SHA-256 of every parent (1 MiB)", forkd_ms),
+            ("ours: verified record, open store", ours_open_ms),
+            ("ours: verified record, store opened per spawn", ours_fresh_ms),
+        ]
         for name, ms in rows:
             print(f"{name:<46} {ms / links:>10.3f} {ms:>10.3f}")
-        print(f"ratio forkd/ours: {forkd_ms / ours_open_ms:,.0f}x (open store), "
-              f"{forkd_ms / ours_fresh_ms:,.0f}x (store opened per spawn)")
+        print(
+            f"ratio forkd/ours: {forkd_ms / ours_open_ms:,.0f}x (open store), "
+            f"{forkd_ms / ours_fresh_ms:,.0f}x (store opened per spawn)"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

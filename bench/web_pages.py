@@ -51,8 +51,28 @@ from manifest.digest import digest_bytes  # noqa: E402
 
 BUDGET_MS = 100.0
 NAMESPACES = 50
-WORDS = ["python", "numpy", "pandas", "node", "rust", "postgres", "redis", "torch", "jupyter", "golang", "ruby",
-         "java", "duckdb", "ffmpeg", "chromium", "agent", "sandbox", "ci", "warm", "minimal"]
+WORDS = [
+    "python",
+    "numpy",
+    "pandas",
+    "node",
+    "rust",
+    "postgres",
+    "redis",
+    "torch",
+    "jupyter",
+    "golang",
+    "ruby",
+    "java",
+    "duckdb",
+    "ffmpeg",
+    "chromium",
+    "agent",
+    "sandbox",
+    "ci",
+    "warm",
+    "minimal",
+]
 VMMS = [("qemu-microvm", "x86_64"), ("firecracker", "x86_64"), ("firecracker", "aarch64")]
 
 
@@ -60,16 +80,36 @@ def _documents(parent: str | None, rng: random.Random, tag: str) -> tuple[bytes,
     vmm, arch = rng.choice(VMMS)
     compat = {"vmm": vmm, "arch": arch, "memMiB": rng.choice([256, 512, 1024, 2048]), "vcpus": rng.choice([1, 2])}
     annotations = {"dev.forkd.recipe": f"{rng.choice(WORDS)} {rng.choice(WORDS)} recipe for {tag}"}
-    config = json.dumps({"mediaType": mt.CONFIG, "created": "2026-01-01T00:00:00Z",
-                         "parent": {"digest": parent, "tag": None} if parent else None, "compat": compat,
-                         "files": {mt.VMSTATE_FILE: {"size": 900, "digest": "blake3:" + "0" * 64},
-                                   mt.MEMORY_FILE: {"size": 1 << 30, "digest": "blake3:" + "1" * 64}},
-                         "annotations": annotations}, sort_keys=True).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": mt.OCI_MANIFEST, "artifactType": mt.LAYER_ARTIFACT,
-                           "config": {"mediaType": mt.CONFIG, "digest": str(digest_bytes(config)),
-                                      "size": len(config)},
-                           "layers": [{"mediaType": mt.CHUNK_MAP, "digest": "blake3:" + "2" * 64, "size": 4096,
-                                       "annotations": {mt.ANNOTATION_FILE: mt.MEMORY_FILE}}]}).encode()
+    config = json.dumps(
+        {
+            "mediaType": mt.CONFIG,
+            "created": "2026-01-01T00:00:00Z",
+            "parent": {"digest": parent, "tag": None} if parent else None,
+            "compat": compat,
+            "files": {
+                mt.VMSTATE_FILE: {"size": 900, "digest": "blake3:" + "0" * 64},
+                mt.MEMORY_FILE: {"size": 1 << 30, "digest": "blake3:" + "1" * 64},
+            },
+            "annotations": annotations,
+        },
+        sort_keys=True,
+    ).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": mt.OCI_MANIFEST,
+            "artifactType": mt.LAYER_ARTIFACT,
+            "config": {"mediaType": mt.CONFIG, "digest": str(digest_bytes(config)), "size": len(config)},
+            "layers": [
+                {
+                    "mediaType": mt.CHUNK_MAP,
+                    "digest": "blake3:" + "2" * 64,
+                    "size": 4096,
+                    "annotations": {mt.ANNOTATION_FILE: mt.MEMORY_FILE},
+                }
+            ],
+        }
+    ).encode()
     return manifest, config, compat, annotations
 
 
@@ -88,9 +128,15 @@ async def seed(data_dir: Path, repos: int, tags_per_repo: int) -> None:
             for r in range(repos):
                 namespace, name = f"ns-{r % NAMESPACES:02d}", f"{rng.choice(WORDS)}-{r:04d}"
                 words = " ".join(rng.sample(WORDS, 4))
-                repo = Repository(namespace=namespace, name=name, public=r % 10 != 0, pull_count=rng.randint(0, 500),
-                                  description=f"**{words}** snapshot.\n\n- warm `{rng.choice(WORDS)}`\n- built nightly",
-                                  created_at=now, updated_at=now)
+                repo = Repository(
+                    namespace=namespace,
+                    name=name,
+                    public=r % 10 != 0,
+                    pull_count=rng.randint(0, 500),
+                    description=f"**{words}** snapshot.\n\n- warm `{rng.choice(WORDS)}`\n- built nightly",
+                    created_at=now,
+                    updated_at=now,
+                )
                 session.add(repo)
                 await session.flush()
                 parent = first_layers[-1] if first_layers and r % 4 else None
@@ -100,16 +146,35 @@ async def seed(data_dir: Path, repos: int, tags_per_repo: int) -> None:
                     digest = str(digest_bytes(manifest))
                     await store.put(blob_key(digest), manifest)
                     await store.put(blob_key(str(digest_bytes(config))), config)
-                    session.add(Manifest(digest=digest, size=len(manifest), media_type=mt.OCI_MANIFEST,
-                                         artifact_type=mt.LAYER_ARTIFACT, config_digest=str(digest_bytes(config)),
-                                         parent_digest=parent, created_at=now, logical_size=(1 << 30) + 900,
-                                         stored_size=rng.randint(1 << 20, 64 << 20), shared_with_parent=(1 << 30)
-                                         if parent else 0, compat=compat, annotations=annotations))
+                    session.add(
+                        Manifest(
+                            digest=digest,
+                            size=len(manifest),
+                            media_type=mt.OCI_MANIFEST,
+                            artifact_type=mt.LAYER_ARTIFACT,
+                            config_digest=str(digest_bytes(config)),
+                            parent_digest=parent,
+                            created_at=now,
+                            logical_size=(1 << 30) + 900,
+                            stored_size=rng.randint(1 << 20, 64 << 20),
+                            shared_with_parent=(1 << 30) if parent else 0,
+                            compat=compat,
+                            annotations=annotations,
+                        )
+                    )
                     await session.flush()
                     session.add(RepositoryManifest(repository_id=repo.id, manifest_digest=digest, created_at=now))
                     session.add(Tag(repository_id=repo.id, name=tag, manifest_digest=digest, updated_at=now))
-                    session.add(AuditEvent(at=now, actor=f"ci-{r % 7}", action="tag", repository=repo.full_name,
-                                           reference=tag, digest=digest))
+                    session.add(
+                        AuditEvent(
+                            at=now,
+                            actor=f"ci-{r % 7}",
+                            action="tag",
+                            repository=repo.full_name,
+                            reference=tag,
+                            digest=digest,
+                        )
+                    )
                     if t == 0:
                         first_layers.append(digest)
                     parent = digest
@@ -144,8 +209,10 @@ def main() -> None:
     try:
         t = time.perf_counter()
         asyncio.run(seed(root / "data", args.repos, args.tags_per_repo))
-        print(f"seeded {args.repos} repositories, {args.repos * args.tags_per_repo} tags "
-              f"in {time.perf_counter() - t:.1f} s")
+        print(
+            f"seeded {args.repos} repositories, {args.repos * args.tags_per_repo} tags "
+            f"in {time.perf_counter() - t:.1f} s"
+        )
         with HubServer(root / "data", root / "hub.log") as hub, httpx.Client(base_url=hub.url, timeout=30) as client:
             home = client.get("/").text
             repo = re.search(r'<h3><a href="/r/(ns-\d+/[a-z]+-\d+)">', home).group(1)  # type: ignore[union-attr]
@@ -158,7 +225,11 @@ def main() -> None:
                 ("search, no words, page 20", "/search?page=20", "/api/v1/repositories?n=20"),
                 (f"namespace /n/{namespace}", f"/n/{namespace}", f"/api/v1/repositories?namespace={namespace}&n=20"),
                 ("repository /r/…", f"/r/{repo}", f"/api/v1/repositories/{repo}"),
-                (f"layer /r/…/t/{deep} (deep chain)", f"/r/{repo}/t/{deep}", f"/api/v1/repositories/{repo}/lineage/{deep}"),
+                (
+                    f"layer /r/…/t/{deep} (deep chain)",
+                    f"/r/{repo}/t/{deep}",
+                    f"/api/v1/repositories/{repo}/lineage/{deep}",
+                ),
                 ("layer /r/…/t/v0 (with dependents)", f"/r/{repo}/t/v0", f"/api/v1/repositories/{repo}/lineage/v0"),
             ]
             rows = []
@@ -167,11 +238,22 @@ def main() -> None:
                 page_ms = statistics.median(times)
                 p95 = sorted(times)[int(0.95 * (len(times) - 1))]
                 api_ms = statistics.median(measure(client, api, args.requests)) if api else None
-                rows.append([label, f"{page_ms:.1f}", f"{p95:.1f}", f"{page_ms / BUDGET_MS:.2f}x",
-                             f"{api_ms:.1f}" if api_ms else "–", f"{page_ms / api_ms:.2f}x" if api_ms else "–"])
-        print_table(["page", "median ms", "p95 ms", "vs 100 ms budget", "JSON API ms", "vs JSON API"], rows,
-                    title=f"{args.repos} repositories, {args.repos * args.tags_per_repo} tags, "
-                          f"{args.requests} sequential requests per page ({MACHINE_NOTE})")
+                rows.append(
+                    [
+                        label,
+                        f"{page_ms:.1f}",
+                        f"{p95:.1f}",
+                        f"{page_ms / BUDGET_MS:.2f}x",
+                        f"{api_ms:.1f}" if api_ms else "–",
+                        f"{page_ms / api_ms:.2f}x" if api_ms else "–",
+                    ]
+                )
+        print_table(
+            ["page", "median ms", "p95 ms", "vs 100 ms budget", "JSON API ms", "vs JSON API"],
+            rows,
+            title=f"{args.repos} repositories, {args.repos * args.tags_per_repo} tags, "
+            f"{args.requests} sequential requests per page ({MACHINE_NOTE})",
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

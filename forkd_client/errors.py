@@ -118,8 +118,10 @@ class FileContentMismatch(VerificationFailed):
     """A snapshot file's bytes, hashed again in full, are not what its forkd-hub.json records."""
 
     def __init__(self, tag: str, role: str, expected: str, actual: str) -> None:
-        super().__init__(f"snapshot {tag!r}: {role} hashes to {actual}, but {expected} was recorded for it "
-                         "(its content changed or rotted since it was installed)")
+        super().__init__(
+            f"snapshot {tag!r}: {role} hashes to {actual}, but {expected} was recorded for it "
+            "(its content changed or rotted since it was installed)"
+        )
         self.tag, self.role, self.expected, self.actual = tag, role, expected, actual
 
 

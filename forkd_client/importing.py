@@ -128,8 +128,16 @@ def import_snapshot(
                 clone_into(src / role, staged / role)
             if parent is not None:  # a hole in a link would read as the parent's bytes in forkd
                 fill_unsafe_holes(staged / MEMORY_FILE, store.path(parent) / MEMORY_FILE)
-            store.prepare(staged, tag, parent=parent, parent_content_hash=parent_hash, compat=merged_compat,
-                          annotations=annotations, snapshot_json=base_json, local_dirs=(src,))
+            store.prepare(
+                staged,
+                tag,
+                parent=parent,
+                parent_content_hash=parent_hash,
+                compat=merged_compat,
+                annotations=annotations,
+                snapshot_json=base_json,
+                local_dirs=(src,),
+            )
             installed = store.commit([(staged, tag)], force=force)[0]
         except BaseException:
             for original, now in reversed(moved):
@@ -149,8 +157,11 @@ def _check_parent(store: SnapshotStore, parent: str, tag: str) -> None:
     cursor: str | None = parent
     while cursor is not None and cursor not in seen and store.exists(cursor):
         if cursor == tag:
-            raise InvalidTag(f"snapshot {tag!r} cannot have {parent!r} as parent: {parent!r} descends from {tag!r}"
-                             if parent != tag else f"snapshot {tag!r} cannot be its own parent")
+            raise InvalidTag(
+                f"snapshot {tag!r} cannot have {parent!r} as parent: {parent!r} descends from {tag!r}"
+                if parent != tag
+                else f"snapshot {tag!r} cannot be its own parent"
+            )
         seen.add(cursor)
         cursor = read_parent(store.path(cursor))[0]
 
@@ -168,10 +179,15 @@ def clone_snapshot(store: SnapshotStore, src: str, dst: str) -> LocalSnapshot:
         raise SnapshotExists(dst)
     meta = read_hub_meta(source.dir)
     return _install_clone(
-        store, source, dst,
-        parent=source.parent_tag, parent_hash=source.parent_content_hash,
+        store,
+        source,
+        dst,
+        parent=source.parent_tag,
+        parent_hash=source.parent_content_hash,
         created=meta.created if meta else None,
-        compat=source.compat, annotations=source.annotations, origin=source.origin,
+        compat=source.compat,
+        annotations=source.annotations,
+        origin=source.origin,
     )
 
 
@@ -190,8 +206,17 @@ def compact(store: SnapshotStore, src: str, dst: str) -> LocalSnapshot:
         raise SnapshotExists(dst)
     head = store.verify_chain(src)[-1]
     annotations = {**head.annotations, ANNOTATION_COMPACTED_FROM: src}
-    return _install_clone(store, head, dst, parent=None, parent_hash=None, created=None,
-                          compat=head.compat, annotations=annotations, origin=None)
+    return _install_clone(
+        store,
+        head,
+        dst,
+        parent=None,
+        parent_hash=None,
+        created=None,
+        compat=head.compat,
+        annotations=annotations,
+        origin=None,
+    )
 
 
 def _install_clone(
@@ -215,7 +240,18 @@ def _install_clone(
                 known[role] = store.verified.cached(source.dir / role)
         if parent is not None:  # a link's holes over parent data (an older install's) become real zeros
             fill_unsafe_holes(staged / MEMORY_FILE, store.path(parent) / MEMORY_FILE)
-        store.prepare(staged, dst, parent=parent, parent_content_hash=parent_hash, compat=compat,
-                      annotations=annotations, origin=origin, created=created, known_digests=known,
-                      algorithms=BOTH_DIGESTS, snapshot_json=base_json, local_dirs=(source.dir,))
+        store.prepare(
+            staged,
+            dst,
+            parent=parent,
+            parent_content_hash=parent_hash,
+            compat=compat,
+            annotations=annotations,
+            origin=origin,
+            created=created,
+            known_digests=known,
+            algorithms=BOTH_DIGESTS,
+            snapshot_json=base_json,
+            local_dirs=(source.dir,),
+        )
         return store.commit([(staged, dst)])[0]

@@ -230,22 +230,35 @@ class StoreBase:
             files[role] = FileRecord(path.stat().st_size, digests.get("blake3"), digests.get("sha256"))
         base = dict(snapshot_json) if snapshot_json is not None else read_json_object(staged / SNAPSHOT_JSON)
         doc = snapshot_json_for(
-            self.snapshots_dir / tag, base, parent_tag=parent, parent_content_hash=parent_content_hash,
-            has_rootfs=ROOTFS_FILE in files, local_dirs=(staged, *local_dirs),
+            self.snapshots_dir / tag,
+            base,
+            parent_tag=parent,
+            parent_content_hash=parent_content_hash,
+            has_rootfs=ROOTFS_FILE in files,
+            local_dirs=(staged, *local_dirs),
         )
         write_snapshot_json(staged, doc)
         if parent is not None and parent_digest is None and (self.snapshots_dir / parent / MEMORY_FILE).is_file():
             parent_digest = self.verified.digests(self.snapshots_dir / parent / MEMORY_FILE, ("blake3",))["blake3"]
-        meta = HubMeta(tag, parent, created or rfc3339(), DEFAULT_CHUNK_SIZE, dict(compat or {}),
-                       dict(annotations or {}), files, dict(origin) if origin else None,
-                       parent_digest if parent is not None else None)
+        meta = HubMeta(
+            tag,
+            parent,
+            created or rfc3339(),
+            DEFAULT_CHUNK_SIZE,
+            dict(compat or {}),
+            dict(annotations or {}),
+            files,
+            dict(origin) if origin else None,
+            parent_digest if parent is not None else None,
+        )
         write_hub_meta(staged, meta)
         if self.durable:
             fsync_path(staged)
         return staged
 
-    def commit(self, items: Sequence[tuple[Path, str]], *, force: bool = False,
-               forkd_cli_tag: bool = False) -> list[LocalSnapshot]:
+    def commit(
+        self, items: Sequence[tuple[Path, str]], *, force: bool = False, forkd_cli_tag: bool = False
+    ) -> list[LocalSnapshot]:
         """Rename prepared directories into ``snapshots/`` as the given tags, all or nothing.
 
         Every destination is checked before anything moves. With ``force`` an existing

@@ -49,8 +49,9 @@ if TYPE_CHECKING:
     from .store import SnapshotStore
 
 
-def pack(store: SnapshotStore, tag: str, out: Path, *, description: str | None = None,
-         base_image: str | None = None) -> Path:
+def pack(
+    store: SnapshotStore, tag: str, out: Path, *, description: str | None = None, base_image: str | None = None
+) -> Path:
     """Write snapshot ``tag`` and its ancestors to the forkd pack ``out``; returns ``out``.
 
     Raises SnapshotNotFound, ChainBroken, ParentContentMismatch (checked before packing),
@@ -70,13 +71,22 @@ def pack(store: SnapshotStore, tag: str, out: Path, *, description: str | None =
                 skip = (ROOTFS_FILE,) if packed[0] == snap.dir / ROOTFS_FILE else ()
             elif isinstance(doc.get("rootfs"), str) and Path(doc["rootfs"]).parent == snap.dir:
                 del doc["rootfs"]  # a path into this directory would dangle wherever forkd unpacks it
-        links.append(PackLink(snap.tag, snap.dir, snap.parent_tag, snap.parent_content_hash,
-                              snapshot_json=None if doc is None else dump_snapshot_json(doc), skip=skip))
+        links.append(
+            PackLink(
+                snap.tag,
+                snap.dir,
+                snap.parent_tag,
+                snap.parent_content_hash,
+                snapshot_json=None if doc is None else dump_snapshot_json(doc),
+                skip=skip,
+            )
+        )
     return write_pack(links, Path(out), description=description, base_image=base_image, rootfs=rootfs)
 
 
-def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: bool = False,
-           warnings: list[str] | None = None) -> list[LocalSnapshot]:
+def unpack(
+    store: SnapshotStore, file: Path, *, tag: str | None = None, force: bool = False, warnings: list[str] | None = None
+) -> list[LocalSnapshot]:
     """Install the snapshots of the forkd pack ``file``; returns them root → head.
 
     ``tag`` renames a single-snapshot pack; a chain keeps the publisher's link tags
@@ -90,8 +100,9 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
     declared = read_pack_manifest(file)
     rootfs = RootfsInfo.from_table(declared.rootfs) if declared.rootfs is not None else None
     if tag is not None and len(declared.links) > 1:
-        raise InvalidTag(f"--tag cannot rename a chain pack of {len(declared.links)} links; "
-                         "its links install under their own tags")
+        raise InvalidTag(
+            f"--tag cannot rename a chain pack of {len(declared.links)} links; its links install under their own tags"
+        )
     targets = [_target_tag(tag or link.tag) for link in declared.links]
     if not force:
         for target in targets:
@@ -117,11 +128,23 @@ def unpack(store: SnapshotStore, file: Path, *, tag: str | None = None, force: b
             doc = read_json_object(link.directory / SNAPSHOT_JSON) or {}
             if placed is not None and i == len(targets) - 1:
                 doc["rootfs"] = str(placed)  # where the image is on this host (forkd: target_path)
-            store.prepare(link.directory, target, parent=parent, parent_content_hash=parent_hash,
-                          annotations=annotations, created=created, known_digests=known, algorithms=("sha256",),
-                          snapshot_json=doc, forkd_cli_tag=True)
-        return store.commit([(link.directory, target) for link, target in zip(unpacked.links, targets, strict=False)],
-                            force=force, forkd_cli_tag=True)
+            store.prepare(
+                link.directory,
+                target,
+                parent=parent,
+                parent_content_hash=parent_hash,
+                annotations=annotations,
+                created=created,
+                known_digests=known,
+                algorithms=("sha256",),
+                snapshot_json=doc,
+                forkd_cli_tag=True,
+            )
+        return store.commit(
+            [(link.directory, target) for link, target in zip(unpacked.links, targets, strict=False)],
+            force=force,
+            forkd_cli_tag=True,
+        )
 
 
 def _target_tag(tag: str) -> str:
@@ -153,7 +176,8 @@ def _checked_parents(
             raise ChainBroken(
                 f"pack snapshot {targets[i]!r} names parent {parent!r}, which is neither in the pack "
                 "nor installed; unpack or pull the parent first",
-                link=targets[i], missing=parent,
+                link=targets[i],
+                missing=parent,
             )
         if expected != actual:
             raise ParentContentMismatch(targets[i], parent, expected, actual)

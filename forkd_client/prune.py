@@ -41,9 +41,14 @@ class PruneReport:
     verified_rows: int = 0
 
     def to_obj(self) -> dict:
-        return {"dry_run": self.dry_run, "staging": self.staging, "bytes_freed": self.bytes_freed,
-                "transfer_entries": self.transfer_entries, "chunk_index_rows": self.chunk_index_rows,
-                "verified_rows": self.verified_rows}
+        return {
+            "dry_run": self.dry_run,
+            "staging": self.staging,
+            "bytes_freed": self.bytes_freed,
+            "transfer_entries": self.transfer_entries,
+            "chunk_index_rows": self.chunk_index_rows,
+            "verified_rows": self.verified_rows,
+        }
 
 
 def prune(store: SnapshotStore, *, dry_run: bool = False) -> PruneReport:
@@ -61,7 +66,8 @@ def prune(store: SnapshotStore, *, dry_run: bool = False) -> PruneReport:
                 if not dry_run:
                     shutil.rmtree(path, ignore_errors=True)
     report.transfer_entries = TransferState(store.root / "transfers.json").remove_prefixed(
-        RESUMABLE_TRANSFERS, dry_run=dry_run)
+        RESUMABLE_TRANSFERS, dry_run=dry_run
+    )
     if (store.root / "chunk-index.db").exists():
         index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
         try:

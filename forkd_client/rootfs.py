@@ -79,8 +79,10 @@ def place_rootfs(store_root: Path, info: RootfsInfo, sidecar_dir: Path, warnings
     sidecar = sidecar_dir / sidecar_name(info.sha256)
     if not sidecar.is_file():
         if warnings is not None:
-            warnings.append(f"rootfs sidecar {sidecar.name} not found next to the pack; the snapshot's "
-                            f"rootfs {info.target_path} must be provided on this host")
+            warnings.append(
+                f"rootfs sidecar {sidecar.name} not found next to the pack; the snapshot's "
+                f"rootfs {info.target_path} must be provided on this host"
+            )
         return None
     for path in candidates:
         if os.path.lexists(path) and path != candidates[-1]:
@@ -102,8 +104,12 @@ def packed_rootfs(snapshot_dir: Path, doc: dict) -> tuple[Path, str | Callable[[
     image's sha256), or None when it has none."""
     inside = snapshot_dir / "rootfs.ext4"
     recorded = doc.get("rootfs")
-    if isinstance(recorded, str) and os.path.isabs(recorded) and Path(recorded).parent != snapshot_dir \
-            and Path(recorded).is_file():
+    if (
+        isinstance(recorded, str)
+        and os.path.isabs(recorded)
+        and Path(recorded).parent != snapshot_dir
+        and Path(recorded).is_file()
+    ):
         return Path(recorded), recorded
     if inside.is_file():
         return inside, lambda sha: str(FORKD_CACHE / f"{sha[:16]}.ext4")

@@ -64,9 +64,7 @@ _EXISTING_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 def validate_tag(tag: object) -> str:
     """Return ``tag`` if it may name a new snapshot, else raise InvalidTag."""
     if not isinstance(tag, str) or not _NEW_TAG.fullmatch(tag):
-        raise InvalidTag(
-            f"invalid tag {tag!r}: use 1-64 characters from A-Z a-z 0-9 _ -, not starting with '-'"
-        )
+        raise InvalidTag(f"invalid tag {tag!r}: use 1-64 characters from A-Z a-z 0-9 _ -, not starting with '-'")
     return tag
 
 
@@ -133,6 +131,7 @@ class HubMeta:
     @classmethod
     def from_obj(cls, obj: Any, where: str) -> HubMeta:
         """Parse a decoded forkd-hub.json; raises InvalidSnapshotDir naming ``where``."""
+
         def bad(what: str) -> InvalidSnapshotDir:
             return InvalidSnapshotDir(f"{where}: {what}")
 

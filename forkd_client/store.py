@@ -257,8 +257,9 @@ class SnapshotStore(StoreBase):
         """
         from .importing import import_snapshot
 
-        return import_snapshot(self, Path(src_dir), tag, parent=parent, move=move, force=force,
-                               compat=compat, annotations=annotations)
+        return import_snapshot(
+            self, Path(src_dir), tag, parent=parent, move=move, force=force, compat=compat, annotations=annotations
+        )
 
     def tag(self, src: str, dst: str) -> LocalSnapshot:
         """A new snapshot ``dst`` whose files are clones of ``src``'s (same parent).
@@ -278,15 +279,22 @@ class SnapshotStore(StoreBase):
 
         return compact(self, src, dst)
 
-    def pack(self, tag: str, out: str | os.PathLike[str], *, description: str | None = None,
-             base_image: str | None = None) -> Path:
+    def pack(
+        self, tag: str, out: str | os.PathLike[str], *, description: str | None = None, base_image: str | None = None
+    ) -> Path:
         """Write ``tag`` (with its whole chain) as a forkd pack. See :func:`forkd_client.packs.pack`."""
         from .packs import pack
 
         return pack(self, tag, Path(out), description=description, base_image=base_image)
 
-    def unpack(self, file: str | os.PathLike[str], *, tag: str | None = None, force: bool = False,
-               warnings: builtins.list[str] | None = None) -> builtins.list[LocalSnapshot]:
+    def unpack(
+        self,
+        file: str | os.PathLike[str],
+        *,
+        tag: str | None = None,
+        force: bool = False,
+        warnings: builtins.list[str] | None = None,
+    ) -> builtins.list[LocalSnapshot]:
         """Install a forkd pack; returns the installed snapshots root → head. See :func:`forkd_client.packs.unpack`."""
         from .packs import unpack
 
@@ -337,5 +345,3 @@ def _descendants(tag: str, parents: Mapping[str, str | None]) -> list[str]:
                     nxt.append(c)
         frontier = nxt
     return out
-
-

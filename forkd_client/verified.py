@@ -123,8 +123,12 @@ class VerifiedRecord:
             return {}
         return {a: v for a, v in row[2].items() if a != _TREE}
 
-    def chunk_tree(self, path: str | os.PathLike[str], chunk_size: int,
-                   compute: Callable[[str | os.PathLike[str], int], str] = file_chunk_tree) -> str:
+    def chunk_tree(
+        self,
+        path: str | os.PathLike[str],
+        chunk_size: int,
+        compute: Callable[[str | os.PathLike[str], int], str] = file_chunk_tree,
+    ) -> str:
         """The chunk-tree digest (``blake3:…``) of ``path`` cut in ``chunk_size`` chunks, reading the
         file (with ``compute``) only when no trusted row holds it for that chunk size; what is read
         is recorded.
@@ -205,9 +209,7 @@ class VerifiedRecord:
     def forget(self, path: str | os.PathLike[str]) -> None:
         """Drop the record of ``path`` and of every file under it (when it is a directory)."""
         key = _key(path)
-        self._db.execute(
-            "DELETE FROM verified WHERE path = ? OR (path >= ? AND path < ?)", (key, key + "/", key + "0")
-        )
+        self._db.execute("DELETE FROM verified WHERE path = ? OR (path >= ? AND path < ?)", (key, key + "/", key + "0"))
 
     def rename(self, old: str | os.PathLike[str], new: str | os.PathLike[str]) -> None:
         """Move records from ``old`` to ``new`` after the file or directory was renamed.

@@ -108,8 +108,9 @@ def from_manifest_compat(compat: Mapping[str, Any]) -> CompatInfo:
     return CompatInfo(**values)
 
 
-def check_host_compat(compat: Mapping[str, Any], driver: HostCompatDriver, *,
-                      memory: Path | None = None, what: str = "snapshot") -> None:
+def check_host_compat(
+    compat: Mapping[str, Any], driver: HostCompatDriver, *, memory: Path | None = None, what: str = "snapshot"
+) -> None:
     """Refuse a snapshot whose recorded ``compat`` (manifest vocabulary) this host cannot restore.
 
     The host's facts come from ``driver.host_compat`` for a VM of the recorded shape (vcpus,
@@ -135,9 +136,10 @@ def check_host_compat(compat: Mapping[str, Any], driver: HostCompatDriver, *,
     recorded: dict[str, object] = dict(compat)
     recorded.setdefault("deviceIds", "")  # an empty device list is omitted, not unknown
     host.setdefault("deviceIds", "")
-    diffs = {key: (recorded.get(key), host.get(key)) for key in RESTORE_CRITICAL
-             if recorded.get(key) != host.get(key)}
+    diffs = {key: (recorded.get(key), host.get(key)) for key in RESTORE_CRITICAL if recorded.get(key) != host.get(key)}
     if diffs:
-        parts = "; ".join(f"{key}: recorded {'nothing' if old is None else repr(old)}, here {new!r}"
-                          for key, (old, new) in diffs.items())
+        parts = "; ".join(
+            f"{key}: recorded {'nothing' if old is None else repr(old)}, here {new!r}"
+            for key, (old, new) in diffs.items()
+        )
         raise CompatibilityError(f"{what} cannot be restored here with {driver.name} ({parts})", diffs)

@@ -57,8 +57,9 @@ def route_handlers() -> list[ControllerRouterHandler]:
     return handlers
 
 
-def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerRouterHandler] = (),
-               freeze_gc: bool = False) -> Litestar:
+def create_app(
+    settings: Settings, *, extra_route_handlers: Sequence[ControllerRouterHandler] = (), freeze_gc: bool = False
+) -> Litestar:
     """Build the hub's ASGI app for ``settings`` (nothing is opened until the lifespan starts).
 
     ``freeze_gc`` (what ``forkd-hub serve`` passes): once started, move every object alive to
@@ -73,9 +74,18 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         async with open_hub(settings, metrics=metrics) as hub:
-            app.state.update(hub=hub, engine=hub.engine, sessions=hub.sessions, store=hub.store, tokens=hub.tokens,
-                             authenticator=hub.authenticator, audit=hub.audit, metrics=hub.metrics,
-                             registry=hub.registry, settings=settings)
+            app.state.update(
+                hub=hub,
+                engine=hub.engine,
+                sessions=hub.sessions,
+                store=hub.store,
+                tokens=hub.tokens,
+                authenticator=hub.authenticator,
+                audit=hub.audit,
+                metrics=hub.metrics,
+                registry=hub.registry,
+                settings=settings,
+            )
             if freeze_gc:
                 gc.collect()
                 gc.freeze()
@@ -93,10 +103,15 @@ def create_app(settings: Settings, *, extra_route_handlers: Sequence[ControllerR
             description="Registry and hub for microVM snapshots. Semantics: docs/http-api.md.",
             path="/schema",
             render_plugins=[web.openapi_render_plugin()],  # packaged Swagger UI assets, no CDN
-            components=Components(security_schemes={"bearer": SecurityScheme(
-                type="http", scheme="bearer",
-                description="A hub token (`forkd-hub token create`), sent as `Authorization: Bearer fkd_…`.",
-            )}),
+            components=Components(
+                security_schemes={
+                    "bearer": SecurityScheme(
+                        type="http",
+                        scheme="bearer",
+                        description="A hub token (`forkd-hub token create`), sent as `Authorization: Bearer fkd_…`.",
+                    )
+                }
+            ),
             openapi_router=Router("/schema", route_handlers=[], guards=[reject_bad_token]),
             security=[{"bearer": []}],
         ),
@@ -146,4 +161,3 @@ async def _periodic_gc(registry: Registry, interval: float | None) -> AsyncItera
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-

@@ -39,8 +39,16 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.models import UTCDateTime, utcnow
 
-__all__ = ["JSONL_NAME", "AuditChainBroken", "AuditEvent", "AuditLog", "audit_record", "default_jsonl_path",
-           "record_fingerprint", "verify_jsonl"]
+__all__ = [
+    "JSONL_NAME",
+    "AuditChainBroken",
+    "AuditEvent",
+    "AuditLog",
+    "audit_record",
+    "default_jsonl_path",
+    "record_fingerprint",
+    "verify_jsonl",
+]
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +160,16 @@ class AuditLog:
         try:
             if self.jsonl_path is not None:
                 try:
-                    await anyio.to_thread.run_sync(_append_chained, self.jsonl_path, event.to_dict(),
-                                                   self._check_previous)
+                    await anyio.to_thread.run_sync(
+                        _append_chained, self.jsonl_path, event.to_dict(), self._check_previous
+                    )
                 except AuditChainBroken as e:  # the row is kept; 'forkd-hub audit --verify' reports the gap
-                    log.error("audit export %s not appended to (event %s kept in the database): %s",
-                              self.jsonl_path, event.id, e)
+                    log.error(
+                        "audit export %s not appended to (event %s kept in the database): %s",
+                        self.jsonl_path,
+                        event.id,
+                        e,
+                    )
         finally:
             for listener in self._listeners:
                 try:
@@ -252,8 +265,9 @@ def _last_line(fd: int) -> bytes | None:
     return tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
 
 
-def _append_chained(path: Path, record: dict[str, Any],
-                    check_previous: Callable[[bytes], str | None] | None = None) -> None:
+def _append_chained(
+    path: Path, record: dict[str, Any], check_previous: Callable[[bytes], str | None] | None = None
+) -> None:
     """Append ``record`` plus the hash of the previous line, atomically w.r.t. other writers.
 
     ``check_previous(last_line)`` (under the lock) says why the last line must not be chained

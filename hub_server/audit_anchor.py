@@ -56,8 +56,9 @@ def parse_head(text: str) -> AuditHead:
     return AuditHead(int(count), digest)
 
 
-async def verify_export(path: Path, sessions: async_sessionmaker[AsyncSession],
-                        expect: AuditHead | None = None) -> AuditHead:
+async def verify_export(
+    path: Path, sessions: async_sessionmaker[AsyncSession], expect: AuditHead | None = None
+) -> AuditHead:
     """Check the export's chain, that it holds exactly the database's events, and ``expect``.
 
     Returns the head to publish.
@@ -84,16 +85,23 @@ async def verify_export(path: Path, sessions: async_sessionmaker[AsyncSession],
     after = 0
     while True:
         async with sessions() as session:
-            rows = (await session.exec(select(AuditEvent).where(col(AuditEvent.id) > after)
-                                       .order_by(col(AuditEvent.id)).limit(_BATCH))).all()
+            rows = (
+                await session.exec(
+                    select(AuditEvent).where(col(AuditEvent.id) > after).order_by(col(AuditEvent.id)).limit(_BATCH)
+                )
+            ).all()
         if not rows:
             break
         for row in rows:
             assert row.id is not None
             held = lines.pop(row.id, None)
             if held is None:
-                raise AuditExportMismatch(path, count + 1, f"event {row.id} ({row.action} by {row.actor} at "
-                                          f"{row.at.isoformat()}) is in the database but not in the export")
+                raise AuditExportMismatch(
+                    path,
+                    count + 1,
+                    f"event {row.id} ({row.action} by {row.actor} at "
+                    f"{row.at.isoformat()}) is in the database but not in the export",
+                )
             if held[1] != record_fingerprint(row.to_dict()):
                 raise AuditExportMismatch(path, held[0], f"differs from the database's event {row.id}")
         after = rows[-1].id or after

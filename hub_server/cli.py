@@ -31,8 +31,18 @@ from hub_server.units import human_size
 
 __all__ = ["build_parser", "main"]
 
-_SERVER_FLAGS = ("host", "port", "public_url", "forwarded_allow_ips", "log_level", "gc_interval", "workers",
-                 "cache_ttl", "immutable_tags", "immutable_exempt")
+_SERVER_FLAGS = (
+    "host",
+    "port",
+    "public_url",
+    "forwarded_allow_ips",
+    "log_level",
+    "gc_interval",
+    "workers",
+    "cache_ttl",
+    "immutable_tags",
+    "immutable_exempt",
+)
 _STORE_FLAGS = ("data_dir", "storage", "database_url")
 _SECRET_PARAM = re.compile(r"secret|password|token|key", re.IGNORECASE)
 
@@ -57,28 +67,42 @@ def build_parser() -> argparse.ArgumentParser:
     _add(serve, "public_url", "URL clients use to reach the hub (behind a proxy)", metavar="URL")
     _add(serve, "forwarded_allow_ips", "proxies trusted for X-Forwarded-* (default 127.0.0.1)", metavar="IPS")
     _add(serve, "log_level", "critical|error|warning|info|debug (default info)", metavar="LEVEL")
-    _add(serve, "gc_interval", "run garbage collection every SECONDS (e.g. 3600 or 6h; default off)",
-         metavar="SECONDS")
+    _add(serve, "gc_interval", "run garbage collection every SECONDS (e.g. 3600 or 6h; default off)", metavar="SECONDS")
     _add(serve, "workers", "server processes sharing the port, one per core (default 1)", metavar="N")
-    _add(serve, "cache_ttl", "seconds another worker or replica may serve a moved tag, a repository made private "
-         "or a revoked token (default 2; 0: no caching)", metavar="SECONDS")
-    _add(serve, "immutable_tags", "true: tags never move to another digest once set, unless a repository "
-         "says otherwise (default false)", metavar="BOOL")
-    _add(serve, "immutable_exempt", "tag globs that stay movable under immutable tags (default latest)",
-         metavar="GLOBS")
+    _add(
+        serve,
+        "cache_ttl",
+        "seconds another worker or replica may serve a moved tag, a repository made private "
+        "or a revoked token (default 2; 0: no caching)",
+        metavar="SECONDS",
+    )
+    _add(
+        serve,
+        "immutable_tags",
+        "true: tags never move to another digest once set, unless a repository says otherwise (default false)",
+        metavar="BOOL",
+    )
+    _add(
+        serve, "immutable_exempt", "tag globs that stay movable under immutable tags (default latest)", metavar="GLOBS"
+    )
     serve.set_defaults(func=_serve)
 
     migrate = commands.add_parser("migrate", help="create or upgrade the database schema")
     _store_args(migrate)
     migrate.set_defaults(func=_migrate)
 
-    gc = commands.add_parser("gc", help="apply retention policies, delete what no tag reaches (older than the "
-                             "grace period)")
+    gc = commands.add_parser(
+        "gc", help="apply retention policies, delete what no tag reaches (older than the grace period)"
+    )
     _store_args(gc)
-    gc.add_argument("--dry-run", action="store_true", help="report what would be deleted (tags retention would "
-                    "expire included), delete nothing")
-    gc.add_argument("--grace", default=None, help=f"only delete what is older than this (default 1h) "
-                    f"[env {env_name('gc_grace')}]")
+    gc.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="report what would be deleted (tags retention would expire included), delete nothing",
+    )
+    gc.add_argument(
+        "--grace", default=None, help=f"only delete what is older than this (default 1h) [env {env_name('gc_grace')}]"
+    )
     gc.add_argument("--json", action="store_true", help="print the report as JSON")
     gc.set_defaults(func=_gc)
 
@@ -152,8 +176,9 @@ def _serve_one(config: Any, sock: socket.socket | None) -> int:
     # signal; with the default handlers that would end the process as "killed". Ours only note it,
     # so a requested stop (lifespan shut down, database and store closed) exits with status 0.
     stops: list[int] = []
-    previous = {sig: signal.signal(sig, lambda number, _frame: stops.append(number))
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {
+        sig: signal.signal(sig, lambda number, _frame: stops.append(number)) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
     server = uvicorn.Server(config)
     try:
         server.run(sockets=None if sock is None else [sock])
@@ -184,13 +209,26 @@ def _log_start(settings: Settings) -> None:
     public = f" (public URL {settings.public_url})" if settings.public_url else ""
     public += f" with {settings.workers} workers" if settings.workers > 1 else ""
     database = redacted_url(settings.database_url)
-    storage = " ".join(f"{word.split('=', 1)[0]}=***" if "=" in word and _SECRET_PARAM.search(word.split("=", 1)[0])
-                       else word for word in settings.storage.split())
+    storage = " ".join(
+        f"{word.split('=', 1)[0]}=***" if "=" in word and _SECRET_PARAM.search(word.split("=", 1)[0]) else word
+        for word in settings.storage.split()
+    )
     logging.getLogger(__name__).info(
         "forkd-hub %s starting on %s%s; data dir %s; database %s; storage %s",
-        release, url, public, settings.data_dir, database, storage,
-        extra={"version": release, "url": url, "public_url": settings.public_url, "data_dir": str(settings.data_dir),
-               "database": database, "storage": storage},
+        release,
+        url,
+        public,
+        settings.data_dir,
+        database,
+        storage,
+        extra={
+            "version": release,
+            "url": url,
+            "public_url": settings.public_url,
+            "data_dir": str(settings.data_dir),
+            "database": database,
+            "storage": storage,
+        },
     )
 
 
@@ -229,13 +267,19 @@ def _gc(args: argparse.Namespace) -> int:
         return 0
     verb = "would delete" if report.dry_run else "deleted"
     print_retention(report.retention, report.retention_manifests, report.dry_run)
-    for kind, items in (("manifest", report.manifests), ("blob", report.blobs), ("upload", report.uploads),
-                        ("orphan object", report.orphan_objects)):
+    for kind, items in (
+        ("manifest", report.manifests),
+        ("blob", report.blobs),
+        ("upload", report.uploads),
+        ("orphan object", report.orphan_objects),
+    ):
         for item in items:
             print(f"{verb} {kind} {item}")
-    print(f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
-          f"upload(s), {len(report.orphan_objects)} orphan object(s): {human_size(report.bytes_freed)}; kept "
-          f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)")
+    print(
+        f"{verb} {len(report.manifests)} manifest(s), {len(report.blobs)} blob(s), {len(report.uploads)} "
+        f"upload(s), {len(report.orphan_objects)} orphan object(s): {human_size(report.bytes_freed)}; kept "
+        f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)"
+    )
     return 0
 
 
@@ -246,7 +290,8 @@ def print_retention(expired: list[dict[str, Any]], released: list[str], dry_run:
     print(f"retention {'would remove' if dry_run else 'removed'} {len(expired)} tag(s):")
     rows = [("REPOSITORY", "TAG", "DIGEST", "SET", "WHY")] + [
         (e["repository"], e["tag"], e["digest"][:19] + "…", e["updated"][:19].replace("T", " "), e["reason"])
-        for e in expired]
+        for e in expired
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         print("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])

@@ -35,8 +35,13 @@ def add_store_args(parser: argparse.ArgumentParser) -> None:
         "database_url": ("SQLAlchemy URL (default: sqlite+aiosqlite:///DIR/hub.db)", "URL"),
     }
     for name, (help_text, metavar) in helps.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar=metavar,
-                            help=f"{help_text} [env {env_name(name)}]")
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            metavar=metavar,
+            help=f"{help_text} [env {env_name(name)}]",
+        )
 
 
 def cli_actor() -> str:
@@ -48,8 +53,13 @@ def cli_actor() -> str:
     return f"cli:{user}"
 
 
-def run_on_hub(args: argparse.Namespace, command: Callable[[HubServices], Awaitable[int]], *,
-               create: bool = True, extra: Mapping[str, Any] | None = None) -> int:
+def run_on_hub(
+    args: argparse.Namespace,
+    command: Callable[[HubServices], Awaitable[int]],
+    *,
+    create: bool = True,
+    extra: Mapping[str, Any] | None = None,
+) -> int:
     """Build the settings from ``args``' store flags (and ``extra`` settings, None meaning unset), open the
     hub (``create``: may it make a new one),
     run ``command`` on it once under ``asyncio.run`` and return its exit status.

@@ -9,59 +9,120 @@ from clikit.helpdoc import HelpTable, document
 __all__ = ["HELP", "document"]
 
 HELP: HelpTable = {
-    "serve": ("Run the hub: HTTP API, OCI subset, forkd compatibility and OpenAPI at /schema. The first start "
-              "creates the data directory, database and schema (SQLite).", {},
-              ["forkd-hub serve --data-dir /var/lib/forkd-hub",
-               "FORKD_HUB_STORAGE='filesystem root=/srv/blobs' forkd-hub serve --host 0.0.0.0 --port 8080"]),
-    "migrate": ("Create the hub's database schema, or upgrade it to this version's.", {},
-                ["forkd-hub migrate --data-dir /var/lib/forkd-hub"]),
-    "gc": ("Apply the repositories' retention policies (remove the tags they expire), then delete what no tag "
-           "reaches and is older than the grace period (untagged manifests, unreferenced blobs, stale uploads). "
-           "The report goes to stdout; --dry-run shows what retention and the sweep would remove.", {},
-           ["forkd-hub gc --data-dir /var/lib/forkd-hub --dry-run", "forkd-hub gc --grace 0s --json"]),
-    "token": ("Create, list and revoke API tokens (hashed at rest, scoped, expiring).",
-              {"token_command": "create, list or revoke"},
-              ["forkd-hub token create ci --scope 'push:acme/*'", "forkd-hub token list"]),
-    "token create": ("Create a token and print it, alone, on stdout (it is shown only once).", {},
-                     ["forkd-hub token create ci --scope 'push:acme/*' --expires 30d",
-                      "forkd-hub token create reader --scope 'pull:*/*' | forkd login http://127.0.0.1:8080 --token-stdin"]),
-    "token list": ("List tokens: name, prefix, scopes, dates and status (never their secrets).", {},
-                   ["forkd-hub token list", "forkd-hub token list --json"]),
-    "token revoke": ("Revoke a token by name; it is refused from then on.", {"name": "the token's name"},
-                     ["forkd-hub token revoke ci"]),
-    "audit": ("Show the audit log, newest first; --verify checks the JSONL export against its hash chain and the "
-              "database and prints its head to publish.", {},
-              ["forkd-hub audit --action push --since 24h", "forkd-hub audit --verify",
-               "forkd-hub audit --verify --expect-head 1042:<sha256>"]),
-    "webhook": ("HTTP webhooks on push, tag move and delete, per namespace: signed, retried, logged.",
-                {"webhook_command": "add, list, remove, deliveries or prune"},
-                ["forkd-hub webhook add acme https://ci.example.com/hook", "forkd-hub webhook deliveries"]),
-    "webhook add": ("Call URL for the events of every repository of NAMESPACE; the signing secret is generated "
-                    "and printed once unless given on stdin.",
-                    {"namespace": "the namespace whose repositories' events are sent", "url": "where to POST them"},
-                    ["forkd-hub webhook add acme https://ci.example.com/hook --events push,tag",
-                     "forkd-hub webhook add acme https://ci.example.com/hook --secret-stdin < secret.txt"]),
-    "webhook list": ("List webhooks: id, namespace, URL and events (never their secrets).", {},
-                     ["forkd-hub webhook list", "forkd-hub webhook list --namespace acme --json"]),
-    "webhook remove": ("Remove a webhook and its delivery log.", {"id": "the webhook's id (from webhook list)"},
-                       ["forkd-hub webhook remove 3"]),
-    "repo": ("Repository settings kept by the hub: immutable tags and retention.",
-             {"repo_command": "policy"}, ["forkd-hub repo policy acme/python-numpy"]),
-    "repo policy": ("Show a repository's immutable-tags and retention policy, or change it (flags given). "
-                    "Retention is applied by 'forkd-hub gc' (and the periodic GC of serve).",
-                    {"repository": "the repository, namespace/name"},
-                    ["forkd-hub repo policy acme/py --immutable-tags on --immutable-exempt 'latest,dev-*'",
-                     "forkd-hub repo policy acme/py --keep-last 10 --retention-pattern 'nightly-*'",
-                     "forkd-hub repo policy acme/py --no-retention --immutable-tags default --json"]),
-    "verify": ("Re-hash every stored object (blobs, recipes, pack frames) against its digest and check the "
-               "database against the store (rows without objects, objects without rows). Exit 0: all verified; "
-               "3: problems found; 1: could not run. --quarantine moves what is wrong to quarantine/ and marks it, "
-               "never deleting.", {},
-               ["forkd-hub verify --data-dir /var/lib/forkd-hub", "forkd-hub verify --quarantine --json",
-                "forkd-hub verify --clear-marks"]),
-    "webhook deliveries": ("Show the delivery log, newest first, with every attempt.", {},
-                           ["forkd-hub webhook deliveries --webhook 3 --limit 20"]),
-    "webhook prune": ("Remove finished deliveries (and their attempts) beyond the newest N per webhook or older "
-                      "than AGE; pending ones stay. serve prunes the same way every 10 minutes.", {},
-                      ["forkd-hub webhook prune --keep 100 --max-age 7d"]),
+    "serve": (
+        "Run the hub: HTTP API, OCI subset, forkd compatibility and OpenAPI at /schema. The first start "
+        "creates the data directory, database and schema (SQLite).",
+        {},
+        [
+            "forkd-hub serve --data-dir /var/lib/forkd-hub",
+            "FORKD_HUB_STORAGE='filesystem root=/srv/blobs' forkd-hub serve --host 0.0.0.0 --port 8080",
+        ],
+    ),
+    "migrate": (
+        "Create the hub's database schema, or upgrade it to this version's.",
+        {},
+        ["forkd-hub migrate --data-dir /var/lib/forkd-hub"],
+    ),
+    "gc": (
+        "Apply the repositories' retention policies (remove the tags they expire), then delete what no tag "
+        "reaches and is older than the grace period (untagged manifests, unreferenced blobs, stale uploads). "
+        "The report goes to stdout; --dry-run shows what retention and the sweep would remove.",
+        {},
+        ["forkd-hub gc --data-dir /var/lib/forkd-hub --dry-run", "forkd-hub gc --grace 0s --json"],
+    ),
+    "token": (
+        "Create, list and revoke API tokens (hashed at rest, scoped, expiring).",
+        {"token_command": "create, list or revoke"},
+        ["forkd-hub token create ci --scope 'push:acme/*'", "forkd-hub token list"],
+    ),
+    "token create": (
+        "Create a token and print it, alone, on stdout (it is shown only once).",
+        {},
+        [
+            "forkd-hub token create ci --scope 'push:acme/*' --expires 30d",
+            "forkd-hub token create reader --scope 'pull:*/*' | forkd login http://127.0.0.1:8080 --token-stdin",
+        ],
+    ),
+    "token list": (
+        "List tokens: name, prefix, scopes, dates and status (never their secrets).",
+        {},
+        ["forkd-hub token list", "forkd-hub token list --json"],
+    ),
+    "token revoke": (
+        "Revoke a token by name; it is refused from then on.",
+        {"name": "the token's name"},
+        ["forkd-hub token revoke ci"],
+    ),
+    "audit": (
+        "Show the audit log, newest first; --verify checks the JSONL export against its hash chain and the "
+        "database and prints its head to publish.",
+        {},
+        [
+            "forkd-hub audit --action push --since 24h",
+            "forkd-hub audit --verify",
+            "forkd-hub audit --verify --expect-head 1042:<sha256>",
+        ],
+    ),
+    "webhook": (
+        "HTTP webhooks on push, tag move and delete, per namespace: signed, retried, logged.",
+        {"webhook_command": "add, list, remove, deliveries or prune"},
+        ["forkd-hub webhook add acme https://ci.example.com/hook", "forkd-hub webhook deliveries"],
+    ),
+    "webhook add": (
+        "Call URL for the events of every repository of NAMESPACE; the signing secret is generated "
+        "and printed once unless given on stdin.",
+        {"namespace": "the namespace whose repositories' events are sent", "url": "where to POST them"},
+        [
+            "forkd-hub webhook add acme https://ci.example.com/hook --events push,tag",
+            "forkd-hub webhook add acme https://ci.example.com/hook --secret-stdin < secret.txt",
+        ],
+    ),
+    "webhook list": (
+        "List webhooks: id, namespace, URL and events (never their secrets).",
+        {},
+        ["forkd-hub webhook list", "forkd-hub webhook list --namespace acme --json"],
+    ),
+    "webhook remove": (
+        "Remove a webhook and its delivery log.",
+        {"id": "the webhook's id (from webhook list)"},
+        ["forkd-hub webhook remove 3"],
+    ),
+    "repo": (
+        "Repository settings kept by the hub: immutable tags and retention.",
+        {"repo_command": "policy"},
+        ["forkd-hub repo policy acme/python-numpy"],
+    ),
+    "repo policy": (
+        "Show a repository's immutable-tags and retention policy, or change it (flags given). "
+        "Retention is applied by 'forkd-hub gc' (and the periodic GC of serve).",
+        {"repository": "the repository, namespace/name"},
+        [
+            "forkd-hub repo policy acme/py --immutable-tags on --immutable-exempt 'latest,dev-*'",
+            "forkd-hub repo policy acme/py --keep-last 10 --retention-pattern 'nightly-*'",
+            "forkd-hub repo policy acme/py --no-retention --immutable-tags default --json",
+        ],
+    ),
+    "verify": (
+        "Re-hash every stored object (blobs, recipes, pack frames) against its digest and check the "
+        "database against the store (rows without objects, objects without rows). Exit 0: all verified; "
+        "3: problems found; 1: could not run. --quarantine moves what is wrong to quarantine/ and marks it, "
+        "never deleting.",
+        {},
+        [
+            "forkd-hub verify --data-dir /var/lib/forkd-hub",
+            "forkd-hub verify --quarantine --json",
+            "forkd-hub verify --clear-marks",
+        ],
+    ),
+    "webhook deliveries": (
+        "Show the delivery log, newest first, with every attempt.",
+        {},
+        ["forkd-hub webhook deliveries --webhook 3 --limit 20"],
+    ),
+    "webhook prune": (
+        "Remove finished deliveries (and their attempts) beyond the newest N per webhook or older "
+        "than AGE; pending ones stay. serve prunes the same way every 10 minutes.",
+        {},
+        ["forkd-hub webhook prune --keep 100 --max-age 7d"],
+    ),
 }

@@ -34,14 +34,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = repo.add_subparsers(dest="repo_command", metavar="COMMAND", required=True)
     policy = commands.add_parser("policy", help="show or change a repository's immutable-tags and retention policy")
     policy.add_argument("repository", metavar="NS/REPO")
-    policy.add_argument("--immutable-tags", choices=("on", "off", _DEFAULT),
-                        help="tags never move once set (on), may move (off), or follow the hub's default")
-    policy.add_argument("--immutable-exempt", metavar="GLOBS",
-                        help="comma-separated tag globs that stay movable, or 'default' (the hub's)")
+    policy.add_argument(
+        "--immutable-tags",
+        choices=("on", "off", _DEFAULT),
+        help="tags never move once set (on), may move (off), or follow the hub's default",
+    )
+    policy.add_argument(
+        "--immutable-exempt",
+        metavar="GLOBS",
+        help="comma-separated tag globs that stay movable, or 'default' (the hub's)",
+    )
     policy.add_argument("--keep-last", type=int, metavar="N", help="retention: keep the N most recently set tags")
     policy.add_argument("--keep-days", type=int, metavar="D", help="retention: keep the tags set within D days")
-    policy.add_argument("--retention-pattern", metavar="GLOBS",
-                        help="retention applies to the tags matching these globs (default every tag)")
+    policy.add_argument(
+        "--retention-pattern",
+        metavar="GLOBS",
+        help="retention applies to the tags matching these globs (default every tag)",
+    )
     policy.add_argument("--no-retention", action="store_true", help="remove the retention policy")
     policy.add_argument("--json", action="store_true", help="print the resulting policy as JSON")
     add_store_args(policy)
@@ -58,24 +67,33 @@ def _change(args: argparse.Namespace) -> PolicyChange:
     elif any(v is not None for v in retention_flags):
         retention = {"keepLast": args.keep_last, "keepDays": args.keep_days, "pattern": args.retention_pattern}
     immutable: Any = UNCHANGED if args.immutable_tags is None else {"on": True, "off": False}.get(args.immutable_tags)
-    exempt: Any = UNCHANGED if args.immutable_exempt is None else (
-        None if args.immutable_exempt == _DEFAULT else args.immutable_exempt)
+    exempt: Any = (
+        UNCHANGED
+        if args.immutable_exempt is None
+        else (None if args.immutable_exempt == _DEFAULT else args.immutable_exempt)
+    )
     return PolicyChange(immutable_tags=immutable, immutable_exempt=exempt, retention=retention)
 
 
 def describe(policy: EffectivePolicy) -> list[str]:
     """The policy as a few human lines."""
     source = "this repository" if policy.immutable_source == "repository" else "the hub default"
-    lines = [f"immutable tags: {'on' if policy.immutable_tags else 'off'} ({source})"
-             + (f", exempt: {policy.immutable_exempt or '(none)'}" if policy.immutable_tags else "")]
+    lines = [
+        f"immutable tags: {'on' if policy.immutable_tags else 'off'} ({source})"
+        + (f", exempt: {policy.immutable_exempt or '(none)'}" if policy.immutable_tags else "")
+    ]
     if policy.retention is None:
         lines.append("retention: none")
     else:
-        rules = [f"the last {policy.retention.keep_last}" if policy.retention.keep_last is not None else "",
-                 f"those set within {policy.retention.keep_days} day(s)" if policy.retention.keep_days is not None
-                 else ""]
-        lines.append(f"retention: of the tags matching {policy.retention.pattern}, keep "
-                     + " and ".join(r for r in rules if r) + "; GC removes the others")
+        rules = [
+            f"the last {policy.retention.keep_last}" if policy.retention.keep_last is not None else "",
+            f"those set within {policy.retention.keep_days} day(s)" if policy.retention.keep_days is not None else "",
+        ]
+        lines.append(
+            f"retention: of the tags matching {policy.retention.pattern}, keep "
+            + " and ".join(r for r in rules if r)
+            + "; GC removes the others"
+        )
     return lines
 
 

@@ -29,7 +29,15 @@ from hub_server.cli_common import STORE_FLAGS, add_store_args, cli_actor, run_on
 from hub_server.settings import DEFAULT_DATA_DIR
 
 # add_store_args, cli_actor, STORE_FLAGS: re-exported from cli_common for the callers that import them from here
-__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_EXPIRY", "STORE_FLAGS", "add_store_args", "cli_actor", "main_for_tests", "register"]
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_EXPIRY",
+    "STORE_FLAGS",
+    "add_store_args",
+    "cli_actor",
+    "main_for_tests",
+    "register",
+]
 
 #: Tokens expire unless asked not to (``--expires never``).
 DEFAULT_EXPIRY = "90d"
@@ -76,12 +84,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     audit.add_argument("--limit", type=int, default=100, help="at most N events (default 100)")
     audit.add_argument("--json", action="store_true", help="print a JSON array")
     audit.add_argument(
-        "--verify", action="store_true",
+        "--verify",
+        action="store_true",
         help="check the JSONL export instead: its hash chain, that it holds exactly the database's events, "
-             "and print its head (COUNT:SHA256) to publish",
+        "and print its head (COUNT:SHA256) to publish",
     )
     audit.add_argument(
-        "--expect-head", metavar="COUNT:SHA256", type=parse_head,
+        "--expect-head",
+        metavar="COUNT:SHA256",
+        type=parse_head,
         help="with --verify: also check that line COUNT is the head published earlier",
     )
     add_store_args(audit)
@@ -106,8 +117,7 @@ async def _create(tokens: TokenService, audit: AuditLog, args: argparse.Namespac
     print(secret)
     expiry = "never expires" if info.expires_at is None else f"expires {_iso(info.expires_at)}"
     print(
-        f"created token {info.name!r} ({', '.join(info.scopes)}; {expiry}). "
-        "Store it now: it cannot be shown again.",
+        f"created token {info.name!r} ({', '.join(info.scopes)}; {expiry}). Store it now: it cannot be shown again.",
         file=sys.stderr,
     )
     return 0

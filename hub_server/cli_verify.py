@@ -35,12 +35,17 @@ PROBLEMS_FOUND = 3
 def register(subparsers: argparse._SubParsersAction) -> None:
     verify = subparsers.add_parser("verify", help="re-hash stored objects, check the database against the store")
     add_store_args(verify)
-    verify.add_argument("--quarantine", action="store_true",
-                        help="move damaged and orphan objects to quarantine/ and mark them (nothing is deleted)")
-    verify.add_argument("--grace", default="1h",
-                        help="objects without a row younger than this are not orphans yet (default 1h)")
-    verify.add_argument("--clear-marks", action="store_true",
-                        help="forget every damage mark (after a repair), then verify")
+    verify.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="move damaged and orphan objects to quarantine/ and mark them (nothing is deleted)",
+    )
+    verify.add_argument(
+        "--grace", default="1h", help="objects without a row younger than this are not orphans yet (default 1h)"
+    )
+    verify.add_argument(
+        "--clear-marks", action="store_true", help="forget every damage mark (after a repair), then verify"
+    )
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
     verify.set_defaults(func=_verify)
 
@@ -79,6 +84,8 @@ def _print(report: ScrubReport, cleared: int) -> None:
     for p in report.problems:
         where = f" -> {p.moved_to}" if p.moved_to else ""
         print(f"{p.kind:8} {p.key}: {p.reason} [{p.action}{where}]")
-    print(f"checked {report.blobs} blob(s), {report.recipes} recipe(s), {report.packs} pack(s) holding "
-          f"{report.frames} frame(s): {human_size(report.bytes_hashed)} hashed; "
-          + ("everything verified" if report.clean else f"{len(report.problems)} problem(s)"))
+    print(
+        f"checked {report.blobs} blob(s), {report.recipes} recipe(s), {report.packs} pack(s) holding "
+        f"{report.frames} frame(s): {human_size(report.bytes_hashed)} hashed; "
+        + ("everything verified" if report.clean else f"{len(report.problems)} problem(s)")
+    )

@@ -35,10 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add = commands.add_parser("add", help="call URL for events in every repository of NAMESPACE")
     add.add_argument("namespace")
     add.add_argument("url", help="http:// or https:// URL (its host must be in FORKD_HUB_WEBHOOK_ALLOW)")
-    add.add_argument("--secret-stdin", action="store_true",
-                     help="read the signing secret from stdin (default: generate one and print it once)")
-    add.add_argument("--events", action="append", metavar="EVENTS",
-                     help=f"comma-separated, repeatable: {', '.join(EVENTS)} (default: all)")
+    add.add_argument(
+        "--secret-stdin",
+        action="store_true",
+        help="read the signing secret from stdin (default: generate one and print it once)",
+    )
+    add.add_argument(
+        "--events",
+        action="append",
+        metavar="EVENTS",
+        help=f"comma-separated, repeatable: {', '.join(EVENTS)} (default: all)",
+    )
     add.add_argument("--json", action="store_true", help="print the webhook as JSON")
     add_store_args(add)
     add.set_defaults(func=lambda args: _run(args, _add))
@@ -62,11 +69,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deliveries.set_defaults(func=lambda args: _run(args, _deliveries))
 
     prune = commands.add_parser("prune", help="prune the delivery log (serve also does it every few minutes)")
-    prune.add_argument("--keep", default=None, metavar="N",
-                       help="finished deliveries kept per webhook [env FORKD_HUB_WEBHOOK_LOG_KEEP, default 1000]")
-    prune.add_argument("--max-age", default=None, metavar="AGE",
-                       help="remove finished deliveries older than this, e.g. 30d "
-                            "[env FORKD_HUB_WEBHOOK_LOG_MAX_AGE, default 30d]")
+    prune.add_argument(
+        "--keep",
+        default=None,
+        metavar="N",
+        help="finished deliveries kept per webhook [env FORKD_HUB_WEBHOOK_LOG_KEEP, default 1000]",
+    )
+    prune.add_argument(
+        "--max-age",
+        default=None,
+        metavar="AGE",
+        help="remove finished deliveries older than this, e.g. 30d [env FORKD_HUB_WEBHOOK_LOG_MAX_AGE, default 30d]",
+    )
     add_store_args(prune)
     prune.set_defaults(func=lambda args: _run(args, _prune))
 
@@ -77,9 +91,12 @@ def main_for_tests(argv: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, command: Command) -> int:
-    return run_on_hub(args, lambda hub: command(hub, args), create=False,  # never creates a hub by mistake
-                      extra={"webhook_log_keep": getattr(args, "keep", None),
-                             "webhook_log_max_age": getattr(args, "max_age", None)})
+    return run_on_hub(
+        args,
+        lambda hub: command(hub, args),
+        create=False,  # never creates a hub by mistake
+        extra={"webhook_log_keep": getattr(args, "keep", None), "webhook_log_max_age": getattr(args, "max_age", None)},
+    )
 
 
 async def _add(hub: HubServices, args: argparse.Namespace) -> int:
@@ -91,11 +108,16 @@ async def _add(hub: HubServices, args: argparse.Namespace) -> int:
         print(json.dumps({**info.to_json(), **({"secret": secret} if generated else {})}, indent=2))
     elif generated:
         print(secret)
-    print(f"added webhook {info.id} for {info.namespace}/* → {info.url} ({', '.join(info.events)})"
-          + (". Store the secret now: it cannot be shown again." if generated else ""), file=sys.stderr)
+    print(
+        f"added webhook {info.id} for {info.namespace}/* → {info.url} ({', '.join(info.events)})"
+        + (". Store the secret now: it cannot be shown again." if generated else ""),
+        file=sys.stderr,
+    )
     if not hub.settings.webhook_allow:
-        print("forkd-hub: warning: FORKD_HUB_WEBHOOK_ALLOW allows no destination: deliveries will be refused",
-              file=sys.stderr)
+        print(
+            "forkd-hub: warning: FORKD_HUB_WEBHOOK_ALLOW allows no destination: deliveries will be refused",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -107,9 +129,13 @@ async def _list(hub: HubServices, args: argparse.Namespace) -> int:
     if not infos:
         print("no webhooks", file=sys.stderr)
         return 0
-    _table(["ID", "NAMESPACE", "URL", "EVENTS", "CREATED"],
-           [[str(i.id), i.namespace, i.url, ",".join(i.events), i.created_at.isoformat(timespec="seconds")]
-            for i in infos])
+    _table(
+        ["ID", "NAMESPACE", "URL", "EVENTS", "CREATED"],
+        [
+            [str(i.id), i.namespace, i.url, ",".join(i.events), i.created_at.isoformat(timespec="seconds")]
+            for i in infos
+        ],
+    )
     return 0
 
 
@@ -132,8 +158,17 @@ async def _deliveries(hub: HubServices, args: argparse.Namespace) -> int:
     for row in rows:
         last = row["attempts"][-1] if row["attempts"] else {}
         outcome = last.get("error") or (f"HTTP {last['statusCode']}" if last.get("statusCode") else "-")
-        table.append([row["id"], str(row["webhook"]), row["event"], row["repository"], row["state"],
-                      str(len(row["attempts"])), outcome])
+        table.append(
+            [
+                row["id"],
+                str(row["webhook"]),
+                row["event"],
+                row["repository"],
+                row["state"],
+                str(len(row["attempts"])),
+                outcome,
+            ]
+        )
     _table(["DELIVERY", "WEBHOOK", "EVENT", "REPOSITORY", "STATE", "ATTEMPTS", "LAST OUTCOME"], table)
     return 0
 
@@ -141,8 +176,10 @@ async def _deliveries(hub: HubServices, args: argparse.Namespace) -> int:
 async def _prune(hub: HubServices, args: argparse.Namespace) -> int:
     pruned = await hub.deliverer.prune_log()
     policy = hub.deliverer.policy
-    print(f"pruned {pruned} finished deliveries (kept at most {policy.log_keep} per webhook, none older than "
-          f"{policy.log_max_age / 86400:g} day(s))")
+    print(
+        f"pruned {pruned} finished deliveries (kept at most {policy.log_keep} per webhook, none older than "
+        f"{policy.log_max_age / 86400:g} day(s))"
+    )
     return 0
 
 

@@ -116,21 +116,39 @@ async def open_hub(
             sessions = make_session_factory(engine)
             metrics = metrics or HubMetrics()
             audit = AuditLog(sessions, settings.audit_log)
-            registry = Registry(RegistryContext(
-                sessions=sessions, store=store, audit=audit, metrics=metrics, limits=settings.limits,
-                blob_redirects=settings.blob_redirects, redirect_expiry=settings.redirect_expiry,
-                cache=ReadCache(ttl=settings.cache_ttl),
-                immutable_tags=settings.immutable_tags, immutable_exempt=settings.immutable_exempt,
-                signatures=_signature_policy(settings),
-            ))
+            registry = Registry(
+                RegistryContext(
+                    sessions=sessions,
+                    store=store,
+                    audit=audit,
+                    metrics=metrics,
+                    limits=settings.limits,
+                    blob_redirects=settings.blob_redirects,
+                    redirect_expiry=settings.redirect_expiry,
+                    cache=ReadCache(ttl=settings.cache_ttl),
+                    immutable_tags=settings.immutable_tags,
+                    immutable_exempt=settings.immutable_exempt,
+                    signatures=_signature_policy(settings),
+                )
+            )
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
             tokens = TokenService(sessions)
             authenticator = Authenticator(tokens, RegistryTokenService(sessions), cache_ttl=settings.cache_ttl)
-            yield HubServices(settings=settings, engine=engine, sessions=sessions, store=store, tokens=tokens,
-                              authenticator=authenticator, audit=audit,
-                              metrics=metrics, registry=registry, webhooks=webhooks, deliverer=deliverer,
-                              migrations_applied=applied)
+            yield HubServices(
+                settings=settings,
+                engine=engine,
+                sessions=sessions,
+                store=store,
+                tokens=tokens,
+                authenticator=authenticator,
+                audit=audit,
+                metrics=metrics,
+                registry=registry,
+                webhooks=webhooks,
+                deliverer=deliverer,
+                migrations_applied=applied,
+            )
         finally:
             await store.close()
     finally:
@@ -142,10 +160,16 @@ def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) ->
         allow = AllowList.parse(settings.webhook_allow)
     except ValueError as e:
         raise SettingsError(f"{ALLOW_ENV}: {e}") from None
-    policy = DeliveryPolicy(allow, attempts=settings.webhook_attempts,
-                            backoff=settings.webhook_backoff, timeout=settings.webhook_timeout,
-                            poll=settings.webhook_poll, ca_file=settings.webhook_ca,
-                            log_keep=settings.webhook_log_keep, log_max_age=settings.webhook_log_max_age)
+    policy = DeliveryPolicy(
+        allow,
+        attempts=settings.webhook_attempts,
+        backoff=settings.webhook_backoff,
+        timeout=settings.webhook_timeout,
+        poll=settings.webhook_poll,
+        ca_file=settings.webhook_ca,
+        log_keep=settings.webhook_log_keep,
+        log_max_age=settings.webhook_log_max_age,
+    )
     try:
         deliverer = Deliverer(sessions, policy)
     except (OSError, ssl.SSLError) as e:
@@ -175,9 +199,11 @@ def _make_data_dir(settings: Settings) -> None:
 
 def _no_hub(settings: Settings, why: str) -> HubStartError:
     where = settings.data_dir
-    return HubStartError(f"{why}: no hub there. Create one with 'forkd-hub serve --data-dir {where}' (or "
-                         f"'forkd-hub migrate --data-dir {where}'), or point --data-dir / FORKD_HUB_DATA_DIR "
-                         f"at an existing hub")
+    return HubStartError(
+        f"{why}: no hub there. Create one with 'forkd-hub serve --data-dir {where}' (or "
+        f"'forkd-hub migrate --data-dir {where}'), or point --data-dir / FORKD_HUB_DATA_DIR "
+        f"at an existing hub"
+    )
 
 
 def _require_existing_hub(settings: Settings) -> None:

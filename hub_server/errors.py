@@ -75,7 +75,9 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.HAS_DEPENDENTS: ErrorSpec(409, "other manifests chain on this one"),
     ErrorCode.TAG_CONFLICT: ErrorSpec(409, "the tag no longer points where the push expected"),
     ErrorCode.TAG_IMMUTABLE: ErrorSpec(409, "the tag is immutable and points at another digest"),
-    ErrorCode.SIGNATURE_REQUIRED: ErrorSpec(403, "the namespace requires a signature by a registered key before a tag moves"),
+    ErrorCode.SIGNATURE_REQUIRED: ErrorSpec(
+        403, "the namespace requires a signature by a registered key before a tag moves"
+    ),
     ErrorCode.UNSUPPORTED: ErrorSpec(400, "the operation is unsupported"),
     ErrorCode.INVALID_REQUEST: ErrorSpec(400, "malformed request"),
     ErrorCode.NOT_FOUND: ErrorSpec(404, "no such route"),

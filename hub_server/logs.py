@@ -66,8 +66,11 @@ class HumanFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         when = datetime.fromtimestamp(record.created).astimezone().strftime("%H:%M:%S")  # local time for a terminal
-        extras = [f"{k}={v}" for k, v in vars(record).items()
-                  if k not in _STANDARD_ATTRS and not k.startswith("_") and k != "color_message" and v is not None]
+        extras = [
+            f"{k}={v}"
+            for k, v in vars(record).items()
+            if k not in _STANDARD_ATTRS and not k.startswith("_") and k != "color_message" and v is not None
+        ]
         line = f"{when} {record.levelname:<7} {record.getMessage()}"
         if extras and record.name == ACCESS_LOGGER:
             line += "  " + " ".join(extras[-3:])  # the request line already says method, path, status

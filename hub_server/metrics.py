@@ -79,18 +79,16 @@ class HubMetrics:
             "Chunks a pusher did not upload because the hub had them",
             registry=r,
         )
-        self.chunks_stored = Counter(
-            "forkd_hub_chunks_stored", "Chunks stored in pushed data blobs", registry=r
-        )
+        self.chunks_stored = Counter("forkd_hub_chunks_stored", "Chunks stored in pushed data blobs", registry=r)
         self.gc_runs = Counter("forkd_hub_gc_runs", "Garbage collection runs", ["result"], registry=r)
-        self.gc_deleted_bytes = Counter(
-            "forkd_hub_gc_deleted_bytes", "Bytes deleted by garbage collection", registry=r
+        self.gc_deleted_bytes = Counter("forkd_hub_gc_deleted_bytes", "Bytes deleted by garbage collection", registry=r)
+        self.storage_used_bytes = Gauge("forkd_hub_storage_used_bytes", "Bytes held by the blob store", registry=r)
+        self.repositories = Gauge(
+            "forkd_hub_repositories",
+            "Repositories in the hub, by visibility (the private count is shown to admin tokens only)",
+            ["visibility"],
+            registry=r,
         )
-        self.storage_used_bytes = Gauge(
-            "forkd_hub_storage_used_bytes", "Bytes held by the blob store", registry=r
-        )
-        self.repositories = Gauge("forkd_hub_repositories", "Repositories in the hub, by visibility "
-                                  "(the private count is shown to admin tokens only)", ["visibility"], registry=r)
 
     def observe_request(
         self, route: str, method: str, status: int, seconds: float, bytes_in: int, bytes_out: int
@@ -124,6 +122,7 @@ class HubMetrics:
 
 _PRIVATE_LABEL = b'visibility="private"'
 
+
 def method_label(scope: Scope) -> str:
     """The request method, or ``OTHER`` for anything unusual (a client picks it freely)."""
     method = scope.get("method", "")
@@ -146,9 +145,7 @@ class Exchange:
     the response start message (how the access log echoes ``X-Request-ID``).
     """
 
-    def __init__(
-        self, receive: Receive, send: Send, extra_headers: Iterable[tuple[bytes, bytes]] = ()
-    ) -> None:
+    def __init__(self, receive: Receive, send: Send, extra_headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         self._receive = receive
         self._send = send
         self._extra_headers = list(extra_headers)

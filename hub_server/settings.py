@@ -22,7 +22,13 @@ from typing import Any, TypeVar
 from manifest.vmstate import MAX_VMSTATE_BYTES
 
 __all__ = [
-    "DEFAULT_DATA_DIR", "ENV_PREFIX", "Limits", "Settings", "SettingsError", "load_settings", "parse_duration",
+    "DEFAULT_DATA_DIR",
+    "ENV_PREFIX",
+    "Limits",
+    "Settings",
+    "SettingsError",
+    "load_settings",
+    "parse_duration",
     "parse_size",
 ]
 

@@ -41,8 +41,9 @@ class TagGlobs:
             if not entry:
                 continue
             if not _GLOB.fullmatch(entry) or entry.count("[") != entry.count("]"):
-                raise TagGlobError(f"invalid tag pattern {entry[:140]!r}: use tag characters [A-Za-z0-9._-] "
-                                   "with * ? [...]")
+                raise TagGlobError(
+                    f"invalid tag pattern {entry[:140]!r}: use tag characters [A-Za-z0-9._-] with * ? [...]"
+                )
             globs.append(entry)
         return cls(tuple(dict.fromkeys(globs)))
 

@@ -72,8 +72,10 @@ def decompress_chunk(frame: bytes, expected_length: int, digest: str, what: str)
     except FrameError as e:
         raise AssemblyError(f"{what}: {e}") from None
     if end != len(frame):
-        raise AssemblyError(f"{what}: {len(frame) - end} bytes follow the zstd frame inside the chunk's entry "
-                            f"(the frame is {end} bytes, the entry {len(frame)})")
+        raise AssemblyError(
+            f"{what}: {len(frame) - end} bytes follow the zstd frame inside the chunk's entry "
+            f"(the frame is {end} bytes, the entry {len(frame)})"
+        )
     try:
         params = zstandard.get_frame_parameters(frame)
     except zstandard.ZstdError as e:
@@ -107,8 +109,14 @@ class FileAssembler:
     Errors: AssemblyError (no parent for a link, wrong chunk length), DigestMismatch, OSError.
     """
 
-    def __init__(self, chunk_map: ChunkMap, out: str | os.PathLike[str], *,
-                 parent: str | os.PathLike[str] | None, resume: bool = False) -> None:
+    def __init__(
+        self,
+        chunk_map: ChunkMap,
+        out: str | os.PathLike[str],
+        *,
+        parent: str | os.PathLike[str] | None,
+        resume: bool = False,
+    ) -> None:
         self.chunk_map = chunk_map
         self.out = Path(out)
         if chunk_map.parent_digest is not None and parent is None:
@@ -154,12 +162,15 @@ class FileAssembler:
     def write(self, index: int, data: bytes) -> None:
         """Put chunk ``index``'s bytes (already verified against its digest) in place."""
         if len(data) != self.length(index):
-            raise AssemblyError(f"{self.chunk_map.file} chunk {index}: {len(data)} bytes, expected {self.length(index)}")
+            raise AssemblyError(
+                f"{self.chunk_map.file} chunk {index}: {len(data)} bytes, expected {self.length(index)}"
+            )
         os.pwrite(self._fd, data, index * self.chunk_map.chunk_size)
         self.written += 1
 
-    def finish(self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = (),
-               chunk_list: ChunkList | None = None) -> AssembledFile:
+    def finish(
+        self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = (), chunk_list: ChunkList | None = None
+    ) -> AssembledFile:
         """Hash the whole file (blake3 of its bytes, plus ``extra_algorithms``), with ``verify``
         check it against the chunk map, and fsync it (its writeback starts first, and runs while
         it is hashed). ``chunk_list`` (format version 2): the file's chunk list, derived from the
@@ -170,7 +181,9 @@ class FileAssembler:
             # mapped: this file is ours alone until it is renamed into place
             digests = {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
             if self.chunk_map.version >= 2:
-                listed = chunk_list if chunk_list is not None else chunk_list_of_file(self.out, self.chunk_map.chunk_size)
+                listed = (
+                    chunk_list if chunk_list is not None else chunk_list_of_file(self.out, self.chunk_map.chunk_size)
+                )
                 got = listed.digest()
             else:
                 got = digests["blake3"]

@@ -130,7 +130,9 @@ def iter_span_blocks(fd: int, span: tuple[int, int], geometry: ChunkGeometry) ->
         yield start, read_padded(fd, length, offset)
 
 
-def iter_nonzero_chunks(path: str | os.PathLike[str], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[tuple[int, bytes]]:
+def iter_nonzero_chunks(
+    path: str | os.PathLike[str], chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> Iterator[tuple[int, bytes]]:
     """Yield ``(index, bytes)`` for every chunk of the file that is not all zero.
 
     Holes are skipped without being read (``SEEK_DATA``), so the cost is the

@@ -96,8 +96,9 @@ class ChunkList:
         return "blake3:" + h.hexdigest()
 
 
-def apply_map(parent: ChunkList | None, entries: Iterable[tuple[int, str | None]], size: int,
-              chunk_size: int) -> ChunkList:
+def apply_map(
+    parent: ChunkList | None, entries: Iterable[tuple[int, str | None]], size: int, chunk_size: int
+) -> ChunkList:
     """The chunk list of a layer's file: the parent's list (None: no parent file) truncated or
     zero-extended to ``size``, with the layer's entries applied. O(chunks).
 
@@ -130,4 +131,12 @@ def file_chunk_tree(path: str | os.PathLike[str], chunk_size: int) -> str:
     return chunk_list_of_file(path, chunk_size).digest()
 
 
-__all__ = ["DOMAIN", "ZERO_CHUNK", "ChunkList", "apply_map", "chunk_list_of_file", "file_chunk_tree", "raw_chunk_digest"]
+__all__ = [
+    "DOMAIN",
+    "ZERO_CHUNK",
+    "ChunkList",
+    "apply_map",
+    "chunk_list_of_file",
+    "file_chunk_tree",
+    "raw_chunk_digest",
+]

@@ -55,8 +55,9 @@ class Digest:
                 f"digest {text[:80]!r} uses unsupported algorithm {algorithm!r} (supported: {', '.join(ALGORITHMS)})"
             )
         if len(hexpart) != _HEX_LENGTH[algorithm] or not _HEX.fullmatch(hexpart):
-            raise InvalidDigest(f"digest {text[:80]!r} must have {_HEX_LENGTH[algorithm]} lowercase hex characters "
-                                f"after '{algorithm}:'")
+            raise InvalidDigest(
+                f"digest {text[:80]!r} must have {_HEX_LENGTH[algorithm]} lowercase hex characters after '{algorithm}:'"
+            )
         return cls(algorithm, hexpart)
 
 
@@ -115,8 +116,9 @@ def digest_bytes(data: bytes | bytearray | memoryview, algorithm: str = DEFAULT_
     return h.digest()
 
 
-def digest_file(path: str | os.PathLike[str], algorithms: tuple[str, ...] = (DEFAULT_ALGORITHM,), *,
-                mapped: bool = False) -> dict[str, Digest]:
+def digest_file(
+    path: str | os.PathLike[str], algorithms: tuple[str, ...] = (DEFAULT_ALGORITHM,), *, mapped: bool = False
+) -> dict[str, Digest]:
     """Digest a whole file with each algorithm in one read pass.
 
     ``mapped`` (blake3 alone) maps the file instead of reading it and hashes on all cores: no

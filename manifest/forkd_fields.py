@@ -40,8 +40,12 @@ def check_forkd_fields(forkd: dict[str, Any], p: str) -> None:
         raise InvalidManifest(f"{p} must not hold {sorted(set(forkd) & FORKD_DERIVED)} (derived on install)")
     volumes = forkd.get("volumes", [])
     if not isinstance(volumes, list) or not all(
-            isinstance(v, dict) and isinstance(v.get("host_path"), str) and isinstance(v.get("guest_path"), str)
-            and isinstance(v.get("read_only", False), bool) for v in volumes):
+        isinstance(v, dict)
+        and isinstance(v.get("host_path"), str)
+        and isinstance(v.get("guest_path"), str)
+        and isinstance(v.get("read_only", False), bool)
+        for v in volumes
+    ):
         raise InvalidManifest(f"{p}.volumes must be a list of {{host_path, guest_path, read_only}} objects")
     if "rootfs" in forkd and not isinstance(forkd["rootfs"], str):
         raise InvalidManifest(f"{p}.rootfs must be a path string")

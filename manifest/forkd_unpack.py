@@ -212,7 +212,9 @@ def _parse_manifest(doc: dict, limits: PackLimits) -> UnpackedPack:
         _require(is_valid_cli_tag(tag), f"tag {tag!r} does not match {_CLI_TAG_RULE}")
         parent = _get(doc, "parent_tag", str, optional=True)
         _require(parent is None or is_safe_pack_tag(parent), f"parent_tag {parent!r} does not match {_PACK_TAG_RULE}")
-        links: tuple[UnpackedLink, ...] = (UnpackedLink(tag, Path(tag), parent, None, _parse_files(doc.get("files"), "files", limits)),)
+        links: tuple[UnpackedLink, ...] = (
+            UnpackedLink(tag, Path(tag), parent, None, _parse_files(doc.get("files"), "files", limits)),
+        )
     else:  # the head's tag, or an owner-qualified name in forkd's docs: informational, never a path
         _require(tag != "", "tag must not be empty")
         _require(doc.get("files", []) == [], "a v2 pack declares files per chain link; top-level files must be empty")
@@ -246,7 +248,9 @@ def _parse_chain(chain: object, limits: PackLimits) -> tuple[UnpackedLink, ...]:
         _require(is_safe_pack_tag(tag), f"{where} tag {tag!r} does not match {_PACK_TAG_RULE}")
         _require(all(link.tag != tag for link in links), f"{where} tag {tag!r} appears twice in the chain")
         parent = _get(meta, "parent_tag", str, where, optional=True)
-        _require(parent is None or is_safe_pack_tag(parent), f"{where} parent_tag {parent!r} does not match {_PACK_TAG_RULE}")
+        _require(
+            parent is None or is_safe_pack_tag(parent), f"{where} parent_tag {parent!r} does not match {_PACK_TAG_RULE}"
+        )
         parent_hash = _get(meta, "parent_content_hash", str, where, optional=True)
         _require(parent_hash is None or is_sha256_hex(parent_hash),
                  f"{where} parent_content_hash {parent_hash!r} is not lowercase hex sha256")  # fmt: skip
@@ -276,7 +280,9 @@ def _parse_files(files: object, where: str, limits: PackLimits) -> tuple[PackFil
         _require(size >= 0, f"{at} ({path}) has negative size {size}")
         limit = limits.max_manifest_bytes if path == "snapshot.json" else limits.max_entry_bytes
         if size > limit:
-            raise PackTooLarge(f"manifest.toml: {at} ({path}) declares {size} bytes, over the per-entry limit of {limit}")
+            raise PackTooLarge(
+                f"manifest.toml: {at} ({path}) declares {size} bytes, over the per-entry limit of {limit}"
+            )
         _require(is_sha256_hex(sha), f"{at} ({path}) sha256 {sha!r} is not lowercase hex sha256")
         out.append(PackFileInfo(path, size, sha))
     for required in REQUIRED_FILES:
@@ -327,7 +333,9 @@ def _extract_declared(tar: TarReader, manifest: UnpackedPack, staging: Path, lim
         _extract_file(tar, entry.name, info, staging / tag / info.path)
     missing = [name for name in declared if name not in seen]
     if missing:
-        raise CorruptPack(f"pack ends without declared entr{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} (truncated?)")
+        raise CorruptPack(
+            f"pack ends without declared entr{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} (truncated?)"
+        )
 
 
 def _check_entry_shape(entry: TarEntry) -> None:
@@ -363,7 +371,9 @@ def _extract_file(tar: TarReader, name: str, info: PackFileInfo, dest: Path) -> 
         os.fsync(out.fileno())
     actual = digest.hexdigest()
     if actual != info.sha256:
-        raise PackHashMismatch(f"entry {name!r}: sha256 mismatch: manifest.toml declares {info.sha256}, content is {actual}")
+        raise PackHashMismatch(
+            f"entry {name!r}: sha256 mismatch: manifest.toml declares {info.sha256}, content is {actual}"
+        )
 
 
 def _write_sparse(out: BinaryIO, chunk: bytes) -> None:

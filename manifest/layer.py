@@ -174,7 +174,8 @@ class LayerBuilder:
         compressor = getattr(self._local, "compressor", None)
         if compressor is None:  # one per thread: a ZstdCompressor is not thread-safe
             compressor = self._local.compressor = zstandard.ZstdCompressor(
-                level=self._level, write_content_size=True, write_checksum=False)
+                level=self._level, write_content_size=True, write_checksum=False
+            )
         return compressor.compress(data)
 
     def _compress_later(self, data: bytes, chunk: str) -> list:
@@ -251,8 +252,13 @@ class LayerBuilder:
                 blob_index = order.setdefault(blob_digest, len(order))
                 entries.append(ChunkEntry(index, chunk_digest, blob_index, offset, length))
             maps[pending.file] = ChunkMap(
-                pending.file, pending.size, pending.chunk_size, pending.digest, pending.parent_digest,
-                tuple(order), tuple(entries),
+                pending.file,
+                pending.size,
+                pending.chunk_size,
+                pending.digest,
+                pending.parent_digest,
+                tuple(order),
+                tuple(entries),
             )
         return maps, blobs
 

@@ -31,8 +31,13 @@ VMSTATE_V1 = "application/vnd.forkd.vmstate.v1+zstd"
 
 #: format version → the media types of that version.
 VERSIONS: dict[int, dict[str, str]] = {
-    1: {"layer": LAYER_ARTIFACT_V1, "config": CONFIG_V1, "chunkmap": CHUNK_MAP_V1, "data": DATA_BLOB_V1,
-        "vmstate": VMSTATE_V1},
+    1: {
+        "layer": LAYER_ARTIFACT_V1,
+        "config": CONFIG_V1,
+        "chunkmap": CHUNK_MAP_V1,
+        "data": DATA_BLOB_V1,
+        "vmstate": VMSTATE_V1,
+    },
     2: {"layer": LAYER_ARTIFACT, "config": CONFIG, "chunkmap": CHUNK_MAP, "data": DATA_BLOB, "vmstate": VMSTATE},
 }
 LAYER_ARTIFACTS = (LAYER_ARTIFACT, LAYER_ARTIFACT_V1)
@@ -54,6 +59,7 @@ def version_of(media_type: str | None, kind: str) -> int | None:
 def is_layer(artifact_type: str | None) -> bool:
     """Whether an ``artifactType`` names a forkd snapshot layer (any format version)."""
     return artifact_type in LAYER_ARTIFACTS
+
 
 ANNOTATION_FILE = "dev.forkd.file"
 ANNOTATION_CREATED = "org.opencontainers.image.created"

@@ -210,8 +210,9 @@ class ChunkMap:
             _require_algorithm(parent_digest, "blake3", f"{p}.parentDigest")
             for i, b in enumerate(blobs):
                 _require_algorithm(b, OCI_ALGORITHM, f"{p}.blobs[{i}]")
-        return cls(file, geometry.size, geometry.chunk_size, digest,
-                   parent_digest, tuple(blobs), entries, version=version)
+        return cls(
+            file, geometry.size, geometry.chunk_size, digest, parent_digest, tuple(blobs), entries, version=version
+        )
 
 
 def _parse_entries(items: list[Any], geometry: ChunkGeometry, nblobs: int) -> list[ChunkEntry]:
@@ -236,7 +237,11 @@ def _parse_entries(items: list[Any], geometry: ChunkGeometry, nblobs: int) -> li
         _, digest, blob, offset, length = item
         if not isinstance(digest, str) or not is_digest(digest) or not digest.startswith("blake3:"):
             raise InvalidManifest(f"{where}: chunk digest is not a valid blake3 digest")
-        for name, value, hi in (("blob", blob, nblobs - 1), ("offset", offset, MAX_FILE_SIZE), ("length", length, max_frame)):
+        for name, value, hi in (
+            ("blob", blob, nblobs - 1),
+            ("offset", offset, MAX_FILE_SIZE),
+            ("length", length, max_frame),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
                 raise InvalidManifest(f"{where}: {name} {value!r} is out of range [0, {hi}]")
         if length == 0:
@@ -312,7 +317,9 @@ class LayerConfig:
         parent = None
         pobj = _get(obj, "parent", dict, p, optional=True)
         if pobj is not None:
-            parent = ParentRef(_digest(pobj, "digest", f"{p}.parent"), _get(pobj, "tag", str, f"{p}.parent", optional=True))
+            parent = ParentRef(
+                _digest(pobj, "digest", f"{p}.parent"), _get(pobj, "tag", str, f"{p}.parent", optional=True)
+            )
         compat = _get(obj, "compat", dict, p, optional=True) or {}
         for key, value in compat.items():
             want = mt.COMPAT_FIELDS.get(key, (str, int))
@@ -350,8 +357,15 @@ class LayerConfig:
             check_forkd_fields(forkd, f"{p}.forkd")
         if version >= 2 and parent is not None:
             _require_algorithm(parent.digest, OCI_ALGORITHM, f"{p}.parent.digest")
-        return cls(_get(obj, "created", str, p), files, parent, dict(compat), _annotations(obj, p), forkd or None,
-                   version=version)
+        return cls(
+            _get(obj, "created", str, p),
+            files,
+            parent,
+            dict(compat),
+            _annotations(obj, p),
+            forkd or None,
+            version=version,
+        )
 
 
 @dataclass(frozen=True)
@@ -420,8 +434,9 @@ def _check_layers(layers: tuple[Descriptor, ...], version: int) -> None:
     for i, d in enumerate(layers):
         where = f"manifest.layers[{i}]"
         if d.media_type not in known:
-            raise InvalidManifest(f"{where}.mediaType {d.media_type!r} is not a forkd layer blob type of "
-                                  f"format version {version}")
+            raise InvalidManifest(
+                f"{where}.mediaType {d.media_type!r} is not a forkd layer blob type of format version {version}"
+            )
         if d.digest in seen_digests:
             raise InvalidManifest(f"{where} lists blob {d.digest} twice")
         seen_digests.add(d.digest)
@@ -456,6 +471,15 @@ def chain_index(layers: list[Descriptor], annotations: dict[str, str] | None = N
 
 
 __all__ = [
-    "ChunkEntry", "ChunkMap", "Descriptor", "Digest", "FileInfo", "LayerConfig", "LayerManifest",
-    "ParentRef", "canonical_json", "chain_index", "manifest_digest",
+    "ChunkEntry",
+    "ChunkMap",
+    "Descriptor",
+    "Digest",
+    "FileInfo",
+    "LayerConfig",
+    "LayerManifest",
+    "ParentRef",
+    "canonical_json",
+    "chain_index",
+    "manifest_digest",
 ]

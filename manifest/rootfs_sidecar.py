@@ -72,8 +72,9 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def write_sidecar(image: Path, out_dir: Path, target_path: str | Callable[[str], str], *,
-                  level: int = SIDECAR_LEVEL) -> tuple[RootfsInfo, Path]:
+def write_sidecar(
+    image: Path, out_dir: Path, target_path: str | Callable[[str], str], *, level: int = SIDECAR_LEVEL
+) -> tuple[RootfsInfo, Path]:
     """Write ``image`` as forkd's sidecar in ``out_dir`` (kept as is when a sidecar of the same
     name is already there, as forkd does); returns the manifest table and the sidecar's path.
     ``target_path`` may be a function of the image's sha256 (hex)."""
@@ -114,7 +115,9 @@ def install_sidecar(sidecar: Path, dest: Path, info: RootfsInfo) -> None:
         out.truncate(info.size)
         actual = digest.hexdigest()
         if actual != info.sha256:
-            raise PackHashMismatch(f"{sidecar}: sha256 mismatch: manifest.toml declares {info.sha256}, image is {actual}")
+            raise PackHashMismatch(
+                f"{sidecar}: sha256 mismatch: manifest.toml declares {info.sha256}, image is {actual}"
+            )
 
 
 __all__ = ["SIDECAR_SUFFIX", "RootfsInfo", "file_sha256", "install_sidecar", "sidecar_name", "write_sidecar"]

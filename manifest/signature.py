@@ -45,8 +45,11 @@ from .mediatypes import OCI_MANIFEST
 SIGNATURE_ARTIFACT = "application/vnd.forkd.signature.v1+json"
 """The ``artifactType`` of a signature referrer, and the media type of its envelope layer."""
 PAYLOAD_TYPE = "dev.forkd.signature.v1"
-EMPTY_CONFIG = {"mediaType": "application/vnd.oci.empty.v1+json",
-                "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", "size": 2}
+EMPTY_CONFIG = {
+    "mediaType": "application/vnd.oci.empty.v1+json",
+    "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+    "size": 2,
+}
 EMPTY_CONFIG_BYTES = b"{}"
 ANNOTATION_KEY = "dev.forkd.signature.key"
 MAX_ENVELOPE_BYTES = 64 << 10
@@ -77,8 +80,12 @@ class SignatureError(ManifestError):
 
 def canonical_payload(digest: str, repository: str) -> bytes:
     """The exact bytes signed for ``digest`` pushed to ``repository`` (``namespace/repo``)."""
-    return json.dumps({"digest": digest, "repository": repository, "type": PAYLOAD_TYPE},
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return json.dumps(
+        {"digest": digest, "repository": repository, "type": PAYLOAD_TYPE},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    ).encode()
 
 
 def fingerprint(key: Ed25519PublicKey) -> str:
@@ -120,8 +127,11 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
 def sign_digest(key: Ed25519PrivateKey, digest: str, repository: str) -> bytes:
     """The envelope (exact bytes of the artifact's layer) signing ``digest`` in ``repository``."""
     payload = canonical_payload(digest, repository)
-    envelope = {"keyid": fingerprint(key.public_key()), "payload": base64.b64encode(payload).decode(),
-                "signature": base64.b64encode(key.sign(payload)).decode()}
+    envelope = {
+        "keyid": fingerprint(key.public_key()),
+        "payload": base64.b64encode(payload).decode(),
+        "signature": base64.b64encode(key.sign(payload)).decode(),
+    }
     return json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -135,16 +145,23 @@ class SignedArtifact:
     envelope_digest: str
 
 
-def signature_artifact(envelope: bytes, keyid: str, subject_digest: str, subject_size: int,
-                       subject_media_type: str = OCI_MANIFEST) -> SignedArtifact:
+def signature_artifact(
+    envelope: bytes, keyid: str, subject_digest: str, subject_size: int, subject_media_type: str = OCI_MANIFEST
+) -> SignedArtifact:
     """The OCI image manifest making ``envelope`` a referrer of the subject manifest."""
     envelope_digest = "sha256:" + hashlib.sha256(envelope).hexdigest()
-    manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": SIGNATURE_ARTIFACT, "config": EMPTY_CONFIG,
-        "layers": [{"mediaType": SIGNATURE_ARTIFACT, "digest": envelope_digest, "size": len(envelope)}],
-        "subject": {"mediaType": subject_media_type, "digest": subject_digest, "size": subject_size},
-        "annotations": {ANNOTATION_KEY: keyid},
-    }, separators=(",", ":")).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": SIGNATURE_ARTIFACT,
+            "config": EMPTY_CONFIG,
+            "layers": [{"mediaType": SIGNATURE_ARTIFACT, "digest": envelope_digest, "size": len(envelope)}],
+            "subject": {"mediaType": subject_media_type, "digest": subject_digest, "size": subject_size},
+            "annotations": {ANNOTATION_KEY: keyid},
+        },
+        separators=(",", ":"),
+    ).encode()
     return SignedArtifact(manifest, "sha256:" + hashlib.sha256(manifest).hexdigest(), envelope, envelope_digest)
 
 

@@ -27,8 +27,6 @@ _ZSTD_FEED = 512
 _OCTAL = re.compile(rb"[0-7]+")
 
 
-
-
 @dataclass(frozen=True)
 class TarEntry:
     name: str
@@ -69,7 +67,9 @@ class TarReader:
             if entry.kind == b"x":
                 pax = _parse_pax(data)
         if any(key.startswith("GNU.sparse") for key in pax):
-            raise UnsafePackEntry(f"entry {pax.get('path', entry.name)!r} is a GNU sparse file; packs store files densely")
+            raise UnsafePackEntry(
+                f"entry {pax.get('path', entry.name)!r} is a GNU sparse file; packs store files densely"
+            )
         if "size" in pax:
             if not pax["size"].isdigit():
                 raise CorruptPack(f"pax size {pax['size']!r} for {entry.name!r} is not a number")

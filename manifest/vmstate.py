@@ -32,8 +32,14 @@ def max_vmstate_blob_bytes(limit: int = MAX_VMSTATE_BYTES) -> int:
     return limit + (limit >> 8) + (64 << 10)
 
 
-def inflate_vmstate(blob: bytes | memoryview, expected: FileInfo, what: str, out: BinaryIO | None = None,
-                    *, limit: int = MAX_VMSTATE_BYTES) -> None:
+def inflate_vmstate(
+    blob: bytes | memoryview,
+    expected: FileInfo,
+    what: str,
+    out: BinaryIO | None = None,
+    *,
+    limit: int = MAX_VMSTATE_BYTES,
+) -> None:
     """Decompress ``blob`` piece by piece into ``out`` (or nowhere), checking it against ``expected``.
 
     Raises: AssemblyError (the declared size is over ``limit``, the blob is not exactly one

@@ -28,8 +28,12 @@ def free_port() -> int:
 class Demo:
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.env = {**os.environ, "FORKD_HOME": str(work / "home"), "XDG_CONFIG_HOME": str(work / "config"),
-                    "FORKD_HUB_DATA_DIR": str(work / "hub")}
+        self.env = {
+            **os.environ,
+            "FORKD_HOME": str(work / "home"),
+            "XDG_CONFIG_HOME": str(work / "config"),
+            "FORKD_HUB_DATA_DIR": str(work / "hub"),
+        }
         self.steps: list[tuple[str, float]] = []
 
     def run(self, label: str, *argv: str, json_out: bool = False, stdin: str | None = None) -> object:
@@ -57,8 +61,12 @@ def main() -> int:
     port = free_port()
     hub_url = f"http://127.0.0.1:{port}"
     log = (work / "hub.log").open("w")
-    hub = subprocess.Popen(["forkd-hub", "serve", "--host", "127.0.0.1", "--port", str(port)], env=demo.env,
-                           stdout=log, stderr=subprocess.STDOUT)
+    hub = subprocess.Popen(
+        ["forkd-hub", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=demo.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -72,21 +80,57 @@ def main() -> int:
         print(f"hub: {hub_url} (SQLite + filesystem under {work / 'hub'})")
         token = str(demo.run("token", "forkd-hub", "token", "create", "demo", "--scope", "push:demo/*")).strip()
         demo.run("login", "forkd", "login", hub_url, "--token-stdin", stdin=token + "\n")
-        demo.run("bake base", "forkd", "snapshot", "--tag", "py-base", "--mem-mib", str(GUEST_MIB),
-                 "--exec", "echo base-ready > /tmp/base.txt")
-        demo.run("link 1", "forkd", "snapshot-diff", "--from", "py-base", "--tag", "py-numpy",
-                 "--exec", "dd if=/dev/urandom of=/tmp/numpy.bin bs=1M count=6 2>/dev/null && echo numpy > /tmp/numpy.txt")
-        demo.run("link 2", "forkd", "snapshot-diff", "--from", "py-numpy", "--tag", "py-pandas",
-                 "--exec", "dd if=/dev/urandom of=/tmp/pandas.bin bs=1M count=3 2>/dev/null && echo pandas > /tmp/pandas.txt")
+        demo.run(
+            "bake base",
+            "forkd",
+            "snapshot",
+            "--tag",
+            "py-base",
+            "--mem-mib",
+            str(GUEST_MIB),
+            "--exec",
+            "echo base-ready > /tmp/base.txt",
+        )
+        demo.run(
+            "link 1",
+            "forkd",
+            "snapshot-diff",
+            "--from",
+            "py-base",
+            "--tag",
+            "py-numpy",
+            "--exec",
+            "dd if=/dev/urandom of=/tmp/numpy.bin bs=1M count=6 2>/dev/null && echo numpy > /tmp/numpy.txt",
+        )
+        demo.run(
+            "link 2",
+            "forkd",
+            "snapshot-diff",
+            "--from",
+            "py-numpy",
+            "--tag",
+            "py-pandas",
+            "--exec",
+            "dd if=/dev/urandom of=/tmp/pandas.bin bs=1M count=3 2>/dev/null && echo pandas > /tmp/pandas.txt",
+        )
         images = demo.run("images", "forkd", "images", "--json", json_out=True)
         logical = sum(i["logical_size"] for i in images)  # type: ignore[union-attr]
         pushed = demo.run("push", "forkd", "push", "py-pandas", "demo/python:v1", "--json", json_out=True)
         demo.run("remove local", "forkd", "rmi", "py-base", "--cascade")
         pulled = demo.run("pull", "forkd", "pull", "demo/python:v1", "--as", "py-pandas", "--json", json_out=True)
         demo.run("verify", "forkd", "inspect", "py-pandas", "--verify")
-        forked = demo.run("fork 5", "forkd", "fork", "py-pandas", "-n", "5", "--json",
-                          "--exec", "cat /tmp/base.txt /tmp/numpy.txt /tmp/pandas.txt | tr '\\n' ' '; "
-                                    "head -c 6 /dev/urandom | od -An -tx1", json_out=True)
+        forked = demo.run(
+            "fork 5",
+            "forkd",
+            "fork",
+            "py-pandas",
+            "-n",
+            "5",
+            "--json",
+            "--exec",
+            "cat /tmp/base.txt /tmp/numpy.txt /tmp/pandas.txt | tr '\\n' ' '; head -c 6 /dev/urandom | od -An -tx1",
+            json_out=True,
+        )
     finally:
         hub.send_signal(signal.SIGTERM)
         try:
@@ -98,23 +142,31 @@ def main() -> int:
     sent, received = pushed["bytes_sent"], pulled["bytes_received"]  # type: ignore[index]
     print("\n=== summary ===")
     print(f"chain: py-base -> py-numpy -> py-pandas, {GUEST_MIB} MiB guests, {logical / MiB:.0f} MiB of snapshot files")
-    print(f"pushed {sent / MiB:.1f} MiB, pulled {received / MiB:.1f} MiB: "
-          f"{logical / max(sent, 1):.1f}x less than the files (zero pages, 64 KiB dedup, zstd)")
+    print(
+        f"pushed {sent / MiB:.1f} MiB, pulled {received / MiB:.1f} MiB: "
+        f"{logical / max(sent, 1):.1f}x less than the files (zero pages, 64 KiB dedup, zstd)"
+    )
     for link in pushed["links"]:  # type: ignore[index]
-        print(f"  layer {link['tag']:<10} {link['bytes_uploaded'] / MiB:7.2f} MiB uploaded, "
-              f"{link['new_chunks']} new chunks, {link['reused_chunks']} reused")
+        print(
+            f"  layer {link['tag']:<10} {link['bytes_uploaded'] / MiB:7.2f} MiB uploaded, "
+            f"{link['new_chunks']} new chunks, {link['reused_chunks']} reused"
+        )
     print("steps:")
     for label, seconds in demo.steps:
         print(f"  {label:<14} {seconds:6.2f} s")
     children = forked["children"]  # type: ignore[index]
     outputs = {c["output"].split()[-6:].__str__() for c in children}
-    print(f"fork: {len(children)} children, chain verified in {forked['verify_ms']:.1f} ms, "  # type: ignore[index]
-          f"{len(outputs)} distinct random outputs")
+    print(
+        f"fork: {len(children)} children, chain verified in {forked['verify_ms']:.1f} ms, "  # type: ignore[index]
+        f"{len(outputs)} distinct random outputs"
+    )
     for c in children:
         m = c["memory"]
-        print(f"  child {c['index']}: ready {c['ready_ms']:.0f} ms, says {c['output'].strip()!r}, "
-              f"PSS {m['pss'] / MiB:.1f} MiB, guest RAM private {m['guest_ram_private_dirty'] / MiB:.1f} MiB "
-              f"({100 * m['guest_ram_private_dirty'] / (GUEST_MIB * MiB):.1f}% of guest RAM)")
+        print(
+            f"  child {c['index']}: ready {c['ready_ms']:.0f} ms, says {c['output'].strip()!r}, "
+            f"PSS {m['pss'] / MiB:.1f} MiB, guest RAM private {m['guest_ram_private_dirty'] / MiB:.1f} MiB "
+            f"({100 * m['guest_ram_private_dirty'] / (GUEST_MIB * MiB):.1f}% of guest RAM)"
+        )
     ok = forked["failed"] == 0 and len(outputs) == len(children)  # type: ignore[index]
     if args.keep_workdir:
         print(f"files kept in {work}")

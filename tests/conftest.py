@@ -69,7 +69,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         at = content.find(MARKER)
         if at >= 0:
             report.outcome = "failed"
-            report.longrepr = (f"{name} holds a Python traceback (an expected event must not show one; "
-                               f"mark the test traceback_expected if it provokes one on purpose):\n"
-                               f"{content[max(0, at - 300):at + 3000]}")
+            report.longrepr = (
+                f"{name} holds a Python traceback (an expected event must not show one; "
+                f"mark the test traceback_expected if it provokes one on purpose):\n"
+                f"{content[max(0, at - 300) : at + 3000]}"
+            )
             return

@@ -95,8 +95,9 @@ class ForkdDaemon:
             doc.setdefault("volumes", [])
             return Snap(tag, doc)
         if (directory / "vmstate").is_file():
-            return Snap(tag, {"vmstate": str(directory / "vmstate"), "memory": str(directory / "memory.bin"),
-                              "volumes": []})
+            return Snap(
+                tag, {"vmstate": str(directory / "vmstate"), "memory": str(directory / "memory.bin"), "volumes": []}
+            )
         raise ForkdError(f"snapshot {tag!r} not found under {self.root}")
 
     def resolve_chain(self, head: str) -> list[Snap]:
@@ -119,8 +120,9 @@ class ForkdDaemon:
                 raise ForkdError(f"chained snapshot {child.tag!r} has no parent_content_hash")
             actual = sha256_file(parent.memory)
             if actual != recorded:
-                raise ForkdError(f"{child.tag!r} expects parent {parent.tag!r} content {recorded[:12]}…, "
-                                 f"parent has {actual[:12]}…")
+                raise ForkdError(
+                    f"{child.tag!r} expects parent {parent.tag!r} content {recorded[:12]}…, parent has {actual[:12]}…"
+                )
 
     def assemble(self, chain: list[Snap], out: Path, *, resize: bool = False) -> Path:
         """forkd's assemble_chain_memory into ``out``. ``resize=True`` models a daemon that would
@@ -139,8 +141,9 @@ class ForkdDaemon:
             size = os.fstat(fd.fileno()).st_size
             if size != os.fstat(fb.fileno()).st_size:
                 if not resize:
-                    raise ForkdError(f"apply_diff: size mismatch (diff={size} B vs base="
-                                     f"{os.fstat(fb.fileno()).st_size} B)")
+                    raise ForkdError(
+                        f"apply_diff: size mismatch (diff={size} B vs base={os.fstat(fb.fileno()).st_size} B)"
+                    )
                 fb.truncate(size)
             for start, length in data_ranges(fd.fileno(), size):
                 done = 0

@@ -27,7 +27,9 @@ def test_architecture_doc_names_every_package():
 def test_hub_server_is_layered_api_over_registry_over_storage_and_db():
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     (layered,) = [c for c in contracts if c["type"] == "layers" and c["layers"][0].startswith("hub_server.")]
-    level = {module.strip(): i for i, layer in enumerate(layered["layers"]) for module in layer.replace(":", "|").split("|")}
+    level = {
+        module.strip(): i for i, layer in enumerate(layered["layers"]) for module in layer.replace(":", "|").split("|")
+    }
     assert level["hub_server.api"] < level["hub_server.registry"] < level["hub_server.storage"]
     assert level["hub_server.registry"] < level["hub_server.db"]
     assert layered.get("ignore_imports", []) == ["hub_server.settings -> hub_server.webhooks.guard"]

@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = [line for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
-            if line.startswith("python bench/")]
+COMMANDS = [
+    line for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines() if line.startswith("python bench/")
+]
 
 
 def test_the_doc_gives_a_command_for_every_benchmark():
     scripts = {line.split()[1] for line in COMMANDS}
-    on_disk = {f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py")
-               if 'if __name__ == "__main__":' in p.read_text()}  # the scripts, not their shared modules
+    on_disk = {
+        f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+    }  # the scripts, not their shared modules
     assert scripts == on_disk
 
 

@@ -32,7 +32,9 @@ def test_the_policy_and_trusted_keys_examples_load(tmp_path: Path) -> None:
     (tmp_path / "policy.json").write_text(json.dumps(policy))
     assert SignaturePolicy.load(tmp_path / "policy.json").describe() == {"team": [fingerprint(key.public_key())]}
     (tmp_path / "trusted-keys.json").write_text(json.dumps(trusted))
-    assert TrustedKeys(tmp_path / "trusted-keys.json").for_namespace("team") == [tmp_path / "keys" / "ci-signing.key.pub"]
+    assert TrustedKeys(tmp_path / "trusted-keys.json").for_namespace("team") == [
+        tmp_path / "keys" / "ci-signing.key.pub"
+    ]
 
 
 def test_the_workflow_runs_the_script_with_what_it_requires() -> None:

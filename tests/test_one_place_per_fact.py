@@ -50,18 +50,31 @@ def _calls(tree: ast.Module) -> list[str]:
 
 def test_storage_keys_are_built_only_in_registry_paths() -> None:
     # storage drivers and their conformance suite know keys, not the layout
-    checked = [(name, tree) for name, tree in MODULES if name.startswith(("hub_server/", "web/"))
-               and name != "hub_server/registry/paths.py" and not name.startswith("hub_server/storage/")]
-    offenders = [f"{name}:{node.lineno}: {node.value!r}" for name, tree in checked for node in ast.walk(tree)
-                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
-                 and node.value.startswith(KEY_PREFIXES)]
+    checked = [
+        (name, tree)
+        for name, tree in MODULES
+        if name.startswith(("hub_server/", "web/"))
+        and name != "hub_server/registry/paths.py"
+        and not name.startswith("hub_server/storage/")
+    ]
+    offenders = [
+        f"{name}:{node.lineno}: {node.value!r}"
+        for name, tree in checked
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(KEY_PREFIXES)
+    ]
     assert offenders == [], "build storage keys with hub_server/registry/paths.py: " + "; ".join(offenders)
 
 
 def test_files_are_renamed_into_place_only_where_a_reason_is_written() -> None:
-    renaming = {name for name, tree in MODULES
-                if any(c in ("os.replace", "os.rename") or (c.endswith(".rename") and not c.startswith("self.verified"))
-                       for c in _calls(tree))}
+    renaming = {
+        name
+        for name, tree in MODULES
+        if any(
+            c in ("os.replace", "os.rename") or (c.endswith(".rename") and not c.startswith("self.verified"))
+            for c in _calls(tree)
+        )
+    }
     unexplained = sorted(renaming - set(RENAMES_ALLOWED))
     assert unexplained == [], f"write files with manifest.fileops.atomic_write / write_atomically: {unexplained}"
     stale = sorted(set(RENAMES_ALLOWED) - renaming)
@@ -72,8 +85,14 @@ def test_one_clone_file_and_one_atomic_write() -> None:
     defined: dict[str, list[str]] = {}
     for name, tree in MODULES:
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and node.name in ("clone_file", "atomic_write", "write_atomically",
-                                                                   "write_file_atomic", "fsync_dir", "_fsync_dir"):
+            if isinstance(node, ast.FunctionDef) and node.name in (
+                "clone_file",
+                "atomic_write",
+                "write_atomically",
+                "write_file_atomic",
+                "fsync_dir",
+                "_fsync_dir",
+            ):
                 defined.setdefault(node.name, []).append(name)
     assert defined == {
         "clone_file": ["manifest/fileops.py"],

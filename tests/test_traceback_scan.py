@@ -34,6 +34,8 @@ def test_a_logged_traceback_fails_a_passing_test(pytester):
             print("Traceback (most recent call last):")
         """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-o", "markers=traceback_expected: on purpose\ntraceback_scanned: scanned")
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-o", "markers=traceback_expected: on purpose\ntraceback_scanned: scanned"
+    )
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(["*holds a Python traceback*"])

@@ -58,7 +58,15 @@ class BootSpec:
 # Fields a host must reproduce exactly to restore a snapshot. Kernel fields are informational:
 # the kernel lives in the snapshot's RAM, so the host needs no copy of it.
 RESTORE_CRITICAL_FIELDS = (
-    "vmm", "vmm_version", "machine", "accel", "arch", "cpu_model", "vcpus", "mem_mib", "device_ids",
+    "vmm",
+    "vmm_version",
+    "machine",
+    "accel",
+    "arch",
+    "cpu_model",
+    "vcpus",
+    "mem_mib",
+    "device_ids",
 )
 
 
@@ -99,18 +107,19 @@ class CompatInfo:
             raise VmmError(f"compat info is incomplete: {exc}") from exc
 
 
-def check_compat(recorded: CompatInfo, host: CompatInfo,
-                 fields: tuple[str, ...] = RESTORE_CRITICAL_FIELDS) -> None:
+def check_compat(recorded: CompatInfo, host: CompatInfo, fields: tuple[str, ...] = RESTORE_CRITICAL_FIELDS) -> None:
     """Refuse a restore whose recorded configuration differs from the host's.
 
     Raises ``CompatibilityError`` whose message names every differing field with both values,
     e.g. ``accel: recorded 'kvm', here 'tcg'``; ``.fields`` holds the same.
     """
-    diffs = {name: (getattr(recorded, name), getattr(host, name))
-             for name in fields if getattr(recorded, name) != getattr(host, name)}
+    diffs = {
+        name: (getattr(recorded, name), getattr(host, name))
+        for name in fields
+        if getattr(recorded, name) != getattr(host, name)
+    }
     if diffs:
-        parts = "; ".join(f"{name}: recorded {old!r}, here {new!r}"
-                          for name, (old, new) in diffs.items())
+        parts = "; ".join(f"{name}: recorded {old!r}, here {new!r}" for name, (old, new) in diffs.items())
         raise CompatibilityError(f"snapshot cannot be restored here ({parts})", diffs)
 
 
@@ -126,8 +135,7 @@ class SnapshotFiles:
     def save_compat(self, directory: Path | None = None) -> Path:
         """Write the compat record as ``vmm.json`` (next to the vmstate by default)."""
         target = Path(directory or self.vmstate.parent) / COMPAT_FILE
-        payload = {"compat": self.compat.to_dict(),
-                   "rootfs": self.rootfs.name if self.rootfs else None}
+        payload = {"compat": self.compat.to_dict(), "rootfs": self.rootfs.name if self.rootfs else None}
         tmp = target.with_name(target.name + ".partial")
         tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
         tmp.replace(target)
@@ -287,7 +295,9 @@ class Driver(abc.ABC):
         stored file (``why`` says what would go wrong), and the snapshot restorable here."""
         memory_path = Path(memory_path)
         if memory_path.exists() and os.path.samefile(memory_path, snap.memory):
-            raise RestoreFailed(f"{memory_path} is the snapshot's own memory file; restore_writable needs a clone ({why})")
+            raise RestoreFailed(
+                f"{memory_path} is the snapshot's own memory file; restore_writable needs a clone ({why})"
+            )
         self.check_restorable(dataclasses.replace(snap, memory=memory_path))
         work_dir = Path(work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -314,8 +324,7 @@ class Driver(abc.ABC):
         self.check_restorable(snap)
 
     @abc.abstractmethod
-    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,
-                         disk: Path | None = None) -> VM:
+    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None) -> VM:
         """Restore ``snap`` with guest RAM mapped *shared* on ``memory_path``, a caller-made
         writable clone of ``snap.memory`` (never the stored file itself). The guest's writes land
         in that clone, so ``snapshot(vm, out_dir)`` afterwards yields the next chain link.
@@ -324,8 +333,9 @@ class Driver(abc.ABC):
         """
 
     @abc.abstractmethod
-    def fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None,
-             work_dir: Path | None = None) -> list[VM]:
+    def fork(
+        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+    ) -> list[VM]:
         """Start ``n`` resumed, reseeded copy-on-write children of ``snap``.
 
         ``snap.memory`` is mapped privately and never preallocated: children share its page cache
@@ -340,6 +350,9 @@ class Driver(abc.ABC):
 def require_agent_ok(result: ExecResult, what: str) -> ExecResult:
     """Raise ``GuestCommandFailed`` naming ``what`` when ``result`` has a non-zero exit status."""
     if not result.ok:
-        raise GuestCommandFailed(f"{what} exited with status {result.exit_code}: "
-                                 f"{result.output.strip()[-500:]}", result.exit_code, result.output)
+        raise GuestCommandFailed(
+            f"{what} exited with status {result.exit_code}: {result.output.strip()[-500:]}",
+            result.exit_code,
+            result.output,
+        )
     return result

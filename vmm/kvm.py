@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 
 
-def kvm_problem(dev: Path = Path("/dev/kvm"), cpuinfo: Path = Path("/proc/cpuinfo"),
-                pvm_module: Path = Path("/sys/module/kvm_pvm")) -> str | None:
+def kvm_problem(
+    dev: Path = Path("/dev/kvm"), cpuinfo: Path = Path("/proc/cpuinfo"), pvm_module: Path = Path("/sys/module/kvm_pvm")
+) -> str | None:
     """Why hardware KVM is unusable here, or None if it is usable."""
     if pvm_module.exists():
         return "host KVM is nested PVM (kvm_pvm loaded), which stock guest kernels cannot use"

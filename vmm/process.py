@@ -31,7 +31,8 @@ def spawn(argv: list[str], cwd: Path, log_path: Path, console_pipes: bool = Fals
     """
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            argv, cwd=cwd,
+            argv,
+            cwd=cwd,
             stdin=subprocess.PIPE if console_pipes else subprocess.DEVNULL,
             stdout=subprocess.PIPE if console_pipes else log,
             stderr=log,

@@ -17,8 +17,15 @@ from vmm.memstats import read_mem_stats
 
 
 class ProcessVM(VM):
-    def __init__(self, proc: subprocess.Popen[bytes], work_dir: Path, memory_path: Path | None,
-                 compat: CompatInfo, rootfs: Path | None = None, owns_work_dir: bool = False) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        work_dir: Path,
+        memory_path: Path | None,
+        compat: CompatInfo,
+        rootfs: Path | None = None,
+        owns_work_dir: bool = False,
+    ) -> None:
         self._proc = proc
         self.pid = proc.pid
         self.work_dir = work_dir

@@ -31,16 +31,14 @@ class QmpClient:
         self.execute("qmp_capabilities")
 
     @classmethod
-    def connect(cls, path: Path, timeout: float = 10.0,
-                alive: Callable[[], bool] = lambda: True) -> QmpClient:
+    def connect(cls, path: Path, timeout: float = 10.0, alive: Callable[[], bool] = lambda: True) -> QmpClient:
         """Connect (retrying until the socket appears) and negotiate capabilities."""
         try:
             return cls(connect_unix(path, timeout, alive), timeout)
         except (OSError, TimeoutError) as exc:
             raise VmmProtocolError(f"cannot open QMP socket {path}: {exc}") from exc
 
-    def execute(self, command: str, arguments: dict[str, Any] | None = None,
-                timeout: float | None = None) -> Any:
+    def execute(self, command: str, arguments: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         """Run one command and return its ``return`` value. Raises ``VmmProtocolError``."""
         request: dict[str, Any] = {"execute": command}
         if arguments is not None:

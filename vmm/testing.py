@@ -57,8 +57,9 @@ class DriverConformance:
         raise NotImplementedError("the driver's test class provides the `boot_spec` fixture")
 
     @pytest.fixture(scope="class")
-    def booted(self, driver: Driver, boot_spec: Callable[[Path], BootSpec],
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VM, SnapshotFiles]]:
+    def booted(
+        self, driver: Driver, boot_spec: Callable[[Path], BootSpec], tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[tuple[VM, SnapshotFiles]]:
         """One booted VM and a snapshot taken from it with ``resume=True``."""
         root = tmp_path_factory.mktemp("conformance")
         vm = driver.boot(boot_spec(root / "vm"))
@@ -120,11 +121,11 @@ class DriverConformance:
         assert reloaded.compat == snap.compat
         assert snap.compat.vmm and snap.compat.vmm_version and snap.compat.accel
 
-    def test_mismatched_snapshot_is_refused_naming_the_fields(self, driver: Driver,
-                                                              snap: SnapshotFiles) -> None:
+    def test_mismatched_snapshot_is_refused_naming_the_fields(self, driver: Driver, snap: SnapshotFiles) -> None:
         other_accel = "kvm" if snap.compat.accel != "kvm" else "tcg"
-        forged = dataclasses.replace(snap, compat=dataclasses.replace(
-            snap.compat, accel=other_accel, mem_mib=snap.compat.mem_mib * 2))
+        forged = dataclasses.replace(
+            snap, compat=dataclasses.replace(snap.compat, accel=other_accel, mem_mib=snap.compat.mem_mib * 2)
+        )
         running = process.live_pids()
         with pytest.raises(CompatibilityError) as info:
             driver.fork(forged, 1)
@@ -134,20 +135,19 @@ class DriverConformance:
         assert set(info.value.fields) == {"accel", "mem_mib"}
         assert process.live_pids() == running, "a refused fork must start nothing"
 
-    def test_fork_rejects_wrong_disk_count(self, driver: Driver, snap: SnapshotFiles,
-                                           tmp_path: Path) -> None:
+    def test_fork_rejects_wrong_disk_count(self, driver: Driver, snap: SnapshotFiles, tmp_path: Path) -> None:
         with pytest.raises(RestoreFailed):
             driver.fork(snap, 2, disks=[tmp_path / "only-one.ext4"])
 
     # -- forks -----------------------------------------------------------------------------
 
-    def test_fork_children_answer_and_get_distinct_randomness(self, driver: Driver,
-                                                              snap: SnapshotFiles) -> None:
+    def test_fork_children_answer_and_get_distinct_randomness(self, driver: Driver, snap: SnapshotFiles) -> None:
         children = driver.fork(snap, 3)
         try:
             assert len({c.pid for c in children}) == 3
-            outputs = [c.run("head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'", check=True).output
-                       for c in children]
+            outputs = [
+                c.run("head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'", check=True).output for c in children
+            ]
             if self.real_guest:
                 assert len(set(outputs)) == 3, outputs
                 for c in children:

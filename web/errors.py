@@ -20,16 +20,24 @@ from web.session import CsrfRejected
 
 __all__ = ["CSP", "HTML_EXCEPTION_HANDLERS", "SECURITY_HEADERS"]
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-       "base-uri 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = [
     ResponseHeader(name="Content-Security-Policy", value=CSP),
     ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
     ResponseHeader(name="Referrer-Policy", value="same-origin"),
 ]
 
-_TITLES = {400: "Bad request", 401: "Sign-in required", 403: "Not allowed", 404: "Not found", 413: "Too large",
-           503: "Unavailable"}
+_TITLES = {
+    400: "Bad request",
+    401: "Sign-in required",
+    403: "Not allowed",
+    404: "Not found",
+    413: "Too large",
+    503: "Unavailable",
+}
 
 
 def html_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -43,10 +51,12 @@ def html_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
         error = to_hub_error(exc, request)
         status, message = error.status, error.message
     title = _TITLES.get(status, "Something went wrong")
-    return Template(template_name="error.html", status_code=status,
-                    context={"title": title, "message": message, "status": status, "principal": None,
-                             "path": request.url.path},
-                    headers={h.name: h.value for h in SECURITY_HEADERS if h.value is not None})
+    return Template(
+        template_name="error.html",
+        status_code=status,
+        context={"title": title, "message": message, "status": status, "principal": None, "path": request.url.path},
+        headers={h.name: h.value for h in SECURITY_HEADERS if h.value is not None},
+    )
 
 
 HTML_EXCEPTION_HANDLERS = {Exception: html_error}

@@ -48,8 +48,19 @@ def _box(node: GraphNode, y: int, css: str) -> Markup:
         '<a href="{href}" class="node {css}"><rect x="{x}" y="{y}" width="{w}" height="{h}" rx="8"/>'
         '<text x="{tx}" y="{ty1}" class="label">{label}</text>'
         '<text x="{tx}" y="{ty2}" class="detail">{detail}</text></a>'
-    ).format(href=node.href, css=css, x=LEFT, y=y, w=BOX_W, h=BOX_H, tx=LEFT + 14, ty1=y + 21, ty2=y + 40,
-             label=_clip(node.label), detail=_clip(node.detail, 60))
+    ).format(
+        href=node.href,
+        css=css,
+        x=LEFT,
+        y=y,
+        w=BOX_W,
+        h=BOX_H,
+        tx=LEFT + 14,
+        ty1=y + 21,
+        ty2=y + 40,
+        label=_clip(node.label),
+        detail=_clip(node.detail, 60),
+    )
 
 
 def _edge(y_from: int, y_to: int, label: str, *, dashed: bool = False) -> Markup:
@@ -57,8 +68,15 @@ def _edge(y_from: int, y_to: int, label: str, *, dashed: bool = False) -> Markup
     return Markup(
         '<line x1="{x}" y1="{y1}" x2="{x}" y2="{y2}" class="edge{dash}" marker-end="url(#arrow)"/>'
         '<text x="{tx}" y="{ty}" class="edge-label">{label}</text>'
-    ).format(x=x, y1=y_from, y2=y_to - 3, dash=" dashed" if dashed else "", tx=x + 12, ty=(y_from + y_to) // 2 + 4,
-             label=_clip(label, 52))
+    ).format(
+        x=x,
+        y1=y_from,
+        y2=y_to - 3,
+        dash=" dashed" if dashed else "",
+        tx=x + 12,
+        ty=(y_from + y_to) // 2 + 4,
+        label=_clip(label, 52),
+    )
 
 
 def lineage_svg(title: str, chain: Sequence[GraphNode], dependents: Sequence[GraphNode], more: int = 0) -> Markup:
@@ -78,8 +96,11 @@ def lineage_svg(title: str, chain: Sequence[GraphNode], dependents: Sequence[Gra
         y += BOX_H + GAP
     extra = more + max(0, len(dependents) - MAX_DEPENDENTS)
     if extra:
-        parts.append(Markup('<text x="{x}" y="{y}" class="edge-label">and {n} more dependents</text>').format(
-            x=LEFT, y=y - GAP + 24, n=extra))
+        parts.append(
+            Markup('<text x="{x}" y="{y}" class="edge-label">and {n} more dependents</text>').format(
+                x=LEFT, y=y - GAP + 24, n=extra
+            )
+        )
         y += 10
     height = y - GAP + 20
     names = " → ".join(n.label for n in chain)
@@ -102,7 +123,10 @@ def link_nodes(links: Sequence[LinkView], href: Callable[[LinkView], str]) -> li
     for i, link in enumerate(links):
         name = f"{link.repository}:{link.tags[0]}" if link.tags else f"{link.repository}@{short_digest(link.digest)}"
         detail = f"{human_bytes(link.logical_size)} logical · {human_bytes(link.stored_size)} stored"
-        edge = "" if i == 0 else (f"+{human_bytes(link.stored_size)} new · "
-                                  f"{human_bytes(link.shared_with_parent)} shared with parent")
+        edge = (
+            ""
+            if i == 0
+            else (f"+{human_bytes(link.stored_size)} new · {human_bytes(link.shared_with_parent)} shared with parent")
+        )
         nodes.append(GraphNode(name, detail, href(link), edge))
     return nodes

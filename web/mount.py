@@ -28,10 +28,16 @@ STATIC_MAX_AGE = 3600
 def route_handlers() -> list[ControllerRouterHandler]:
     return [
         CatalogPages,
-        create_static_files_router("/static/swagger-ui", [SWAGGER_UI_DIR], include_in_schema=False,
-                                   name="swagger-ui-assets", cache_control=_cache()),
-        create_static_files_router("/static", [STATIC_DIR], include_in_schema=False, name="web-static",
-                                   cache_control=_cache()),
+        create_static_files_router(
+            "/static/swagger-ui",
+            [SWAGGER_UI_DIR],
+            include_in_schema=False,
+            name="swagger-ui-assets",
+            cache_control=_cache(),
+        ),
+        create_static_files_router(
+            "/static", [STATIC_DIR], include_in_schema=False, name="web-static", cache_control=_cache()
+        ),
     ]
 
 
@@ -42,8 +48,12 @@ def _cache():  # noqa: ANN202 - litestar's CacheControlHeader
 
 
 def template_config() -> TemplateConfig[JinjaTemplateEngine]:
-    environment = Environment(loader=FileSystemLoader(TEMPLATE_DIR), autoescape=select_autoescape(default=True),
-                              trim_blocks=True, lstrip_blocks=True)
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATE_DIR),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     environment.filters.update(FILTERS)
     return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
 

@@ -59,8 +59,14 @@ def hub_url(request: Request[Any, Any, Any], state: State) -> str:
 
 def _render(session: WebSession, state: State, name: str, status: int = 200, **context: Any) -> Response[Any]:
     url = hub_url(session.request, state)
-    context.update(session=session, principal=session.principal, hub_url=url, hub_host=urlsplit(url).netloc,
-                   csrf=session.csrf_token, path=session.request.url.path)
+    context.update(
+        session=session,
+        principal=session.principal,
+        hub_url=url,
+        hub_host=urlsplit(url).netloc,
+        csrf=session.csrf_token,
+        path=session.request.url.path,
+    )
     return session.finish(Template(template_name=name, context=context, status_code=status))
 
 
@@ -102,39 +108,62 @@ class CatalogPages(Controller):
     async def search(self, request: Request[Any, Any, Any], state: State) -> Response[Any]:
         session = await _session(request, state)
         query = SearchQuery(
-            q=(request.query_params.get("q") or "")[:200], namespace=_text(request, "namespace"),
-            vmm=_text(request, "vmm"), mem_mib=_int(request, "mem", None), arch=_text(request, "arch"),
-            sort=_text(request, "sort") or "", page=_int(request, "page", 1) or 1,
+            q=(request.query_params.get("q") or "")[:200],
+            namespace=_text(request, "namespace"),
+            vmm=_text(request, "vmm"),
+            mem_mib=_int(request, "mem", None),
+            arch=_text(request, "arch"),
+            sort=_text(request, "sort") or "",
+            page=_int(request, "page", 1) or 1,
         )
         results, facets = await _browse(state).search(session.principal, query)
-        return _render(session, state, "search.html", query=query, results=results, facets=facets, sorts=SORTS,
-                       nav=_page_links(request, results.page, results.pages))
+        return _render(
+            session,
+            state,
+            "search.html",
+            query=query,
+            results=results,
+            facets=facets,
+            sorts=SORTS,
+            nav=_page_links(request, results.page, results.pages),
+        )
 
     @get("/n/{ns:str}", name="web-namespace")
     async def namespace(self, ns: FromPath[str], request: Request[Any, Any, Any], state: State) -> Response[Any]:
         session = await _session(request, state)
         page = _int(request, "page", 1) or 1
         results = await _browse(state).namespace(session.principal, ns, page)
-        return _render(session, state, "namespace.html", namespace=ns, results=results,
-                       nav=_page_links(request, results.page, results.pages))
+        return _render(
+            session,
+            state,
+            "namespace.html",
+            namespace=ns,
+            results=results,
+            nav=_page_links(request, results.page, results.pages),
+        )
 
     @get("/r/{ns:str}/{repo:str}", name="web-repository")
-    async def repository(self, ns: FromPath[str], repo: FromPath[str], request: Request[Any, Any, Any], state: State) -> Response[Any]:
+    async def repository(
+        self, ns: FromPath[str], repo: FromPath[str], request: Request[Any, Any, Any], state: State
+    ) -> Response[Any]:
         session = await _session(request, state)
         view = await _browse(state).repository(session.principal, ns, repo, _int(request, "page", 1) or 1)
-        return _render(session, state, "repository.html", repo=view,
-                       nav=_page_links(request, view.page, view.pages))
+        return _render(session, state, "repository.html", repo=view, nav=_page_links(request, view.page, view.pages))
 
     @get("/r/{ns:str}/{repo:str}/t/{ref:str}", name="web-layer")
-    async def layer(self, ns: FromPath[str], repo: FromPath[str], ref: FromPath[str], request: Request[Any, Any, Any], state: State) -> Response[Any]:
+    async def layer(
+        self, ns: FromPath[str], repo: FromPath[str], ref: FromPath[str], request: Request[Any, Any, Any], state: State
+    ) -> Response[Any]:
         session = await _session(request, state)
         view = await _browse(state).layer(session.principal, ns, repo, ref)
 
         def href(link: Any) -> str:
             return f"/r/{link.repository}/t/{link.tags[0] if link.tags else link.digest}"
 
-        dependents = [GraphNode(f"{d.repository}:{d.tag}", "builds on this layer", f"/r/{d.repository}/t/{d.tag}",
-                                "dependent") for d in view.dependents]
+        dependents = [
+            GraphNode(f"{d.repository}:{d.tag}", "builds on this layer", f"/r/{d.repository}/t/{d.tag}", "dependent")
+            for d in view.dependents
+        ]
         graph = lineage_svg(f"Lineage of {view.full_name}:{ref}", link_nodes(view.links, href), dependents)
         objects = {link.digest: href(link) for link in view.links}
         return _render(session, state, "layer.html", layer=view, graph=graph, objects=objects)

@@ -38,7 +38,13 @@ from hub_server.auth.scopes import Principal
 from hub_server.auth.tokens import TokenService
 
 __all__ = [
-    "CSRF_COOKIE", "SESSION_COOKIE", "SESSION_TTL", "CsrfRejected", "SessionKeys", "SignInFailed", "WebSession",
+    "CSRF_COOKIE",
+    "SESSION_COOKIE",
+    "SESSION_TTL",
+    "CsrfRejected",
+    "SessionKeys",
+    "SignInFailed",
+    "WebSession",
     "load_keys",
 ]
 
@@ -140,8 +146,15 @@ class WebSession:
         if self.new_nonce:
             response.set_cookie(CSRF_COOKIE, self.nonce, path="/", httponly=True, secure=secure, samesite="lax")
         if sign_in is not None:
-            response.set_cookie(SESSION_COOKIE, self.sealed(sign_in), max_age=SESSION_TTL, path="/", httponly=True,
-                                secure=secure, samesite="lax")
+            response.set_cookie(
+                SESSION_COOKIE,
+                self.sealed(sign_in),
+                max_age=SESSION_TTL,
+                path="/",
+                httponly=True,
+                secure=secure,
+                samesite="lax",
+            )
         if sign_out:
             response.delete_cookie(SESSION_COOKIE, path="/")
         return response

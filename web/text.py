@@ -19,13 +19,42 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
 __all__ = [
-    "FILTERS", "highlighted", "human_bytes", "link_digests", "markdown_html", "short_digest", "time_ago",
+    "FILTERS",
+    "highlighted",
+    "human_bytes",
+    "link_digests",
+    "markdown_html",
+    "short_digest",
+    "time_ago",
 ]
 
 _MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table").enable("strikethrough")
 _TAGS = {
-    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "code", "pre", "blockquote",
-    "ul", "ol", "li", "a", "table", "thead", "tbody", "tr", "th", "td",
+    "p",
+    "br",
+    "hr",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "strong",
+    "em",
+    "del",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "a",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
 }
 _ATTRIBUTES = {"a": {"href", "title"}, "th": {"align"}, "td": {"align"}, "ol": {"start"}}
 MAX_MARKDOWN = 16_384
@@ -35,8 +64,13 @@ MAX_MARKDOWN = 16_384
 def markdown_html(text: str) -> Markup:
     """Sanitised HTML for a Markdown description (safe to insert unescaped)."""
     rendered = _MARKDOWN.render((text or "")[:MAX_MARKDOWN])
-    clean = nh3.clean(rendered, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
-                      link_rel="noopener noreferrer nofollow")
+    clean = nh3.clean(
+        rendered,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+    )
     return Markup(clean)  # noqa: S704 - sanitised by nh3 just above
 
 

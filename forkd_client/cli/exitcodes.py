@@ -26,8 +26,17 @@ from manifest.errors import DigestMismatch
 from ..errors import DependentsExist, InvalidTag, SnapshotExists, UsageError, VerificationFailed
 from ..hub.errors import Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
 
-__all__ = ["EXIT_AUTH", "EXIT_CONFLICT", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NETWORK", "EXIT_OK", "EXIT_USAGE",
-           "EXIT_VERIFICATION", "exit_code_for"]
+__all__ = [
+    "EXIT_AUTH",
+    "EXIT_CONFLICT",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_NETWORK",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "EXIT_VERIFICATION",
+    "exit_code_for",
+]
 
 EXIT_OK = 0
 EXIT_ERROR = 1

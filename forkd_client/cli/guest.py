@@ -35,12 +35,19 @@ def run_build(args: argparse.Namespace, ctx: Context) -> int:
     except GuestBuildError as e:
         ctx.error(f"{e} (needs: apt-get install qemu-system-x86 busybox-static cpio)")
         return 1
-    info = {"directory": str(image.directory), "kernel": str(image.kernel), "initrd": str(image.initrd),
-            "kernel_release": image.kernel_release, "cmdline": image.cmdline,
-            "rootfs": str(image.rootfs) if image.rootfs else None}
+    info = {
+        "directory": str(image.directory),
+        "kernel": str(image.kernel),
+        "initrd": str(image.initrd),
+        "kernel_release": image.kernel_release,
+        "cmdline": image.cmdline,
+        "rootfs": str(image.rootfs) if image.rootfs else None,
+    }
     if args.json:
         ctx.json(info)
     else:
-        ctx.print(f"guest ready in {image.directory}: kernel {image.kernel_release}, "
-                  f"initrd {image.initrd.stat().st_size // 1024} KiB")
+        ctx.print(
+            f"guest ready in {image.directory}: kernel {image.kernel_release}, "
+            f"initrd {image.initrd.stat().st_size // 1024} KiB"
+        )
     return 0

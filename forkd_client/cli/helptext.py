@@ -14,68 +14,134 @@ _TAG = "local snapshot tag ([A-Za-z0-9_][A-Za-z0-9_-]{0,63})"
 
 #: command path → (description, {dest: help for arguments without one}, examples)
 HELP: HelpTable = {
-    "images": ("List the local snapshots: tag, parent, sizes and where they came from.", {},
-               ["forkd images", "forkd images --json"]),
-    "inspect": ("Show one snapshot: its chain base to head, its files and their digests; --verify re-checks "
-                "every link's parent content hash. Given a hub reference (ns/repo[:tag|@digest]), show what the "
-                "hub holds: annotations, provenance and other referrers.",
-                {"tag": _TAG + ", or a hub reference [HOST/]ns/repo[:tag|@digest]"},
-                ["forkd inspect py-numpy", "forkd inspect py-numpy --verify --json", "forkd inspect acme/python:numpy"]),
-    "tag": ("Make DST a new snapshot with SRC's content (reflinked where the filesystem can).",
-            {"src": "existing local snapshot", "dst": "new local tag"}, ["forkd tag py-numpy py-numpy-backup"]),
-    "prune": ("Remove what interrupted transfers left: staged files of pulls no process is using (the state a pull "
-              "resumes from), scratch directories of dead processes, resumable upload records, and records of files "
-              "that are gone. Never removes a snapshot.", {},
-              ["forkd prune --dry-run", "forkd prune --json"]),
-    "rmi": ("Remove local snapshots. A snapshot others chain on needs --cascade (remove them too) or --force.",
-            {"tags": "local snapshot tag(s) to remove"}, ["forkd rmi py-old", "forkd rmi py-base --cascade"]),
-    "import": ("Install a directory holding vmstate and memory.bin (and optionally rootfs.ext4) as a snapshot, "
-               "optionally as a chain link on --parent.",
-               {"dir": "directory with vmstate, memory.bin [, rootfs.ext4]", "tag": "local tag to give it"},
-               ["forkd import ./snap py-base", "forkd import ./snap2 py-numpy --parent py-base"]),
-    "snapshot-compact": ("Verify a chain and write its head, fully assembled, as a new base snapshot (no parent).",
-                         {}, ["forkd snapshot-compact --from py-pandas --to py-pandas-flat"]),
-    "pack": ("Write a snapshot and its chain as a forkd pack (.forkd-snapshot.tar.zst) that forkd and "
-             "'forkd unpack' read.", {"tag": "local snapshot to pack (its chain comes along)"},
-             ["forkd pack py-numpy -o py-numpy.forkd-snapshot.tar.zst"]),
-    "unpack": ("Install the snapshots of a forkd pack (v1 or v2), checking every digest before anything is "
-               "installed.", {"file": "the pack file (.forkd-snapshot.tar.zst)"},
-               ["forkd unpack py-numpy.forkd-snapshot.tar.zst", "forkd unpack base.forkd-snapshot.tar.zst --tag base"]),
-    "login": ("Check that a hub accepts a token and store it (XDG config, mode 0600). The first login becomes "
-              "the default hub; later ones only with --default.", {},
-              ["forkd-hub token create laptop --scope 'push:acme/*' | forkd login http://127.0.0.1:8080 --token-stdin",
-               "forkd login https://hub.example.com --token-stdin --default < token.txt"]),
-    "logout": ("Forget the stored token of a hub (default: the default hub).",
-               {"url": "hub URL (default: the default hub)"}, ["forkd logout", "forkd logout https://hub.example.com"]),
-    "push": ("Push a local snapshot chain to a hub: only the chunks the hub lacks are sent, and an interrupted "
-             "push resumes where it stopped.", {"local_tag": "local snapshot to push (its chain comes along)"},
-             ["forkd push py-numpy acme/python:numpy", "forkd push py-base 127.0.0.1:8080/acme/python:base --public",
-              "forkd push py-numpy acme/python:nightly --json --annotation org.opencontainers.image.revision=$GIT_SHA",
-              "forkd push py-numpy team/python:numpy --sign ci-signing.key"]),
-    "pull": ("Pull a snapshot chain from a hub: every chunk is verified on arrival and every file after "
-             "assembly; an interrupted pull resumes where it stopped.", {},
-             ["forkd pull acme/python:numpy", "forkd pull acme/python@blake3:<digest> --as py-pinned",
-              "forkd pull team/python:numpy --verify-key ci-signing.key.pub"]),
-    "keygen": ("Make an Ed25519 key pair for 'forkd push --sign': the private key (mode 0600, never overwritten) "
-               "and PATH.pub beside it, whose holders verify with 'forkd pull --verify-key'.", {},
-               ["forkd keygen", "forkd keygen ci-signing.key --json"]),
-    "search": ("Search the repositories of a hub you may read.",
-               {"query": "words to look for in names and descriptions (default: list all)",
-                "limit": "at most N repositories (default 100)"},
-               ["forkd search python", "forkd search --hub https://hub.example.com --json"]),
-    "delete": ("Delete a snapshot (by tag or digest) on a hub. One others chain on needs --cascade or --force.",
-               {}, ["forkd delete acme/python:old", "forkd delete acme/python:base --cascade"]),
-    "snapshot": ("Boot the guest, optionally run a command in it, and save the warm VM as a base snapshot.",
-                 {"tag": "local tag for the new snapshot"},
-                 ["forkd snapshot --tag py-base --exec 'echo warm'", "forkd snapshot --tag big --mem-mib 1024"]),
-    "snapshot-diff": ("Restore a snapshot, run a command, and save the result as a chain link on it.",
-                      {"tag": "local tag for the new link"},
-                      ["forkd snapshot-diff --from py-base --tag py-numpy --exec 'pip install numpy'"]),
-    "fork": ("Start N copy-on-write children of a snapshot (chain verified, host compatibility checked), "
-             "optionally running a command in each.", {"tag": "local snapshot to fork"},
-             ["forkd fork py-numpy -n 10 --exec 'python -c \"import numpy\"'", "forkd fork py-base --keep"]),
-    "guest": ("Manage the default guest image (kernel + busybox initramfs) used by snapshot.",
-              {"guest_command": "what to do (build)"}, ["forkd guest build"]),
-    "guest build": ("Build the default guest image, or reuse a cached build with the same inputs.", {},
-                    ["forkd guest build", "forkd guest build --out ./guest --force"]),
+    "images": (
+        "List the local snapshots: tag, parent, sizes and where they came from.",
+        {},
+        ["forkd images", "forkd images --json"],
+    ),
+    "inspect": (
+        "Show one snapshot: its chain base to head, its files and their digests; --verify re-checks "
+        "every link's parent content hash. Given a hub reference (ns/repo[:tag|@digest]), show what the "
+        "hub holds: annotations, provenance and other referrers.",
+        {"tag": _TAG + ", or a hub reference [HOST/]ns/repo[:tag|@digest]"},
+        ["forkd inspect py-numpy", "forkd inspect py-numpy --verify --json", "forkd inspect acme/python:numpy"],
+    ),
+    "tag": (
+        "Make DST a new snapshot with SRC's content (reflinked where the filesystem can).",
+        {"src": "existing local snapshot", "dst": "new local tag"},
+        ["forkd tag py-numpy py-numpy-backup"],
+    ),
+    "prune": (
+        "Remove what interrupted transfers left: staged files of pulls no process is using (the state a pull "
+        "resumes from), scratch directories of dead processes, resumable upload records, and records of files "
+        "that are gone. Never removes a snapshot.",
+        {},
+        ["forkd prune --dry-run", "forkd prune --json"],
+    ),
+    "rmi": (
+        "Remove local snapshots. A snapshot others chain on needs --cascade (remove them too) or --force.",
+        {"tags": "local snapshot tag(s) to remove"},
+        ["forkd rmi py-old", "forkd rmi py-base --cascade"],
+    ),
+    "import": (
+        "Install a directory holding vmstate and memory.bin (and optionally rootfs.ext4) as a snapshot, "
+        "optionally as a chain link on --parent.",
+        {"dir": "directory with vmstate, memory.bin [, rootfs.ext4]", "tag": "local tag to give it"},
+        ["forkd import ./snap py-base", "forkd import ./snap2 py-numpy --parent py-base"],
+    ),
+    "snapshot-compact": (
+        "Verify a chain and write its head, fully assembled, as a new base snapshot (no parent).",
+        {},
+        ["forkd snapshot-compact --from py-pandas --to py-pandas-flat"],
+    ),
+    "pack": (
+        "Write a snapshot and its chain as a forkd pack (.forkd-snapshot.tar.zst) that forkd and 'forkd unpack' read.",
+        {"tag": "local snapshot to pack (its chain comes along)"},
+        ["forkd pack py-numpy -o py-numpy.forkd-snapshot.tar.zst"],
+    ),
+    "unpack": (
+        "Install the snapshots of a forkd pack (v1 or v2), checking every digest before anything is installed.",
+        {"file": "the pack file (.forkd-snapshot.tar.zst)"},
+        ["forkd unpack py-numpy.forkd-snapshot.tar.zst", "forkd unpack base.forkd-snapshot.tar.zst --tag base"],
+    ),
+    "login": (
+        "Check that a hub accepts a token and store it (XDG config, mode 0600). The first login becomes "
+        "the default hub; later ones only with --default.",
+        {},
+        [
+            "forkd-hub token create laptop --scope 'push:acme/*' | forkd login http://127.0.0.1:8080 --token-stdin",
+            "forkd login https://hub.example.com --token-stdin --default < token.txt",
+        ],
+    ),
+    "logout": (
+        "Forget the stored token of a hub (default: the default hub).",
+        {"url": "hub URL (default: the default hub)"},
+        ["forkd logout", "forkd logout https://hub.example.com"],
+    ),
+    "push": (
+        "Push a local snapshot chain to a hub: only the chunks the hub lacks are sent, and an interrupted "
+        "push resumes where it stopped.",
+        {"local_tag": "local snapshot to push (its chain comes along)"},
+        [
+            "forkd push py-numpy acme/python:numpy",
+            "forkd push py-base 127.0.0.1:8080/acme/python:base --public",
+            "forkd push py-numpy acme/python:nightly --json --annotation org.opencontainers.image.revision=$GIT_SHA",
+            "forkd push py-numpy team/python:numpy --sign ci-signing.key",
+        ],
+    ),
+    "pull": (
+        "Pull a snapshot chain from a hub: every chunk is verified on arrival and every file after "
+        "assembly; an interrupted pull resumes where it stopped.",
+        {},
+        [
+            "forkd pull acme/python:numpy",
+            "forkd pull acme/python@blake3:<digest> --as py-pinned",
+            "forkd pull team/python:numpy --verify-key ci-signing.key.pub",
+        ],
+    ),
+    "keygen": (
+        "Make an Ed25519 key pair for 'forkd push --sign': the private key (mode 0600, never overwritten) "
+        "and PATH.pub beside it, whose holders verify with 'forkd pull --verify-key'.",
+        {},
+        ["forkd keygen", "forkd keygen ci-signing.key --json"],
+    ),
+    "search": (
+        "Search the repositories of a hub you may read.",
+        {
+            "query": "words to look for in names and descriptions (default: list all)",
+            "limit": "at most N repositories (default 100)",
+        },
+        ["forkd search python", "forkd search --hub https://hub.example.com --json"],
+    ),
+    "delete": (
+        "Delete a snapshot (by tag or digest) on a hub. One others chain on needs --cascade or --force.",
+        {},
+        ["forkd delete acme/python:old", "forkd delete acme/python:base --cascade"],
+    ),
+    "snapshot": (
+        "Boot the guest, optionally run a command in it, and save the warm VM as a base snapshot.",
+        {"tag": "local tag for the new snapshot"},
+        ["forkd snapshot --tag py-base --exec 'echo warm'", "forkd snapshot --tag big --mem-mib 1024"],
+    ),
+    "snapshot-diff": (
+        "Restore a snapshot, run a command, and save the result as a chain link on it.",
+        {"tag": "local tag for the new link"},
+        ["forkd snapshot-diff --from py-base --tag py-numpy --exec 'pip install numpy'"],
+    ),
+    "fork": (
+        "Start N copy-on-write children of a snapshot (chain verified, host compatibility checked), "
+        "optionally running a command in each.",
+        {"tag": "local snapshot to fork"},
+        ["forkd fork py-numpy -n 10 --exec 'python -c \"import numpy\"'", "forkd fork py-base --keep"],
+    ),
+    "guest": (
+        "Manage the default guest image (kernel + busybox initramfs) used by snapshot.",
+        {"guest_command": "what to do (build)"},
+        ["forkd guest build"],
+    ),
+    "guest build": (
+        "Build the default guest image, or reuse a cached build with the same inputs.",
+        {},
+        ["forkd guest build", "forkd guest build --out ./guest --force"],
+    ),
 }

@@ -36,8 +36,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("url", metavar="HUB_URL", help="e.g. http://127.0.0.1:8080")
     p.add_argument("--token-stdin", action="store_true", help="read the token from standard input")
     p.add_argument("--token", help="the token (prefer --token-stdin: arguments show up in ps)")
-    p.add_argument("--default", action="store_true", dest="make_default",
-                   help="make this the default hub (the first login is; later ones only with this flag)")
+    p.add_argument(
+        "--default",
+        action="store_true",
+        dest="make_default",
+        help="make this the default hub (the first login is; later ones only with this flag)",
+    )
     p.set_defaults(func=run_login)
 
     p = sub.add_parser("logout", parents=[common], help="forget the token of a hub (default: the current one)")
@@ -48,37 +52,80 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("local_tag", metavar="LOCAL_TAG")
     p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag] (default tag: latest)")
     p.add_argument("--public", action="store_true", help="make the repository public when this push creates it")
-    p.add_argument("--force", action="store_true",
-                   help="move the tag even if another push moved it since this one started")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
+    p.add_argument(
+        "--force", action="store_true", help="move the tag even if another push moved it since this one started"
+    )
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--annotation", action="append", default=[], metavar="KEY=VALUE",
-                   help="record this annotation in the push's provenance (repeatable; CI facts are added "
-                        "automatically under GitHub Actions, GitLab CI or CI=true)")
-    p.add_argument("--no-provenance", action="store_true",
-                   help="attach no provenance referrer, even in CI or with --annotation")
-    p.add_argument("--progress", action="store_true",
-                   help="show progress on stderr even with --json (CI logs: a line every FORKD_PROGRESS_INTERVAL s)")
-    p.add_argument("--sign", type=Path, metavar="KEYFILE",
-                   help="sign the head with this Ed25519 private key (forkd keygen) before the tag moves")
+    p.add_argument(
+        "--annotation",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="record this annotation in the push's provenance (repeatable; CI facts are added "
+        "automatically under GitHub Actions, GitLab CI or CI=true)",
+    )
+    p.add_argument(
+        "--no-provenance", action="store_true", help="attach no provenance referrer, even in CI or with --annotation"
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="show progress on stderr even with --json (CI logs: a line every FORKD_PROGRESS_INTERVAL s)",
+    )
+    p.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEYFILE",
+        help="sign the head with this Ed25519 private key (forkd keygen) before the tag moves",
+    )
     p.set_defaults(func=run_push)
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")
-    p.add_argument("ref", metavar="REF", help="[HOST[:PORT]/]namespace/repo[:tag|@digest]; with --hub, "
-                   "forkd's owner/name[@version]; or a forkd pack URL")
-    p.add_argument("--as", "--tag", dest="as_tag", metavar="LOCAL_TAG",
-                   help="local tag for the head (default: from REF); --tag is forkd's spelling")
-    p.add_argument("--hub", metavar="REGISTRY_URL",
-                   help="forkd's form: pull REF (owner/name[@version]) from this registry.json URL, as forkd does")
-    p.add_argument("--force", action="store_true",
-                   help="replace local snapshots of the same tags, and pull again links whose files changed")
-    p.add_argument("--quiet", "-q", action="store_true",
-                   help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)")
+    p.add_argument(
+        "ref",
+        metavar="REF",
+        help="[HOST[:PORT]/]namespace/repo[:tag|@digest]; with --hub, "
+        "forkd's owner/name[@version]; or a forkd pack URL",
+    )
+    p.add_argument(
+        "--as",
+        "--tag",
+        dest="as_tag",
+        metavar="LOCAL_TAG",
+        help="local tag for the head (default: from REF); --tag is forkd's spelling",
+    )
+    p.add_argument(
+        "--hub",
+        metavar="REGISTRY_URL",
+        help="forkd's form: pull REF (owner/name[@version]) from this registry.json URL, as forkd does",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace local snapshots of the same tags, and pull again links whose files changed",
+    )
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--verify-key", action="append", type=Path, default=[], metavar="PUBKEY",
-                   help="refuse the chain unless its head is signed by this public key (repeatable; also the "
-                        "namespace's keys in $XDG_CONFIG_HOME/forkd/trusted-keys.json)")
+    p.add_argument(
+        "--verify-key",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="PUBKEY",
+        help="refuse the chain unless its head is signed by this public key (repeatable; also the "
+        "namespace's keys in $XDG_CONFIG_HOME/forkd/trusted-keys.json)",
+    )
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("search", parents=[common], help="search repositories on a hub")
@@ -136,8 +183,10 @@ def run_login(args: argparse.Namespace, ctx: Context) -> int:
     if args.token_stdin:
         token = sys.stdin.readline().strip()
         if not token:
-            ctx.error("--token-stdin: standard input was empty; pipe the token in, e.g. "
-                      "forkd-hub token create NAME --scope 'push:NS/*' | forkd login HUB_URL --token-stdin")
+            ctx.error(
+                "--token-stdin: standard input was empty; pipe the token in, e.g. "
+                "forkd-hub token create NAME --scope 'push:NS/*' | forkd login HUB_URL --token-stdin"
+            )
             return 1
     else:
         token = args.token
@@ -149,8 +198,12 @@ def run_login(args: argparse.Namespace, ctx: Context) -> int:
         try:
             client.ping()
         except Unauthorized as e:  # not "run forkd login": this is forkd login
-            raise Unauthorized(f"{url} refused this token: {str(e).removesuffix(LOGIN_HINT)}", code=e.code,
-                               status=e.status, detail=e.detail) from None
+            raise Unauthorized(
+                f"{url} refused this token: {str(e).removesuffix(LOGIN_HINT)}",
+                code=e.code,
+                status=e.status,
+                detail=e.detail,
+            ) from None
     creds = Credentials()
     url = creds.login(url, token, make_default=args.make_default)
     ctx.print(f"Login succeeded: {url}")
@@ -175,8 +228,10 @@ def run_logout(args: argparse.Namespace, ctx: Context) -> int:
 def run_push(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
     if ref.digest is not None:
-        raise InvalidReference(f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
-                               f"e.g. {ref.name}:{ref.tag or 'latest'}")
+        raise InvalidReference(
+            f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
+            f"e.g. {ref.name}:{ref.tag or 'latest'}"
+        )
     key = load_private_key(args.sign.expanduser()) if args.sign else None  # a bad key fails before any upload
     user_annotations = parse_annotations(args.annotation)  # a malformed one is a usage error, before any transfer
     annotations = {} if args.no_provenance else ci_annotations(os.environ)
@@ -184,19 +239,41 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     progress = make_progress(quiet=args.quiet or (args.json and not args.progress))
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         try:
-            with _interruptible(progress, f"push interrupted: what the hub committed is kept; run 'forkd push "
-                                          f"{args.local_tag} {args.ref}' again to resume from there"):
-                result = push(store, client, args.local_tag, ref, public=args.public, progress=progress,
-                              force=args.force, sign=key)
+            with _interruptible(
+                progress,
+                f"push interrupted: what the hub committed is kept; run 'forkd push "
+                f"{args.local_tag} {args.ref}' again to resume from there",
+            ):
+                result = push(
+                    store,
+                    client,
+                    args.local_tag,
+                    ref,
+                    public=args.public,
+                    progress=progress,
+                    force=args.force,
+                    sign=key,
+                )
                 if (annotations or user_annotations) and not args.no_provenance:
                     progress.log(f"{ref.name}: attaching provenance to {result.digest[:19]}…")
                     result.provenance = attach_provenance(
-                        client, ref.name, result.tag, [link.digest for link in result.links], annotations=annotations,
-                        user_annotations=user_annotations, started=started, forkd_version=forkd_version())
+                        client,
+                        ref.name,
+                        result.tag,
+                        [link.digest for link in result.links],
+                        annotations=annotations,
+                        user_annotations=user_annotations,
+                        started=started,
+                        forkd_version=forkd_version(),
+                    )
         except TagConflict as e:  # exits 4 (conflict), like every 409
-            raise TagConflict(f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
-                              "retry, or use --force to move the tag anyway", code=e.code, status=e.status,
-                              detail=e.detail) from None
+            raise TagConflict(
+                f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
+                "retry, or use --force to move the tag anyway",
+                code=e.code,
+                status=e.status,
+                detail=e.detail,
+            ) from None
     if args.json:
         ctx.json(result.to_obj())
         return 0
@@ -226,7 +303,9 @@ def forkd_version() -> str:
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.hub or args.ref.startswith(("http://", "https://")):
         if args.verify_key:  # forkd's registry has no signatures: never let a requested check pass silently
-            ctx.error("--verify-key needs a hub reference (NS/REPO[:TAG]); forkd's registry.json packs carry no signatures")
+            ctx.error(
+                "--verify-key needs a hub reference (NS/REPO[:TAG]); forkd's registry.json packs carry no signatures"
+            )
             return 2
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
@@ -234,10 +313,14 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     verify_keys = load_keys(key_files) or None  # unreadable key files fail before anything is fetched
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
-        with _interruptible(progress, f"pull interrupted: installed links and verified chunks are kept; run "
-                                      f"'forkd pull {args.ref}' again to resume from there"):
-            result = pull(store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress,
-                          verify_keys=verify_keys)
+        with _interruptible(
+            progress,
+            f"pull interrupted: installed links and verified chunks are kept; run "
+            f"'forkd pull {args.ref}' again to resume from there",
+        ):
+            result = pull(
+                store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
+            )
     with ctx.store() as store:
         warning = compat_warning(store.get(result.tag))
     if warning:
@@ -255,7 +338,9 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
         return 0
     fetched = sum(link.bytes_fetched for link in result.links)
     ctx.print(f"{ref}: pulled as {result.tag} ({result.digest})")
-    ctx.print(f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received")
+    ctx.print(
+        f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received"
+    )
     return 0
 
 
@@ -263,8 +348,7 @@ def _run_forkd_pull(args: argparse.Namespace, ctx: Context) -> int:
     """forkd's ``pull --hub REGISTRY_URL owner/name[@version]`` (or a pack URL): registry, pack, unpack."""
     warnings: list[str] = []
     with ctx.store() as store:
-        installed = pull_from_registry(store, args.hub, args.ref, tag=args.as_tag, force=args.force,
-                                       warnings=warnings)
+        installed = pull_from_registry(store, args.hub, args.ref, tag=args.as_tag, force=args.force, warnings=warnings)
     for warning in warnings:
         ctx.warn(warning)
     if args.json:
@@ -306,8 +390,15 @@ def run_search(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.json(repos)
         return 0
-    rows = [[r.get("name", ""), "public" if r.get("public") else "private", ", ".join(r.get("tags", [])[:5]),
-             (r.get("description") or "")[:60]] for r in repos]
+    rows = [
+        [
+            r.get("name", ""),
+            "public" if r.get("public") else "private",
+            ", ".join(r.get("tags", [])[:5]),
+            (r.get("description") or "")[:60],
+        ]
+        for r in repos
+    ]
     ctx.table(["NAME", "VISIBILITY", "TAGS", "DESCRIPTION"], rows)
     return 0
 
@@ -319,8 +410,12 @@ def run_delete(args: argparse.Namespace, ctx: Context) -> int:
             body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
         except HasDependents as e:  # exits 4 (conflict), like every 409
             names = ", ".join(f"{d.get('repository')}:{d.get('tag') or d.get('digest')}" for d in e.dependents)
-            raise HasDependents(f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force",
-                                code=e.code, status=e.status, detail=e.detail) from None
+            raise HasDependents(
+                f"{ref} has dependents: {names or e}; use --cascade to delete them too or --force",
+                code=e.code,
+                status=e.status,
+                detail=e.detail,
+            ) from None
     if args.json:
         ctx.json(body)
     else:

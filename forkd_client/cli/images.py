@@ -17,16 +17,28 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
     p.set_defaults(func=run_images)
 
-    p = sub.add_parser("inspect", parents=[common],
-                       help="show one snapshot, its chain and its files (or, for ns/repo[:tag], what a hub holds)")
+    p = sub.add_parser(
+        "inspect",
+        parents=[common],
+        help="show one snapshot, its chain and its files (or, for ns/repo[:tag], what a hub holds)",
+    )
     p.add_argument("tag", metavar="TAG_OR_REF")
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
-    p.add_argument("--verify", action="store_true",
-                   help="also check every link's parent_content_hash (hashes only files not verified before)")
-    p.add_argument("--deep", action="store_true",
-                   help="--verify, and hash every file of the chain again in full, trusting no record")
-    p.add_argument("--remote", action="store_true",
-                   help="for a tag pulled from a hub: show what that hub holds for its layer (annotations, provenance)")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check every link's parent_content_hash (hashes only files not verified before)",
+    )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="--verify, and hash every file of the chain again in full, trusting no record",
+    )
+    p.add_argument(
+        "--remote",
+        action="store_true",
+        help="for a tag pulled from a hub: show what that hub holds for its layer (annotations, provenance)",
+    )
     p.set_defaults(func=run_inspect)
 
     p = sub.add_parser("tag", parents=[common], help="make DST a copy of SRC (reflinked where possible)")
@@ -59,27 +71,38 @@ def run_images(args: argparse.Namespace, ctx: Context) -> int:
                 ctx.warn(str(e))
         depths = {s.tag: _depth(store, s.tag) for s in snaps}
     if args.json:
-        ctx.json([
-            {
-                "tag": s.tag,
-                "parent_tag": s.parent_tag,
-                "depth": depths[s.tag][0],
-                "chain_error": depths[s.tag][1],
-                "disk_size": s.disk_size,
-                "logical_size": s.logical_size,
-                "created": s.created,
-                "dir": str(s.dir),
-            }
-            for s in snaps
-        ])
+        ctx.json(
+            [
+                {
+                    "tag": s.tag,
+                    "parent_tag": s.parent_tag,
+                    "depth": depths[s.tag][0],
+                    "chain_error": depths[s.tag][1],
+                    "disk_size": s.disk_size,
+                    "logical_size": s.logical_size,
+                    "created": s.created,
+                    "dir": str(s.dir),
+                }
+                for s in snaps
+            ]
+        )
         return 0
     rows = [
-        [s.tag, s.parent_tag or "-", str(depths[s.tag][0]) if depths[s.tag][0] else "broken",
-         human_size(s.disk_size), human_size(s.logical_size), s.created]
+        [
+            s.tag,
+            s.parent_tag or "-",
+            str(depths[s.tag][0]) if depths[s.tag][0] else "broken",
+            human_size(s.disk_size),
+            human_size(s.logical_size),
+            s.created,
+        ]
         for s in snaps
     ]
-    ctx.table(["TAG", "PARENT", "DEPTH", "SIZE ON DISK", "LOGICAL SIZE", "CREATED"], rows,
-              right=("DEPTH", "SIZE ON DISK", "LOGICAL SIZE"))
+    ctx.table(
+        ["TAG", "PARENT", "DEPTH", "SIZE ON DISK", "LOGICAL SIZE", "CREATED"],
+        rows,
+        right=("DEPTH", "SIZE ON DISK", "LOGICAL SIZE"),
+    )
     return 0
 
 
@@ -138,7 +161,9 @@ def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> N
         lines.append(("Chain verified", "yes"))
     origin = snap.origin or {}
     if origin.get("signed_by"):  # recorded by pull --verify-key (forkd_client.hub.signing)
-        lines.append(("Signature", f"verified at pull: key {origin['signed_by']} (artifact {origin.get('signature', '-')})"))
+        lines.append(
+            ("Signature", f"verified at pull: key {origin['signed_by']} (artifact {origin.get('signature', '-')})")
+        )
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         ctx.print(f"{key + ':':<{width + 1}} {value}")

@@ -32,8 +32,9 @@ MAX_CONFIG_BYTES = 4 << 20
 
 def run_inspect_remote(args: argparse.Namespace, ctx: Context) -> int:
     if args.verify or args.deep:
-        raise UsageError(f"{args.tag}: --verify and --deep check a local snapshot's files; "
-                         "pull it first, then inspect its local tag")
+        raise UsageError(
+            f"{args.tag}: --verify and --deep check a local snapshot's files; pull it first, then inspect its local tag"
+        )
     if "/" in args.tag:
         ref, hub = Reference.parse(args.tag), None
     else:
@@ -59,8 +60,10 @@ def run_inspect_remote(args: argparse.Namespace, ctx: Context) -> int:
     for p in info["provenance"]:
         predicate = (p["statement"] or {}).get("predicate") or {}
         run = predicate.get("runDetails") or {}
-        ctx.print(f"Provenance {p['digest']}: builder {run.get('builder', {}).get('id', '-')}, "
-                  f"run {run.get('metadata', {}).get('invocationId', '-')}")
+        ctx.print(
+            f"Provenance {p['digest']}: builder {run.get('builder', {}).get('id', '-')}, "
+            f"run {run.get('metadata', {}).get('invocationId', '-')}"
+        )
     return 0
 
 
@@ -69,8 +72,10 @@ def _origin(args: argparse.Namespace, ctx: Context) -> tuple[Reference, str]:
     with ctx.store() as store:
         origin = store.get(args.tag).origin or {}
     if not origin.get("hub") or not origin.get("reference"):
-        raise UsageError(f"--remote: snapshot {args.tag!r} was not pulled from a hub (it has no origin); "
-                         "inspect a hub reference instead, e.g. forkd inspect acme/python:numpy")
+        raise UsageError(
+            f"--remote: snapshot {args.tag!r} was not pulled from a hub (it has no origin); "
+            "inspect a hub reference instead, e.g. forkd inspect acme/python:numpy"
+        )
     return Reference.parse(str(origin["reference"])), str(origin["hub"])
 
 
@@ -82,25 +87,39 @@ def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:
     snapshot_annotations: dict[str, str] = {}
     if config.get("mediaType") in (mt.CONFIG, mt.CONFIG_V1) and isinstance(config.get("digest"), str):
         size = config.get("size")
-        blob = client.get_blob(ref.name, config["digest"], size if isinstance(size, int) else None,
-                               limit=MAX_CONFIG_BYTES)
+        blob = client.get_blob(
+            ref.name, config["digest"], size if isinstance(size, int) else None, limit=MAX_CONFIG_BYTES
+        )
         snapshot_annotations = _strings(_object(blob).get("annotations"))
     referrers: list[dict[str, Any]] = [
-        {"digest": str(r.get("digest")), "artifactType": r.get("artifactType"), "annotations": _strings(r.get("annotations"))}
-        for r in list_referrers(client, ref.name, digest)]
+        {
+            "digest": str(r.get("digest")),
+            "artifactType": r.get("artifactType"),
+            "annotations": _strings(r.get("annotations")),
+        }
+        for r in list_referrers(client, ref.name, digest)
+    ]
     provenance = []
     for r in referrers:
         if r["artifactType"] != ARTIFACT_TYPE:
             continue
-        statements = [_object(d.data) for d in fetch_documents(client, ref.name, str(r["digest"]))
-                      if d.media_type == ARTIFACT_TYPE]
+        statements = [
+            _object(d.data)
+            for d in fetch_documents(client, ref.name, str(r["digest"]))
+            if d.media_type == ARTIFACT_TYPE
+        ]
         statement = next((s for s in statements if s.get("predicateType") == PREDICATE_TYPE), None)
         provenance.append({"digest": r["digest"], "annotations": r["annotations"], "statement": statement})
     return {
-        "reference": str(ref), "hub": client.base_url, "digest": digest,
-        "media_type": manifest.get("mediaType"), "artifact_type": manifest.get("artifactType"),
-        "annotations": _strings(manifest.get("annotations")), "snapshot_annotations": snapshot_annotations,
-        "referrers": referrers, "provenance": provenance,
+        "reference": str(ref),
+        "hub": client.base_url,
+        "digest": digest,
+        "media_type": manifest.get("mediaType"),
+        "artifact_type": manifest.get("artifactType"),
+        "annotations": _strings(manifest.get("annotations")),
+        "snapshot_annotations": snapshot_annotations,
+        "referrers": referrers,
+        "provenance": provenance,
     }
 
 

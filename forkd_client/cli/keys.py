@@ -35,9 +35,14 @@ def default_key_path() -> Path:
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("keygen", parents=[common], help="make an Ed25519 key pair for push --sign")
-    p.add_argument("path", nargs="?", type=Path, metavar="PATH",
-                   help="private key file to write (default $XDG_CONFIG_HOME/forkd/keys/signing.key); "
-                        "the public key goes to PATH.pub")
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        metavar="PATH",
+        help="private key file to write (default $XDG_CONFIG_HOME/forkd/keys/signing.key); "
+        "the public key goes to PATH.pub",
+    )
     p.add_argument("--json", action="store_true", help="print the paths and fingerprint as JSON")
     p.set_defaults(func=run_keygen)
 
@@ -51,8 +56,9 @@ def write_key_pair(path: Path) -> tuple[Path, str]:
             raise KeyExists(f"{existing} already exists: refusing to overwrite a key (choose another PATH)")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -11,7 +11,8 @@ from .output import Context, human_size
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "import", parents=[common],
+        "import",
+        parents=[common],
         help="install a directory holding vmstate + memory.bin [+ rootfs.ext4] as a snapshot",
     )
     p.add_argument("dir", type=Path, metavar="DIR")
@@ -22,7 +23,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run_import)
 
     p = sub.add_parser(
-        "snapshot-compact", parents=[common],
+        "snapshot-compact",
+        parents=[common],
         help="verify a chain and write its head as a new base snapshot",
     )
     p.add_argument("--from", dest="src", required=True, metavar="S", help="chain head to compact")
@@ -30,7 +32,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run_compact)
 
     p = sub.add_parser(
-        "prune", parents=[common],
+        "prune",
+        parents=[common],
         help="remove what interrupted pulls and pushes left behind, and records of files that are gone",
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
@@ -63,7 +66,9 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> int:
     verb = "would remove" if report.dry_run else "removed"
     for name in report.staging:
         ctx.print(f"{verb} .staging/{name}")
-    ctx.print(f"{verb} {len(report.staging)} staged director{'y' if len(report.staging) == 1 else 'ies'} "
-              f"({human_size(report.bytes_freed)}), {len(report.transfer_entries)} resumable upload record(s), "
-              f"{report.chunk_index_rows + report.verified_rows} record(s) of files that are gone")
+    ctx.print(
+        f"{verb} {len(report.staging)} staged director{'y' if len(report.staging) == 1 else 'ies'} "
+        f"({human_size(report.bytes_freed)}), {len(report.transfer_entries)} resumable upload record(s), "
+        f"{report.chunk_index_rows + report.verified_rows} record(s) of files that are gone"
+    )
     return 0

@@ -41,11 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
     # overwriting a value given before it.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--home", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+        "--home",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="DIR",
         help="store root (overrides FORKD_HOME; default: $XDG_DATA_HOME/forkd or ~/.local/share/forkd)",
     )
     parser = argparse.ArgumentParser(
-        prog="forkd", parents=[common],
+        prog="forkd",
+        parents=[common],
         description="forkd-hub client: local microVM snapshots, chains and forkd packs.",
     )
     parser.add_argument("--version", action="version", version=f"forkd {_version()}")

@@ -41,37 +41,58 @@ def _reports_vmm_errors(func: Command) -> Command:
         except VmmError as e:
             ctx.error(str(e))
             return 1
+
     return wrapper
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     vm_common = argparse.ArgumentParser(add_help=False, parents=[common])
-    vm_common.add_argument("--exec-timeout", type=float, default=600.0, metavar="S",
-                           help="seconds the --exec command may run (default 600)")
-    vm_common.add_argument("--vmm", choices=VMM_CHOICES, default=None,
-                           help="driver (default: qemu for snapshot, the snapshot's own VMM otherwise)")
+    vm_common.add_argument(
+        "--exec-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds the --exec command may run (default 600)",
+    )
+    vm_common.add_argument(
+        "--vmm",
+        choices=VMM_CHOICES,
+        default=None,
+        help="driver (default: qemu for snapshot, the snapshot's own VMM otherwise)",
+    )
     vm_common.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    p = sub.add_parser("snapshot", parents=[vm_common],
-                       help="boot the guest, optionally run a command, save it as a base snapshot")
+    p = sub.add_parser(
+        "snapshot", parents=[vm_common], help="boot the guest, optionally run a command, save it as a base snapshot"
+    )
     p.add_argument("--tag", required=True, metavar="T")
     p.add_argument("--mem-mib", type=_positive_int, default=256, metavar="MIB", help="guest RAM (default 256)")
     p.add_argument("--vcpus", type=_positive_int, default=1, metavar="N", help="guest vCPUs (default 1)")
-    p.add_argument("--guest", default="DEFAULT", metavar="DEFAULT|PATH",
-                   help="guest image: the cached default guest, or a directory built by `python -m vmm.guest build`")
+    p.add_argument(
+        "--guest",
+        default="DEFAULT",
+        metavar="DEFAULT|PATH",
+        help="guest image: the cached default guest, or a directory built by `python -m vmm.guest build`",
+    )
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in the guest first")
     p.add_argument("--force", action="store_true", help="replace an existing snapshot with this tag")
     p.set_defaults(func=run_snapshot)
 
-    p = sub.add_parser("snapshot-diff", parents=[vm_common],
-                       help="restore a snapshot, run a command, save the result as a chain link on it")
+    p = sub.add_parser(
+        "snapshot-diff",
+        parents=[vm_common],
+        help="restore a snapshot, run a command, save the result as a chain link on it",
+    )
     p.add_argument("--from", dest="parent", required=True, metavar="P", help="parent snapshot")
     p.add_argument("--tag", required=True, metavar="T")
     p.add_argument("--exec", dest="exec_cmd", required=True, metavar="CMD", help="shell command to run in the guest")
     p.set_defaults(func=run_snapshot_diff)
 
-    p = sub.add_parser("fork", parents=[vm_common],
-                       help="start N copy-on-write children of a snapshot (verified chain, compat checked)")
+    p = sub.add_parser(
+        "fork",
+        parents=[vm_common],
+        help="start N copy-on-write children of a snapshot (verified chain, compat checked)",
+    )
     p.add_argument("tag", metavar="TAG")
     p.add_argument("-n", dest="count", type=_positive_int, default=1, metavar="N", help="children (default 1)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in every child")
@@ -84,19 +105,28 @@ def run_snapshot(args: argparse.Namespace, ctx: Context) -> int:
     from ..vmops import snapshot_base
 
     with ctx.store() as store:
-        result = snapshot_base(store, args.tag, mem_mib=args.mem_mib, vcpus=args.vcpus, guest=args.guest,
-                               exec_cmd=args.exec_cmd, exec_timeout=args.exec_timeout, force=args.force,
-                               vmm=args.vmm)
+        result = snapshot_base(
+            store,
+            args.tag,
+            mem_mib=args.mem_mib,
+            vcpus=args.vcpus,
+            guest=args.guest,
+            exec_cmd=args.exec_cmd,
+            exec_timeout=args.exec_timeout,
+            force=args.force,
+            vmm=args.vmm,
+        )
     if args.json:
         ctx.json(result.to_obj())
         return 0
     _print_exec_output(ctx, result.exec_result)
     t = result.timings_ms
     snap = result.snapshot
-    ctx.print(f"Snapshot {snap.tag}: booted in {_secs(t['boot_ms'])}{_exec_part(t)}, "
-              f"saved in {_secs(t['snapshot_ms'] + t['install_ms'])}")
-    ctx.print(f"  {_compat_line(snap.compat)}; {human_size(snap.logical_size)} "
-              f"({human_size(snap.disk_size)} on disk)")
+    ctx.print(
+        f"Snapshot {snap.tag}: booted in {_secs(t['boot_ms'])}{_exec_part(t)}, "
+        f"saved in {_secs(t['snapshot_ms'] + t['install_ms'])}"
+    )
+    ctx.print(f"  {_compat_line(snap.compat)}; {human_size(snap.logical_size)} ({human_size(snap.disk_size)} on disk)")
     return 0
 
 
@@ -105,19 +135,24 @@ def run_snapshot_diff(args: argparse.Namespace, ctx: Context) -> int:
     from ..vmops import snapshot_diff
 
     with ctx.store() as store:
-        result = snapshot_diff(store, args.parent, args.tag, args.exec_cmd,
-                               exec_timeout=args.exec_timeout, vmm=args.vmm)
+        result = snapshot_diff(
+            store, args.parent, args.tag, args.exec_cmd, exec_timeout=args.exec_timeout, vmm=args.vmm
+        )
     if args.json:
         ctx.json(result.to_obj())
         return 0
     _print_exec_output(ctx, result.exec_result)
     t, diff = result.timings_ms, result.diff
     assert diff is not None
-    ctx.print(f"Snapshot {args.tag} on {args.parent}: restored in {_secs(t['clone_ms'] + t['restore_ms'])}"
-              f"{_exec_part(t)}, saved in {_secs(t['snapshot_ms'] + t['install_ms'])}")
+    ctx.print(
+        f"Snapshot {args.tag} on {args.parent}: restored in {_secs(t['clone_ms'] + t['restore_ms'])}"
+        f"{_exec_part(t)}, saved in {_secs(t['snapshot_ms'] + t['install_ms'])}"
+    )
     share = 100.0 * diff.changed_chunks / diff.total_chunks if diff.total_chunks else 0.0
-    ctx.print(f"  layer: {diff.changed_chunks} of {diff.total_chunks} {human_size(diff.chunk_size)} chunks "
-              f"changed vs {args.parent} ({share:.1f}%, {human_size(diff.layer_bytes)} of data to push)")
+    ctx.print(
+        f"  layer: {diff.changed_chunks} of {diff.total_chunks} {human_size(diff.chunk_size)} chunks "
+        f"changed vs {args.parent} ({share:.1f}%, {human_size(diff.layer_bytes)} of data to push)"
+    )
     return 0
 
 
@@ -144,18 +179,29 @@ def run_fork(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _print_fork(ctx: Context, forked: Forked, ran: bool) -> None:
-    ctx.print(f"Verified {forked.tag} (chain depth {len(forked.chain)}) in {forked.verify_ms:.1f} ms; "
-              f"forked {plural(len(forked.children), 'child', 'children')} in {_secs(forked.spawn_ms)}")
+    ctx.print(
+        f"Verified {forked.tag} (chain depth {len(forked.chain)}) in {forked.verify_ms:.1f} ms; "
+        f"forked {plural(len(forked.children), 'child', 'children')} in {_secs(forked.spawn_ms)}"
+    )
     rows = []
     for c in forked.children:
         m = c.memory
-        rows.append([str(c.index), str(c.vm.pid), f"{c.ready_ms:.0f} ms",
-                     "-" if c.exec_ms is None else f"{c.exec_ms:.0f} ms",
-                     "error" if c.error else ("-" if c.result is None else str(c.result.exit_code)),
-                     "-" if m is None else human_size(m.pss),
-                     "-" if m is None else human_size(m.guest_ram_private_dirty)])
-    ctx.table(["CHILD", "PID", "READY", "EXEC", "EXIT", "PSS", "GUEST DIRTY"], rows,
-              right=["READY", "EXEC", "PSS", "GUEST DIRTY"])
+        rows.append(
+            [
+                str(c.index),
+                str(c.vm.pid),
+                f"{c.ready_ms:.0f} ms",
+                "-" if c.exec_ms is None else f"{c.exec_ms:.0f} ms",
+                "error" if c.error else ("-" if c.result is None else str(c.result.exit_code)),
+                "-" if m is None else human_size(m.pss),
+                "-" if m is None else human_size(m.guest_ram_private_dirty),
+            ]
+        )
+    ctx.table(
+        ["CHILD", "PID", "READY", "EXEC", "EXIT", "PSS", "GUEST DIRTY"],
+        rows,
+        right=["READY", "EXEC", "PSS", "GUEST DIRTY"],
+    )
     if ran:
         for c in forked.children:
             status = f"error: {c.error}" if c.error else f"exit {c.result.exit_code}"  # type: ignore[union-attr]  # typing debt, decisions/0008

@@ -104,12 +104,24 @@ class HubClient:
     def url(self, path: str) -> str:
         return path if path.startswith(("http://", "https://")) else self.base_url + path
 
-    def _request(self, method: str, path: str, *, ok: Iterable[int] = (200,), follow: bool = True,
-                 max_bytes: int = MAX_RESPONSE_BYTES, **kw: Any) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: Iterable[int] = (200,),
+        follow: bool = True,
+        max_bytes: int = MAX_RESPONSE_BYTES,
+        **kw: Any,
+    ) -> httpx.Response:
         """Send one request; read at most ``max_bytes`` of the answer (a hostile or broken hub
         cannot make the client buffer more), raise the typed error of a refusal."""
         headers = dict(kw.pop("headers", None) or {})
-        if self.token and "Authorization" not in headers and (path.startswith("/") or _same_origin(path, self.base_url)):
+        if (
+            self.token
+            and "Authorization" not in headers
+            and (path.startswith("/") or _same_origin(path, self.base_url))
+        ):
             headers["Authorization"] = f"Bearer {self.token}"
         content = kw.get("content")
         try:
@@ -118,8 +130,9 @@ class HubClient:
             if target is not None:
                 # A presigned object-store URL: follow it with the same Range but never our token.
                 forwarded = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-                response = self._send(method, target, forwarded, max_bytes,
-                                      **{k: v for k, v in kw.items() if k != "json"})
+                response = self._send(
+                    method, target, forwarded, max_bytes, **{k: v for k, v in kw.items() if k != "json"}
+                )
             if method == "HEAD" and response.status_code == 401:
                 # a HEAD answer has no body: ask once with GET for the envelope that says why (expired,
                 # revoked, unknown token), so a CI log does not just say "HTTP 401"
@@ -144,18 +157,27 @@ class HubClient:
             declared = response.headers.get("content-length")
             # a HEAD's Content-Length is the size of what a GET would send, not of this answer
             if method != "HEAD" and declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise HubError(f"{method} {url}: the hub answered {int(declared):,} bytes, more than the "
-                               f"{max_bytes:,} this request can need")
+                raise HubError(
+                    f"{method} {url}: the hub answered {int(declared):,} bytes, more than the "
+                    f"{max_bytes:,} this request can need"
+                )
             parts, total = [], 0
             for part in response.iter_bytes():
                 total += len(part)
                 if total > max_bytes:
-                    raise HubError(f"{method} {url}: the hub sent more than the {max_bytes:,} bytes this request can need")
+                    raise HubError(
+                        f"{method} {url}: the hub sent more than the {max_bytes:,} bytes this request can need"
+                    )
                 parts.append(part)
         finally:
             response.close()
-        return httpx.Response(response.status_code, headers=response.headers, content=b"".join(parts),
-                              request=request, extensions=response.extensions)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=b"".join(parts),
+            request=request,
+            extensions=response.extensions,
+        )
 
     # -- repositories and catalog -------------------------------------------------------------
 
@@ -166,17 +188,23 @@ class HubClient:
         params: dict[str, Any] = {"q": query, "n": limit}
         if namespace:
             params["namespace"] = namespace
-        return list(_json_object(self._request("GET", "/api/v1/repositories", params=params), "search").get("repositories", []))
+        return list(
+            _json_object(self._request("GET", "/api/v1/repositories", params=params), "search").get("repositories", [])
+        )
 
     def repository(self, name: str) -> dict[str, Any]:
         return _json_object(self._request("GET", f"/api/v1/repositories/{name}"), f"repository {name}")
 
-    def set_repository(self, name: str, *, public: bool | None = None, description: str | None = None) -> dict[str, Any]:
+    def set_repository(
+        self, name: str, *, public: bool | None = None, description: str | None = None
+    ) -> dict[str, Any]:
         body = {k: v for k, v in (("public", public), ("description", description)) if v is not None}
         return _json_object(self._request("PATCH", f"/api/v1/repositories/{name}", json=body), f"repository {name}")
 
     def lineage(self, name: str, ref: str) -> dict[str, Any]:
-        return _json_object(self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}"), f"lineage of {name}:{ref}")
+        return _json_object(
+            self._request("GET", f"/api/v1/repositories/{name}/lineage/{ref}"), f"lineage of {name}:{ref}"
+        )
 
     def delete(self, name: str, ref: str, *, cascade: bool = False, force: bool = False) -> dict[str, Any]:
         params = {k: "true" for k, v in (("cascade", cascade), ("force", force)) if v}
@@ -194,8 +222,9 @@ class HubClient:
 
     def get_manifest(self, name: str, ref: str) -> tuple[bytes, str]:
         """The exact manifest bytes and their digest (verified when ``ref`` is a digest)."""
-        r = self._request("GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE},
-                          max_bytes=MAX_MANIFEST_BYTES)
+        r = self._request(
+            "GET", f"/v2/{name}/manifests/{ref}", headers={"Accept": MANIFEST_TYPE}, max_bytes=MAX_MANIFEST_BYTES
+        )
         data = r.content
         if ref.count(":") == 1 and len(ref) > 70:
             _verify(data, ref, f"manifest {name}@{ref}")
@@ -204,8 +233,16 @@ class HubClient:
         _verify(data, digest, f"manifest {name}:{ref}")
         return data, digest
 
-    def put_manifest(self, name: str, ref: str, data: bytes, *, media_type: str = MANIFEST_TYPE, public: bool = False,
-                     expect: str | object | None = ANYWHERE) -> str:
+    def put_manifest(
+        self,
+        name: str,
+        ref: str,
+        data: bytes,
+        *,
+        media_type: str = MANIFEST_TYPE,
+        public: bool = False,
+        expect: str | object | None = ANYWHERE,
+    ) -> str:
         """PUT a manifest; for a tag ``ref``, ``expect`` is where the tag must still point (a digest,
         ``None`` for "no such tag yet", or ANYWHERE). Raises TagConflict when it moved meanwhile."""
         params = {"public": "true"} if public else {}
@@ -243,8 +280,15 @@ class HubClient:
             for item in _json_object(r, f"chain of {name}:{ref}").get("chain", []):
                 manifest = item["manifest"].encode()
                 _verify(manifest, item["digest"], f"manifest {item['digest']}")
-                links.append(ChainLink(item["digest"], manifest, item["config"].encode(), item.get("repository", name),
-                                       tuple(item.get("tags", []))))
+                links.append(
+                    ChainLink(
+                        item["digest"],
+                        manifest,
+                        item["config"].encode(),
+                        item.get("repository", name),
+                        tuple(item.get("tags", [])),
+                    )
+                )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise HubError(f"hub sent a malformed chain for {name}:{ref}: {type(e).__name__}: {e}") from None
         if not links:
@@ -275,13 +319,16 @@ class HubClient:
         Raises: HubError (a descriptor over ``limit``, an answer over it), DigestInvalid, NotFound.
         """
         if size is not None and size > limit:
-            raise HubError(f"blob {digest}: its descriptor declares {size:,} bytes, over the {limit:,} bytes "
-                           f"this client accepts for it")
+            raise HubError(
+                f"blob {digest}: its descriptor declares {size:,} bytes, over the {limit:,} bytes "
+                f"this client accepts for it"
+            )
         bound = min(size, limit) if size is not None else limit
         data = self._request("GET", f"/v2/{name}/blobs/{digest}", max_bytes=bound).content
         if size is not None and len(data) != size:
-            raise DigestInvalid(f"blob {digest}: the hub sent {len(data)} bytes, its descriptor says {size}",
-                                code="DIGEST_INVALID")
+            raise DigestInvalid(
+                f"blob {digest}: the hub sent {len(data)} bytes, its descriptor says {size}", code="DIGEST_INVALID"
+            )
         _verify(data, digest, f"blob {digest}")
         return data
 
@@ -298,8 +345,9 @@ class HubClient:
             out.extend(self.open_ranges(name, digest, batch)(batch))
         return out
 
-    def open_ranges(self, name: str, digest: str,
-                    batch: Sequence[tuple[int, int]]) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
+    def open_ranges(
+        self, name: str, digest: str, batch: Sequence[tuple[int, int]]
+    ) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
         """Ask the hub once for ``batch`` (at most MAX_RANGES_PER_REQUEST ranges of blob ``digest``) and
         return a reader: ``reader(pieces)`` gives the bytes of ``pieces``, each inside one range of
         ``batch``, in their order. Where the hub sent the bytes, the reader slices them (no copy);
@@ -318,14 +366,24 @@ class HubClient:
         target = self._presigned.get(name, digest)
         if target is not None:
             return self._cached_reader(name, digest, target)
-        r = self._request("GET", f"/v2/{name}/blobs/{digest}",
-                          headers={"Range": f"bytes={spec}", "Accept": ACCEPT_RANGES},
-                          ok=(200, 206, *REDIRECTS), follow=False, max_bytes=bound + plan_room)
+        r = self._request(
+            "GET",
+            f"/v2/{name}/blobs/{digest}",
+            headers={"Range": f"bytes={spec}", "Accept": ACCEPT_RANGES},
+            ok=(200, 206, *REDIRECTS),
+            follow=False,
+            max_bytes=bound + plan_room,
+        )
         if r.status_code == 200 and r.headers.get("content-type", "").startswith(BLOB_PLAN):
             plan = parse_plan(_json_object(r, f"the fetch plan of blob {digest}"), digest, batch)
-            return lambda pieces: read_plan(plan, pieces, STORE_RANGE_GAP, STORE_SPAN_BYTES,
-                                            lambda url, start, end: self._store_range(url, start, end, digest),
-                                            STORE_PARALLEL)
+            return lambda pieces: read_plan(
+                plan,
+                pieces,
+                STORE_RANGE_GAP,
+                STORE_SPAN_BYTES,
+                lambda url, start, end: self._store_range(url, start, end, digest),
+                STORE_PARALLEL,
+            )
         if len(r.content) > bound:  # bytes, not a plan: held to what the ranges need
             raise HubError(f"GET blob {digest}: the hub sent more than the {bound:,} bytes this request can need")
         target = _redirect_target(r)
@@ -334,15 +392,18 @@ class HubClient:
         self._presigned.remember(name, digest, target)
         return lambda pieces: self._ranges_from_store(target, pieces, digest)
 
-    def _cached_reader(self, name: str, digest: str,
-                       target: str) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
+    def _cached_reader(
+        self, name: str, digest: str, target: str
+    ) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
         """A reader from a remembered presigned URL; when the store refuses it (expired), the hub is asked again."""
+
         def read(pieces: Sequence[tuple[int, int]]) -> list[memoryview]:
             try:
                 return self._ranges_from_store(target, pieces, digest)
             except HubError:
                 self._presigned.forget(name, digest)
                 return self.open_ranges(name, digest, pieces)(pieces)
+
         return read
 
     def _ranges_from_store(self, target: str, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
@@ -360,8 +421,14 @@ class HubClient:
 
     def _store_range(self, url: str, start: int, end: int, digest: str) -> memoryview:
         """Bytes ``[start, end)`` of a presigned object-store URL (never with our token)."""
-        r = self._request("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}, ok=(200, 206),
-                          follow=False, max_bytes=end - start + 4096)
+        r = self._request(
+            "GET",
+            url,
+            headers={"Range": f"bytes={start}-{end - 1}"},
+            ok=(200, 206),
+            follow=False,
+            max_bytes=end - start + 4096,
+        )
         return _split_ranges(r, [(start, end - start)], digest)[0]
 
     def start_upload(self, name: str) -> str:
@@ -378,10 +445,16 @@ class HubClient:
         return _range_end(r.headers.get("range"))
 
     def upload_chunk(self, location: str, data: bytes, offset: int) -> str:
-        r = self._request("PATCH", location, content=data, ok=(202,), headers={
-            "Content-Type": "application/octet-stream",
-            "Content-Range": f"{offset}-{offset + len(data) - 1}",
-        })
+        r = self._request(
+            "PATCH",
+            location,
+            content=data,
+            ok=(202,),
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Range": f"{offset}-{offset + len(data) - 1}",
+            },
+        )
         return r.headers.get("location", location)
 
     def finish_upload(self, location: str, digest: str) -> None:
@@ -404,7 +477,9 @@ class HubClient:
                         raise ValueError(f"frame {digest} has no length")
                     found.add(str(digest))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise HubError(f"hub sent a malformed frames/query answer for {name}: {type(e).__name__}: {e}") from None
+                raise HubError(
+                    f"hub sent a malformed frames/query answer for {name}: {type(e).__name__}: {e}"
+                ) from None
         return found & set(digests)
 
     def finish_recipe(self, name: str, location: str, recipe: dict) -> None:
@@ -457,8 +532,9 @@ def _range_end(header: str | None) -> int:
     return int(m.group(1)) + 1 if header.strip() not in ("0-0",) else 0
 
 
-def _slicer(batch: Sequence[tuple[int, int]], bodies: list[memoryview],
-            digest: str) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
+def _slicer(
+    batch: Sequence[tuple[int, int]], bodies: list[memoryview], digest: str
+) -> Callable[[Sequence[tuple[int, int]]], list[memoryview]]:
     """A reader of pieces of ``batch`` out of its already received ``bodies`` (views, no copies)."""
     starts = sorted(((o, n, body) for (o, n), body in zip(batch, bodies, strict=True)), key=lambda t: t[0])
     offsets = [o for o, _, _ in starts]
@@ -471,6 +547,7 @@ def _slicer(batch: Sequence[tuple[int, int]], bodies: list[memoryview],
                 raise HubError(f"blob {digest}: bytes {offset}-{offset + size - 1} were not asked for")
             out.append(starts[i][2][offset - starts[i][0] : offset - starts[i][0] + size])
         return out
+
     return read
 
 

@@ -59,8 +59,11 @@ class Credentials:
         except (OSError, ValueError) as e:
             raise HubError(f"cannot read credentials file {self.path}: {e}") from None
         hubs = data.get("hubs", {}) if isinstance(data, dict) else None
-        if not isinstance(hubs, dict) or not all(isinstance(v, dict) for v in hubs.values()) \
-                or not isinstance(data.get("default", ""), (str, type(None))):
+        if (
+            not isinstance(hubs, dict)
+            or not all(isinstance(v, dict) for v in hubs.values())
+            or not isinstance(data.get("default", ""), (str, type(None)))
+        ):
             raise HubError(f"credentials file {self.path} is malformed; remove it and log in again")
         data.setdefault("hubs", {})
         return data

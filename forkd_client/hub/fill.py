@@ -65,8 +65,16 @@ Wanted = dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]]
 Piece = tuple[str, Callable[[Sequence[tuple[int, int]]], list[memoryview]], list[int]]
 
 
-def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, tag: str,
-              maps: dict[str, ChunkMap], assemblers: dict[str, FileAssembler], progress: Progress) -> FillCounts:
+def fill_link(
+    client: HubClient,
+    index: LocalChunkIndex,
+    name: str,
+    layer: str,
+    tag: str,
+    maps: dict[str, ChunkMap],
+    assemblers: dict[str, FileAssembler],
+    progress: Progress,
+) -> FillCounts:
     """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``."""
     counts = FillCounts()
     wanted: Wanted = {}
@@ -124,11 +132,17 @@ def fill_link(client: HubClient, index: LocalChunkIndex, name: str, layer: str, 
             flen, digest, length, places = wanted[blob][offset]
             role, at = places[0]
             try:
-                chunk = decompress_chunk(data[offset - first : offset - first + flen], length, digest,  # type: ignore[arg-type]  # typing debt, decisions/0008
-                                         f"{role} chunk {at} ({digest})")
+                chunk = decompress_chunk(
+                    data[offset - first : offset - first + flen],  # type: ignore[arg-type]  # typing debt, decisions/0008
+                    length,
+                    digest,
+                    f"{role} chunk {at} ({digest})",
+                )
             except (DigestMismatch, AssemblyError, ManifestError) as e:
-                raise DigestInvalid(f"layer {layer} ({tag}): {role} chunk {at} ({digest}) from blob {blob} "
-                                    f"at offset {offset} is corrupt: {e}") from None
+                raise DigestInvalid(
+                    f"layer {layer} ({tag}): {role} chunk {at} ({digest}) from blob {blob} "
+                    f"at offset {offset} is corrupt: {e}"
+                ) from None
             for where, index in places:
                 assemblers[where].write(index, chunk)
             nbytes += flen

@@ -58,15 +58,23 @@ def resolve_target(http: httpx.Client, registry_url: str, target: str) -> tuple[
         raise NotFound(f"{name!r} is not in the registry {registry_url}")
     entry = versions.get(version)
     if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
-        raise NotFound(f"{name!r} has no version {version!r} in {registry_url} "
-                       f"(versions: {', '.join(sorted(versions)) or 'none'})")
+        raise NotFound(
+            f"{name!r} has no version {version!r} in {registry_url} (versions: {', '.join(sorted(versions)) or 'none'})"
+        )
     sha = entry.get("sha256")
     return entry["url"], sha.lower() if isinstance(sha, str) else None
 
 
-def pull_from_registry(store: SnapshotStore, registry_url: str | None, target: str, *, tag: str | None = None,
-                       force: bool = False, warnings: list[str] | None = None,
-                       http: httpx.Client | None = None) -> list[LocalSnapshot]:
+def pull_from_registry(
+    store: SnapshotStore,
+    registry_url: str | None,
+    target: str,
+    *,
+    tag: str | None = None,
+    force: bool = False,
+    warnings: list[str] | None = None,
+    http: httpx.Client | None = None,
+) -> list[LocalSnapshot]:
     """Pull ``target`` the way forkd's ``pull`` does and install it; returns the snapshots root → head.
 
     ``registry_url`` may be None only when ``target`` is a pack URL. ``tag`` renames a
@@ -88,7 +96,9 @@ def pull_from_registry(store: SnapshotStore, registry_url: str | None, target: s
             if isinstance(rootfs, dict) and isinstance(rootfs.get("sha256"), str):
                 name = sidecar_name(rootfs["sha256"])
                 sidecar_url = url.rsplit("/", 1)[0] + "/" + name
-                with contextlib.suppress(HubError):  # unpack then warns that the sidecar is missing, as forkd's pull does
+                with contextlib.suppress(
+                    HubError
+                ):  # unpack then warns that the sidecar is missing, as forkd's pull does
                     _download(http, sidecar_url, staged / name)
             return unpack(store, pack, tag=tag, force=force, warnings=warnings)
     finally:

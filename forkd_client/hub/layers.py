@@ -97,8 +97,14 @@ def build_layer(
             parent_file, items = changes[role]
             parent_tree = chunk_trees(parent_file, chunk_size) if parent_file is not None else None
             size = os.path.getsize(path)
-            builder.add_file(role, _reread(path, items, chunk_size), size=size,
-                             chunk_size=chunk_size, digest=tree, parent_digest=parent_tree)
+            builder.add_file(
+                role,
+                _reread(path, items, chunk_size),
+                size=size,
+                chunk_size=chunk_size,
+                digest=tree,
+                parent_digest=parent_tree,
+            )
             files[role] = FileInfo(size, tree, file_digests(path)["sha256"], chunk_size)
         maps, data_blobs = builder.finish()
     except BaseException:

@@ -40,15 +40,19 @@ def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig)
         # at install (not ``snap.files``, which prefers the verified record's digest of the file as
         # it is now, and so would vouch for a file changed since)
         recorded = meta.files.get(role) if meta is not None else None
-        want = info.digest if config.version < 2 or role not in mt.CHUNKED_FILES else \
-            (recorded.digest if recorded is not None else None)
+        want = (
+            info.digest
+            if config.version < 2 or role not in mt.CHUNKED_FILES
+            else (recorded.digest if recorded is not None else None)
+        )
         if want is None or store.verified.digests(path, ("blake3",))["blake3"] != want:
             return False
     return True
 
 
-def fetch_maps(client: HubClient, name: str, link: ChainLink, manifest: LayerManifest,
-                config: LayerConfig) -> dict[str, ChunkMap]:
+def fetch_maps(
+    client: HubClient, name: str, link: ChainLink, manifest: LayerManifest, config: LayerConfig
+) -> dict[str, ChunkMap]:
     """A layer's chunk maps, each checked against its digest and the config. Raises DigestInvalid, HubError."""
     maps: dict[str, ChunkMap] = {}
     for role, desc in manifest.chunk_maps.items():
@@ -66,14 +70,17 @@ def chunk_lists(parent: dict[str, ChunkList], maps: dict[str, ChunkMap]) -> dict
     """Format v2: each file's chunk list, from the parent's and the layer's map (O(chunks)).
     Raises DigestInvalid when a map cannot apply (a chunk size that changed)."""
     try:
-        return {role: apply_map(parent.get(role), ((e.index, e.digest) for e in m.entries), m.size, m.chunk_size)
-                for role, m in maps.items()}
+        return {
+            role: apply_map(parent.get(role), ((e.index, e.digest) for e in m.entries), m.size, m.chunk_size)
+            for role, m in maps.items()
+        }
     except (ValueError, IndexError) as e:
         raise DigestInvalid(f"a chunk map does not apply to its parent's file: {e}") from None
 
 
-def verify_files(assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str,
-                  lists: dict[str, ChunkList]) -> dict[str, dict[str, str]]:
+def verify_files(
+    assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str, lists: dict[str, ChunkList]
+) -> dict[str, dict[str, str]]:
     """On the verifier thread: check each assembled file (v2: its chunk tree from ``lists``; v1:
     its whole-file blake3), hash its blake3 for the local record, and make the link's files
     durable, their mtimes settled first (so installing them later writes nothing more).

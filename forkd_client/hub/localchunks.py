@@ -41,8 +41,9 @@ class LocalChunkIndex:
         key = str(Path(path).resolve())
         with self._db:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)",
-                                 ((d, key, o, n) for d, o, n in chunks))
+            self._db.executemany(
+                "INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)", ((d, key, o, n) for d, o, n in chunks)
+            )
 
     def forget_missing(self, *, dry_run: bool = False) -> int:
         """Drop (or with ``dry_run`` only count) the rows of files that no longer exist; return how many."""
@@ -60,13 +61,19 @@ class LocalChunkIndex:
         found: set[str] = set()
         for i in range(0, len(wanted), 500):
             batch = wanted[i : i + 500]
-            found.update(row[0] for row in self._db.execute(
-                f"SELECT DISTINCT digest FROM chunks WHERE digest IN ({','.join('?' * len(batch))})", batch))
+            found.update(
+                row[0]
+                for row in self._db.execute(
+                    f"SELECT DISTINCT digest FROM chunks WHERE digest IN ({','.join('?' * len(batch))})", batch
+                )
+            )
         return found
 
     def read(self, digest: str) -> bytes | None:
         """The chunk's bytes from a trusted local file, verified, or None."""
-        rows = self._db.execute("SELECT path, offset, length FROM chunks WHERE digest = ? LIMIT 8", (digest,)).fetchall()
+        rows = self._db.execute(
+            "SELECT path, offset, length FROM chunks WHERE digest = ? LIMIT 8", (digest,)
+        ).fetchall()
         for path, offset, length in rows:
             if not self._verified.cached(path):
                 self._db.execute("DELETE FROM chunks WHERE path = ?", (path,))

@@ -75,8 +75,9 @@ def _pulled_from(snap: LocalSnapshot, digest: str) -> bool:
     return (snap.origin or {}).get("manifest_digest") == digest
 
 
-def plan_pull(store: SnapshotStore, parsed: list[tuple[ChainLink, LayerManifest, LayerConfig]], tags: list[str],
-              *, force: bool) -> PullPlan:
+def plan_pull(
+    store: SnapshotStore, parsed: list[tuple[ChainLink, LayerManifest, LayerConfig]], tags: list[str], *, force: bool
+) -> PullPlan:
     """Check the local tags and find the links this host holds (see the module docstring).
 
     Raises SnapshotExists (the head's tag holds another snapshot, without ``force``).
@@ -96,8 +97,11 @@ def plan_pull(store: SnapshotStore, parsed: list[tuple[ChainLink, LayerManifest,
             below = tag
             continue
         if current is not None and not force:
-            raise SnapshotExists(tag, f"local snapshot {tag!r} already exists and holds something else than "
-                                      f"{link.digest}: pull with --as ANOTHER_TAG, or --force to replace it")
+            raise SnapshotExists(
+                tag,
+                f"local snapshot {tag!r} already exists and holds something else than "
+                f"{link.digest}: pull with --as ANOTHER_TAG, or --force to replace it",
+            )
         if local is None:
             local = _readable_snapshots(store)
         holder = next((s for s in local if s.parent_tag == below and holds(store, s, config)), None)
@@ -112,8 +116,13 @@ def plan_pull(store: SnapshotStore, parsed: list[tuple[ChainLink, LayerManifest,
     return plan
 
 
-def index_held_head(store: SnapshotStore, client: HubClient, name: str, plan: PullPlan,
-                    link: tuple[ChainLink, LayerManifest, LayerConfig]) -> None:
+def index_held_head(
+    store: SnapshotStore,
+    client: HubClient,
+    name: str,
+    plan: PullPlan,
+    link: tuple[ChainLink, LayerManifest, LayerConfig],
+) -> None:
     """Record where the head's chunks sit in the local snapshot holding its files, so the pull
     reads them there (each re-hashed on read). Fetches the head's chunk maps (metadata only).
     Raises HubError, DigestInvalid."""
@@ -124,9 +133,14 @@ def index_held_head(store: SnapshotStore, client: HubClient, name: str, plan: Pu
     try:
         for role, chunk_map in maps.items():
             cs = chunk_map.chunk_size
-            index.add(plan.head_holder.dir / role,
-                      ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
-                       for e in chunk_map.entries if e.digest is not None))
+            index.add(
+                plan.head_holder.dir / role,
+                (
+                    (e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
+                    for e in chunk_map.entries
+                    if e.digest is not None
+                ),
+            )
     finally:
         index.close()
 

@@ -42,8 +42,9 @@ def merge_spans(batch: Sequence[tuple[int, int]], gap: int, max_span: int) -> li
     return [(start, end) for start, end in spans]
 
 
-def slice_spans(batch: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]],
-                bodies: Sequence[memoryview]) -> list[memoryview]:
+def slice_spans(
+    batch: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]], bodies: Sequence[memoryview]
+) -> list[memoryview]:
     """The bytes of each range of ``batch`` (in its order), cut out of the span ``bodies``."""
     starts = [start for start, _ in spans]
     out = []
@@ -101,15 +102,23 @@ def parse_plan(obj: object, digest: str, batch: Sequence[tuple[int, int]]) -> Bl
     if not isinstance(obj, dict) or obj.get("digest") != digest:
         raise HubError(f"{where} is not a plan for this blob")
     sources, segments = obj.get("sources"), obj.get("segments")
-    if not isinstance(sources, list) or not all(isinstance(u, str) and urlsplit(u).scheme in ("http", "https")
-                                                and urlsplit(u).netloc for u in sources):
+    if not isinstance(sources, list) or not all(
+        isinstance(u, str) and urlsplit(u).scheme in ("http", "https") and urlsplit(u).netloc for u in sources
+    ):
         raise HubError(f"{where} has sources that are not http(s) URLs")
     if not isinstance(segments, list):
         raise HubError(f"{where} has no segment list")
     out: list[tuple[int, int, int, int]] = []
     for seg in segments:
-        if not (isinstance(seg, list) and len(seg) == 4 and _whole(seg[0]) and _whole(seg[1], 1)
-                and _whole(seg[2]) and seg[2] < len(sources) and _whole(seg[3])):
+        if not (
+            isinstance(seg, list)
+            and len(seg) == 4
+            and _whole(seg[0])
+            and _whole(seg[1], 1)
+            and _whole(seg[2])
+            and seg[2] < len(sources)
+            and _whole(seg[3])
+        ):
             raise HubError(f"{where} has a malformed segment {str(seg)[:80]}")
         if out and seg[0] < out[-1][0] + out[-1][1]:
             raise HubError(f"{where} has overlapping or unsorted segments")
@@ -127,8 +136,14 @@ def parse_plan(obj: object, digest: str, batch: Sequence[tuple[int, int]]) -> Bl
     return plan
 
 
-def read_plan(plan: BlobPlan, batch: Sequence[tuple[int, int]], gap: int, max_span: int,
-              get: Callable[[str, int, int], memoryview], parallel: int) -> list[memoryview]:
+def read_plan(
+    plan: BlobPlan,
+    batch: Sequence[tuple[int, int]],
+    gap: int,
+    max_span: int,
+    get: Callable[[str, int, int], memoryview],
+    parallel: int,
+) -> list[memoryview]:
     """The bytes of each range of ``batch`` (in its order), fetched as ``plan`` says: only the parts of
     segments the ranges cover, per source merged (``merge_spans``) into GETs ``get(url, start, end)``,
     ``parallel`` at a time. A range inside one segment is a view (no copy); one across segments is joined."""

@@ -86,8 +86,12 @@ class LineProgress(Progress):
             print(f"{self._desc}: {said} {seconds:.1f}s", file=self.stream, flush=True)
             return
         of = f" of {human_size(self._total)}" if self._total else ""
-        print(f"{self._desc}: {state} {human_size(self._done)}{of} in {seconds:.1f}s "
-              f"({human_size(self._done / seconds)}/s)", file=self.stream, flush=True)
+        print(
+            f"{self._desc}: {state} {human_size(self._done)}{of} in {seconds:.1f}s "
+            f"({human_size(self._done / seconds)}/s)",
+            file=self.stream,
+            flush=True,
+        )
 
     def _finish(self, finished: bool = True) -> None:
         if self._desc is not None:
@@ -140,8 +144,15 @@ class RichProgress(Progress):
                 speed = task.finished_speed or task.speed
                 return Text("?" if speed is None else f"{human_size(speed)}/s", style="progress.data.speed")
 
-        self._bars = Bars("[progress.description]{task.description}", BarColumn(), DownloadColumn(binary_units=True),
-                          IECSpeedColumn(), TimeRemainingColumn(), console=Console(file=stream), transient=False)
+        self._bars = Bars(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            IECSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(file=stream),
+            transient=False,
+        )
         self._bars.start()
         self._task: TaskID | None = None
 

@@ -36,8 +36,17 @@ from ..errors import UsageError
 from .client import HubClient
 from .referrers import Document, push_referrer
 
-__all__ = ["ARTIFACT_TYPE", "BUILD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "attach_provenance", "ci_annotations",
-           "now_rfc3339", "parse_annotations", "provenance_statement"]
+__all__ = [
+    "ARTIFACT_TYPE",
+    "BUILD_TYPE",
+    "PREDICATE_TYPE",
+    "STATEMENT_TYPE",
+    "attach_provenance",
+    "ci_annotations",
+    "now_rfc3339",
+    "parse_annotations",
+    "provenance_statement",
+]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -68,13 +77,17 @@ def ci_annotations(env: Mapping[str, str], *, created: str | None = None) -> dic
     ``created`` (RFC 3339, default now) becomes ``org.opencontainers.image.created`` when a CI
     is recognised. Empty variables are left out.
     """
+
     def get(name: str) -> str:
         return env.get(name, "").strip()
 
     out: dict[str, str] = {}
     if get("GITHUB_ACTIONS").lower() == "true":
-        server, repository, run = get("GITHUB_SERVER_URL").rstrip("/") or "https://github.com", \
-            get("GITHUB_REPOSITORY"), get("GITHUB_RUN_ID")
+        server, repository, run = (
+            get("GITHUB_SERVER_URL").rstrip("/") or "https://github.com",
+            get("GITHUB_REPOSITORY"),
+            get("GITHUB_RUN_ID"),
+        )
         out[ANNOTATION_CI_SYSTEM] = "github-actions"
         out[mt.ANNOTATION_REVISION] = get("GITHUB_SHA")
         out[ANNOTATION_CI_REPOSITORY] = repository
@@ -82,8 +95,9 @@ def ci_annotations(env: Mapping[str, str], *, created: str | None = None) -> dic
             out[mt.ANNOTATION_SOURCE] = f"{server}/{repository}"
             if run:
                 attempt = get("GITHUB_RUN_ATTEMPT")
-                out[ANNOTATION_CI_RUN_URL] = (f"{server}/{repository}/actions/runs/{run}"
-                                              + (f"/attempts/{attempt}" if attempt else ""))
+                out[ANNOTATION_CI_RUN_URL] = f"{server}/{repository}/actions/runs/{run}" + (
+                    f"/attempts/{attempt}" if attempt else ""
+                )
         out[ANNOTATION_CI_WORKFLOW] = get("GITHUB_WORKFLOW")
         out[ANNOTATION_CI_RUNNER] = get("RUNNER_NAME")
     elif get("GITLAB_CI").lower() == "true":
@@ -113,11 +127,15 @@ def parse_annotations(pairs: Iterable[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise UsageError(f"--annotation {pair!r}: expected KEY=VALUE, e.g. "
-                             f"--annotation org.opencontainers.image.revision=$GIT_SHA")
+            raise UsageError(
+                f"--annotation {pair!r}: expected KEY=VALUE, e.g. "
+                f"--annotation org.opencontainers.image.revision=$GIT_SHA"
+            )
         if not _KEY.fullmatch(key):
-            raise UsageError(f"--annotation {pair!r}: the key {key!r} must be 1-128 letters, digits and ._/- "
-                             "starting with a letter or digit (e.g. org.example.team)")
+            raise UsageError(
+                f"--annotation {pair!r}: the key {key!r} must be 1-128 letters, digits and ._/- "
+                "starting with a letter or digit (e.g. org.example.team)"
+            )
         if len(value.encode()) > MAX_VALUE_BYTES:
             raise UsageError(f"--annotation {key}: the value is {len(value.encode())} bytes, over {MAX_VALUE_BYTES}")
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
@@ -128,9 +146,17 @@ def parse_annotations(pairs: Iterable[str]) -> dict[str, str]:
     return out
 
 
-def provenance_statement(*, subject_name: str, subject_digest: str, chain: list[str],
-                         annotations: Mapping[str, str], user_annotations: Mapping[str, str],
-                         started: str, finished: str, forkd_version: str) -> dict[str, Any]:
+def provenance_statement(
+    *,
+    subject_name: str,
+    subject_digest: str,
+    chain: list[str],
+    annotations: Mapping[str, str],
+    user_annotations: Mapping[str, str],
+    started: str,
+    finished: str,
+    forkd_version: str,
+) -> dict[str, Any]:
     """An in-toto Statement v1 with an SLSA provenance v1 predicate for a pushed head.
 
     ``subject_digest`` is the head manifest's ``algorithm:hex``; ``chain`` the layer digests base
@@ -172,9 +198,17 @@ ARTIFACT_TYPE = "application/vnd.in-toto+json"
 ANNOTATION_PREDICATE_TYPE = "in-toto.io/predicate-type"
 
 
-def attach_provenance(client: HubClient, name: str, tag: str, chain: list[str], *,
-                      annotations: Mapping[str, str], user_annotations: Mapping[str, str], started: str,
-                      forkd_version: str) -> dict[str, Any]:
+def attach_provenance(
+    client: HubClient,
+    name: str,
+    tag: str,
+    chain: list[str],
+    *,
+    annotations: Mapping[str, str],
+    user_annotations: Mapping[str, str],
+    started: str,
+    forkd_version: str,
+) -> dict[str, Any]:
     """Push the provenance of the head ``chain[-1]`` of ``name`` as its referrer; return what the
     push summary shows: ``{"digest", "artifactType", "annotations"}``.
 
@@ -188,10 +222,23 @@ def attach_provenance(client: HubClient, name: str, tag: str, chain: list[str], 
     merged.setdefault(mt.ANNOTATION_CREATED, finished)
     merged[ANNOTATION_PREDICATE_TYPE] = PREDICATE_TYPE
     statement = provenance_statement(
-        subject_name=f"{urlsplit(client.base_url).netloc}/{name}:{tag}", subject_digest=head, chain=chain,
-        annotations=annotations, user_annotations=user_annotations, started=started, finished=finished,
-        forkd_version=forkd_version)
+        subject_name=f"{urlsplit(client.base_url).netloc}/{name}:{tag}",
+        subject_digest=head,
+        chain=chain,
+        annotations=annotations,
+        user_annotations=user_annotations,
+        started=started,
+        finished=finished,
+        forkd_version=forkd_version,
+    )
     document = Document(ARTIFACT_TYPE, json.dumps(statement, indent=2, sort_keys=True).encode())
-    digest = push_referrer(client, name, subject_digest=head, subject_size=len(manifest), artifact_type=ARTIFACT_TYPE,
-                           documents=[document], annotations=merged)
+    digest = push_referrer(
+        client,
+        name,
+        subject_digest=head,
+        subject_size=len(manifest),
+        artifact_type=ARTIFACT_TYPE,
+        documents=[document],
+        annotations=merged,
+    )
     return {"digest": digest, "artifactType": ARTIFACT_TYPE, "annotations": dict(sorted(merged.items()))}

@@ -84,8 +84,14 @@ class PullResult:
         return all(link.reused for link in self.links)
 
     def to_obj(self) -> dict:
-        out = {"reference": self.reference, "digest": self.digest, "tag": self.tag, "up_to_date": self.up_to_date,
-               "bytes_received": self.bytes_received, "links": [vars(link) for link in self.links]}
+        out = {
+            "reference": self.reference,
+            "digest": self.digest,
+            "tag": self.tag,
+            "up_to_date": self.up_to_date,
+            "bytes_received": self.bytes_received,
+            "links": [vars(link) for link in self.links],
+        }
         if self.signed_by is not None:
             out["signature"] = self.signed_by.to_obj()
         return out
@@ -118,8 +124,11 @@ def pull(
     _check_chain(client, ref, parsed)
     verified = verify_head(client, ref.name, chain[-1].digest, verify_keys) if verify_keys else None
     defer = verified is not None  # all or nothing: install only once every link is checked
-    head_tag = as_tag or (local_tag_for(ref.repository) if (ref.tag or "latest") == "latest" and not ref.digest
-                          else local_tag_for(f"{ref.repository}-{ref.tag or (ref.digest or '').partition(':')[2][:12]}"))
+    head_tag = as_tag or (
+        local_tag_for(ref.repository)
+        if (ref.tag or "latest") == "latest" and not ref.digest
+        else local_tag_for(f"{ref.repository}-{ref.tag or (ref.digest or '').partition(':')[2][:12]}")
+    )
     plan = plan_pull(store, parsed, _local_tags(store, parsed, head_tag), force=force)
     tags = plan.tags
     index_held_head(store, client, _repository_of(parsed[-1][0], ref), plan, parsed[-1])
@@ -143,7 +152,8 @@ def pull(
                     if not force:
                         raise InvalidSnapshotDir(
                             f"local snapshot {tag!r} was pulled from layer {link.digest}, but its files have changed "
-                            f"since; remove it (forkd rmi {tag}) or pull with --force to replace it")
+                            f"since; remove it (forkd rmi {tag}) or pull with --force to replace it"
+                        )
                     existing = None  # pulled again, and replaced on install
                 if existing is not None:
                     progress.log(f"{tag}: already present ({link.digest[:19]}…)")
@@ -155,8 +165,21 @@ def pull(
                     lists = chunk_lists(lists, fetch_maps(client, _repository_of(old[0], ref), *old))
                 backlog = []
                 try:
-                    fetched = _fetch_link(store, client, index, ref, link, manifest, config, tag, parent, staging,
-                                          verifier, progress, lists)
+                    fetched = _fetch_link(
+                        store,
+                        client,
+                        index,
+                        ref,
+                        link,
+                        manifest,
+                        config,
+                        tag,
+                        parent,
+                        staging,
+                        verifier,
+                        progress,
+                        lists,
+                    )
                 except Exception:
                     # A failed check of an earlier link (its files removed under this one) is the
                     # cause to report, not this link's missing parent: settle those checks first.
@@ -181,8 +204,16 @@ def pull(
     return result
 
 
-def _install_checked(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, waiting: list[_Fetched],
-                     force: bool, progress: Progress, *, block: bool) -> None:
+def _install_checked(
+    store: SnapshotStore,
+    client: HubClient,
+    index: LocalChunkIndex,
+    waiting: list[_Fetched],
+    force: bool,
+    progress: Progress,
+    *,
+    block: bool,
+) -> None:
     """Install the waiting links, base first, whose check is done (with ``block``, all of them).
     When one fails its check, the staged files of the links built on it are not resumed."""
     try:
@@ -259,8 +290,9 @@ def _check_chain(client: HubClient, ref: Reference, parsed: list) -> None:
         below = parsed[i - 1][0].digest if i else None
         named = config.parent.digest if config.parent else None
         if named != below:
-            raise DigestInvalid(f"layer {link.digest}: its config names parent {named}, "
-                                f"but the hub's chain puts {below} below it")
+            raise DigestInvalid(
+                f"layer {link.digest}: its config names parent {named}, but the hub's chain puts {below} below it"
+            )
     digests = [link.digest for link, _, _ in parsed]
     if ref.digest and digests[-1] != ref.digest:
         data, _ = client.get_manifest(ref.name, ref.digest)  # verified against the pinned digest
@@ -269,7 +301,9 @@ def _check_chain(client: HubClient, ref: Reference, parsed: list) -> None:
         except (ValueError, KeyError, TypeError):
             listed = None
         if listed != digests:
-            raise DigestInvalid(f"{ref}: the hub answered with the chain of {digests[-1]}, which {ref.digest} does not name")
+            raise DigestInvalid(
+                f"{ref}: the hub answered with the chain of {digests[-1]}, which {ref.digest} does not name"
+            )
 
 
 def _repository_of(link: ChainLink, ref: Reference) -> str:
@@ -290,8 +324,6 @@ def _installed(store: SnapshotStore, tag: str, digest: str) -> LocalSnapshot | N
     return snap if (snap.origin or {}).get("manifest_digest") == digest else None
 
 
-
-
 def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
     """Local tags base → head: the head gets ``head_tag``; a parent gets the tag its child's config
     names, or that tag plus a digest suffix when a different snapshot already uses it."""
@@ -306,10 +338,21 @@ def _local_tags(store: SnapshotStore, parsed: list, head_tag: str) -> list[str]:
     return list(reversed(tags))
 
 
-def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, ref: Reference, link: ChainLink,
-                manifest: LayerManifest, config: LayerConfig, tag: str, parent: _Parent | None,
-                staging: contextlib.ExitStack, verifier: ThreadPoolExecutor, progress: Progress,
-                parent_lists: dict[str, ChunkList]) -> _Fetched:
+def _fetch_link(
+    store: SnapshotStore,
+    client: HubClient,
+    index: LocalChunkIndex,
+    ref: Reference,
+    link: ChainLink,
+    manifest: LayerManifest,
+    config: LayerConfig,
+    tag: str,
+    parent: _Parent | None,
+    staging: contextlib.ExitStack,
+    verifier: ThreadPoolExecutor,
+    progress: Progress,
+    parent_lists: dict[str, ChunkList],
+) -> _Fetched:
     """Fetch one link's chunk maps and vmstate, stage its files on a clone of the parent's, write
     every changed chunk (verified on arrival), and hand the files to ``verifier`` for the
     whole-file check. Raises DigestInvalid, DiskFull, HubError, OSError."""
@@ -320,10 +363,11 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
     lists = chunk_lists(parent_lists, maps) if manifest.version >= 2 else {}
     vm_info = config.files[mt.VMSTATE_FILE]
     if vm_info.size > MAX_VMSTATE_BYTES:
-        raise DigestInvalid(f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
-                            f"{MAX_VMSTATE_BYTES:,}-byte vmstate limit")
-    vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size,
-                               limit=max_vmstate_blob_bytes())
+        raise DigestInvalid(
+            f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
+            f"{MAX_VMSTATE_BYTES:,}-byte vmstate limit"
+        )
+    vm_frame = client.get_blob(name, manifest.vmstate.digest, manifest.vmstate.size, limit=max_vmstate_blob_bytes())
 
     parent_dir = parent.dir if parent is not None else None
     _check_space(store, maps, parent_dir, link.digest)
@@ -362,14 +406,9 @@ def _fetch_link(store: SnapshotStore, client: HubClient, index: LocalChunkIndex,
     return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification, lists)
 
 
-
-
-
-
-
-
-def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fetched: _Fetched, force: bool,
-             progress: Progress) -> None:
+def _install(
+    store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fetched: _Fetched, force: bool, progress: Progress
+) -> None:
     """Wait for a fetched link's check, then install it as a forkd-compatible snapshot.
 
     Its files' blake3 digests are recorded (computed here, over these bytes). forkd's
@@ -383,8 +422,10 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
     link, config, tag, parent = fetched.link, fetched.config, fetched.tag, fetched.parent
     (fetched.staged / RESUME_MARKER).unlink(missing_ok=True)
     vm_info = config.files[mt.VMSTATE_FILE]
-    known[mt.VMSTATE_FILE] = {"blake3": vm_info.digest,
-                              "sha256": str(digest_file(fetched.staged / mt.VMSTATE_FILE, ("sha256",))["sha256"])}
+    known[mt.VMSTATE_FILE] = {
+        "blake3": vm_info.digest,
+        "sha256": str(digest_file(fetched.staged / mt.VMSTATE_FILE, ("sha256",))["sha256"]),
+    }
     parent_sha = parent_digest = None
     if parent is not None:
         parent_memory = parent.dir / mt.MEMORY_FILE
@@ -394,15 +435,29 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
         holds = parent.config.files[mt.MEMORY_FILE].digest if config.version >= 2 else parent_digest
         applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else holds
         if applies_to != holds:
-            raise DigestInvalid(f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
-                                f"{applies_to}, but {parent.tag!r} holds {holds}")
+            raise DigestInvalid(
+                f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
+                f"{applies_to}, but {parent.tag!r} holds {holds}"
+            )
         parent_sha = _parent_sha256(store, parent, parent_memory)
     store.prepare(
-        fetched.staged, tag, parent=parent.tag if parent else None, parent_content_hash=parent_sha,
-        parent_digest=parent_digest, compat=config.compat, annotations=config.annotations, created=config.created,
-        origin={"hub": client.base_url, "reference": f"{fetched.name}@{link.digest}", "manifest_digest": link.digest,
-                **fetched.origin_extra},
-        known_digests=known, snapshot_json=dict(config.forkd or {"volumes": []}), algorithms=("blake3",),
+        fetched.staged,
+        tag,
+        parent=parent.tag if parent else None,
+        parent_content_hash=parent_sha,
+        parent_digest=parent_digest,
+        compat=config.compat,
+        annotations=config.annotations,
+        created=config.created,
+        origin={
+            "hub": client.base_url,
+            "reference": f"{fetched.name}@{link.digest}",
+            "manifest_digest": link.digest,
+            **fetched.origin_extra,
+        },
+        known_digests=known,
+        snapshot_json=dict(config.forkd or {"volumes": []}),
+        algorithms=("blake3",),
     )
     try:
         store.commit([(fetched.staged, tag)], force=force)
@@ -415,7 +470,9 @@ def _install(store: SnapshotStore, client: HubClient, index: LocalChunkIndex, fe
     _index_installed(store, index, tag, fetched.maps)
     stats = fetched.stats
     resumed = f", {stats.chunks_resumed} kept from an interrupted pull" if stats.chunks_resumed else ""
-    progress.log(f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})")
+    progress.log(
+        f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})"
+    )
 
 
 def _parent_sha256(store: SnapshotStore, parent: _Parent, memory: Path) -> str:
@@ -439,9 +496,11 @@ def _check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: Path |
     st = os.statvfs(store.root)
     free = st.f_bavail * st.f_frsize
     if need > free:
-        raise DiskFull(f"not enough disk space for layer {layer} under {store.root}: it may need "
-                       f"{need / 2**20:,.0f} MiB (changed chunks, plus a copy of the parent where the filesystem "
-                       f"cannot reflink), {free / 2**20:,.0f} MiB free")
+        raise DiskFull(
+            f"not enough disk space for layer {layer} under {store.root}: it may need "
+            f"{need / 2**20:,.0f} MiB (changed chunks, plus a copy of the parent where the filesystem "
+            f"cannot reflink), {free / 2**20:,.0f} MiB free"
+        )
 
 
 def _index_installed(store: SnapshotStore, index: LocalChunkIndex, tag: str, maps: dict[str, ChunkMap]) -> None:
@@ -449,8 +508,14 @@ def _index_installed(store: SnapshotStore, index: LocalChunkIndex, tag: str, map
     (of other chains sharing them) read them locally."""
     for role, chunk_map in maps.items():
         cs = chunk_map.chunk_size
-        index.add(store.path(tag) / role, ((e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
-                                           for e in chunk_map.entries if e.digest is not None))  # not a zero chunk
+        index.add(
+            store.path(tag) / role,
+            (
+                (e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
+                for e in chunk_map.entries
+                if e.digest is not None
+            ),
+        )  # not a zero chunk
 
 
 def _marker_layer(marker: Path) -> str | None:

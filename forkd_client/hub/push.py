@@ -87,13 +87,19 @@ class PushResult:
     """With ``sign``: the digest of the signature artifact pushed as a referrer of the head."""
 
     def to_obj(self) -> dict:
-        out = {"reference": self.reference, "hub": self.hub, "tag": self.tag, "digest": self.digest,
-               "bytes_sent": self.bytes_sent,
-               "bytes_reused": sum(link.reused_bytes for link in self.links),
-               "chunks_uploaded": sum(link.new_chunks for link in self.links),
-               "chunks_reused": sum(link.reused_chunks for link in self.links),
-               "duration_seconds": round(self.duration_seconds, 3),
-               "links": [vars(link) for link in self.links], "provenance": self.provenance}
+        out = {
+            "reference": self.reference,
+            "hub": self.hub,
+            "tag": self.tag,
+            "digest": self.digest,
+            "bytes_sent": self.bytes_sent,
+            "bytes_reused": sum(link.reused_bytes for link in self.links),
+            "chunks_uploaded": sum(link.new_chunks for link in self.links),
+            "chunks_reused": sum(link.reused_chunks for link in self.links),
+            "duration_seconds": round(self.duration_seconds, 3),
+            "links": [vars(link) for link in self.links],
+            "provenance": self.provenance,
+        }
         if self.signature is not None:
             out["signature"] = self.signature
         return out
@@ -104,10 +110,14 @@ def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str
     meta += json.dumps(carried_fields(snap.dir), sort_keys=True).encode()  # volumes, rootfs … travel too
     # the files' own digests (cached by the verified record): forkd-made snapshots have no
     # forkd-hub.json, and a snapshot re-created under the same tag must not look pushed
-    content = "".join(f"{role}={store.verified.digests(snap.dir / role, ('blake3', 'sha256'))['blake3']};"
-                      for role in ("vmstate", "memory.bin", "rootfs.ext4") if (snap.dir / role).is_file())
-    return hashlib.sha256(meta + b"\0" + content.encode() + b"\0" + (parent_manifest or "").encode()
-                          + b"\0" + snap.tag.encode()).hexdigest()
+    content = "".join(
+        f"{role}={store.verified.digests(snap.dir / role, ('blake3', 'sha256'))['blake3']};"
+        for role in ("vmstate", "memory.bin", "rootfs.ext4")
+        if (snap.dir / role).is_file()
+    )
+    return hashlib.sha256(
+        meta + b"\0" + content.encode() + b"\0" + (parent_manifest or "").encode() + b"\0" + snap.tag.encode()
+    ).hexdigest()
 
 
 def push(
@@ -152,8 +162,11 @@ def push(
             progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
             result.links.append(LinkPushed(snap.tag, cached, skipped=True))
         else:
-            result.links.append(_push_link(store, client, state, snap, parent, parent_digest, name, public,
-                                           progress, chunk_size, chunk_tree))
+            result.links.append(
+                _push_link(
+                    store, client, state, snap, parent, parent_digest, name, public, progress, chunk_size, chunk_tree
+                )
+            )
             state.set(key, result.links[-1].digest)
         parent, parent_digest = snap, result.links[-1].digest
     if sign is not None:  # every link is on the hub by digest; the tag has not moved yet
@@ -177,9 +190,17 @@ def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_dige
 
 
 def _push_link(
-    store: SnapshotStore, client: HubClient, state: TransferState, snap: LocalSnapshot,
-    parent: LocalSnapshot | None, parent_digest: str | None, name: str, public: bool,
-    progress: Progress, chunk_size: int, chunk_tree: Callable[[Path, int], str],
+    store: SnapshotStore,
+    client: HubClient,
+    state: TransferState,
+    snap: LocalSnapshot,
+    parent: LocalSnapshot | None,
+    parent_digest: str | None,
+    name: str,
+    public: bool,
+    progress: Progress,
+    chunk_size: int,
+    chunk_tree: Callable[[Path, int], str],
 ) -> LinkPushed:
     def digests(path: Path) -> dict[str, str]:
         return store.verified.digests(path, ("blake3", "sha256"))
@@ -195,20 +216,29 @@ def _push_link(
         uploaded, new_frames, held_frames, held_bytes = _upload_blobs(client, state, name, layer, progress, snap.tag)
         if not client.manifest_exists(name, layer.digest):
             client.put_manifest(name, layer.digest, layer.manifest, public=public)
-        return LinkPushed(snap.tag, layer.digest, skipped=False, bytes_uploaded=uploaded,
-                          new_chunks=new_frames, reused_chunks=held_frames, changed_bytes=layer.changed_bytes,
-                          reused_bytes=held_bytes)
+        return LinkPushed(
+            snap.tag,
+            layer.digest,
+            skipped=False,
+            bytes_uploaded=uploaded,
+            new_chunks=new_frames,
+            reused_chunks=held_frames,
+            changed_bytes=layer.changed_bytes,
+            reused_bytes=held_bytes,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _upload_blobs(client: HubClient, state: TransferState, name: str, layer: BuiltLayer, progress: Progress,
-                  tag: str) -> tuple[int, int, int, int]:
+def _upload_blobs(
+    client: HubClient, state: TransferState, name: str, layer: BuiltLayer, progress: Progress, tag: str
+) -> tuple[int, int, int, int]:
     """Upload what the hub lacks; return (bytes sent, frames uploaded, frames the hub already held,
     bytes of those held frames)."""
     missing = [d for d in layer.blobs if not client.blob_exists(name, d)]
-    recipes = {d: _RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing
-               if d in layer.data_blobs}
+    recipes = {
+        d: _RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing if d in layer.data_blobs
+    }
     total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
     progress.task(f"push {tag}", total)
     sent = 0
@@ -280,9 +310,12 @@ class _RecipeUpload:
                 offset += len(part)
                 sent += len(part)
                 progress.advance(len(part))
-        recipe = {"mediaType": mt.RECIPE, "digest": self.blob.digest, "size": self.blob.size,
-                  "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in self.inline]
-                             for f in self.blob.frames]}
+        recipe = {
+            "mediaType": mt.RECIPE,
+            "digest": self.blob.digest,
+            "size": self.blob.size,
+            "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in self.inline] for f in self.blob.frames],
+        }
         try:
             client.finish_recipe(name, self.location, recipe)
         finally:
@@ -308,7 +341,9 @@ def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: 
     return bytes(out)
 
 
-def _upload_one(client: HubClient, state: TransferState, name: str, digest: str, source: bytes | Path, progress: Progress) -> int:
+def _upload_one(
+    client: HubClient, state: TransferState, name: str, digest: str, source: bytes | Path, progress: Progress
+) -> int:
     key = f"upload|{client.base_url}|{name}|{digest}"
     size = len(source) if isinstance(source, bytes) else source.stat().st_size
     location = state.get(key)
@@ -327,7 +362,7 @@ def _upload_one(client: HubClient, state: TransferState, name: str, digest: str,
     progress.advance(offset)
     part_size = upload_part_bytes()
     sent = 0
-    with (open(source, "rb") if isinstance(source, Path) else _BytesReader(source)) as f:
+    with open(source, "rb") if isinstance(source, Path) else _BytesReader(source) as f:
         f.seek(offset)
         while offset < size:
             part = f.read(min(part_size, size - offset))

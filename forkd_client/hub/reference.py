@@ -60,7 +60,9 @@ class Reference:
         the reference names no host; else ``http://`` for loopback hosts and ``https://`` otherwise."""
         if self.host is None:
             if not default:
-                raise InvalidReference(f"{self}: no hub given: put HOST/ in front, run 'forkd login URL' or set FORKD_HUB_URL")
+                raise InvalidReference(
+                    f"{self}: no hub given: put HOST/ in front, run 'forkd login URL' or set FORKD_HUB_URL"
+                )
             return default.rstrip("/")
         if default and urlsplit(default).netloc == self.host:
             return default.rstrip("/")
@@ -77,7 +79,9 @@ class Reference:
         if "@" in rest:
             rest, digest = rest.split("@", 1)
             if not is_digest(digest):
-                raise InvalidReference(f"invalid reference {text!r}: {digest!r} is not a digest (want blake3:<64 hex> or sha256:<64 hex>)")
+                raise InvalidReference(
+                    f"invalid reference {text!r}: {digest!r} is not a digest (want blake3:<64 hex> or sha256:<64 hex>)"
+                )
         parts = rest.split("/")
         host = None
         if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
@@ -85,8 +89,10 @@ class Reference:
             if not _HOST.fullmatch(host):
                 raise InvalidReference(f"invalid reference {text!r}: bad host {host!r}")
         elif len(parts) == 3:
-            raise InvalidReference(f"invalid reference {text!r}: {parts[0]!r} is not a host (a host has a '.' or "
-                                   f"a ':' or is 'localhost'); the name must be namespace/repo")
+            raise InvalidReference(
+                f"invalid reference {text!r}: {parts[0]!r} is not a host (a host has a '.' or "
+                f"a ':' or is 'localhost'); the name must be namespace/repo"
+            )
         if len(parts) != 2:
             raise InvalidReference(f"invalid reference {text!r}: the name must be namespace/repo")
         namespace, repo = parts

@@ -46,16 +46,29 @@ def _upload(client: HubClient, name: str, data: bytes) -> str:
     return digest
 
 
-def push_referrer(client: HubClient, name: str, *, subject_digest: str, subject_size: int, artifact_type: str,
-                  documents: Sequence[Document], annotations: Mapping[str, str]) -> str:
+def push_referrer(
+    client: HubClient,
+    name: str,
+    *,
+    subject_digest: str,
+    subject_size: int,
+    artifact_type: str,
+    documents: Sequence[Document],
+    annotations: Mapping[str, str],
+) -> str:
     """Push an artifact of ``artifact_type`` holding ``documents`` as a referrer of ``subject_digest``
     (an OCI image manifest of ``subject_size`` bytes in ``name``); return the artifact's digest."""
     config = {"mediaType": EMPTY_MEDIA_TYPE, "digest": _upload(client, name, EMPTY_CONFIG), "size": len(EMPTY_CONFIG)}
-    layers = [{"mediaType": d.media_type, "digest": _upload(client, name, d.data), "size": len(d.data)}
-              for d in documents]
+    layers = [
+        {"mediaType": d.media_type, "digest": _upload(client, name, d.data), "size": len(d.data)} for d in documents
+    ]
     manifest: dict[str, Any] = {
-        "schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": artifact_type, "config": config,
-        "layers": layers, "subject": {"mediaType": MANIFEST_TYPE, "digest": subject_digest, "size": subject_size},
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "artifactType": artifact_type,
+        "config": config,
+        "layers": layers,
+        "subject": {"mediaType": MANIFEST_TYPE, "digest": subject_digest, "size": subject_size},
     }
     if annotations:
         manifest["annotations"] = dict(sorted(annotations.items()))
@@ -82,5 +95,7 @@ def fetch_documents(client: HubClient, name: str, digest: str) -> list[Document]
         wanted = [(str(layer["mediaType"]), str(layer["digest"]), int(layer["size"])) for layer in layers]
     except (ValueError, KeyError, TypeError) as e:
         raise HubError(f"referrer {name}@{digest} is not an OCI image manifest with layers: {e}") from None
-    return [Document(media_type, client.get_blob(name, blob, size, limit=MAX_DOCUMENT_BYTES))
-            for media_type, blob, size in wanted]
+    return [
+        Document(media_type, client.get_blob(name, blob, size, limit=MAX_DOCUMENT_BYTES))
+        for media_type, blob, size in wanted
+    ]

@@ -65,7 +65,10 @@ def push_signature(client: HubClient, name: str, digest: str, key: Ed25519Privat
     media_type = _media_type(head)
     envelope = sign_digest(key, digest, name)
     artifact = signature_artifact(envelope, fingerprint(key.public_key()), digest, len(head), media_type)
-    blobs: list[tuple[bytes, str]] = [(EMPTY_CONFIG_BYTES, str(EMPTY_CONFIG["digest"])), (envelope, artifact.envelope_digest)]
+    blobs: list[tuple[bytes, str]] = [
+        (EMPTY_CONFIG_BYTES, str(EMPTY_CONFIG["digest"])),
+        (envelope, artifact.envelope_digest),
+    ]
     for blob, blob_digest in blobs:
         if not client.blob_exists(name, blob_digest):
             location = client.start_upload(name)
@@ -127,10 +130,12 @@ def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519Pub
             reasons.append(f"{artifact[:19]}…: {e}")
     trusted = ", ".join(fingerprint(k)[:23] + "…" for k in keys)
     if not reasons:
-        raise SignatureInvalid(f"{name}@{digest} is not signed (no signature referrer on the hub); "
-                               f"refusing it (trusted keys: {trusted})")
-    raise SignatureInvalid(f"{name}@{digest} has no valid signature by a trusted key ({trusted}): "
-                           + "; ".join(reasons))
+        raise SignatureInvalid(
+            f"{name}@{digest} is not signed (no signature referrer on the hub); refusing it (trusted keys: {trusted})"
+        )
+    raise SignatureInvalid(
+        f"{name}@{digest} has no valid signature by a trusted key ({trusted}): " + "; ".join(reasons)
+    )
 
 
 @dataclass
@@ -149,7 +154,7 @@ class TrustedKeys:
             raise SignatureError(f"{self.path}: unreadable trusted-keys file: {e}") from None
         namespaces = doc.get("namespaces") if isinstance(doc, dict) else None
         if not isinstance(namespaces, dict):
-            raise SignatureError(f"{self.path}: want {{\"namespaces\": {{NAMESPACE: [KEY_FILE, …]}}}}")
+            raise SignatureError(f'{self.path}: want {{"namespaces": {{NAMESPACE: [KEY_FILE, …]}}}}')
         paths: list[Path] = []
         for entry in (namespace, "*"):
             listed = namespaces.get(entry, [])

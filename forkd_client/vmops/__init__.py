@@ -34,7 +34,22 @@ from .host import (
 )
 
 __all__ = [
-    "ANNOTATION_EXEC", "DEFAULT_EXEC_TIMEOUT", "DEFAULT_GUEST", "DRIVERS", "INSTALL_HINT",
-    "Child", "Forked", "GuestExecFailed", "LayerDiff", "SnapshotResult", "VmSetupError",
-    "fork", "load_guest", "make_driver", "require_driver", "restorable", "snapshot_base", "snapshot_diff",
+    "ANNOTATION_EXEC",
+    "DEFAULT_EXEC_TIMEOUT",
+    "DEFAULT_GUEST",
+    "DRIVERS",
+    "INSTALL_HINT",
+    "Child",
+    "Forked",
+    "GuestExecFailed",
+    "LayerDiff",
+    "SnapshotResult",
+    "VmSetupError",
+    "fork",
+    "load_guest",
+    "make_driver",
+    "require_driver",
+    "restorable",
+    "snapshot_base",
+    "snapshot_diff",
 ]

@@ -61,9 +61,13 @@ class LayerDiff:
         return (self.changed_chunks - self.zeroed_chunks) * self.chunk_size
 
     def to_obj(self) -> dict[str, int]:
-        return {"chunk_size": self.chunk_size, "total_chunks": self.total_chunks,
-                "changed_chunks": self.changed_chunks, "zeroed_chunks": self.zeroed_chunks,
-                "layer_bytes": self.layer_bytes}
+        return {
+            "chunk_size": self.chunk_size,
+            "total_chunks": self.total_chunks,
+            "changed_chunks": self.changed_chunks,
+            "zeroed_chunks": self.zeroed_chunks,
+            "layer_bytes": self.layer_bytes,
+        }
 
 
 @dataclass
@@ -85,18 +89,27 @@ class SnapshotResult:
             "logical_size": self.snapshot.logical_size,
             "disk_size": self.snapshot.disk_size,
             "timings_ms": {k: round(v, 1) for k, v in self.timings_ms.items()},
-            "exec": None if self.exec_result is None else {
-                "exit_code": self.exec_result.exit_code, "output": self.exec_result.output},
+            "exec": None
+            if self.exec_result is None
+            else {"exit_code": self.exec_result.exit_code, "output": self.exec_result.output},
         }
         if self.diff is not None:
             obj["diff"] = self.diff.to_obj()
         return obj
 
 
-def snapshot_base(store: SnapshotStore, tag: str, *, mem_mib: int = 256, vcpus: int = 1,
-                  guest: str | Path | None = None, exec_cmd: str | None = None,
-                  exec_timeout: float = DEFAULT_EXEC_TIMEOUT, force: bool = False,
-                  vmm: str | None = None) -> SnapshotResult:
+def snapshot_base(
+    store: SnapshotStore,
+    tag: str,
+    *,
+    mem_mib: int = 256,
+    vcpus: int = 1,
+    guest: str | Path | None = None,
+    exec_cmd: str | None = None,
+    exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
+    force: bool = False,
+    vmm: str | None = None,
+) -> SnapshotResult:
     """Boot the guest, run ``exec_cmd`` (if any), snapshot it and install it as base ``tag``.
 
     ``force`` replaces an existing ``tag`` unless other snapshots chain on it.
@@ -117,14 +130,20 @@ def snapshot_base(store: SnapshotStore, tag: str, *, mem_mib: int = 256, vcpus: 
         started = time.monotonic()
         vm = driver.boot(image.boot_spec(staged / VM_WORK_DIR, mem_mib=mem_mib, vcpus=vcpus))
         timings["boot_ms"] = _ms_since(started)
-        snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings,
-                                          what=f"snapshot {tag!r}")
+        snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings, what=f"snapshot {tag!r}")
         installed = _install(store, staged, tag, snap, exec_cmd, timings, force=force)
     return SnapshotResult(installed, timings, result)
 
 
-def snapshot_diff(store: SnapshotStore, parent: str, tag: str, exec_cmd: str, *,
-                  exec_timeout: float = DEFAULT_EXEC_TIMEOUT, vmm: str | None = None) -> SnapshotResult:
+def snapshot_diff(
+    store: SnapshotStore,
+    parent: str,
+    tag: str,
+    exec_cmd: str,
+    *,
+    exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
+    vmm: str | None = None,
+) -> SnapshotResult:
     """Restore ``parent`` writable on a clone of its memory, run ``exec_cmd``, install link ``tag``.
 
     ``parent``'s chain is verified first (through the verified record: no re-hash of unchanged
@@ -152,14 +171,12 @@ def snapshot_diff(store: SnapshotStore, parent: str, tag: str, exec_cmd: str, *,
         started = time.monotonic()
         vm = driver.restore_writable(source, staged / MEMORY_FILE, staged / VM_WORK_DIR)
         timings["restore_ms"] = _ms_since(started)
-        snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings,
-                                          what=f"snapshot {tag!r}")
+        snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings, what=f"snapshot {tag!r}")
         started = time.monotonic()
         fill_unsafe_holes(snap.memory, source.memory)  # forkd reads a link's holes as the parent's bytes
         diff = count_changed_chunks(source.memory, snap.memory)
         timings["diff_ms"] = _ms_since(started)
-        installed = _install(store, staged, tag, snap, exec_cmd, timings,
-                             parent=parent, parent_hash=parent_hash)
+        installed = _install(store, staged, tag, snap, exec_cmd, timings, parent=parent, parent_hash=parent_hash)
     return SnapshotResult(installed, timings, result, diff)
 
 
@@ -173,9 +190,16 @@ def count_changed_chunks(parent: Path, child: Path, chunk_size: int = DEFAULT_CH
     return LayerDiff(chunk_size, -(-size // chunk_size), changed, zeroed)
 
 
-def _exec_and_snapshot(driver: Driver, vm: VM, staged: Path, exec_cmd: str | None,
-                       exec_timeout: float, timings: dict[str, float],
-                       *, what: str) -> tuple[SnapshotFiles, ExecResult | None]:
+def _exec_and_snapshot(
+    driver: Driver,
+    vm: VM,
+    staged: Path,
+    exec_cmd: str | None,
+    exec_timeout: float,
+    timings: dict[str, float],
+    *,
+    what: str,
+) -> tuple[SnapshotFiles, ExecResult | None]:
     """Run the command, snapshot into ``staged`` (consuming the VM), drop the VM's work files."""
     result = None
     try:
@@ -195,13 +219,27 @@ def _exec_and_snapshot(driver: Driver, vm: VM, staged: Path, exec_cmd: str | Non
     return snap, result
 
 
-def _install(store: SnapshotStore, staged: Path, tag: str, snap: SnapshotFiles, exec_cmd: str | None,
-             timings: dict[str, float], *, parent: str | None = None, parent_hash: str | None = None,
-             force: bool = False) -> LocalSnapshot:
+def _install(
+    store: SnapshotStore,
+    staged: Path,
+    tag: str,
+    snap: SnapshotFiles,
+    exec_cmd: str | None,
+    timings: dict[str, float],
+    *,
+    parent: str | None = None,
+    parent_hash: str | None = None,
+    force: bool = False,
+) -> LocalSnapshot:
     started = time.monotonic()
-    store.prepare(staged, tag, parent=parent, parent_content_hash=parent_hash,
-                  compat=to_manifest_compat(snap.compat),
-                  annotations={ANNOTATION_EXEC: exec_cmd} if exec_cmd is not None else None)
+    store.prepare(
+        staged,
+        tag,
+        parent=parent,
+        parent_content_hash=parent_hash,
+        compat=to_manifest_compat(snap.compat),
+        annotations={ANNOTATION_EXEC: exec_cmd} if exec_cmd is not None else None,
+    )
     installed = store.commit([(staged, tag)], force=force)[0]
     timings["install_ms"] = _ms_since(started)
     return installed

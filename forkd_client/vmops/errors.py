@@ -28,8 +28,7 @@ class GuestExecFailed(ClientError):
     def __init__(self, cmd: str, exit_code: int, output: str, *, what: str) -> None:
         tail = output.strip()[-_OUTPUT_TAIL:]
         shown = f"; its output ends with:\n{tail}" if tail else " and printed nothing"
-        super().__init__(f"--exec {cmd!r} exited with status {exit_code} in the guest, "
-                         f"so {what} was not saved{shown}")
+        super().__init__(f"--exec {cmd!r} exited with status {exit_code} in the guest, so {what} was not saved{shown}")
         self.cmd = cmd
         self.exit_code = exit_code
         self.output = output

@@ -52,8 +52,11 @@ class Child:
             "exit_code": None if self.result is None else self.result.exit_code,
             "output": None if self.result is None else self.result.output,
             "error": self.error,
-            "memory": None if self.memory is None else {
-                "rss": self.memory.rss, "pss": self.memory.pss,
+            "memory": None
+            if self.memory is None
+            else {
+                "rss": self.memory.rss,
+                "pss": self.memory.pss,
                 "private_dirty": self.memory.private_dirty,
                 "guest_ram_pss": self.memory.guest_ram_pss,
                 "guest_ram_private_dirty": self.memory.guest_ram_private_dirty,
@@ -80,6 +83,7 @@ class Forked:
         A child whose command cannot complete (timeout, VM gone) gets ``error`` set instead;
         never raises for one child's failure.
         """
+
         def one(child: Child) -> None:
             started = time.monotonic()
             try:
@@ -153,8 +157,9 @@ def fork(store: SnapshotStore, tag: str, n: int, *, vmm: str | None = None) -> F
     snap = restorable(head, driver)
     started = time.monotonic()
     children = _spawn(driver, snap, n)
-    return Forked(tag, [s.tag for s in chain], verify_ms, (time.monotonic() - started) * 1000,
-                  str(snap.memory), children)
+    return Forked(
+        tag, [s.tag for s in chain], verify_ms, (time.monotonic() - started) * 1000, str(snap.memory), children
+    )
 
 
 def _spawn(driver: Driver, snap: SnapshotFiles, n: int) -> list[Child]:
@@ -178,5 +183,3 @@ def _spawn(driver: Driver, snap: SnapshotFiles, n: int) -> list[Child]:
             child.vm.kill()
         raise errors[0]
     return children
-
-

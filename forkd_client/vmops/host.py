@@ -55,8 +55,10 @@ def require_driver(name: str | None = None) -> Driver:
     status = driver.available()
     if not status.ok:
         if isinstance(driver, FirecrackerDriver):
-            hint = ("; Firecracker needs the firecracker binary on PATH and hardware KVM "
-                    "(use --vmm qemu on hosts without them)")
+            hint = (
+                "; Firecracker needs the firecracker binary on PATH and hardware KVM "
+                "(use --vmm qemu on hosts without them)"
+            )
         elif shutil.which(getattr(driver, "binary", "qemu-system-x86_64")) is None:
             hint = f"; install QEMU and the guest tools with: {INSTALL_HINT}"
         else:
@@ -77,12 +79,16 @@ def load_guest(spec: str | Path | None = None) -> GuestImage:
             return cached_guest()
         path = Path(spec)
         if not (path / GUEST_FILE).is_file():
-            raise VmSetupError(f"--guest {path}: no guest image there (no {GUEST_FILE}); build one with "
-                               f"`python -m vmm.guest build --out {path}`, or use --guest {DEFAULT_GUEST}")
+            raise VmSetupError(
+                f"--guest {path}: no guest image there (no {GUEST_FILE}); build one with "
+                f"`python -m vmm.guest build --out {path}`, or use --guest {DEFAULT_GUEST}"
+            )
         return build_guest(path)  # reused while it matches this vmm version, rebuilt otherwise
     except GuestBuildError as e:
-        raise VmSetupError(f"cannot build the guest image: {e}; the build needs: {INSTALL_HINT} "
-                           "(and apt access to download the cloud kernel)") from e
+        raise VmSetupError(
+            f"cannot build the guest image: {e}; the build needs: {INSTALL_HINT} "
+            "(and apt access to download the cloud kernel)"
+        ) from e
 
 
 def restorable(snap: LocalSnapshot, driver: Driver) -> SnapshotFiles:
@@ -94,11 +100,17 @@ def restorable(snap: LocalSnapshot, driver: Driver) -> SnapshotFiles:
     """
     memory = snap.dir / MEMORY_FILE
     if not snap.compat:
-        raise CompatibilityError(f"snapshot {snap.tag!r} records no VMM compat facts (vmm, accel, "
-                                 "memMiB …; made outside forkd-hub?), so it cannot be restored safely")
+        raise CompatibilityError(
+            f"snapshot {snap.tag!r} records no VMM compat facts (vmm, accel, "
+            "memMiB …; made outside forkd-hub?), so it cannot be restored safely"
+        )
     check_host_compat(snap.compat, driver, memory=memory, what=f"snapshot {snap.tag!r}")  # type: ignore[arg-type]
-    return SnapshotFiles(memory=memory, vmstate=snap.dir / VMSTATE_FILE,
-                         compat=from_manifest_compat(snap.compat), rootfs=snapshot_rootfs(snap))
+    return SnapshotFiles(
+        memory=memory,
+        vmstate=snap.dir / VMSTATE_FILE,
+        compat=from_manifest_compat(snap.compat),
+        rootfs=snapshot_rootfs(snap),
+    )
 
 
 def snapshot_rootfs(snap: LocalSnapshot) -> Path | None:

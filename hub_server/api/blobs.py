@@ -30,7 +30,8 @@ class BlobController(Controller):
 
     @get("/", summary="Download a blob (Range supported)")
     async def download(
-        self, route: NamedDependency[DigestRoute],
+        self,
+        route: NamedDependency[DigestRoute],
         range_header: Annotated[str | None, HeaderParameter(name="range")] = None,
         accept: Annotated[str | None, HeaderParameter(name="accept")] = None,
     ) -> Response[Any] | Stream | Redirect:
@@ -40,8 +41,11 @@ class BlobController(Controller):
             return Redirect(blob.redirect_url, status_code=307)
         headers = _headers(blob)
         if blob.plannable and wants_plan(accept):
-            ranges = [(0, blob.size - 1)] if range_header is None else \
-                parse_range(range_header, blob.size, registry.ctx.limits.ranges_per_request)
+            ranges = (
+                [(0, blob.size - 1)]
+                if range_header is None
+                else parse_range(range_header, blob.size, registry.ctx.limits.ranges_per_request)
+            )
             return Response(await blob.plan(ranges), media_type=BLOB_PLAN, headers={**headers, "Vary": "Accept"})
         if range_header is None:
             headers["Content-Length"] = str(blob.size)
@@ -51,12 +55,15 @@ class BlobController(Controller):
             first, last = ranges[0]
             headers["Content-Range"] = f"bytes {first}-{last}/{blob.size}"
             headers["Content-Length"] = str(last - first + 1)
-            return Stream(blob.iter_range(first, last - first + 1), status_code=206, media_type=OCTETS,
-                          headers=headers)
+            return Stream(blob.iter_range(first, last - first + 1), status_code=206, media_type=OCTETS, headers=headers)
         boundary = new_boundary()
         headers["Content-Length"] = str(multipart_length(boundary, OCTETS, ranges, blob.size))
-        return Stream(multipart_body(boundary, OCTETS, ranges, blob.size, blob.iter_range), status_code=206,
-                      media_type=f"multipart/byteranges; boundary={boundary}", headers=headers)
+        return Stream(
+            multipart_body(boundary, OCTETS, ranges, blob.size, blob.iter_range),
+            status_code=206,
+            media_type=f"multipart/byteranges; boundary={boundary}",
+            headers=headers,
+        )
 
     @head("/", summary="Blob existence and size")
     async def exists(self, route: NamedDependency[DigestRoute]) -> Response[None]:
@@ -64,9 +71,13 @@ class BlobController(Controller):
         # HEAD: Litestar sends no body and keeps our Content-Length (the blob's size).
         return Response(b"", media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})
 
-    @delete("/", summary="Remove the blob from this repository (its bytes go in GC when nothing references them)",
-            status_code=202)
+    @delete(
+        "/",
+        summary="Remove the blob from this repository (its bytes go in GC when nothing references them)",
+        status_code=202,
+    )
     async def remove(self, route: NamedDependency[DigestRoute], request: Request[Any, Any, Any]) -> Response[None]:
-        await route.registry.blob_links.unlink(route.principal, route.ns, route.repo, route.digest,
-                                               remote=remote_of(request))
+        await route.registry.blob_links.unlink(
+            route.principal, route.ns, route.repo, route.digest, remote=remote_of(request)
+        )
         return Response(b"", status_code=202, headers={"Docker-Content-Digest": route.digest})

@@ -31,8 +31,9 @@ class CatalogController(Controller):
         last: Cursor = None,
     ) -> Response[NamespacesOut]:
         page = await registry.catalog.namespaces(principal, n, last)
-        return Response(NamespacesOut(namespaces=page.items),
-                        headers=next_link("/api/v1/namespaces", n, page.next_last))
+        return Response(
+            NamespacesOut(namespaces=page.items), headers=next_link("/api/v1/namespaces", n, page.next_last)
+        )
 
     @get("/repositories", summary="Repositories the caller can see (search by name or description)")
     async def repositories(
@@ -45,8 +46,10 @@ class CatalogController(Controller):
         last: Cursor = None,
     ) -> Response[RepositoriesOut]:
         page = await registry.catalog.repositories(principal, namespace=namespace, q=q, n=n, last=last)
-        return Response(RepositoriesOut.from_page(page),
-                        headers=next_link("/api/v1/repositories", n, page.next_last, namespace=namespace, q=q))
+        return Response(
+            RepositoriesOut.from_page(page),
+            headers=next_link("/api/v1/repositories", n, page.next_last, namespace=namespace, q=q),
+        )
 
     @get("/repositories/{ns:str}/{repo:str}", summary="One repository and its tags")
     async def repository(
@@ -58,9 +61,11 @@ class CatalogController(Controller):
     ) -> RepositoryOut:
         return RepositoryOut.from_detail(await registry.catalog.repository(principal, ns, repo))
 
-    @patch("/repositories/{ns:str}/{repo:str}",
-           summary="Change visibility or description (push or admin), or the tag policies (admin)",
-           operation_class=json_body(RepositoryPatch, "the fields to change"))
+    @patch(
+        "/repositories/{ns:str}/{repo:str}",
+        summary="Change visibility or description (push or admin), or the tag policies (admin)",
+        operation_class=json_body(RepositoryPatch, "the fields to change"),
+    )
     async def update(
         self,
         ns: FromPath[str],
@@ -71,7 +76,13 @@ class CatalogController(Controller):
         registry: NamedDependency[Registry],
     ) -> RepositoryOut:
         change = decode_json_body(body, RepositoryPatch, "repository change")
-        detail = await registry.catalog.update(principal, ns, repo, public=change.public,
-                                               description=change.description, policy=change.policy_change(),
-                                               remote=remote_of(request))
+        detail = await registry.catalog.update(
+            principal,
+            ns,
+            repo,
+            public=change.public,
+            description=change.description,
+            policy=change.policy_change(),
+            remote=remote_of(request),
+        )
         return RepositoryOut.from_detail(detail)

@@ -31,8 +31,12 @@ class ChunkController(Controller):
     path = "/api/v1/repositories/{ns:str}/{repo:str}"
     tags = ["chains"]
 
-    @post("/frames/query", summary="Frame negotiation (≤ 10,000 digests)", status_code=200,
-          operation_class=json_body(FrameQuery, 'the frame digests to look up: {"digests": [...]}'))
+    @post(
+        "/frames/query",
+        summary="Frame negotiation (≤ 10,000 digests)",
+        status_code=200,
+        operation_class=json_body(FrameQuery, 'the frame digests to look up: {"digests": [...]}'),
+    )
     async def query(
         self,
         ns: FromPath[str],
@@ -45,8 +49,12 @@ class ChunkController(Controller):
         query = decode_json_body(body, FrameQuery, "frame query")
         return FrameQueryOut.from_result(await registry.chunks.query(principal, ns, repo, query.digests))
 
-    @post("/blobs/uploads/{uuid:str}/recipe", summary="Finish an upload of new frames with the data blob's recipe",
-          status_code=201, request_max_body_size=None)  # bounded below (413 TOO_LARGE)
+    @post(
+        "/blobs/uploads/{uuid:str}/recipe",
+        summary="Finish an upload of new frames with the data blob's recipe",
+        status_code=201,
+        request_max_body_size=None,
+    )  # bounded below (413 TOO_LARGE)
     async def finish_recipe(
         self,
         ns: FromPath[str],

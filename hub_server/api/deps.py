@@ -72,8 +72,11 @@ class DigestRoute:
 
 
 async def provide_digest_route(
-    ns: FromPath[str], repo: FromPath[str], digest: FromPath[str],
-    principal: NamedDependency[Principal], registry: NamedDependency[Registry],
+    ns: FromPath[str],
+    repo: FromPath[str],
+    digest: FromPath[str],
+    principal: NamedDependency[Principal],
+    registry: NamedDependency[Registry],
 ) -> DigestRoute:
     return DigestRoute(principal, registry, ns, repo, digest)
 
@@ -110,8 +113,9 @@ async def body_stream(request: Request[Any, Any, Any]) -> AsyncIterator[bytes]:
     while True:
         event = await request.receive()
         if event["type"] == "http.disconnect":
-            raise ClientDisconnected(f"the client disconnected before the end of the body of "
-                                     f"{request.method} {request.url.path}")
+            raise ClientDisconnected(
+                f"the client disconnected before the end of the body of {request.method} {request.url.path}"
+            )
         if piece := event.get("body", b""):
             yield piece
         if not event.get("more_body", False):
@@ -150,8 +154,9 @@ def json_body(struct: type[msgspec.Struct], description: str) -> type[Operation]
     @dataclass
     class _WithJSONBody(Operation):
         def __post_init__(self) -> None:
-            self.request_body = RequestBody(content={"application/json": OpenAPIMediaType(schema=inline)},
-                                            description=description, required=True)
+            self.request_body = RequestBody(
+                content={"application/json": OpenAPIMediaType(schema=inline)}, description=description, required=True
+            )
 
     return _WithJSONBody
 

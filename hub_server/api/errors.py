@@ -46,17 +46,23 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
         log.info("%s", exc)
         return HubError(ErrorCode.INVALID_REQUEST, "the client disconnected before the end of the request body")
     if isinstance(exc, Unauthorized):
-        return HubError(ErrorCode.UNAUTHORIZED, str(exc), {"reason": exc.reason},
-                        headers={"WWW-Authenticate": _challenge(exc, request)})
+        return HubError(
+            ErrorCode.UNAUTHORIZED,
+            str(exc),
+            {"reason": exc.reason},
+            headers={"WWW-Authenticate": _challenge(exc, request)},
+        )
     if isinstance(exc, Forbidden):
         headers = {"WWW-Authenticate": _challenge(exc, request)} if exc.scope else {}
-        return HubError(ErrorCode.DENIED, str(exc), {"action": exc.action, "repository": exc.repository},
-                        headers=headers)
+        return HubError(
+            ErrorCode.DENIED, str(exc), {"action": exc.action, "repository": exc.repository}, headers=headers
+        )
     if isinstance(exc, StorageUnavailable | StorageFull):
         log.error("storage failure: %s", exc)
         return HubError(ErrorCode.UNAVAILABLE, "the blob store is unavailable or full; retry later", {})
     if isinstance(exc, NotFoundException | MethodNotAllowedException | RequestEntityTooLarge) or (
-            isinstance(exc, HTTPException) and exc.status_code < 500):
+        isinstance(exc, HTTPException) and exc.status_code < 500
+    ):
         code = _BY_STATUS.get(exc.status_code, ErrorCode.INVALID_REQUEST)
         detail: dict[str, Any] = {}
         extra = getattr(exc, "extra", None)

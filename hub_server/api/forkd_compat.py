@@ -51,8 +51,11 @@ class ForkdCompatController(Controller):
         base = settings.public_url or str(request.base_url)
         return Response(await forkd.registry_json(base), headers={"Cache-Control": "no-cache"})
 
-    @get("/packs/{ns:str}/{repo:str}/{file:str}", summary="A forkd pack (v1 base, v2 chain) built from stored chunks",
-         media_type=PACK_MEDIA_TYPE)
+    @get(
+        "/packs/{ns:str}/{repo:str}/{file:str}",
+        summary="A forkd pack (v1 base, v2 chain) built from stored chunks",
+        media_type=PACK_MEDIA_TYPE,
+    )
     async def pack(
         self,
         ns: FromPath[str],
@@ -62,8 +65,11 @@ class ForkdCompatController(Controller):
         forkd: NamedDependency[ForkdCompatService],
     ) -> Stream | Redirect:
         if not file.endswith(PACK_SUFFIX) or file == PACK_SUFFIX:
-            raise HubError(ErrorCode.NOT_FOUND, f"pack file names are <tag>{PACK_SUFFIX} or @<digest>{PACK_SUFFIX}",
-                           {"file": file[:200]})
+            raise HubError(
+                ErrorCode.NOT_FOUND,
+                f"pack file names are <tag>{PACK_SUFFIX} or @<digest>{PACK_SUFFIX}",
+                {"file": file[:200]},
+            )
         pack = await forkd.pack(principal, ns, repo, file.removesuffix(PACK_SUFFIX))
         headers = {"ETag": f'"sha256:{pack.sha256}"', "X-Checksum-Sha256": pack.sha256}
         url = await forkd.redirect_url(pack)  # on S3: the bytes come from the store

@@ -39,8 +39,12 @@ class ManifestController(Controller):
     path = "/v2/{ns:str}/{repo:str}/manifests/{ref:str}"
     tags = ["manifests"]
 
-    @put("/", summary="Push a manifest: forkd layer or chain index (verified), or any OCI image manifest or index", status_code=201,
-         request_max_body_size=None)  # bounded by the manifest limit in read_limited (413 TOO_LARGE)
+    @put(
+        "/",
+        summary="Push a manifest: forkd layer or chain index (verified), or any OCI image manifest or index",
+        status_code=201,
+        request_max_body_size=None,
+    )  # bounded by the manifest limit in read_limited (413 TOO_LARGE)
     async def push(
         self,
         ns: FromPath[str],
@@ -55,9 +59,17 @@ class ManifestController(Controller):
         if_none_match: Annotated[str | None, HeaderParameter(name="if-none-match")] = None,
     ) -> Response[None]:
         body = await read_limited(request, registry.ctx.limits.manifest_bytes, "manifest")
-        result = await registry.manifests.put(principal, ns, repo, ref, body, content_type, public=public,
-                                              remote=remote_of(request), expect_tag=tag_expectation(if_match,
-                                                                                                    if_none_match))
+        result = await registry.manifests.put(
+            principal,
+            ns,
+            repo,
+            ref,
+            body,
+            content_type,
+            public=public,
+            remote=remote_of(request),
+            expect_tag=tag_expectation(if_match, if_none_match),
+        )
         headers = {"Location": f"/v2/{ns}/{repo}/manifests/{result.digest}", "Docker-Content-Digest": result.digest}
         if result.subject is not None:
             headers["OCI-Subject"] = result.subject
@@ -85,8 +97,9 @@ class ManifestController(Controller):
         registry: NamedDependency[Registry],
     ) -> Response[None]:
         m = await registry.manifests.get(principal, ns, repo, ref, with_body=False)
-        return Response(b"", media_type=m.media_type,
-                        headers={"Docker-Content-Digest": m.digest, "Content-Length": str(m.size)})
+        return Response(
+            b"", media_type=m.media_type, headers={"Docker-Content-Digest": m.digest, "Content-Length": str(m.size)}
+        )
 
     @delete("/", summary="Delete a snapshot from the repository (?cascade=true | ?force=true)", status_code=202)
     async def remove(
@@ -100,6 +113,7 @@ class ManifestController(Controller):
         cascade: Annotated[bool, QueryParameter()] = False,
         force: Annotated[bool, QueryParameter()] = False,
     ) -> DeleteOut:
-        result = await registry.deletion.delete(principal, ns, repo, ref, cascade=cascade, force=force,
-                                                remote=remote_of(request))
+        result = await registry.deletion.delete(
+            principal, ns, repo, ref, cascade=cascade, force=force, remote=remote_of(request)
+        )
         return DeleteOut.from_result(result)

@@ -30,5 +30,6 @@ class OciCatalogController(Controller):
         if n == 0:
             return Response(CatalogOut(repositories=[]))
         page = await registry.catalog.repositories(principal, n=n, last=last)
-        return Response(CatalogOut(repositories=[r.name for r in page.items]),
-                        headers=next_link("/v2/_catalog", n, page.next_last))
+        return Response(
+            CatalogOut(repositories=[r.name for r in page.items]), headers=next_link("/v2/_catalog", n, page.next_last)
+        )

@@ -42,8 +42,11 @@ def error_responses(methods: set[str]) -> dict[int, ResponseSpec]:
     out = {}
     for status in sorted(statuses):
         codes = sorted(str(code) for code, spec in ERRORS.items() if spec.status == status)
-        out[status] = ResponseSpec(data_container=ErrorEnvelope, generate_examples=False,
-                                   description=f"The error envelope, with code {' or '.join(codes)}")
+        out[status] = ResponseSpec(
+            data_container=ErrorEnvelope,
+            generate_examples=False,
+            description=f"The error envelope, with code {' or '.join(codes)}",
+        )
     return out
 
 

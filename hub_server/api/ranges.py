@@ -18,8 +18,12 @@ ByteRange = tuple[int, int]
 
 
 def _unsatisfiable(header: str, size: int, why: str) -> HubError:
-    return HubError(ErrorCode.RANGE_INVALID, f"Range {header[:100]!r} {why} (the blob has {size} bytes)",
-                    {"range": header[:100], "size": size}, headers={"Content-Range": f"bytes */{size}"})
+    return HubError(
+        ErrorCode.RANGE_INVALID,
+        f"Range {header[:100]!r} {why} (the blob has {size} bytes)",
+        {"range": header[:100], "size": size},
+        headers={"Content-Range": f"bytes */{size}"},
+    )
 
 
 def parse_range(header: str, size: int, max_ranges: int) -> list[ByteRange]:
@@ -29,8 +33,11 @@ def parse_range(header: str, size: int, max_ranges: int) -> list[ByteRange]:
         raise _unsatisfiable(header, size, "is not a 'bytes=' range")
     parts = [p.strip() for p in spec.split(",")]
     if len(parts) > max_ranges:
-        raise HubError(ErrorCode.TOO_LARGE, f"{len(parts)} ranges in one request, the limit is {max_ranges}",
-                       {"limit": max_ranges, "size": len(parts)})
+        raise HubError(
+            ErrorCode.TOO_LARGE,
+            f"{len(parts)} ranges in one request, the limit is {max_ranges}",
+            {"limit": max_ranges, "size": len(parts)},
+        )
     out: list[ByteRange] = []
     for part in parts:
         first, dash, last = part.partition("-")
@@ -54,8 +61,9 @@ def parse_range(header: str, size: int, max_ranges: int) -> list[ByteRange]:
 
 
 def _part_head(boundary: str, content_type: str, r: ByteRange, size: int) -> bytes:
-    return (f"--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {r[0]}-{r[1]}/{size}\r\n\r\n"
-            .encode("latin-1"))
+    return f"--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {r[0]}-{r[1]}/{size}\r\n\r\n".encode(
+        "latin-1"
+    )
 
 
 def new_boundary() -> str:
@@ -71,7 +79,10 @@ def multipart_length(boundary: str, content_type: str, ranges: list[ByteRange], 
 
 
 async def multipart_body(
-    boundary: str, content_type: str, ranges: list[ByteRange], size: int,
+    boundary: str,
+    content_type: str,
+    ranges: list[ByteRange],
+    size: int,
     read: Callable[[int, int], AsyncIterator[bytes]],
 ) -> AsyncIterator[bytes]:
     """Stream a ``multipart/byteranges`` body; ``read(offset, length)`` streams one range of the blob."""

@@ -21,12 +21,15 @@ class ReferrerController(Controller):
 
     @get("/", summary="Manifests that name this digest as their subject (an OCI image index; 200 even when none)")
     async def referrers(
-        self, route: NamedDependency[DigestRoute],
+        self,
+        route: NamedDependency[DigestRoute],
         artifact_type: Annotated[str | None, QueryParameter(name="artifactType")] = None,
     ) -> Response[bytes]:
-        manifests = await route.registry.referrers.list(route.principal, route.ns, route.repo, route.digest,
-                                                        artifact_type)
-        body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
-                          separators=(",", ":")).encode()
+        manifests = await route.registry.referrers.list(
+            route.principal, route.ns, route.repo, route.digest, artifact_type
+        )
+        body = json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}, separators=(",", ":")
+        ).encode()
         headers = {"OCI-Filters-Applied": "artifactType"} if artifact_type is not None else {}
         return Response(body, media_type=OCI_INDEX, headers=headers)

@@ -16,9 +16,27 @@ from hub_server.registry.lineage import Chain, Lineage
 from hub_server.registry.policy import UNCHANGED, PolicyChange
 
 __all__ = [
-    "ChainLinkOut", "ChainOut", "DeleteOut", "DependentOut", "FrameFoundOut", "FrameQuery", "FrameQueryOut",
-    "HealthOut", "LineageOut", "LinkRefOut", "NamespacesOut", "PolicyOut", "RemovalOut", "RepositoriesOut", "RepositoryOut",
-    "RepositoryPatch", "RepositorySummaryOut", "RetentionOut", "RetentionPatch", "TagListOut", "TagOut",
+    "ChainLinkOut",
+    "ChainOut",
+    "DeleteOut",
+    "DependentOut",
+    "FrameFoundOut",
+    "FrameQuery",
+    "FrameQueryOut",
+    "HealthOut",
+    "LineageOut",
+    "LinkRefOut",
+    "NamespacesOut",
+    "PolicyOut",
+    "RemovalOut",
+    "RepositoriesOut",
+    "RepositoryOut",
+    "RepositoryPatch",
+    "RepositorySummaryOut",
+    "RetentionOut",
+    "RetentionPatch",
+    "TagListOut",
+    "TagOut",
 ]
 
 
@@ -41,8 +59,9 @@ class FrameQueryOut(_Wire):
 
     @classmethod
     def from_result(cls, r: FrameQueryResult) -> FrameQueryOut:
-        return cls(found={d: FrameFoundOut(length=f.length, chunk=f.chunk) for d, f in r.found.items()},
-                   missing=r.missing)
+        return cls(
+            found={d: FrameFoundOut(length=f.length, chunk=f.chunk) for d, f in r.found.items()}, missing=r.missing
+        )
 
 
 class ChainLinkOut(_Wire):
@@ -61,9 +80,21 @@ class ChainOut(_Wire):
 
     @classmethod
     def from_chain(cls, c: Chain) -> ChainOut:
-        return cls(digest=c.digest, chain=[
-            ChainLinkOut(digest=x.digest, media_type=x.media_type, size=x.size, manifest=x.manifest, config=x.config,
-                         repository=x.repository, tags=x.tags) for x in c.links])
+        return cls(
+            digest=c.digest,
+            chain=[
+                ChainLinkOut(
+                    digest=x.digest,
+                    media_type=x.media_type,
+                    size=x.size,
+                    manifest=x.manifest,
+                    config=x.config,
+                    repository=x.repository,
+                    tags=x.tags,
+                )
+                for x in c.links
+            ],
+        )
 
 
 class LinkRefOut(_Wire):
@@ -90,10 +121,13 @@ class LineageOut(_Wire):
     @classmethod
     def from_lineage(cls, x: Lineage) -> LineageOut:
         return cls(
-            digest=x.digest, depth=x.depth,
+            digest=x.digest,
+            depth=x.depth,
             ancestors=[LinkRefOut(digest=a.digest, repository=a.repository, tags=a.tags) for a in x.ancestors],
             dependents=[DependentOut(repository=d.repository, tag=d.tag, digest=d.digest) for d in x.dependents],
-            logical_size=x.logical_size, stored_size=x.stored_size, shared_with_parent=x.shared_with_parent,
+            logical_size=x.logical_size,
+            stored_size=x.stored_size,
+            shared_with_parent=x.shared_with_parent,
         )
 
 
@@ -114,8 +148,14 @@ class RepositoriesOut(_Wire):
 
     @classmethod
     def from_page(cls, page: RepositoryPage) -> RepositoriesOut:
-        return cls(repositories=[RepositorySummaryOut(name=r.name, public=r.public, description=r.description,
-                                                      tags=r.tags, updated=r.updated) for r in page.items])
+        return cls(
+            repositories=[
+                RepositorySummaryOut(
+                    name=r.name, public=r.public, description=r.description, tags=r.tags, updated=r.updated
+                )
+                for r in page.items
+            ]
+        )
 
 
 class TagOut(_Wire):
@@ -154,11 +194,27 @@ class RepositoryOut(_Wire):
 
     @classmethod
     def from_detail(cls, d: RepositoryDetail) -> RepositoryOut:
-        return cls(name=d.name, public=d.public, description=d.description, created=d.created, updated=d.updated,
-                   tags=[TagOut(name=t.name, digest=t.digest, media_type=t.media_type, size=t.size,
-                                logical_size=t.logical_size, stored_size=t.stored_size, created=t.created,
-                                updated=t.updated) for t in d.tags],
-                   policy=None if d.policy is None else msgspec.convert(d.policy.to_json(), PolicyOut))
+        return cls(
+            name=d.name,
+            public=d.public,
+            description=d.description,
+            created=d.created,
+            updated=d.updated,
+            tags=[
+                TagOut(
+                    name=t.name,
+                    digest=t.digest,
+                    media_type=t.media_type,
+                    size=t.size,
+                    logical_size=t.logical_size,
+                    stored_size=t.stored_size,
+                    created=t.created,
+                    updated=t.updated,
+                )
+                for t in d.tags
+            ],
+            policy=None if d.policy is None else msgspec.convert(d.policy.to_json(), PolicyOut),
+        )
 
 
 class RetentionPatch(_Wire, forbid_unknown_fields=True):
@@ -185,9 +241,11 @@ class RepositoryPatch(_Wire, forbid_unknown_fields=True):
         return PolicyChange(
             immutable_tags=field(self.immutable_tags),  # type: ignore[arg-type]
             immutable_exempt=field(self.immutable_exempt),  # type: ignore[arg-type]
-            retention=UNCHANGED if retention is msgspec.UNSET else None if retention is None else {
-                "keepLast": retention.keep_last, "keepDays": retention.keep_days,
-                "pattern": retention.pattern},
+            retention=UNCHANGED
+            if retention is msgspec.UNSET
+            else None
+            if retention is None
+            else {"keepLast": retention.keep_last, "keepDays": retention.keep_days, "pattern": retention.pattern},
         )
 
 

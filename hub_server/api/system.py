@@ -21,8 +21,9 @@ class SystemController(Controller):
     tags = ["system"]
 
     @get("/v2", summary="OCI API version check; challenges callers without credentials")
-    async def v2_root(self, request: Request[Any, Any, Any], principal: NamedDependency[Principal]) -> Response[
-            dict[str, Any]]:
+    async def v2_root(
+        self, request: Request[Any, Any, Any], principal: NamedDependency[Principal]
+    ) -> Response[dict[str, Any]]:
         # Declaring the principal makes a bad token fail here with 401, as everywhere. A caller
         # without any credentials is challenged, so OCI clients learn where the token endpoint is;
         # one holding the anonymous token (it followed the challenge without credentials) is not.
@@ -31,15 +32,17 @@ class SystemController(Controller):
         return Response({}, headers={"Docker-Distribution-Api-Version": "registry/2.0"})
 
     @get("/healthz", summary="Database and blob store health")
-    async def healthz(self, principal: NamedDependency[Principal],
-                      registry: NamedDependency[Registry]) -> Response[HealthOut]:
+    async def healthz(
+        self, principal: NamedDependency[Principal], registry: NamedDependency[Registry]
+    ) -> Response[HealthOut]:
         ok, report = await registry.health()
         body = HealthOut(status="ok" if ok else "unavailable", database=report["database"], storage=report["storage"])
         return Response(body, status_code=200 if ok else 503)
 
     @get("/metrics", summary="Prometheus metrics", media_type="text/plain")
-    async def metrics(self, principal: NamedDependency[Principal],
-                      registry: NamedDependency[Registry]) -> Response[bytes]:
+    async def metrics(
+        self, principal: NamedDependency[Principal], registry: NamedDependency[Registry]
+    ) -> Response[bytes]:
         await registry.refresh_gauges()
         # How many private repositories exist is not everyone's business: admins only.
         data, content_type = registry.ctx.metrics.render(include_private=principal.is_admin)

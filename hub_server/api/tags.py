@@ -40,5 +40,7 @@ class TagController(Controller):
         last: Annotated[str | None, QueryParameter()] = None,
     ) -> Response[TagListOut]:
         page = await registry.tags.list(principal, ns, repo, n, last)  # n=0: an empty list, no Link
-        return Response(TagListOut(name=f"{ns}/{repo}", tags=page.items),
-                        headers=next_link(f"/v2/{ns}/{repo}/tags/list", n, page.next_last))
+        return Response(
+            TagListOut(name=f"{ns}/{repo}", tags=page.items),
+            headers=next_link(f"/v2/{ns}/{repo}/tags/list", n, page.next_last),
+        )

@@ -43,8 +43,12 @@ def token_realm(request: Request[Any, Any, Any]) -> tuple[str, str]:
 async def _answer(state: State, principal: Principal, scopes: list[str]) -> dict[str, Any]:
     service: RegistryTokenService = state.authenticator.registry_tokens
     issued = await service.issue(principal, grant(principal, parse_token_scopes(scopes)))
-    return {"token": issued.token, "access_token": issued.token, "expires_in": issued.expires_in,
-            "issued_at": issued.issued_at.isoformat().replace("+00:00", "Z")}
+    return {
+        "token": issued.token,
+        "access_token": issued.token,
+        "expires_in": issued.expires_in,
+        "issued_at": issued.issued_at.isoformat().replace("+00:00", "Z"),
+    }
 
 
 class TokenController(Controller):
@@ -78,8 +82,11 @@ class TokenController(Controller):
             refresh = (form.get("refresh_token") or [""])[0]
             principal = await authenticator.api_token_principal(f"Bearer {refresh}" if refresh else None)
         else:
-            raise HubError(ErrorCode.UNSUPPORTED, f"grant_type {grant_type[:40]!r} is not supported "
-                           "(use password or refresh_token)", {"grant_type": grant_type[:40]})
+            raise HubError(
+                ErrorCode.UNSUPPORTED,
+                f"grant_type {grant_type[:40]!r} is not supported (use password or refresh_token)",
+                {"grant_type": grant_type[:40]},
+            )
         request.scope["state"]["principal"] = principal
         scopes = [s for value in form.get("scope", []) for s in value.split()]
         return Response(await _answer(state, principal, scopes), headers={"Cache-Control": "no-store"})

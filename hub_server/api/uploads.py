@@ -40,8 +40,11 @@ def parse_content_range(value: str | None) -> tuple[int, int] | None:
         return None
     match = _CONTENT_RANGE.fullmatch(value.strip())
     if match is None or int(match.group(2)) < int(match.group(1)):
-        raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"malformed Content-Range {value[:80]!r} (want start-end)",
-                       {"contentRange": value[:80]})
+        raise HubError(
+            ErrorCode.BLOB_UPLOAD_INVALID,
+            f"malformed Content-Range {value[:80]!r} (want start-end)",
+            {"contentRange": value[:80]},
+        )
     return int(match.group(1)), int(match.group(2))
 
 
@@ -80,8 +83,9 @@ class UploadController(Controller):
         mount_from: Annotated[str | None, QueryParameter(name="from")] = None,
     ) -> Response[None]:
         body = body_stream(request) if digest is not None else None
-        result = await registry.uploads.start(principal, ns, repo, digest=digest, body=body, mount=mount,
-                                              mount_from=mount_from)
+        result = await registry.uploads.start(
+            principal, ns, repo, digest=digest, body=body, mount=mount, mount_from=mount_from
+        )
         return _respond(ns, repo, result)
 
     @patch("/{upload_id:str}", summary="Append to an upload", status_code=202)
@@ -96,8 +100,9 @@ class UploadController(Controller):
         content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
     ) -> Response[None]:
         with _session_position_on_416(ns, repo, upload_id):
-            status = await registry.uploads.append(principal, ns, repo, upload_id, body_stream(request),
-                                                   parse_content_range(content_range))
+            status = await registry.uploads.append(
+                principal, ns, repo, upload_id, body_stream(request), parse_content_range(content_range)
+            )
         return _respond(ns, repo, status)
 
     @get("/{upload_id:str}", summary="Upload status (resume from the committed size)", status_code=204)
@@ -112,8 +117,11 @@ class UploadController(Controller):
         status = await registry.uploads.status(principal, ns, repo, upload_id)
         return Response(b"", status_code=204, headers=upload_headers(ns, repo, upload_id, status.size))
 
-    @put("/{upload_id:str}", summary="Finish an upload (optionally with a last chunk at Content-Range): verify its "
-         "digest and publish it", status_code=201)
+    @put(
+        "/{upload_id:str}",
+        summary="Finish an upload (optionally with a last chunk at Content-Range): verify its digest and publish it",
+        status_code=201,
+    )
     async def finish(
         self,
         ns: FromPath[str],
@@ -126,8 +134,9 @@ class UploadController(Controller):
         content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
     ) -> Response[None]:
         with _session_position_on_416(ns, repo, upload_id):
-            blob = await registry.uploads.finish(principal, ns, repo, upload_id, digest, body_stream(request),
-                                                 parse_content_range(content_range))
+            blob = await registry.uploads.finish(
+                principal, ns, repo, upload_id, digest, body_stream(request), parse_content_range(content_range)
+            )
         return _respond(ns, repo, blob)
 
     @delete("/{upload_id:str}", summary="Cancel an upload", status_code=204)

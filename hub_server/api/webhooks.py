@@ -41,8 +41,9 @@ async def _in_namespace(service: WebhookService, ns: str, webhook_id: int) -> We
     for info in await service.list(ns):
         if info.id == webhook_id:
             return info
-    raise HubError(ErrorCode.NOT_FOUND, f"no webhook with id {webhook_id} in namespace {ns!r}",
-                   {"namespace": ns, "id": webhook_id})
+    raise HubError(
+        ErrorCode.NOT_FOUND, f"no webhook with id {webhook_id} in namespace {ns!r}", {"namespace": ns, "id": webhook_id}
+    )
 
 
 class WebhookController(Controller):
@@ -50,15 +51,26 @@ class WebhookController(Controller):
     tags = ["webhooks"]
 
     @get("/", summary="List a namespace's webhooks (admin)")
-    async def list_webhooks(self, ns: FromPath[str], principal: NamedDependency[Principal],
-                            state: State) -> list[dict[str, Any]]:
+    async def list_webhooks(
+        self, ns: FromPath[str], principal: NamedDependency[Principal], state: State
+    ) -> list[dict[str, Any]]:
         principal.require("admin")
         return [info.to_json() for info in await _service(state).list(ns)]
 
-    @post("/", summary="Add a webhook to a namespace (admin)", status_code=201,
-          operation_class=json_body(WebhookIn, "the webhook: url, secret and optionally events"))
-    async def add_webhook(self, ns: FromPath[str], body: RawBody, principal: NamedDependency[Principal],
-                          state: State, request: Request[Any, Any, Any]) -> dict[str, Any]:
+    @post(
+        "/",
+        summary="Add a webhook to a namespace (admin)",
+        status_code=201,
+        operation_class=json_body(WebhookIn, "the webhook: url, secret and optionally events"),
+    )
+    async def add_webhook(
+        self,
+        ns: FromPath[str],
+        body: RawBody,
+        principal: NamedDependency[Principal],
+        state: State,
+        request: Request[Any, Any, Any],
+    ) -> dict[str, Any]:
         principal.require("admin")
         data = decode_json_body(body, WebhookIn, "webhook")
         try:
@@ -69,8 +81,14 @@ class WebhookController(Controller):
         return info.to_json()
 
     @delete("/{webhook_id:int}", summary="Remove a webhook and its delivery log (admin)", status_code=204)
-    async def remove_webhook(self, ns: FromPath[str], webhook_id: FromPath[int], principal: NamedDependency[Principal],
-                             state: State, request: Request[Any, Any, Any]) -> Response[None]:
+    async def remove_webhook(
+        self,
+        ns: FromPath[str],
+        webhook_id: FromPath[int],
+        principal: NamedDependency[Principal],
+        state: State,
+        request: Request[Any, Any, Any],
+    ) -> Response[None]:
         principal.require("admin")
         info = await _in_namespace(_service(state), ns, webhook_id)
         await _service(state).remove(info.id)
@@ -78,9 +96,14 @@ class WebhookController(Controller):
         return Response(None, status_code=204)
 
     @get("/{webhook_id:int}/deliveries", summary="A webhook's delivery log, newest first (admin)")
-    async def deliveries(self, ns: FromPath[str], webhook_id: FromPath[int], principal: NamedDependency[Principal],
-                         state: State, limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 50,
-                         ) -> list[dict[str, Any]]:
+    async def deliveries(
+        self,
+        ns: FromPath[str],
+        webhook_id: FromPath[int],
+        principal: NamedDependency[Principal],
+        state: State,
+        limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 50,
+    ) -> list[dict[str, Any]]:
         principal.require("admin")
         info = await _in_namespace(_service(state), ns, webhook_id)
         return await _service(state).deliveries(info.id, limit)

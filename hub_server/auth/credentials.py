@@ -46,8 +46,14 @@ class Authenticator:
     MAX_CACHED = 10_000
     """Accepted headers kept at most (all forgotten when full: a flood of valid tokens only costs lookups)."""
 
-    def __init__(self, tokens: TokenService, registry_tokens: RegistryTokenService, *, cache_ttl: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        tokens: TokenService,
+        registry_tokens: RegistryTokenService,
+        *,
+        cache_ttl: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.tokens = tokens
         self.registry_tokens = registry_tokens
         self.cache_ttl = cache_ttl
@@ -71,8 +77,10 @@ class Authenticator:
         if self.cache_ttl > 0:
             if len(self._accepted) >= self.MAX_CACHED:
                 self._accepted.clear()
-            self._accepted[authorization] = (principal, now + (self.cache_ttl if left is None
-                                                               else min(self.cache_ttl, left)))
+            self._accepted[authorization] = (
+                principal,
+                now + (self.cache_ttl if left is None else min(self.cache_ttl, left)),
+            )
         return principal
 
     async def _authenticate(self, authorization: str) -> tuple[Principal, float | None]:

@@ -59,8 +59,7 @@ class Forbidden(AuthError):
     answer then challenges the client to ask the token endpoint for that Docker scope.
     """
 
-    def __init__(self, message: str, action: str = "", repository: str | None = None,
-                 scope: str | None = None) -> None:
+    def __init__(self, message: str, action: str = "", repository: str | None = None, scope: str | None = None) -> None:
         self.action = action
         self.repository = repository
         self.scope = scope

@@ -35,8 +35,7 @@ from hub_server.auth.models import RegistryToken, Token, utcnow
 from hub_server.auth.scopes import Principal, Scope
 from hub_server.auth.tokens import hash_secret
 
-__all__ = ["ANONYMOUS_TOKEN", "REGISTRY_TOKEN_LIFETIME", "REGISTRY_TOKEN_PREFIX", "IssuedToken",
-           "RegistryTokenService"]
+__all__ = ["ANONYMOUS_TOKEN", "REGISTRY_TOKEN_LIFETIME", "REGISTRY_TOKEN_PREFIX", "IssuedToken", "RegistryTokenService"]
 
 REGISTRY_TOKEN_PREFIX = "fkr_"
 REGISTRY_TOKEN_LIFETIME = timedelta(minutes=5)
@@ -56,8 +55,9 @@ class IssuedToken:
 class RegistryTokenService:
     """Issues and checks registry tokens. ``clock`` exists so tests can move time without sleeping."""
 
-    def __init__(self, session_factory: async_sessionmaker[AsyncSession], *,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self, session_factory: async_sessionmaker[AsyncSession], *, clock: Callable[[], datetime] = utcnow
+    ) -> None:
         self._sessions = session_factory
         self._clock = clock
 
@@ -76,13 +76,20 @@ class RegistryTokenService:
         secret = REGISTRY_TOKEN_PREFIX + secrets.token_urlsafe(32)
         async with self._sessions() as session:
             await session.exec(delete(RegistryToken).where(col(RegistryToken.expires_at) <= now))
-            found = await session.exec(select(Token.id).where(Token.name == parent.name,
-                                                              col(Token.revoked_at).is_(None)))
+            found = await session.exec(
+                select(Token.id).where(Token.name == parent.name, col(Token.revoked_at).is_(None))
+            )
             parent_id = found.first()
             if parent_id is None:
                 raise Unauthorized("the token has been revoked", "revoked")
-            session.add(RegistryToken(token_hash=hash_secret(secret), parent_id=parent_id,
-                                      scopes=json.dumps(list(scopes)), expires_at=now + REGISTRY_TOKEN_LIFETIME))
+            session.add(
+                RegistryToken(
+                    token_hash=hash_secret(secret),
+                    parent_id=parent_id,
+                    scopes=json.dumps(list(scopes)),
+                    expires_at=now + REGISTRY_TOKEN_LIFETIME,
+                )
+            )
             await session.commit()
         return IssuedToken(secret, int(REGISTRY_TOKEN_LIFETIME.total_seconds()), now)
 
@@ -106,10 +113,13 @@ class RegistryTokenService:
             raise Unauthorized("malformed registry token", "malformed")
         digest = hash_secret(secret)
         async with self._sessions() as session:
-            row = (await session.exec(
-                select(RegistryToken, Token).join(Token, col(Token.id) == col(RegistryToken.parent_id))
-                .where(RegistryToken.token_hash == digest)
-            )).first()
+            row = (
+                await session.exec(
+                    select(RegistryToken, Token)
+                    .join(Token, col(Token.id) == col(RegistryToken.parent_id))
+                    .where(RegistryToken.token_hash == digest)
+                )
+            ).first()
         if row is None or not hmac.compare_digest(row[0].token_hash, digest):
             raise Unauthorized("unknown token", "unknown")
         issued, parent = row
@@ -119,5 +129,8 @@ class RegistryTokenService:
         if issued.expires_at <= now or (parent.expires_at is not None and parent.expires_at <= now):
             raise Unauthorized("the token has expired", "expired")
         ends = issued.expires_at if parent.expires_at is None else min(issued.expires_at, parent.expires_at)
-        return Principal(parent.name, tuple(Scope.parse(s) for s in json.loads(issued.scopes)),
-                         grantable=tuple(Scope.parse(s) for s in parent.scope_list)), (ends - now).total_seconds()
+        return Principal(
+            parent.name,
+            tuple(Scope.parse(s) for s in json.loads(issued.scopes)),
+            grantable=tuple(Scope.parse(s) for s in parent.scope_list),
+        ), (ends - now).total_seconds()

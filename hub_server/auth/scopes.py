@@ -159,8 +159,12 @@ class Principal:
     def insufficient_scope(self, action: Action, repository: str) -> Forbidden:
         """The 403 (RFC 6750 ``insufficient_scope``, with a challenge) that sends a registry-token client
         back to the token endpoint for ``action``."""
-        return Forbidden(f"this token's scope does not include {action} access to {repository!r}; "
-                         "request a token with it", action, repository, repository_scope(repository, action))
+        return Forbidden(
+            f"this token's scope does not include {action} access to {repository!r}; request a token with it",
+            action,
+            repository,
+            repository_scope(repository, action),
+        )
 
     def require(self, action: Action, repository: str | None = None) -> None:
         """Return if :meth:`can` allows ``action`` on ``repository``, else raise what the wire needs.

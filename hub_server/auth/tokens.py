@@ -180,9 +180,7 @@ class TokenService:
             expires_at=None if expires_in is None else now + expires_in,
         )
         async with self._sessions() as session:
-            existing = await session.exec(
-                select(Token.id).where(Token.name == name, col(Token.revoked_at).is_(None))
-            )
+            existing = await session.exec(select(Token.id).where(Token.name == name, col(Token.revoked_at).is_(None)))
             if existing.first() is not None:
                 raise TokenExists(name)
             session.add(row)
@@ -205,9 +203,7 @@ class TokenService:
             TokenNotFound: no unrevoked token has that name.
         """
         async with self._sessions() as session:
-            result = await session.exec(
-                select(Token).where(Token.name == name, col(Token.revoked_at).is_(None))
-            )
+            result = await session.exec(select(Token).where(Token.name == name, col(Token.revoked_at).is_(None)))
             row = result.first()
         if row is None:
             raise TokenNotFound(name)
@@ -220,9 +216,7 @@ class TokenService:
             TokenNotFound: no token has that name, or it is already revoked.
         """
         async with self._sessions() as session:
-            result = await session.exec(
-                select(Token).where(Token.name == name, col(Token.revoked_at).is_(None))
-            )
+            result = await session.exec(select(Token).where(Token.name == name, col(Token.revoked_at).is_(None)))
             row = result.first()
             if row is None:
                 revoked = await session.exec(select(Token.id).where(Token.name == name))

@@ -75,8 +75,9 @@ def _time(*, index: bool = False) -> Any:
 
 def _digest_fk(target: str, *, primary_key: bool = False, index: bool = False, ondelete: str = "CASCADE") -> Any:
     return Field(
-        sa_column=Column(DIGEST_TYPE, ForeignKey(target, ondelete=ondelete), primary_key=primary_key,
-                         nullable=False, index=index)
+        sa_column=Column(
+            DIGEST_TYPE, ForeignKey(target, ondelete=ondelete), primary_key=primary_key, nullable=False, index=index
+        )
     )
 
 
@@ -122,9 +123,7 @@ class Blob(SQLModel, table=True):
 class RepositoryBlob(SQLModel, table=True):
     __tablename__ = "repository_blobs"
 
-    repository_id: int = Field(
-        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
-    )
+    repository_id: int = Field(sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True))
     blob_digest: str = _digest_fk("blobs.digest", primary_key=True, index=True)
     created_at: datetime = _time()
 
@@ -168,9 +167,7 @@ class ManifestSubject(SQLModel, table=True):
 class RepositoryManifest(SQLModel, table=True):
     __tablename__ = "repository_manifests"
 
-    repository_id: int = Field(
-        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
-    )
+    repository_id: int = Field(sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True))
     manifest_digest: str = _digest_fk("manifests.digest", primary_key=True, index=True)
     created_at: datetime = _time()
 
@@ -178,9 +175,7 @@ class RepositoryManifest(SQLModel, table=True):
 class Tag(SQLModel, table=True):
     __tablename__ = "tags"
 
-    repository_id: int = Field(
-        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
-    )
+    repository_id: int = Field(sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True))
     name: str = Field(sa_column=Column(String(128), primary_key=True))
     manifest_digest: str = _digest_fk("manifests.digest", index=True, ondelete="RESTRICT")
     updated_at: datetime = _time()
@@ -221,8 +216,9 @@ class Frame(SQLModel, table=True):
     digest: str = Field(sa_column=Column(DIGEST_TYPE, primary_key=True))
     chunk_digest: str = Field(sa_column=Column(DIGEST_TYPE, nullable=False, index=True))
     raw_length: int
-    pack_key: str = Field(sa_column=Column(String(200), ForeignKey("packs.key", ondelete="RESTRICT"),
-                                           nullable=False, index=True))
+    pack_key: str = Field(
+        sa_column=Column(String(200), ForeignKey("packs.key", ondelete="RESTRICT"), nullable=False, index=True)
+    )
     pack_offset: int = Field(sa_column=Column(BigInteger, nullable=False))
     length: int
 

@@ -24,9 +24,7 @@ __all__ = ["RepositoryPolicy"]
 class RepositoryPolicy(SQLModel, table=True):
     __tablename__ = "repository_policies"
 
-    repository_id: int = Field(
-        sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
-    )
+    repository_id: int = Field(sa_column=Column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True))
     immutable_tags: bool | None = Field(default=None, sa_column=Column(Boolean, nullable=True))
     """True: a tag never moves to another digest once set; None: the hub-wide default."""
     immutable_exempt: str | None = Field(default=None, sa_column=Column(String(256), nullable=True))

@@ -33,8 +33,15 @@ from sqlmodel import SQLModel
 from hub_server.db.engine import import_models
 
 __all__ = [
-    "BASELINE", "UNMODELLED_TABLES", "SchemaMismatch", "SchemaState", "ensure_current", "head_revision",
-    "include_object", "state", "upgrade",
+    "BASELINE",
+    "UNMODELLED_TABLES",
+    "SchemaMismatch",
+    "SchemaState",
+    "ensure_current",
+    "head_revision",
+    "include_object",
+    "state",
+    "upgrade",
 ]
 
 REVISIONS = Path(__file__).with_name("revisions")
@@ -130,8 +137,7 @@ def _upgrade(conn: Connection) -> list[str]:
         return scripts._upgrade_revs(now.head, heads)  # noqa: SLF001 - what alembic's upgrade command calls
 
     with EnvironmentContext(Config(), scripts, fn=steps, destination_rev=now.head) as env:
-        env.configure(connection=conn, target_metadata=SQLModel.metadata,
-                      render_as_batch=conn.dialect.name == "sqlite")
+        env.configure(connection=conn, target_metadata=SQLModel.metadata, render_as_batch=conn.dialect.name == "sqlite")
         if now.legacy:
             env.get_context().stamp(scripts, BASELINE)
         with env.begin_transaction():
@@ -161,11 +167,14 @@ async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> list[str]:
         return []
     if not migrate:
         at = "empty" if now.current is None else f"at revision {now.current}"
-        raise SchemaMismatch(f"the database schema is {at}, this forkd-hub needs revision {now.head}: "
-                             "run `forkd-hub migrate` first")
+        raise SchemaMismatch(
+            f"the database schema is {at}, this forkd-hub needs revision {now.head}: run `forkd-hub migrate` first"
+        )
     return await upgrade(engine)
 
 
 def _newer_message(now: SchemaState) -> str:
-    return (f"the database schema is at revision {now.current}, newer than this forkd-hub knows "
-            f"(its newest is {now.head}): run the forkd-hub version that migrated it, or a later one")
+    return (
+        f"the database schema is at revision {now.current}, newer than this forkd-hub knows "
+        f"(its newest is {now.head}): run the forkd-hub version that migrated it, or a later one"
+    )

@@ -94,8 +94,14 @@ def check_readable(principal: Principal, full: str, repo: _R | None) -> _R:
 
 
 async def writable_repository(
-    session: AsyncSession, principal: Principal, namespace: str, name: str, *, action: Action = "push",
-    create: bool = False, public: bool = False,
+    session: AsyncSession,
+    principal: Principal,
+    namespace: str,
+    name: str,
+    *,
+    action: Action = "push",
+    create: bool = False,
+    public: bool = False,
 ) -> Repository:
     """The repository ``principal`` may ``action`` on; created (private unless ``public``) when
     ``create`` and missing. Commits nothing itself except a creation.
@@ -117,10 +123,20 @@ async def ensure_repository(session: AsyncSession, namespace: str, name: str, *,
     """Find or create (private unless ``public``) a repository, inside the caller's transaction."""
     now = utcnow()
     # Insert-or-ignore: a concurrent first push may win the race; either way it exists after.
-    await insert_ignore(session, Repository, [{
-        "namespace": namespace, "name": name, "public": public, "description": "",
-        "created_at": now, "updated_at": now,
-    }])
+    await insert_ignore(
+        session,
+        Repository,
+        [
+            {
+                "namespace": namespace,
+                "name": name,
+                "public": public,
+                "description": "",
+                "created_at": now,
+                "updated_at": now,
+            }
+        ],
+    )
     repo = await find_repository(session, namespace, name)
     assert repo is not None
     return repo

@@ -51,8 +51,9 @@ def _union(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-async def plan_segments(ctx: RegistryContext, digest: str, ranges: Sequence[tuple[int, int]]
-                        ) -> tuple[list[str], list[list[int]]]:
+async def plan_segments(
+    ctx: RegistryContext, digest: str, ranges: Sequence[tuple[int, int]]
+) -> tuple[list[str], list[list[int]]]:
     """``(pack keys, segments)`` of recipe blob ``digest`` for inclusive ``ranges``: segments as in
     the plan, their source an index into the pack keys. One query for the frames under the ranges' hull."""
     wanted = _union(ranges)
@@ -81,5 +82,11 @@ async def blob_plan(ctx: RegistryContext, digest: str, size: int, ranges: Sequen
     """
     packs, out = await plan_segments(ctx, digest, ranges)
     urls = [await ctx.store.redirect_url(pack, expires_in=ctx.redirect_expiry) for pack in packs]
-    return {"mediaType": BLOB_PLAN, "digest": digest, "size": size, "expiresIn": ctx.redirect_expiry,
-            "sources": urls, "segments": out}
+    return {
+        "mediaType": BLOB_PLAN,
+        "digest": digest,
+        "size": size,
+        "expiresIn": ctx.redirect_expiry,
+        "sources": urls,
+        "segments": out,
+    }

@@ -63,8 +63,9 @@ async def publish_blob(
         await ctx.store.move(staged_key, target)
     now = ctx.clock()
     await insert_ignore(session, Blob, [{"digest": digest, "size": size, "media_type": None, "created_at": now}])
-    await insert_ignore(session, RepositoryBlob,
-                        [{"repository_id": repository_id, "blob_digest": digest, "created_at": now}])
+    await insert_ignore(
+        session, RepositoryBlob, [{"repository_id": repository_id, "blob_digest": digest, "created_at": now}]
+    )
     await session.commit()
 
 
@@ -111,13 +112,19 @@ class BlobService:
         digest = str(parsed)
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
-            row = (await session.exec(
-                select(Blob).join(RepositoryBlob, RepositoryBlob.blob_digest == Blob.digest)  # type: ignore[arg-type]
-                .where(RepositoryBlob.repository_id == repo.id, Blob.digest == digest)
-            )).first()
+            row = (
+                await session.exec(
+                    select(Blob)
+                    .join(RepositoryBlob, RepositoryBlob.blob_digest == Blob.digest)  # type: ignore[arg-type]
+                    .where(RepositoryBlob.repository_id == repo.id, Blob.digest == digest)
+                )
+            ).first()
         if row is None:
-            raise HubError(ErrorCode.BLOB_UNKNOWN, f"blob {digest} is not in {repo.full_name}",
-                           {"digest": digest, "name": repo.full_name})
+            raise HubError(
+                ErrorCode.BLOB_UNKNOWN,
+                f"blob {digest} is not in {repo.full_name}",
+                {"digest": digest, "name": repo.full_name},
+            )
         url = None
         store = self.ctx.store
         recipe = await has_recipe(self.ctx, digest)
@@ -134,8 +141,9 @@ class BlobUnlinker:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def unlink(self, principal: Principal, namespace: str, name: str, digest: str,
-                     remote: str | None = None) -> None:
+    async def unlink(
+        self, principal: Principal, namespace: str, name: str, digest: str, remote: str | None = None
+    ) -> None:
         """Remove ``digest``'s link to ``namespace/name``.
 
         Raises: Unauthorized/Forbidden (delete scope), HubError(NAME_INVALID, NAME_UNKNOWN, DIGEST_INVALID,
@@ -150,12 +158,14 @@ class BlobUnlinker:
                 raise unknown_repository(full)
             link = await session.get(RepositoryBlob, (repo.id, digest))
             if link is None:
-                raise HubError(ErrorCode.BLOB_UNKNOWN, f"blob {digest} is not in {full}", {"digest": digest,
-                                                                                         "name": full})
+                raise HubError(
+                    ErrorCode.BLOB_UNKNOWN, f"blob {digest} is not in {full}", {"digest": digest, "name": full}
+                )
             await session.delete(link)
             await session.commit()
-        await self.ctx.audit.record(principal.actor, "delete", repository=full, digest=digest, remote=remote,
-                                    detail={"blob": True})
+        await self.ctx.audit.record(
+            principal.actor, "delete", repository=full, digest=digest, remote=remote, detail={"blob": True}
+        )
 
 
 async def read_blob_bytes(ctx: RegistryContext, digest: str, limit: int, what: str) -> bytes:
@@ -167,12 +177,13 @@ async def read_blob_bytes(ctx: RegistryContext, digest: str, limit: int, what: s
     try:
         info = await ctx.store.stat(key)
         if info.size > limit:
-            raise HubError(ErrorCode.MANIFEST_INVALID,
-                           f"{what} {digest} is {info.size} bytes, over the {limit}-byte limit",
-                           {"digest": digest, "limit": limit})
+            raise HubError(
+                ErrorCode.MANIFEST_INVALID,
+                f"{what} {digest} is {info.size} bytes, over the {limit}-byte limit",
+                {"digest": digest, "limit": limit},
+            )
         return await ctx.store.read(key)
     except BlobNotFound:
-        raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, f"{what} {digest} is missing from storage",
-                       {"blobs": [digest]}) from None
-
-
+        raise HubError(
+            ErrorCode.MANIFEST_BLOB_UNKNOWN, f"{what} {digest} is missing from storage", {"blobs": [digest]}
+        ) from None

@@ -108,10 +108,14 @@ class BrowseService:
         async with self.ctx.sessions() as session:
             recent = await search_repositories(session, principal, SearchQuery(sort="updated", per_page=HOME_LIST))
             pulled = await search_repositories(session, principal, SearchQuery(sort="pulls", per_page=HOME_LIST))
-            tags = (await session.exec(
-                select(func.count()).select_from(Tag)
-                .join(Repository, col(Repository.id) == col(Tag.repository_id)).where(visible(principal))
-            )).one()
+            tags = (
+                await session.exec(
+                    select(func.count())
+                    .select_from(Tag)
+                    .join(Repository, col(Repository.id) == col(Tag.repository_id))
+                    .where(visible(principal))
+                )
+            ).one()
         return Home(recent.items, [r for r in pulled.items if r.pull_count > 0], recent.total, tags)
 
     async def search(self, principal: Principal, query: SearchQuery) -> tuple[SearchResults, Facets]:
@@ -135,8 +139,9 @@ class BrowseService:
     async def namespace(self, principal: Principal, namespace: str, page: int = 1) -> SearchResults:
         """A page of the readable repositories in ``namespace``; NAME_UNKNOWN when there is none."""
         async with self.ctx.sessions() as session:
-            results = await search_repositories(session, principal,
-                                                SearchQuery(namespace=namespace, sort="name", page=page))
+            results = await search_repositories(
+                session, principal, SearchQuery(namespace=namespace, sort="name", page=page)
+            )
         if results.total == 0:
             raise HubError(ErrorCode.NAME_UNKNOWN, f"namespace {namespace[:64]} not found", {"name": namespace[:64]})
         return results
@@ -147,20 +152,49 @@ class BrowseService:
             raise HubError(ErrorCode.INVALID_REQUEST, "page must be 1 or more", {"field": "page"})
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
-            total = (await session.exec(select(func.count()).select_from(Tag)
-                                        .where(col(Tag.repository_id) == repo.id))).one()
-            rows = (await session.exec(
-                select(Tag, Manifest).join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
-                .where(col(Tag.repository_id) == repo.id)
-                .order_by(col(Tag.updated_at).desc(), col(Tag.name))
-                .limit(TAGS_PER_PAGE).offset((page - 1) * TAGS_PER_PAGE)
-            )).all()
+            total = (
+                await session.exec(select(func.count()).select_from(Tag).where(col(Tag.repository_id) == repo.id))
+            ).one()
+            rows = (
+                await session.exec(
+                    select(Tag, Manifest)
+                    .join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
+                    .where(col(Tag.repository_id) == repo.id)
+                    .order_by(col(Tag.updated_at).desc(), col(Tag.name))
+                    .limit(TAGS_PER_PAGE)
+                    .offset((page - 1) * TAGS_PER_PAGE)
+                )
+            ).all()
             pushers = await _pushers(session, repo.full_name, [(t.name, t.manifest_digest) for t, _ in rows])
             policy = await effective_policy(session, self.ctx, repo.id)  # type: ignore[arg-type]
-        tags = [TagRow(t.name, t.manifest_digest, t.updated_at, pushers.get(t.name), m.logical_size, m.stored_size,
-                       m.shared_with_parent, dict(m.compat), m.parent_digest is not None) for t, m in rows]
-        return RepositoryView(repo.namespace, repo.name, repo.public, repo.description, repo.created_at,
-                              repo.updated_at, repo.pull_count, tags, total, page, TAGS_PER_PAGE, policy)
+        tags = [
+            TagRow(
+                t.name,
+                t.manifest_digest,
+                t.updated_at,
+                pushers.get(t.name),
+                m.logical_size,
+                m.stored_size,
+                m.shared_with_parent,
+                dict(m.compat),
+                m.parent_digest is not None,
+            )
+            for t, m in rows
+        ]
+        return RepositoryView(
+            repo.namespace,
+            repo.name,
+            repo.public,
+            repo.description,
+            repo.created_at,
+            repo.updated_at,
+            repo.pull_count,
+            tags,
+            total,
+            page,
+            TAGS_PER_PAGE,
+            policy,
+        )
 
     async def layer(self, principal: Principal, namespace: str, name: str, ref: str) -> LayerView:
         """The layer page of ``namespace/name`` at ``ref`` (tag or digest)."""
@@ -172,10 +206,15 @@ async def _pushers(session: AsyncSession, repository: str, tags: list[tuple[str,
     if not tags:
         return {}
     current = dict(tags)
-    rows = (await session.exec(
-        select(AuditEvent.reference, AuditEvent.digest, AuditEvent.actor)
-        .where(col(AuditEvent.repository) == repository, col(AuditEvent.action) == "tag",
-               col(AuditEvent.reference).in_(list(current)))
-        .order_by(col(AuditEvent.id))
-    )).all()
+    rows = (
+        await session.exec(
+            select(AuditEvent.reference, AuditEvent.digest, AuditEvent.actor)
+            .where(
+                col(AuditEvent.repository) == repository,
+                col(AuditEvent.action) == "tag",
+                col(AuditEvent.reference).in_(list(current)),
+            )
+            .order_by(col(AuditEvent.id))
+        )
+    ).all()
     return {ref: actor for ref, digest, actor in rows if ref is not None and current.get(ref) == digest}

@@ -81,8 +81,13 @@ class CatalogService:
         return Page(names[:size], names[size - 1] if more else None)
 
     async def repositories(
-        self, principal: Principal, *, namespace: str | None = None, q: str | None = None,
-        n: int | None = None, last: str | None = None,
+        self,
+        principal: Principal,
+        *,
+        namespace: str | None = None,
+        q: str | None = None,
+        n: int | None = None,
+        last: str | None = None,
     ) -> RepositoryPage:
         """Repositories the caller can see, optionally in one namespace and matching ``q``
         (a case-insensitive substring of the name or the description)."""
@@ -90,15 +95,18 @@ class CatalogService:
         needle = (q or "").strip().lower()
         async with self.ctx.sessions() as session:
             repos = [
-                r for r in await _visible(session, principal, namespace)
+                r
+                for r in await _visible(session, principal, namespace)
                 if (not last or r.full_name > last)
                 and (not needle or needle in r.full_name.lower() or needle in r.description.lower())
             ]
             more = len(repos) > size
             repos = repos[:size]
             tags = await _tag_names(session, [r.id for r in repos])  # type: ignore[misc]
-        items = [RepositorySummary(r.full_name, r.public, r.description, tags.get(r.id, []), r.updated_at)  # type: ignore[arg-type]
-                 for r in repos]
+        items = [
+            RepositorySummary(r.full_name, r.public, r.description, tags.get(r.id, []), r.updated_at)  # type: ignore[arg-type]
+            for r in repos
+        ]
         return RepositoryPage(items, items[-1].name if more else None)
 
     async def repository(self, principal: Principal, namespace: str, name: str) -> RepositoryDetail:
@@ -108,14 +116,24 @@ class CatalogService:
             return await _detail(session, repo, self.ctx)
 
     async def update(
-        self, principal: Principal, namespace: str, name: str, *, public: bool | None = None,
-        description: str | None = None, policy: PolicyChange | None = None, remote: str | None = None,
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        *,
+        public: bool | None = None,
+        description: str | None = None,
+        policy: PolicyChange | None = None,
+        remote: str | None = None,
     ) -> RepositoryDetail:
         """Change visibility and/or description (needs push or admin on the repository), and the
         tag policies (needs admin: ``registry/policy.py``). All or nothing: a bad field changes nothing."""
         if description is not None and len(description) > MAX_DESCRIPTION:
-            raise HubError(ErrorCode.INVALID_REQUEST, f"description is over {MAX_DESCRIPTION} characters",
-                           {"field": "description", "limit": MAX_DESCRIPTION})
+            raise HubError(
+                ErrorCode.INVALID_REQUEST,
+                f"description is over {MAX_DESCRIPTION} characters",
+                {"field": "description", "limit": MAX_DESCRIPTION},
+            )
         async with self.ctx.sessions() as session:
             repo = await writable_repository(session, principal, namespace, name)
             changes: dict = {}
@@ -135,12 +153,14 @@ class CatalogService:
                 self.ctx.cache.forget_repository(namespace, name)  # made private: no cached read may outlive it
             detail = await _detail(session, repo, self.ctx)
         if policy_changes:
-            await self.ctx.audit.record(principal.actor, "policy", repository=repo.full_name, remote=remote,
-                                        detail=policy_changes)
+            await self.ctx.audit.record(
+                principal.actor, "policy", repository=repo.full_name, remote=remote, detail=policy_changes
+            )
         if changes:
             action = "visibility" if "public" in changes else "update"
-            await self.ctx.audit.record(principal.actor, action, repository=repo.full_name, remote=remote,
-                                        detail=changes)
+            await self.ctx.audit.record(
+                principal.actor, action, repository=repo.full_name, remote=remote, detail=changes
+            )
         return detail
 
 
@@ -154,18 +174,26 @@ async def _visible(session: AsyncSession, principal: Principal, namespace: str |
 async def _tag_names(session: AsyncSession, repo_ids: list[int]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     if repo_ids:
-        rows = await session.exec(select(Tag.repository_id, Tag.name).where(col(Tag.repository_id).in_(repo_ids))
-                                  .order_by(col(Tag.name)))
+        rows = await session.exec(
+            select(Tag.repository_id, Tag.name).where(col(Tag.repository_id).in_(repo_ids)).order_by(col(Tag.name))
+        )
         for repo_id, tag in rows.all():
             out.setdefault(repo_id, []).append(tag)
     return out
 
 
 async def _detail(session: AsyncSession, repo: Repository, ctx: RegistryContext) -> RepositoryDetail:
-    rows = await session.exec(select(Tag, Manifest).join(Manifest, Manifest.digest == Tag.manifest_digest)  # type: ignore[arg-type]
-                              .where(Tag.repository_id == repo.id).order_by(col(Tag.name)))
-    tags = [TagDetail(t.name, m.digest, m.media_type, m.size, m.logical_size, m.stored_size, m.created_at, t.updated_at)
-            for t, m in rows.all()]
+    rows = await session.exec(
+        select(Tag, Manifest)
+        .join(Manifest, Manifest.digest == Tag.manifest_digest)  # type: ignore[arg-type]
+        .where(Tag.repository_id == repo.id)
+        .order_by(col(Tag.name))
+    )
+    tags = [
+        TagDetail(t.name, m.digest, m.media_type, m.size, m.logical_size, m.stored_size, m.created_at, t.updated_at)
+        for t, m in rows.all()
+    ]
     policy = await effective_policy(session, ctx, repo.id)  # type: ignore[arg-type]
-    return RepositoryDetail(repo.full_name, repo.public, repo.description, repo.created_at, repo.updated_at, tags,
-                            policy)
+    return RepositoryDetail(
+        repo.full_name, repo.public, repo.description, repo.created_at, repo.updated_at, tags, policy
+    )

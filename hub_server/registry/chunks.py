@@ -58,8 +58,11 @@ class ChunkService:
         full = check_repository(namespace, name)
         limit = self.ctx.limits.chunks_per_query
         if len(digests) > limit:
-            raise HubError(ErrorCode.TOO_LARGE, f"{len(digests)} digests in one query, the limit is {limit}",
-                           {"limit": limit, "size": len(digests)})
+            raise HubError(
+                ErrorCode.TOO_LARGE,
+                f"{len(digests)} digests in one query, the limit is {limit}",
+                {"limit": limit, "size": len(digests)},
+            )
         wanted = list(dict.fromkeys(check_digest(d) for d in digests))
         async with self.ctx.sessions() as session:
             repo = await find_repository(session, namespace, name)

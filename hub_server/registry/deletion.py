@@ -61,13 +61,21 @@ class DeleteService:
         self.ctx = ctx
 
     async def delete(
-        self, principal: Principal, namespace: str, name: str, ref: str, *,
-        cascade: bool = False, force: bool = False, remote: str | None = None,
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        ref: str,
+        *,
+        cascade: bool = False,
+        force: bool = False,
+        remote: str | None = None,
     ) -> DeleteResult:
         """Delete what ``ref`` names from ``namespace/name`` (see the module docstring)."""
         if cascade and force:
-            raise HubError(ErrorCode.UNSUPPORTED, "cascade and force cannot be combined",
-                           {"cascade": True, "force": True})
+            raise HubError(
+                ErrorCode.UNSUPPORTED, "cascade and force cannot be combined", {"cascade": True, "force": True}
+            )
         full = check_repository(namespace, name)
         reference = parse_reference(ref)
         require(principal, "delete", full)
@@ -100,11 +108,20 @@ class DeleteService:
         for r in removed:  # tags and links gone, here and (cascade) in other repositories
             self.ctx.cache.forget_repository(*r.repository.split("/", 1))
         for r in removed:
-            await self.ctx.audit.record(principal.actor, "delete", repository=r.repository, digest=r.digest,
-                                        reference=",".join(r.tags) or None, remote=remote,
-                                        detail={"cascade": cascade, "force": force,
-                                                # only a tag went: the manifest it named stays
-                                                **({"tagDigest": digest} if r.digest is None else {})})
+            await self.ctx.audit.record(
+                principal.actor,
+                "delete",
+                repository=r.repository,
+                digest=r.digest,
+                reference=",".join(r.tags) or None,
+                remote=remote,
+                detail={
+                    "cascade": cascade,
+                    "force": force,
+                    # only a tag went: the manifest it named stays
+                    **({"tagDigest": digest} if r.digest is None else {}),
+                },
+            )
         return DeleteResult(removed)
 
 
@@ -114,15 +131,19 @@ async def _is_forkd(session: AsyncSession, digest: str) -> bool:
 
 
 async def _tags_on(session: AsyncSession, repo: Repository, digest: str) -> list[str]:
-    rows = await session.exec(select(Tag.name).where(Tag.repository_id == repo.id, Tag.manifest_digest == digest)
-                              .order_by(col(Tag.name)))
+    rows = await session.exec(
+        select(Tag.name).where(Tag.repository_id == repo.id, Tag.manifest_digest == digest).order_by(col(Tag.name))
+    )
     return list(rows.all())
 
 
 async def _unlink(session: AsyncSession, repo: Repository, digest: str) -> None:
     await session.exec(delete(Tag).where(col(Tag.repository_id) == repo.id, col(Tag.manifest_digest) == digest))
-    await session.exec(delete(RepositoryManifest).where(
-        col(RepositoryManifest.repository_id) == repo.id, col(RepositoryManifest.manifest_digest) == digest))
+    await session.exec(
+        delete(RepositoryManifest).where(
+            col(RepositoryManifest.repository_id) == repo.id, col(RepositoryManifest.manifest_digest) == digest
+        )
+    )
 
 
 async def _dependent_holders(session: AsyncSession, digest: str) -> list[_Holder]:
@@ -149,8 +170,7 @@ def _describe(principal: Principal, holders: list[_Holder]) -> tuple[list[dict[s
         if not can_read(principal, h.repo):
             hidden += 1
             continue
-        visible.extend({"repository": h.repo.full_name, "tag": tag, "digest": h.digest}
-                       for tag in h.tags or [None])  # type: ignore[list-item]
+        visible.extend({"repository": h.repo.full_name, "tag": tag, "digest": h.digest} for tag in h.tags or [None])  # type: ignore[list-item]
     return visible, hidden
 
 
@@ -167,5 +187,8 @@ def _require_delete_on_all(principal: Principal, holders: list[_Holder]) -> None
     lacking = [h for h in holders if not principal.can("delete", h.repo.full_name)]
     if lacking:
         visible, hidden = _describe(principal, lacking)
-        raise HubError(ErrorCode.DENIED, "cascade needs delete access to every dependent's repository",
-                       {"dependents": visible, "others": hidden})
+        raise HubError(
+            ErrorCode.DENIED,
+            "cascade needs delete access to every dependent's repository",
+            {"dependents": visible, "others": hidden},
+        )

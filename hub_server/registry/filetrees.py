@@ -78,19 +78,23 @@ SHARED_CACHE = ChunkListCache()
 
 
 def _mismatch(where: str, chunk_map: ChunkMap, actual: str) -> HubError:
-    return HubError(ErrorCode.MANIFEST_INVALID,
-                    f"{where}: file {chunk_map.file} declares digest {chunk_map.digest}, but its chunks produce "
-                    f"{actual}: the layer could never be pulled",
-                    {"file": chunk_map.file, "digest": chunk_map.digest, "actual": actual})
+    return HubError(
+        ErrorCode.MANIFEST_INVALID,
+        f"{where}: file {chunk_map.file} declares digest {chunk_map.digest}, but its chunks produce "
+        f"{actual}: the layer could never be pulled",
+        {"file": chunk_map.file, "digest": chunk_map.digest, "actual": actual},
+    )
 
 
 def _apply(parent: ChunkList | None, chunk_map: ChunkMap, where: str) -> ChunkList:
     try:
-        return apply_map(parent, ((e.index, e.digest) for e in chunk_map.entries), chunk_map.size,
-                         chunk_map.chunk_size)
+        return apply_map(parent, ((e.index, e.digest) for e in chunk_map.entries), chunk_map.size, chunk_map.chunk_size)
     except (ValueError, IndexError, ManifestError) as e:
-        raise HubError(ErrorCode.MANIFEST_INVALID, f"{where}: the chunk map of {chunk_map.file} does not apply to "
-                       f"its parent's file: {e}", {"file": chunk_map.file}) from None
+        raise HubError(
+            ErrorCode.MANIFEST_INVALID,
+            f"{where}: the chunk map of {chunk_map.file} does not apply to its parent's file: {e}",
+            {"file": chunk_map.file},
+        ) from None
 
 
 def chunk_lists(parent: dict[str, ChunkList], maps: Iterable[ChunkMap], where: str) -> dict[str, ChunkList]:
@@ -109,9 +113,11 @@ def chunk_lists(parent: dict[str, ChunkList], maps: Iterable[ChunkMap], where: s
 
 
 async def _maps_of(ctx: RegistryContext, session: AsyncSession, manifest: str) -> list[ChunkMap]:
-    rows = await session.exec(select(ManifestBlob.blob_digest).where(
-        ManifestBlob.manifest_digest == manifest, ManifestBlob.role == BlobRole.CHUNK_MAP)
-        .order_by(col(ManifestBlob.blob_digest)))
+    rows = await session.exec(
+        select(ManifestBlob.blob_digest)
+        .where(ManifestBlob.manifest_digest == manifest, ManifestBlob.role == BlobRole.CHUNK_MAP)
+        .order_by(col(ManifestBlob.blob_digest))
+    )
     maps = []
     limit = ctx.limits.chunk_map_bytes
     for digest in rows.all():
@@ -119,13 +125,17 @@ async def _maps_of(ctx: RegistryContext, session: AsyncSession, manifest: str) -
         try:
             maps.append(await anyio.to_thread.run_sync(partial(ChunkMap.from_json, raw, limit=limit)))
         except ManifestError as e:
-            raise HubError(ErrorCode.MANIFEST_INVALID, f"stored chunk map {digest} of layer {manifest} is "
-                           f"unreadable: {e}", {"digest": digest}) from None
+            raise HubError(
+                ErrorCode.MANIFEST_INVALID,
+                f"stored chunk map {digest} of layer {manifest} is unreadable: {e}",
+                {"digest": digest},
+            ) from None
     return maps
 
 
-async def _parent_lists(ctx: RegistryContext, session: AsyncSession, ancestors: list[str],
-                        wanted: dict[str, str], cache: ChunkListCache) -> dict[str, ChunkList]:
+async def _parent_lists(
+    ctx: RegistryContext, session: AsyncSession, ancestors: list[str], wanted: dict[str, str], cache: ChunkListCache
+) -> dict[str, ChunkList]:
     """The parent's chunk list of each file in ``wanted`` (role → the parent's file digest)."""
     found = {role: cache.get(digest) for role, digest in wanted.items()}
     if all(v is not None for v in found.values()):
@@ -139,8 +149,14 @@ async def _parent_lists(ctx: RegistryContext, session: AsyncSession, ancestors: 
     return lists
 
 
-async def prove_file_digests(ctx: RegistryContext, session: AsyncSession, maps: list[ChunkMap],
-                             ancestors: list[str], *, cache: ChunkListCache = SHARED_CACHE) -> None:
+async def prove_file_digests(
+    ctx: RegistryContext,
+    session: AsyncSession,
+    maps: list[ChunkMap],
+    ancestors: list[str],
+    *,
+    cache: ChunkListCache = SHARED_CACHE,
+) -> None:
     """Prove every chunked file digest a format-v2 layer declares (``ancestors``: its chain, base → parent).
 
     Call after each map was checked against the parent's config (so ``parentDigest`` names the

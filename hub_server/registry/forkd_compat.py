@@ -81,8 +81,14 @@ from manifest.forkd_pack import PackTooLarge
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
 __all__ = [
-    "MAX_PACK_BYTES", "PACK_SUFFIX", "ForkdCompatService", "PackDownload", "forkd_time", "link_names",
-    "pack_info_key", "pack_key",
+    "MAX_PACK_BYTES",
+    "PACK_SUFFIX",
+    "ForkdCompatService",
+    "PackDownload",
+    "forkd_time",
+    "link_names",
+    "pack_info_key",
+    "pack_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,14 +134,17 @@ def link_names(repository_name: str, chain: list[tuple[str, LayerConfig]]) -> li
     ``<repository>-<12 hex of its digest>``. Names are made forkd-safe and unique.
     """
     head = _safe_name(repository_name) or "snapshot"
-    wanted = [_safe_name(chain[i + 1][1].parent.tag if chain[i + 1][1].parent else None)  # type: ignore[union-attr]  # typing debt, decisions/0008
-              or f"{head[:51]}-{Digest.parse(digest).hex[:12]}" for i, (digest, _) in enumerate(chain[:-1])]
+    wanted = [
+        _safe_name(chain[i + 1][1].parent.tag if chain[i + 1][1].parent else None)  # type: ignore[union-attr]  # typing debt, decisions/0008
+        or f"{head[:51]}-{Digest.parse(digest).hex[:12]}"
+        for i, (digest, _) in enumerate(chain[:-1])
+    ]
     names: list[str] = []
     for name in [*wanted, head]:
         unique, n = name, 2
         while unique in names:
             suffix = f"-{n}"
-            unique, n = name[:64 - len(suffix)] + suffix, n + 1
+            unique, n = name[: 64 - len(suffix)] + suffix, n + 1
         names.append(unique)
     return names
 
@@ -173,16 +182,28 @@ class ForkdCompatService:
         """forkd's registry (schema_version 1) of every public repository's tags; URLs start with ``base_url``."""
         base_url = base_url.rstrip("/")
         async with self.ctx.sessions() as session:
-            repos = list((await session.exec(select(Repository).where(col(Repository.public).is_(True))
-                                             .order_by(col(Repository.namespace), col(Repository.name)))).all())
+            repos = list(
+                (
+                    await session.exec(
+                        select(Repository)
+                        .where(col(Repository.public).is_(True))
+                        .order_by(col(Repository.namespace), col(Repository.name))
+                    )
+                ).all()
+            )
             tags: dict[int, list[tuple[Tag, Manifest]]] = {}
             for batch in batched([r.id for r in repos]):
-                rows = await session.exec(select(Tag, Manifest).join(Manifest, Manifest.digest == Tag.manifest_digest)  # type: ignore[arg-type]
-                                          .where(col(Tag.repository_id).in_(batch)).order_by(col(Tag.name)))
+                rows = await session.exec(
+                    select(Tag, Manifest)
+                    .join(Manifest, Manifest.digest == Tag.manifest_digest)  # type: ignore[arg-type]
+                    .where(col(Tag.repository_id).in_(batch))
+                    .order_by(col(Tag.name))
+                )
                 for tag, manifest in rows.all():
                     tags.setdefault(tag.repository_id, []).append((tag, manifest))
-            heads = await _index_heads(session, [m.digest for rows in tags.values() for _, m in rows
-                                                 if m.artifact_type == mt.CHAIN_ARTIFACT])
+            heads = await _index_heads(
+                session, [m.digest for rows in tags.values() for _, m in rows if m.artifact_type == mt.CHAIN_ARTIFACT]
+            )
         configs: dict[str, LayerConfig | None] = {}
         packages: dict[str, Any] = {}
         for repo in repos:
@@ -203,14 +224,17 @@ class ForkdCompatService:
             packages[repo.full_name] = {"description": repo.description, "versions": versions}
         return {"schema_version": 1, "packages": packages}
 
-    async def _version(self, repo: Repository, tag: str, head: Manifest, configs: dict[str, LayerConfig | None],
-                       base_url: str) -> dict[str, Any] | None:
+    async def _version(
+        self, repo: Repository, tag: str, head: Manifest, configs: dict[str, LayerConfig | None], base_url: str
+    ) -> dict[str, Any] | None:
         repository = repo.full_name
         if head.config_digest is None:
             return None
         if head.config_digest not in configs:
             try:
-                configs[head.config_digest] = LayerConfig.from_json(await self.ctx.store.read(blob_key(head.config_digest)))
+                configs[head.config_digest] = LayerConfig.from_json(
+                    await self.ctx.store.read(blob_key(head.config_digest))
+                )
             except (BlobNotFound, ManifestError) as e:
                 log.warning("registry.json: skipping %s:%s, its config is unusable: %s", repository, tag, e)
                 configs[head.config_digest] = None
@@ -223,8 +247,7 @@ class ForkdCompatService:
             try:  # public: anyone may read it; built once, then served from the cache
                 built = await self.pack(Principal.anonymous(), repo.namespace, repo.name, f"@{head.digest}")
             except HubError as e:
-                log.warning("registry.json: leaving out %s:%s, its forkd pack cannot be built: %s",
-                            repository, tag, e)
+                log.warning("registry.json: leaving out %s:%s, its forkd pack cannot be built: %s", repository, tag, e)
                 return None
             info = built.sha256, built.size
         entry["sha256"], entry["size_bytes"] = info
@@ -266,8 +289,11 @@ class ForkdCompatService:
             try:
                 built = await self._assemble(repository, name, digest, chain, work)
             except PackTooLarge as e:
-                raise HubError(ErrorCode.TOO_LARGE, f"the forkd pack of {repository}@{digest} is too large: {e}",
-                               {"digest": digest}) from None
+                raise HubError(
+                    ErrorCode.TOO_LARGE,
+                    f"the forkd pack of {repository}@{digest} is too large: {e}",
+                    {"digest": digest},
+                ) from None
             except (ManifestError, BlobNotFound, InvalidRange) as e:
                 log.error("cannot build the forkd pack of %s@%s: %s (marked damaged)", repository, digest, e)
                 with anyio.CancelScope(shield=True):
@@ -275,8 +301,9 @@ class ForkdCompatService:
                 raise _damaged(repository, digest, str(e)) from None
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise HubError(ErrorCode.UNAVAILABLE, "no space left to build the forkd pack; retry later",
-                                   {}) from None
+                    raise HubError(
+                        ErrorCode.UNAVAILABLE, "no space left to build the forkd pack; retry later", {}
+                    ) from None
                 raise
             await self._publish(repository, digest, built)
         finally:
@@ -285,24 +312,43 @@ class ForkdCompatService:
         log.info("built the forkd pack of %s@%s: %d bytes, sha256 %s", repository, digest, built.size, built.sha256)
         return PackDownload(repository, digest, pack_key(repository, digest), built.sha256, built.size, self.ctx.store)
 
-    async def _assemble(self, repository: str, name: str, digest: str, chain: list[ChainLink],
-                        work: Path) -> BuiltPack:
-        layers = [(link.digest, LayerManifest.from_json(link.manifest.encode()),
-                   LayerConfig.from_json(link.config.encode())) for link in chain]
+    async def _assemble(self, repository: str, name: str, digest: str, chain: list[ChainLink], work: Path) -> BuiltPack:
+        layers = [
+            (link.digest, LayerManifest.from_json(link.manifest.encode()), LayerConfig.from_json(link.config.encode()))
+            for link in chain
+        ]
         total = sum(f.size for _, _, config in layers for f in config.files.values())
         if total > self.max_pack_bytes:
-            raise HubError(ErrorCode.TOO_LARGE, f"the forkd pack of {repository}@{digest} would hold {total} bytes, "
-                           f"over the {self.max_pack_bytes}-byte limit", {"limit": self.max_pack_bytes, "size": total})
+            raise HubError(
+                ErrorCode.TOO_LARGE,
+                f"the forkd pack of {repository}@{digest} would hold {total} bytes, "
+                f"over the {self.max_pack_bytes}-byte limit",
+                {"limit": self.max_pack_bytes, "size": total},
+            )
         names = link_names(name, [(d, config) for d, _, config in layers])
-        links = [LinkSource(names[i], names[i - 1] if i else None, config, manifest.vmstate.digest,
-                            manifest.vmstate.size, await self._chunk_maps(manifest))
-                 for i, (_, manifest, config) in enumerate(layers)]
+        links = [
+            LinkSource(
+                names[i],
+                names[i - 1] if i else None,
+                config,
+                manifest.vmstate.digest,
+                manifest.vmstate.size,
+                await self._chunk_maps(manifest),
+            )
+            for i, (_, manifest, config) in enumerate(layers)
+        ]
         head = layers[-1][2]
         return await anyio.to_thread.run_sync(
-            lambda: build_pack(links, work, StoreFrames(self.ctx), created_at=forkd_time(head.created),
-                               description=head.annotations.get(mt.ANNOTATION_DESCRIPTION),
-                               base_image=head.annotations.get(mt.ANNOTATION_BASE_IMAGE)),
-            limiter=self._limiter)
+            lambda: build_pack(
+                links,
+                work,
+                StoreFrames(self.ctx),
+                created_at=forkd_time(head.created),
+                description=head.annotations.get(mt.ANNOTATION_DESCRIPTION),
+                base_image=head.annotations.get(mt.ANNOTATION_BASE_IMAGE),
+            ),
+            limiter=self._limiter,
+        )
 
     def _make_work_dir(self) -> Path:
         self.work_root.mkdir(parents=True, exist_ok=True)
@@ -313,8 +359,11 @@ class ForkdCompatService:
         for role, desc in manifest.chunk_maps.items():
             limit = self.ctx.limits.chunk_map_bytes
             if desc.size > limit:
-                raise HubError(ErrorCode.TOO_LARGE, f"chunk map {desc.digest} is over the {limit}-byte limit",
-                               {"limit": limit, "size": desc.size})
+                raise HubError(
+                    ErrorCode.TOO_LARGE,
+                    f"chunk map {desc.digest} is over the {limit}-byte limit",
+                    {"limit": limit, "size": desc.size},
+                )
             maps[role] = ChunkMap.from_json(await self.ctx.store.read(blob_key(desc.digest)), limit=limit)
         return maps
 
@@ -367,8 +416,11 @@ class ForkdCompatService:
 
 
 def _damaged(repository: str, digest: str, reason: str) -> HubError:
-    return HubError(ErrorCode.INTERNAL, f"cannot build the forkd pack of {repository}@{digest}: stored content is "
-                    f"damaged: {reason}", {"digest": digest, "damaged": True})
+    return HubError(
+        ErrorCode.INTERNAL,
+        f"cannot build the forkd pack of {repository}@{digest}: stored content is damaged: {reason}",
+        {"digest": digest, "damaged": True},
+    )
 
 
 async def prune_packs(ctx: RegistryContext, *, dry_run: bool = False) -> list[str]:
@@ -407,10 +459,11 @@ def _parse_pack_key(key: str) -> tuple[str, str, str] | None:
 
 
 async def _is_linked(session: AsyncSession, namespace: str, name: str, digest: str) -> bool:
-    row = await session.exec(select(RepositoryManifest.manifest_digest)
-                             .join(Repository, Repository.id == RepositoryManifest.repository_id)  # type: ignore[arg-type]
-                             .where(Repository.namespace == namespace, Repository.name == name,
-                                    RepositoryManifest.manifest_digest == digest))
+    row = await session.exec(
+        select(RepositoryManifest.manifest_digest)
+        .join(Repository, Repository.id == RepositoryManifest.repository_id)  # type: ignore[arg-type]
+        .where(Repository.namespace == namespace, Repository.name == name, RepositoryManifest.manifest_digest == digest)
+    )
     return row.first() is not None
 
 
@@ -418,10 +471,11 @@ async def _index_heads(session: AsyncSession, indexes: list[str]) -> dict[str, M
     """The head layer of each chain index (the listed layer no other listed layer names as parent)."""
     children: dict[str, list[Manifest]] = {}
     for batch in batched(indexes):
-        rows = await session.exec(select(ManifestBlob.manifest_digest, Manifest)
-                                  .join(Manifest, Manifest.digest == ManifestBlob.blob_digest)  # type: ignore[arg-type]
-                                  .where(col(ManifestBlob.manifest_digest).in_(batch),
-                                         ManifestBlob.role == BlobRole.MANIFEST))
+        rows = await session.exec(
+            select(ManifestBlob.manifest_digest, Manifest)
+            .join(Manifest, Manifest.digest == ManifestBlob.blob_digest)  # type: ignore[arg-type]
+            .where(col(ManifestBlob.manifest_digest).in_(batch), ManifestBlob.role == BlobRole.MANIFEST)
+        )
         for index, manifest in rows.all():
             children.setdefault(index, []).append(manifest)
     heads: dict[str, Manifest] = {}
@@ -431,4 +485,3 @@ async def _index_heads(session: AsyncSession, indexes: list[str]) -> dict[str, M
         if len(candidates) == 1:
             heads[index] = candidates[0]
     return heads
-

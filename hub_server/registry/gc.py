@@ -126,7 +126,11 @@ class GarbageCollector:
         self.ctx = ctx
 
     async def run(
-        self, *, grace: timedelta | None = None, dry_run: bool = False, now: datetime | None = None,
+        self,
+        *,
+        grace: timedelta | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
         actor: str = "gc",
     ) -> GcReport:
         """Collect garbage older than ``grace`` (default ``limits.gc_grace``) as of ``now``."""
@@ -154,30 +158,59 @@ class GarbageCollector:
         self.ctx.metrics.record_gc("dry_run" if dry_run else "ok", 0 if dry_run else report.bytes_freed)
         if not dry_run:
             self.ctx.metrics.storage_used_bytes.set(await stored_bytes(self.ctx))
-        await self.ctx.audit.record(actor, "gc", detail={
-            "dryRun": dry_run, "manifests": len(report.manifests), "blobs": len(report.blobs),
-            "uploads": len(report.uploads), "orphanObjects": len(report.orphan_objects), "packs": len(report.packs),
-            "packObjects": len(report.pack_objects), "retentionTags": len(report.retention),
-            "bytesFreed": report.bytes_freed,
-        })
-        log.info("gc %s: %d manifests, %d blobs, %d uploads, %d orphan objects, %d bytes",
-                 "dry run" if dry_run else "done", len(report.manifests), len(report.blobs), len(report.uploads),
-                 len(report.orphan_objects), report.bytes_freed)
+        await self.ctx.audit.record(
+            actor,
+            "gc",
+            detail={
+                "dryRun": dry_run,
+                "manifests": len(report.manifests),
+                "blobs": len(report.blobs),
+                "uploads": len(report.uploads),
+                "orphanObjects": len(report.orphan_objects),
+                "packs": len(report.packs),
+                "packObjects": len(report.pack_objects),
+                "retentionTags": len(report.retention),
+                "bytesFreed": report.bytes_freed,
+            },
+        )
+        log.info(
+            "gc %s: %d manifests, %d blobs, %d uploads, %d orphan objects, %d bytes",
+            "dry run" if dry_run else "done",
+            len(report.manifests),
+            len(report.blobs),
+            len(report.uploads),
+            len(report.orphan_objects),
+            report.bytes_freed,
+        )
         return report
 
-    async def _collect(self, report: GcReport, cutoff: datetime, upload_cutoff: datetime, grace: timedelta,
-                       expired: list[ExpiredTag], actor: str) -> None:
+    async def _collect(
+        self,
+        report: GcReport,
+        cutoff: datetime,
+        upload_cutoff: datetime,
+        grace: timedelta,
+        expired: list[ExpiredTag],
+        actor: str,
+    ) -> None:
         async with self.ctx.sessions() as session:
-            rows = (await session.exec(select(Manifest.digest, Manifest.parent_digest, Manifest.created_at,
-                                              Manifest.artifact_type))).all()
+            rows = (
+                await session.exec(
+                    select(Manifest.digest, Manifest.parent_digest, Manifest.created_at, Manifest.artifact_type)
+                )
+            ).all()
             manifests = {d: (p, c) for d, p, c, _ in rows}
             generic = {d for d, _, _, artifact_type in rows if artifact_type not in FORKD_ARTIFACTS}
             linked = set((await session.exec(select(RepositoryManifest.manifest_digest).distinct())).all())
-            references = (await session.exec(select(ManifestBlob.manifest_digest, ManifestBlob.blob_digest,
-                                                     ManifestBlob.role))).all()
+            references = (
+                await session.exec(select(ManifestBlob.manifest_digest, ManifestBlob.blob_digest, ManifestBlob.role))
+            ).all()
             gone = {(e.repository_id, e.tag) for e in expired}  # already deleted, unless a dry run
-            tagged = {d for r, n, d in (await session.exec(select(Tag.repository_id, Tag.name, Tag.manifest_digest)))
-                      .all() if (r, n) not in gone}
+            tagged = {
+                d
+                for r, n, d in (await session.exec(select(Tag.repository_id, Tag.name, Tag.manifest_digest))).all()
+                if (r, n) not in gone
+            }
             blob_rows = await session.exec(select(Blob.digest, Blob.size, Blob.created_at))
             blobs = {d: (s, c) for d, s, c in blob_rows.all()}
             uploads = {u.id: u for u in (await session.exec(select(Upload))).all()}
@@ -194,11 +227,13 @@ class GarbageCollector:
         report.retention_manifests = sorted(released)
         tagged_blobs = set(marked) | {b for m, b, _ in references if m in marked}
         async with self.ctx.sessions() as session:
-            due = await settle_marks(session, "manifest", set(manifests) - marked, report.started, grace,
-                                     dry_run=report.dry_run)
+            due = await settle_marks(
+                session, "manifest", set(manifests) - marked, report.started, grace, dry_run=report.dry_run
+            )
             # The clock of a blob starts with its manifest's, but the blob stays while that manifest does.
-            due_blobs = await settle_marks(session, "blob", set(blobs) - tagged_blobs, report.started, grace,
-                                           dry_run=report.dry_run)
+            due_blobs = await settle_marks(
+                session, "blob", set(blobs) - tagged_blobs, report.started, grace, dry_run=report.dry_run
+            )
             await session.commit()
         marked = _reach(roots | (set(manifests) - marked - due), manifests, children)  # not due: still roots
         marked_blobs = set(marked) | {b for m, b, _ in references if m in marked}
@@ -219,8 +254,7 @@ class GarbageCollector:
 
         report.blobs, unlinked = await self._delete_rows(report, marked_blobs)
         for repository, digest in unlinked:
-            await self.ctx.audit.record(actor, "delete", repository=repository, digest=digest,
-                                        detail={"gc": True})
+            await self.ctx.audit.record(actor, "delete", repository=repository, digest=digest, detail={"gc": True})
         report.pack_objects = await self._delete_dead_packs(cutoff)
         freed = 0
         for key in report.pack_objects:
@@ -235,8 +269,9 @@ class GarbageCollector:
         report.packs = await prune_packs(self.ctx)
         report.staging_purged = await self.ctx.store.purge_staging(max(report.started - cutoff, timedelta(0)))
 
-    async def _orphans(self, blob_rows: set[str], upload_rows: set[str], pack_rows: set[str],
-                       cutoff: datetime) -> list[str]:
+    async def _orphans(
+        self, blob_rows: set[str], upload_rows: set[str], pack_rows: set[str], cutoff: datetime
+    ) -> list[str]:
         """Stored objects without a row, last written before ``cutoff``."""
         out: list[str] = []
         store = self.ctx.store
@@ -265,10 +300,11 @@ class GarbageCollector:
         unlinked: list[tuple[str, str]] = []
         async with self.ctx.sessions() as session:
             for batch in batched(report.manifests):
-                links = await session.exec(select(Repository.namespace, Repository.name,
-                                                  RepositoryManifest.manifest_digest)
-                                           .join(Repository, col(Repository.id) == RepositoryManifest.repository_id)
-                                           .where(col(RepositoryManifest.manifest_digest).in_(batch)))
+                links = await session.exec(
+                    select(Repository.namespace, Repository.name, RepositoryManifest.manifest_digest)
+                    .join(Repository, col(Repository.id) == RepositoryManifest.repository_id)
+                    .where(col(RepositoryManifest.manifest_digest).in_(batch))
+                )
                 unlinked.extend((f"{ns}/{name}", digest) for ns, name, digest in links.all())
                 await session.exec(delete(ManifestBlob).where(col(ManifestBlob.manifest_digest).in_(batch)))
                 await session.exec(delete(RepositoryManifest).where(col(RepositoryManifest.manifest_digest).in_(batch)))
@@ -278,8 +314,13 @@ class GarbageCollector:
             # We hold the write lock now: a blob referenced meanwhile by a concurrent push is kept.
             deleted: list[str] = []
             for batch in batched(report.blobs):
-                used = set((await session.exec(select(ManifestBlob.blob_digest)
-                                               .where(col(ManifestBlob.blob_digest).in_(batch)))).all())
+                used = set(
+                    (
+                        await session.exec(
+                            select(ManifestBlob.blob_digest).where(col(ManifestBlob.blob_digest).in_(batch))
+                        )
+                    ).all()
+                )
                 used |= set((await session.exec(select(Manifest.digest).where(col(Manifest.digest).in_(batch)))).all())
                 gone = [d for d in batch if d not in used and d not in marked_blobs]
                 if not gone:
@@ -299,8 +340,13 @@ class GarbageCollector:
             live = select(RecipeFrame.frame_digest).distinct()
             await session.exec(delete(Frame).where(col(Frame.digest).not_in(live)))
             used = select(Frame.pack_key).distinct()
-            dead = list((await session.exec(select(Pack.key).where(col(Pack.key).not_in(used),
-                                                                  col(Pack.created_at) <= cutoff))).all())
+            dead = list(
+                (
+                    await session.exec(
+                        select(Pack.key).where(col(Pack.key).not_in(used), col(Pack.created_at) <= cutoff)
+                    )
+                ).all()
+            )
             for batch in batched(dead):
                 await session.exec(delete(Pack).where(col(Pack.key).in_(batch)))
             await session.commit()
@@ -316,9 +362,9 @@ class GarbageCollector:
         return size
 
 
-
-def _reach(roots: set[str], manifests: dict[str, tuple[str | None, datetime]],
-           children: dict[str, list[str]]) -> set[str]:
+def _reach(
+    roots: set[str], manifests: dict[str, tuple[str | None, datetime]], children: dict[str, list[str]]
+) -> set[str]:
     """Every manifest reachable from ``roots`` through parents and chain-index entries."""
     marked: set[str] = set()
     stack = list(roots)

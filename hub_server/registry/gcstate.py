@@ -41,8 +41,9 @@ class GcBusy(RuntimeError):
     def __init__(self, holder: str, expires_at: datetime) -> None:
         self.holder = holder
         self.expires_at = expires_at
-        super().__init__(f"another garbage collection is running ({holder}, lease until "
-                         f"{expires_at.isoformat(timespec='seconds')})")
+        super().__init__(
+            f"another garbage collection is running ({holder}, lease until {expires_at.isoformat(timespec='seconds')})"
+        )
 
 
 def holder_name() -> str:
@@ -52,9 +53,16 @@ def holder_name() -> str:
 
 async def acquire_lease(session: AsyncSession, holder: str, now: datetime, ttl: timedelta = GC_LEASE) -> None:
     """Take the GC lease for ``holder`` (committed). Raises GcBusy when another live run holds it."""
-    taken = (await session.exec(update(GcLease).where(
-        col(GcLease.name) == LEASE_NAME, or_(col(GcLease.expires_at) < now, col(GcLease.holder) == holder),
-    ).values(holder=holder, expires_at=now + ttl))).rowcount
+    taken = (
+        await session.exec(
+            update(GcLease)
+            .where(
+                col(GcLease.name) == LEASE_NAME,
+                or_(col(GcLease.expires_at) < now, col(GcLease.holder) == holder),
+            )
+            .values(holder=holder, expires_at=now + ttl)
+        )
+    ).rowcount
     if taken != 1:
         await insert_ignore(session, GcLease, [{"name": LEASE_NAME, "holder": holder, "expires_at": now + ttl}])
     await session.commit()
@@ -66,28 +74,36 @@ async def acquire_lease(session: AsyncSession, holder: str, now: datetime, ttl: 
 
 
 async def release_lease(session: AsyncSession, holder: str) -> None:
-    await session.exec(delete(GcLease).where(
-        col(GcLease.name) == LEASE_NAME, col(GcLease.holder) == holder))
+    await session.exec(delete(GcLease).where(col(GcLease.name) == LEASE_NAME, col(GcLease.holder) == holder))
     await session.commit()
 
 
-async def settle_marks(session: AsyncSession, kind: str, unreferenced: Iterable[str], now: datetime,
-                       grace: timedelta, *, dry_run: bool = False) -> set[str]:
+async def settle_marks(
+    session: AsyncSession,
+    kind: str,
+    unreferenced: Iterable[str],
+    now: datetime,
+    grace: timedelta,
+    *,
+    dry_run: bool = False,
+) -> set[str]:
     """Record when each of ``unreferenced`` was first seen so, forget marks of everything else of
     ``kind``, and return those unreferenced for at least ``grace`` (not committed).
 
     With ``dry_run`` nothing is written; objects seen for the first time are not due.
     """
     unreferenced = set(unreferenced)
-    marks = dict((await session.exec(
-        select(GcMark.digest, GcMark.unreferenced_since).where(GcMark.kind == kind))).all())
+    marks = dict(
+        (await session.exec(select(GcMark.digest, GcMark.unreferenced_since).where(GcMark.kind == kind))).all()
+    )
     if not dry_run:
         referenced_again = [d for d in marks if d not in unreferenced]
         for batch in batched(referenced_again):
-            await session.exec(delete(GcMark).where(
-                col(GcMark.kind) == kind, col(GcMark.digest).in_(batch)))
-        await insert_ignore(session, GcMark, [
-            {"kind": kind, "digest": d, "unreferenced_since": now} for d in sorted(unreferenced - marks.keys())
-        ])
+            await session.exec(delete(GcMark).where(col(GcMark.kind) == kind, col(GcMark.digest).in_(batch)))
+        await insert_ignore(
+            session,
+            GcMark,
+            [{"kind": kind, "digest": d, "unreferenced_since": now} for d in sorted(unreferenced - marks.keys())],
+        )
     cutoff = now - grace
     return {d for d in unreferenced if marks.get(d, now) <= cutoff}  # a zero grace needs no earlier run

@@ -91,22 +91,34 @@ async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str,
     async with ctx.sessions() as session:
         repo, rows = await resolve_layers(session, principal, namespace, name, ref)
         named = await resolve_reference(session, repo, parse_reference(ref))
-        places = await _tagged_places(session, principal,
-                                      await locate_links(session, principal, repo, [r.digest for r in rows]))
+        places = await _tagged_places(
+            session, principal, await locate_links(session, principal, repo, [r.digest for r in rows])
+        )
         dependents = await readable_dependents(session, principal, rows[-1].digest)
     head = rows[-1]
-    links = [LinkView(r.digest, p.repository, p.tags, r.logical_size, r.stored_size, r.shared_with_parent,
-                      r.created_at) for r, p in zip(rows, places, strict=True)]
+    links = [
+        LinkView(r.digest, p.repository, p.tags, r.logical_size, r.stored_size, r.shared_with_parent, r.created_at)
+        for r, p in zip(rows, places, strict=True)
+    ]
     manifest = await _document(ctx, head.digest)
     config = await _document(ctx, head.config_digest) if head.config_digest else None
     referrers = await ReferrerService(ctx).list(principal, repo.namespace, repo.name, head.digest)
     return LayerView(
-        namespace=repo.namespace, name=repo.name, public=repo.public, ref=ref, digest=head.digest,
-        index_digest=named if named != head.digest else None, media_type=head.media_type,
-        config_digest=head.config_digest, links=links,
+        namespace=repo.namespace,
+        name=repo.name,
+        public=repo.public,
+        ref=ref,
+        digest=head.digest,
+        index_digest=named if named != head.digest else None,
+        media_type=head.media_type,
+        config_digest=head.config_digest,
+        links=links,
         dependents=[d for d in dependents if d.digest != head.digest],
-        compat=dict(head.compat), annotations=dict(head.annotations), files=_files(manifest, config),
-        manifest_text=_pretty(manifest), config_text=_pretty(config) if config is not None else "",
+        compat=dict(head.compat),
+        annotations=dict(head.annotations),
+        files=_files(manifest, config),
+        manifest_text=_pretty(manifest),
+        config_text=_pretty(config) if config is not None else "",
         referrers=referrers,
         signatures=await signature_claims(ctx, repo.id, repo.namespace, repo.name, head.digest),  # type: ignore[arg-type]
     )
@@ -118,12 +130,14 @@ async def _tagged_places(session: AsyncSession, principal: Principal, places: li
     untagged = [p.digest for p in places if not p.tags]
     if not untagged:
         return places
-    rows = (await session.exec(
-        select(Tag.manifest_digest, Tag.name, Repository.namespace, Repository.name)
-        .join(Repository, col(Repository.id) == col(Tag.repository_id))
-        .where(col(Tag.manifest_digest).in_(untagged), visible(principal))
-        .order_by(col(Repository.namespace), col(Repository.name), col(Tag.name))
-    )).all()
+    rows = (
+        await session.exec(
+            select(Tag.manifest_digest, Tag.name, Repository.namespace, Repository.name)
+            .join(Repository, col(Repository.id) == col(Tag.repository_id))
+            .where(col(Tag.manifest_digest).in_(untagged), visible(principal))
+            .order_by(col(Repository.namespace), col(Repository.name), col(Tag.name))
+        )
+    ).all()
     found: dict[str, LinkRef] = {}
     for digest, tag, namespace, name in rows:
         found.setdefault(digest, LinkRef(digest, f"{namespace}/{name}", [tag]))

@@ -31,7 +31,14 @@ from manifest.chain import resolve_chain
 from manifest.errors import ChainError
 
 __all__ = [
-    "Chain", "ChainLink", "Dependent", "Lineage", "LineageService", "LinkRef", "locate_links", "readable_dependents",
+    "Chain",
+    "ChainLink",
+    "Dependent",
+    "Lineage",
+    "LineageService",
+    "LinkRef",
+    "locate_links",
+    "readable_dependents",
     "resolve_layers",
 ]
 
@@ -93,15 +100,27 @@ class LineageService:
         async with self.ctx.sessions() as session:
             repo, rows = await resolve_layers(session, principal, namespace, name, ref)
             refs = await locate_links(session, principal, repo, [r.digest for r in rows])
-            await session.exec(update(Repository).where(col(Repository.id) == repo.id)
-                               .values(pull_count=col(Repository.pull_count) + 1))
+            await session.exec(
+                update(Repository)
+                .where(col(Repository.id) == repo.id)
+                .values(pull_count=col(Repository.pull_count) + 1)
+            )
             await session.commit()
         links = []
         for row, where in zip(rows, refs, strict=True):
             manifest = await self.ctx.store.read(blob_key(row.digest))
             config = await self.ctx.store.read(blob_key(row.config_digest)) if row.config_digest else b""
-            links.append(ChainLink(row.digest, row.media_type, row.size, manifest.decode(), config.decode(),
-                                   where.repository, where.tags))
+            links.append(
+                ChainLink(
+                    row.digest,
+                    row.media_type,
+                    row.size,
+                    manifest.decode(),
+                    config.decode(),
+                    where.repository,
+                    where.tags,
+                )
+            )
         return Chain(rows[-1].digest, links)
 
     async def lineage(self, principal: Principal, namespace: str, name: str, ref: str) -> Lineage:
@@ -111,8 +130,9 @@ class LineageService:
             head = rows[-1]
             ancestors = await locate_links(session, principal, repo, [r.digest for r in rows[:-1]])
             dependents = await readable_dependents(session, principal, head.digest)
-        return Lineage(head.digest, len(rows), ancestors, dependents, head.logical_size, head.stored_size,
-                       head.shared_with_parent)
+        return Lineage(
+            head.digest, len(rows), ancestors, dependents, head.logical_size, head.stored_size, head.shared_with_parent
+        )
 
 
 async def resolve_layers(
@@ -133,9 +153,13 @@ async def resolve_layers(
 
 
 async def _index_head(session: AsyncSession, index_digest: str) -> Manifest:
-    children = (await session.exec(select(Manifest).join(ManifestBlob, ManifestBlob.blob_digest == Manifest.digest)  # type: ignore[arg-type]
-                                   .where(ManifestBlob.manifest_digest == index_digest,
-                                          ManifestBlob.role == BlobRole.MANIFEST))).all()
+    children = (
+        await session.exec(
+            select(Manifest)
+            .join(ManifestBlob, ManifestBlob.blob_digest == Manifest.digest)  # type: ignore[arg-type]
+            .where(ManifestBlob.manifest_digest == index_digest, ManifestBlob.role == BlobRole.MANIFEST)
+        )
+    ).all()
     parents = {c.parent_digest for c in children}
     heads = [c for c in children if c.digest not in parents]
     if len(heads) != 1:  # pragma: no cover - indexes are checked to list one chain at push
@@ -159,17 +183,23 @@ async def _walk(session: AsyncSession, head: Manifest) -> list[Manifest]:
     try:
         order = resolve_chain(head.digest, parent_of, max_depth=WALK_LIMIT)
     except (ChainError, KeyError) as e:
-        raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"the chain of {head.digest} is broken: {e}",
-                       {"digest": head.digest}) from None
+        raise HubError(
+            ErrorCode.MANIFEST_UNKNOWN, f"the chain of {head.digest} is broken: {e}", {"digest": head.digest}
+        ) from None
     return [rows[d] for d in order]
 
 
-async def locate_links(session: AsyncSession, principal: Principal, repo: Repository, digests: list[str]) -> list[LinkRef]:
+async def locate_links(
+    session: AsyncSession, principal: Principal, repo: Repository, digests: list[str]
+) -> list[LinkRef]:
     """Where to fetch each manifest: ``repo`` if linked there, else a readable repository linking it."""
     here: set[str] = set()
     for batch in batched(digests):
-        rows = await session.exec(select(RepositoryManifest.manifest_digest).where(
-            RepositoryManifest.repository_id == repo.id, col(RepositoryManifest.manifest_digest).in_(batch)))
+        rows = await session.exec(
+            select(RepositoryManifest.manifest_digest).where(
+                RepositoryManifest.repository_id == repo.id, col(RepositoryManifest.manifest_digest).in_(batch)
+            )
+        )
         here.update(rows.all())
     elsewhere = await readable_linking(session, principal, manifests=[d for d in digests if d not in here])
     owners = {d: (repo if d in here or d not in elsewhere else elsewhere[d][0]) for d in digests}
@@ -200,7 +230,10 @@ async def descendants(session: AsyncSession, digest: str) -> list[str]:
 async def readable_dependents(session: AsyncSession, principal: Principal, digest: str) -> list[Dependent]:
     out: list[Dependent] = []
     for batch in batched(await descendants(session, digest)):
-        rows = await session.exec(select(Tag, Repository).join(Repository, Repository.id == Tag.repository_id)  # type: ignore[arg-type]
-                                  .where(col(Tag.manifest_digest).in_(batch)))
+        rows = await session.exec(
+            select(Tag, Repository)
+            .join(Repository, Repository.id == Tag.repository_id)  # type: ignore[arg-type]
+            .where(col(Tag.manifest_digest).in_(batch))
+        )
         out.extend(Dependent(r.full_name, t.name, t.manifest_digest) for t, r in rows.all() if can_read(principal, r))
     return sorted(out, key=lambda d: (d.repository, d.tag))

@@ -125,8 +125,11 @@ class ManifestService:
         algorithm = Digest.parse(reference.digest).algorithm if reference.digest else default_algorithm
         digest = str(digest_bytes(body, algorithm))
         if reference.digest is not None and reference.digest != digest:
-            raise HubError(ErrorCode.DIGEST_INVALID, f"manifest bytes hash to {digest}, not {reference.digest}",
-                           {"expected": reference.digest, "actual": digest})
+            raise HubError(
+                ErrorCode.DIGEST_INVALID,
+                f"manifest bytes hash to {digest}, not {reference.digest}",
+                {"expected": reference.digest, "actual": digest},
+            )
 
         async with self.ctx.sessions() as session:
             repo = await find_repository(session, namespace, name)
@@ -146,20 +149,35 @@ class ManifestService:
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):
             await self.ctx.store.put(key, body)
-        created, previous = await self._commit(namespace, name, digest, len(body), plan, reference, public,
-                                               expect_tag)
+        created, previous = await self._commit(namespace, name, digest, len(body), plan, reference, public, expect_tag)
         self.ctx.cache.forget_repository(namespace, name)  # tag moved, manifest linked, maybe made public
 
         if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
-            await self.ctx.audit.record(principal.actor, "push", repository=full, reference=str(reference),
-                                        digest=digest, remote=remote,
-                                        detail={"mediaType": plan.media_type, "newChunks": len(plan.frames),
-                                                "reusedChunks": plan.reused_frames})
+            await self.ctx.audit.record(
+                principal.actor,
+                "push",
+                repository=full,
+                reference=str(reference),
+                digest=digest,
+                remote=remote,
+                detail={
+                    "mediaType": plan.media_type,
+                    "newChunks": len(plan.frames),
+                    "reusedChunks": plan.reused_frames,
+                },
+            )
             # frames of data blobs pushed whole are verified (and counted) here; recipes on ingest
             self.ctx.metrics.record_chunks(stored=len(plan.frames))
         if reference.tag is not None:
-            await self.ctx.audit.record(principal.actor, "tag", repository=full, reference=reference.tag,
-                                        digest=digest, remote=remote, detail={"previous": previous})
+            await self.ctx.audit.record(
+                principal.actor,
+                "tag",
+                repository=full,
+                reference=reference.tag,
+                digest=digest,
+                remote=remote,
+                detail={"previous": previous},
+            )
         return PushResult(digest, full, reference.tag, created, plan.subject_digest)
 
     async def get(
@@ -184,8 +202,11 @@ class ManifestService:
             facts = cache.remember_repository(repo.id, namespace, name, repo.public, epoch)
         else:
             check_readable(principal, facts.full_name, facts)
-        digest = facts.tags.get(reference.tag) if reference.tag is not None else (
-            reference.digest if reference.digest in facts.linked else None)
+        digest = (
+            facts.tags.get(reference.tag)
+            if reference.tag is not None
+            else (reference.digest if reference.digest in facts.linked else None)
+        )
         if digest is None:
             async with self.ctx.sessions() as session:
                 digest = await resolve_reference(session, facts, reference)  # type: ignore[arg-type]
@@ -201,68 +222,117 @@ class ManifestService:
         return StoredManifest(digest, manifest.media_type, manifest.size, manifest.data if with_body else None)
 
     async def _commit(
-        self, namespace: str, name: str, digest: str, size: int, plan: PushPlan, reference: Reference, public: bool,
+        self,
+        namespace: str,
+        name: str,
+        digest: str,
+        size: int,
+        plan: PushPlan,
+        reference: Reference,
+        public: bool,
         expect_tag: str,
     ) -> tuple[bool, str | None]:
         """Write the rows; return whether the manifest is new here and the digest the tag had before."""
         async with self.ctx.sessions() as session:
             try:
-                created, previous = await self._write_rows(session, namespace, name, digest, size, plan, reference,
-                                                           public, expect_tag)
+                created, previous = await self._write_rows(
+                    session, namespace, name, digest, size, plan, reference, public, expect_tag
+                )
                 await session.commit()
             except IntegrityError:
                 # A garbage collection removed a blob between our checks and this commit.
-                raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, "a referenced blob was deleted during the push; "
-                               "upload it again", {"blobs": sorted(plan.blob_roles)}) from None
+                raise HubError(
+                    ErrorCode.MANIFEST_BLOB_UNKNOWN,
+                    "a referenced blob was deleted during the push; upload it again",
+                    {"blobs": sorted(plan.blob_roles)},
+                ) from None
         return created, previous
 
     async def _write_rows(
-        self, session: AsyncSession, namespace: str, name: str, digest: str, size: int, plan: PushPlan,
-        reference: Reference, public: bool, expect_tag: str,
+        self,
+        session: AsyncSession,
+        namespace: str,
+        name: str,
+        digest: str,
+        size: int,
+        plan: PushPlan,
+        reference: Reference,
+        public: bool,
+        expect_tag: str,
     ) -> tuple[bool, str | None]:
         now = self.ctx.clock()
         previous: str | None = None
         repo = await ensure_repository(session, namespace, name, public=public)
         if public and not repo.public and await _is_empty(session, repo):
             repo.public = True
-        await insert_ignore(session, Blob, [{"digest": digest, "size": size, "media_type": plan.media_type,
-                                             "created_at": now}])
+        await insert_ignore(
+            session, Blob, [{"digest": digest, "size": size, "media_type": plan.media_type, "created_at": now}]
+        )
         created = await session.get(RepositoryManifest, (repo.id, digest)) is None
         if await session.get(Manifest, digest) is None:
-            session.add(Manifest(
-                digest=digest, size=size, media_type=plan.media_type, artifact_type=plan.artifact_type,
-                config_digest=plan.config_digest, parent_digest=plan.parent_digest, created_at=now,
-                logical_size=plan.logical_size, stored_size=await data_blobs_first_uploaded(session, plan),
-                shared_with_parent=plan.shared_with_parent, compat=plan.compat, annotations=plan.annotations,
-            ))
+            session.add(
+                Manifest(
+                    digest=digest,
+                    size=size,
+                    media_type=plan.media_type,
+                    artifact_type=plan.artifact_type,
+                    config_digest=plan.config_digest,
+                    parent_digest=plan.parent_digest,
+                    created_at=now,
+                    logical_size=plan.logical_size,
+                    stored_size=await data_blobs_first_uploaded(session, plan),
+                    shared_with_parent=plan.shared_with_parent,
+                    compat=plan.compat,
+                    annotations=plan.annotations,
+                )
+            )
             await session.flush()
-            await insert_ignore(session, ManifestBlob, [
-                {"manifest_digest": digest, "blob_digest": b, "role": role} for b, role in plan.blob_roles.items()
-            ])
+            await insert_ignore(
+                session,
+                ManifestBlob,
+                [{"manifest_digest": digest, "blob_digest": b, "role": role} for b, role in plan.blob_roles.items()],
+            )
             if plan.subject_digest is not None:
                 session.add(ManifestSubject(manifest_digest=digest, subject_digest=plan.subject_digest))
         for media_type, group in _by_media_type(plan.blob_media_types).items():
             for batch in batched(group):
-                await session.exec(update(Blob).where(col(Blob.digest).in_(batch), col(Blob.media_type).is_(None))
-                                      .values(media_type=media_type))
-        await insert_ignore(session, Chunk, [
-            {"digest": f.digest, "blob_digest": f.blob, "offset": f.offset, "length": f.length} for f in plan.frames
-        ])
+                await session.exec(
+                    update(Blob)
+                    .where(col(Blob.digest).in_(batch), col(Blob.media_type).is_(None))
+                    .values(media_type=media_type)
+                )
+        await insert_ignore(
+            session,
+            Chunk,
+            [{"digest": f.digest, "blob_digest": f.blob, "offset": f.offset, "length": f.length} for f in plan.frames],
+        )
         await _link(session, repo, [*plan.ancestors, digest], now)
         if reference.tag is not None:
-            previous = (await session.exec(select(Tag.manifest_digest).where(
-                Tag.repository_id == repo.id, Tag.name == reference.tag))).first()
+            previous = (
+                await session.exec(
+                    select(Tag.manifest_digest).where(Tag.repository_id == repo.id, Tag.name == reference.tag)
+                )
+            ).first()
             immutable = await tag_is_immutable(session, self.ctx, repo.id, reference.tag)  # type: ignore[arg-type]
-            await move_tag(session, repo.id, reference.tag, digest, now, expect_tag,  # type: ignore[arg-type]
-                           immutable=immutable, repository=repo.full_name)
+            await move_tag(
+                session,
+                repo.id,  # type: ignore[arg-type]  # typing debt, decisions/0008
+                reference.tag,
+                digest,
+                now,
+                expect_tag,
+                immutable=immutable,
+                repository=repo.full_name,
+            )
         repo.updated_at = now
         session.add(repo)
         return created, previous
 
 
 async def _is_empty(session: AsyncSession, repo: Repository) -> bool:
-    found = await session.exec(select(RepositoryManifest.manifest_digest)
-                               .where(RepositoryManifest.repository_id == repo.id).limit(1))
+    found = await session.exec(
+        select(RepositoryManifest.manifest_digest).where(RepositoryManifest.repository_id == repo.id).limit(1)
+    )
     return found.first() is None
 
 
@@ -272,12 +342,16 @@ async def _link(session: AsyncSession, repo: Repository, manifests: list[str], n
     for batch in batched(manifests):
         rows = await session.exec(select(ManifestBlob.blob_digest).where(col(ManifestBlob.manifest_digest).in_(batch)))
         blobs.update(rows.all())
-    await insert_ignore(session, RepositoryBlob, [
-        {"repository_id": repo.id, "blob_digest": b, "created_at": now} for b in sorted(blobs)
-    ])
-    await insert_ignore(session, RepositoryManifest, [
-        {"repository_id": repo.id, "manifest_digest": m, "created_at": now} for m in manifests
-    ])
+    await insert_ignore(
+        session,
+        RepositoryBlob,
+        [{"repository_id": repo.id, "blob_digest": b, "created_at": now} for b in sorted(blobs)],
+    )
+    await insert_ignore(
+        session,
+        RepositoryManifest,
+        [{"repository_id": repo.id, "manifest_digest": m, "created_at": now} for m in manifests],
+    )
 
 
 def _by_media_type(media_types: dict[str, str]) -> dict[str, list[str]]:

@@ -34,8 +34,11 @@ def check_repository(namespace: str, name: str) -> str:
 def check_tag(tag: str) -> str:
     """Return ``tag`` if valid. Raises HubError(NAME_INVALID)."""
     if not _TAG.fullmatch(tag):
-        raise HubError(ErrorCode.NAME_INVALID, f"invalid tag {tag[:140]!r}: use [A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}",
-                       {"tag": tag[:140]})
+        raise HubError(
+            ErrorCode.NAME_INVALID,
+            f"invalid tag {tag[:140]!r}: use [A-Za-z0-9_][A-Za-z0-9._-]{{0,127}}",
+            {"tag": tag[:140]},
+        )
     return tag
 
 

@@ -114,7 +114,8 @@ def is_forkd_document(obj: dict[str, Any]) -> bool:
     """Whether a parsed manifest is a forkd layer manifest or chain index (verified by ``registry.verify``)."""
     config = obj.get("config")
     return obj.get("artifactType") in _FORKD_ARTIFACTS or (
-        isinstance(config, dict) and config.get("mediaType") in mt.CONFIGS)
+        isinstance(config, dict) and config.get("mediaType") in mt.CONFIGS
+    )
 
 
 def parse_oci_document(obj: dict[str, Any], content_type: str | None) -> OciDocument:
@@ -122,17 +123,20 @@ def parse_oci_document(obj: dict[str, Any], content_type: str | None) -> OciDocu
     declared = (content_type or "").split(";")[0].strip()
     media_type = obj.get("mediaType", declared if declared not in _GENERIC_CONTENT_TYPES else None)
     if media_type is None:
-        raise invalid("manifest.mediaType is missing and the Content-Type does not name a manifest type",
-                      field="mediaType")
+        raise invalid(
+            "manifest.mediaType is missing and the Content-Type does not name a manifest type", field="mediaType"
+        )
     if not isinstance(media_type, str):
         raise invalid("manifest.mediaType must be a string", field="mediaType")
     if declared not in _GENERIC_CONTENT_TYPES and declared != media_type:
-        raise invalid(f"Content-Type {declared!r} does not match manifest.mediaType {media_type!r}",
-                      field="mediaType")
+        raise invalid(f"Content-Type {declared!r} does not match manifest.mediaType {media_type!r}", field="mediaType")
     if media_type not in IMAGE_TYPES + INDEX_TYPES:
-        raise HubError(ErrorCode.UNSUPPORTED, f"manifest type {media_type[:120]!r} is not supported (use an OCI "
-                       "image manifest or index, or a Docker schema 2 manifest or manifest list)",
-                       {"mediaType": media_type[:120]})
+        raise HubError(
+            ErrorCode.UNSUPPORTED,
+            f"manifest type {media_type[:120]!r} is not supported (use an OCI "
+            "image manifest or index, or a Docker schema 2 manifest or manifest list)",
+            {"mediaType": media_type[:120]},
+        )
     if obj.get("schemaVersion") != 2:
         raise invalid("manifest.schemaVersion must be 2", field="schemaVersion")
     artifact_type = _optional_media_type(obj, "artifactType", "manifest")
@@ -145,8 +149,14 @@ def parse_oci_document(obj: dict[str, Any], content_type: str | None) -> OciDocu
         raise invalid("manifest.config is missing", field="config")
     config = _descriptor(obj["config"], "config")
     layers = _descriptor_list(obj, "layers")
-    return OciDocument(media_type, artifact_type or config.media_type, config=config, layers=layers,
-                       subject=subject, annotations=annotations)
+    return OciDocument(
+        media_type,
+        artifact_type or config.media_type,
+        config=config,
+        layers=layers,
+        subject=subject,
+        annotations=annotations,
+    )
 
 
 def _descriptor_list(obj: dict[str, Any], key: str) -> tuple[OciDescriptor, ...]:
@@ -177,8 +187,14 @@ def _descriptor(obj: Any, path: str) -> OciDescriptor:
         raise invalid(f"{path}.urls must be a list of strings", field=path)
     if "data" in obj:
         _check_data(obj["data"], digest, size, path)
-    return OciDescriptor(media_type, str(digest), size, _optional_media_type(obj, "artifactType", path),
-                         _annotations(obj, path), tuple(urls))
+    return OciDescriptor(
+        media_type,
+        str(digest),
+        size,
+        _optional_media_type(obj, "artifactType", path),
+        _annotations(obj, path),
+        tuple(urls),
+    )
 
 
 def _check_data(data: Any, digest: Digest, size: int, path: str) -> None:

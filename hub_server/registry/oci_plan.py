@@ -26,13 +26,18 @@ __all__ = ["plan_generic"]
 async def plan_generic(session: AsyncSession, repo: Repository | None, document: OciDocument) -> PushPlan:
     """The commit plan of a structurally valid generic manifest (module docstring)."""
     blob_sizes = await _linked(session, repo, Blob, RepositoryBlob, [d.digest for d in document.blobs])
-    manifest_sizes = await _linked(session, repo, Manifest, RepositoryManifest,
-                                   [d.digest for d in document.manifests])
-    missing = [d.digest for d in (*document.blobs, *document.manifests)
-               if d.digest not in blob_sizes and d.digest not in manifest_sizes]
+    manifest_sizes = await _linked(session, repo, Manifest, RepositoryManifest, [d.digest for d in document.manifests])
+    missing = [
+        d.digest
+        for d in (*document.blobs, *document.manifests)
+        if d.digest not in blob_sizes and d.digest not in manifest_sizes
+    ]
     if missing:
-        raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, f"the manifest references {len(missing)} blob(s) or "
-                       "manifest(s) this repository does not hold", {"blobs": list(dict.fromkeys(missing))})
+        raise HubError(
+            ErrorCode.MANIFEST_BLOB_UNKNOWN,
+            f"the manifest references {len(missing)} blob(s) or manifest(s) this repository does not hold",
+            {"blobs": list(dict.fromkeys(missing))},
+        )
     for d in document.blobs:
         _check_size(d, blob_sizes[d.digest])
     for d in document.manifests:
@@ -54,8 +59,11 @@ async def plan_generic(session: AsyncSession, repo: Repository | None, document:
 
 
 async def _linked(
-    session: AsyncSession, repo: Repository | None, model: type[Blob] | type[Manifest],
-    link: type[RepositoryBlob] | type[RepositoryManifest], digests: list[str],
+    session: AsyncSession,
+    repo: Repository | None,
+    model: type[Blob] | type[Manifest],
+    link: type[RepositoryBlob] | type[RepositoryManifest],
+    digests: list[str],
 ) -> dict[str, int]:
     """Digest → size of those among ``digests`` linked to ``repo``."""
     if repo is None or not digests:
@@ -64,14 +72,18 @@ async def _linked(
     sizes: dict[str, int] = {}
     for batch in batched(sorted(set(digests))):
         rows = await session.exec(
-            select(model.digest, model.size).join(link, col(link_digest) == col(model.digest))
-            .where(col(link.repository_id) == repo.id, col(model.digest).in_(batch)))
+            select(model.digest, model.size)
+            .join(link, col(link_digest) == col(model.digest))
+            .where(col(link.repository_id) == repo.id, col(model.digest).in_(batch))
+        )
         sizes.update((d, s) for d, s in rows.all())
     return sizes
 
 
 def _check_size(descriptor: OciDescriptor, actual: int) -> None:
     if descriptor.size != actual:
-        raise HubError(ErrorCode.SIZE_INVALID, f"descriptor {descriptor.digest} declares {descriptor.size} bytes, "
-                       f"the repository holds {actual}",
-                       {"digest": descriptor.digest, "declared": descriptor.size, "actual": actual})
+        raise HubError(
+            ErrorCode.SIZE_INVALID,
+            f"descriptor {descriptor.digest} declares {descriptor.size} bytes, the repository holds {actual}",
+            {"digest": descriptor.digest, "declared": descriptor.size, "actual": actual},
+        )

@@ -95,15 +95,16 @@ class StoreFrames:
             start, data = cached
             if start <= offset and offset + length <= start + len(data):
                 self._windows.move_to_end(blob)
-                return data[offset - start:offset - start + length]
+                return data[offset - start : offset - start + length]
         layout = self._layouts.get(blob)
         if layout is None:
             layout = self._layouts[blob] = anyio.from_thread.run(blob_layout, self._ctx, blob)
         size, recipe = layout
         # Never past the blob's end, unless the frame itself is: then let the store say so.
         end = max(min(size, offset + max(length, self._window)), offset + length)
-        data = anyio.from_thread.run(partial(read_blob_range, self._ctx, blob, offset, end - offset, recipe=recipe,
-                                             size=size))
+        data = anyio.from_thread.run(
+            partial(read_blob_range, self._ctx, blob, offset, end - offset, recipe=recipe, size=size)
+        )
         self.reads += 1
         self._windows[blob] = (offset, data)
         self._windows.move_to_end(blob)
@@ -112,8 +113,9 @@ class StoreFrames:
         return data[:length]
 
 
-def snapshot_json(name: str, parent_name: str | None, parent_hash: str | None,
-                  carried: dict[str, Any] | None = None) -> bytes:
+def snapshot_json(
+    name: str, parent_name: str | None, parent_hash: str | None, carried: dict[str, Any] | None = None
+) -> bytes:
     """forkd's ``snapshot.json`` for link ``name``: serde's field order and pretty layout.
 
     ``carried`` is the layer config's ``forkd`` object (``volumes``, a ``rootfs`` outside the
@@ -123,8 +125,11 @@ def snapshot_json(name: str, parent_name: str | None, parent_hash: str | None,
     """
     directory = f"{PLACEHOLDER_ROOT}/{name}"
     extra = {k: v for k, v in (carried or {}).items() if k not in FORKD_DERIVED}
-    doc: dict[str, object] = {"vmstate": f"{directory}/{mt.VMSTATE_FILE}",
-                              "memory": f"{directory}/{mt.MEMORY_FILE}", "volumes": extra.pop("volumes", [])}
+    doc: dict[str, object] = {
+        "vmstate": f"{directory}/{mt.VMSTATE_FILE}",
+        "memory": f"{directory}/{mt.MEMORY_FILE}",
+        "volumes": extra.pop("volumes", []),
+    }
     if parent_name is not None:
         doc["parent_tag"] = parent_name
         doc["parent_content_hash"] = parent_hash
@@ -160,8 +165,9 @@ def build_pack(
                 if role not in previous:
                     raise AssemblyError(f"link {link.name}: {role} applies to a parent {role} the chain lacks")
                 parent = previous[role][0]
-            result = assemble_file(chunk_map, directory / role, parent=parent, frames=frames,
-                                   extra_algorithms=("sha256",))
+            result = assemble_file(
+                chunk_map, directory / role, parent=parent, frames=frames, extra_algorithms=("sha256",)
+            )
             sha = result.digests["sha256"]
             want = link.config.files[role].sha256 if role in link.config.files else None
             if want is not None and sha != want:
@@ -172,7 +178,9 @@ def build_pack(
         # The root of a pack is always a base (chains resolve down to one), so only later
         # links name a parent: the previous link, by the sha256 of its memory.bin.
         parent_hash = memory_sha if i > 0 else None
-        (directory / "snapshot.json").write_bytes(snapshot_json(link.name, link.parent_name, parent_hash, link.config.forkd))
+        (directory / "snapshot.json").write_bytes(
+            snapshot_json(link.name, link.parent_name, parent_hash, link.config.forkd)
+        )
         pack_links.append(PackLink(link.name, directory, link.parent_name, parent_hash))
         previous = assembled
         memory_sha = assembled[mt.MEMORY_FILE][1]

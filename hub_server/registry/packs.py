@@ -113,15 +113,18 @@ async def readable_frames(session: AsyncSession, principal: Principal, digests: 
     """The frames among ``digests`` stored in a data blob of a repository ``principal`` may read."""
     holders: dict[str, set[str]] = {}
     for batch in batched(sorted(set(digests))):
-        rows = await session.exec(select(RecipeFrame.frame_digest, RecipeFrame.blob_digest)
-                                  .where(col(RecipeFrame.frame_digest).in_(batch)))
+        rows = await session.exec(
+            select(RecipeFrame.frame_digest, RecipeFrame.blob_digest).where(col(RecipeFrame.frame_digest).in_(batch))
+        )
         for frame, blob in rows.all():
             holders.setdefault(frame, set()).add(blob)
     readable = await readable_linking(session, principal, blobs=sorted({b for bs in holders.values() for b in bs}))
     wanted = [f for f, blobs in holders.items() if blobs & set(readable)]
     found: dict[str, Frame] = {}
     for batch in batched(wanted):
-        found.update((f.digest, f) for f in (await session.exec(select(Frame).where(col(Frame.digest).in_(batch)))).all())
+        found.update(
+            (f.digest, f) for f in (await session.exec(select(Frame).where(col(Frame.digest).in_(batch)))).all()
+        )
     return found
 
 
@@ -170,18 +173,25 @@ def _check_batch(hasher: Hasher, items: list[tuple[RecipeFrameSpec, bytes, int]]
         if spec.inline:
             got = "blake3:" + blake3.blake3(data).hexdigest()
             if got != spec.digest:
-                raise HubError(ErrorCode.DIGEST_INVALID, f"recipe frame {index}: uploaded bytes hash to {got}, "
-                               f"not {spec.digest}", {"frame": index, "expected": spec.digest, "actual": got})
+                raise HubError(
+                    ErrorCode.DIGEST_INVALID,
+                    f"recipe frame {index}: uploaded bytes hash to {got}, not {spec.digest}",
+                    {"frame": index, "expected": spec.digest, "actual": got},
+                )
             try:
                 decompress_chunk(data, spec.raw_length, spec.chunk, f"recipe frame {index} (chunk {spec.chunk})")
             except ManifestError as e:
-                raise HubError(ErrorCode.DIGEST_INVALID, f"recipe frame {index} does not hold its chunk: {e}",
-                               {"frame": index, "chunk": spec.chunk}) from None
+                raise HubError(
+                    ErrorCode.DIGEST_INVALID,
+                    f"recipe frame {index} does not hold its chunk: {e}",
+                    {"frame": index, "chunk": spec.chunk},
+                ) from None
         hasher.update(data)
 
 
-async def ingest_recipe(ctx: RegistryContext, principal: Principal, repository_id: int, upload_id: str,
-                        recipe: Recipe) -> None:
+async def ingest_recipe(
+    ctx: RegistryContext, principal: Principal, repository_id: int, upload_id: str, recipe: Recipe
+) -> None:
     """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring)."""
     staged = upload_key(upload_id)
     async with ctx.sessions() as session:
@@ -190,8 +200,11 @@ async def ingest_recipe(ctx: RegistryContext, principal: Principal, repository_i
         stored = await _stored_frames(session, [f.digest for f in recipe.frames if f.inline])
     missing = sorted({d for d in referenced if d not in readable})
     if missing:
-        raise _bad(f"{len(missing)} frame(s) of the recipe were neither uploaded nor found in a repository you "
-                   "may read; upload them inline", frames=missing[:50])
+        raise _bad(
+            f"{len(missing)} frame(s) of the recipe were neither uploaded nor found in a repository you "
+            "may read; upload them inline",
+            frames=missing[:50],
+        )
 
     hasher = Hasher("sha256")
     new: dict[str, tuple[int, RecipeFrameSpec]] = {}  # frame digest → (offset in the session's bytes, spec)
@@ -212,9 +225,15 @@ async def ingest_recipe(ctx: RegistryContext, principal: Principal, repository_i
                 uploaded += spec.length
             else:
                 frame = readable[spec.digest]
-                if frame.length != spec.length or frame.raw_length != spec.raw_length or frame.chunk_digest != spec.chunk:
-                    raise _bad(f"recipe frame {index} ({spec.digest}) does not match the stored frame's lengths "
-                               "or chunk", frame=index)
+                if (
+                    frame.length != spec.length
+                    or frame.raw_length != spec.raw_length
+                    or frame.chunk_digest != spec.chunk
+                ):
+                    raise _bad(
+                        f"recipe frame {index} ({spec.digest}) does not match the stored frame's lengths or chunk",
+                        frame=index,
+                    )
                 data = await ctx.store.read(frame.pack_key, frame.pack_offset, frame.length)
             batch.append((spec, data, index))
             batch_bytes += len(data)
@@ -226,8 +245,11 @@ async def ingest_recipe(ctx: RegistryContext, principal: Principal, repository_i
             raise _bad("the upload holds more bytes than the recipe's inline frames", uploaded=uploaded)
     got = str(hasher.digest())
     if got != recipe.digest or hasher.size != recipe.size:
-        raise HubError(ErrorCode.DIGEST_INVALID, f"the blob the recipe describes hashes to {got} "
-                       f"({hasher.size} bytes), not {recipe.digest}", {"expected": recipe.digest, "actual": got})
+        raise HubError(
+            ErrorCode.DIGEST_INVALID,
+            f"the blob the recipe describes hashes to {got} ({hasher.size} bytes), not {recipe.digest}",
+            {"expected": recipe.digest, "actual": got},
+        )
 
     pack = pack_key(upload_id.replace("-", "")) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
@@ -235,8 +257,14 @@ async def ingest_recipe(ctx: RegistryContext, principal: Principal, repository_i
     ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
 
 
-async def _write_pack(store: BlobStore, staged: str, pack: str | None, new: dict[str, tuple[int, RecipeFrameSpec]],
-                      uploaded: int, duplicates: bool) -> dict[str, int]:
+async def _write_pack(
+    store: BlobStore,
+    staged: str,
+    pack: str | None,
+    new: dict[str, tuple[int, RecipeFrameSpec]],
+    uploaded: int,
+    duplicates: bool,
+) -> dict[str, int]:
     """Make the new frames a pack; return frame digest → offset in the pack."""
     if pack is None:
         await store.delete(staged)
@@ -254,29 +282,53 @@ async def _write_pack(store: BlobStore, staged: str, pack: str | None, new: dict
     return positions
 
 
-async def _commit(ctx: RegistryContext, repository_id: int, recipe: Recipe, pack: str | None,
-                  positions: dict[str, int], new: dict[str, tuple[int, RecipeFrameSpec]]) -> None:
+async def _commit(
+    ctx: RegistryContext,
+    repository_id: int,
+    recipe: Recipe,
+    pack: str | None,
+    positions: dict[str, int],
+    new: dict[str, tuple[int, RecipeFrameSpec]],
+) -> None:
     now = ctx.clock()
     async with ctx.sessions() as session:
         if pack is not None:
             size = sum(spec.length for _, spec in new.values())
             await insert_ignore(session, Pack, [{"key": pack, "size": size, "created_at": now}])
-            await insert_ignore(session, Frame, [
-                {"digest": d, "chunk_digest": spec.chunk, "raw_length": spec.raw_length, "pack_key": pack,
-                 "pack_offset": positions[d], "length": spec.length} for d, (_, spec) in new.items()])
+            await insert_ignore(
+                session,
+                Frame,
+                [
+                    {
+                        "digest": d,
+                        "chunk_digest": spec.chunk,
+                        "raw_length": spec.raw_length,
+                        "pack_key": pack,
+                        "pack_offset": positions[d],
+                        "length": spec.length,
+                    }
+                    for d, (_, spec) in new.items()
+                ],
+            )
         exists = await session.get(Blob, recipe.digest) is not None
         if not exists:
-            await insert_ignore(session, Blob, [{"digest": recipe.digest, "size": recipe.size,
-                                                 "media_type": mt.DATA_BLOB, "created_at": now}])
+            await insert_ignore(
+                session,
+                Blob,
+                [{"digest": recipe.digest, "size": recipe.size, "media_type": mt.DATA_BLOB, "created_at": now}],
+            )
             rows, chunks, offset = [], [], 0
             for spec in recipe.frames:
-                rows.append({"blob_digest": recipe.digest, "offset": offset, "frame_digest": spec.digest,
-                             "length": spec.length})
-                chunks.append({"digest": spec.chunk, "blob_digest": recipe.digest, "offset": offset,
-                               "length": spec.length})
+                rows.append(
+                    {"blob_digest": recipe.digest, "offset": offset, "frame_digest": spec.digest, "length": spec.length}
+                )
+                chunks.append(
+                    {"digest": spec.chunk, "blob_digest": recipe.digest, "offset": offset, "length": spec.length}
+                )
                 offset += spec.length
             await insert_ignore(session, RecipeFrame, rows)
             await insert_ignore(session, Chunk, chunks)
-        await insert_ignore(session, RepositoryBlob, [{"repository_id": repository_id, "blob_digest": recipe.digest,
-                                                       "created_at": now}])
+        await insert_ignore(
+            session, RepositoryBlob, [{"repository_id": repository_id, "blob_digest": recipe.digest, "created_at": now}]
+        )
         await session.commit()

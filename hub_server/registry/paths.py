@@ -33,9 +33,23 @@ import re
 
 from manifest.digest import Digest
 
-__all__ = ["BLOBS_PREFIX", "FORKD_PACKS_PREFIX", "FORKD_PACK_SUFFIX", "FRAME_PACKS_PREFIX", "HEALTH_PROBE_KEY",
-           "QUARANTINE_PREFIX", "UPLOADS_PREFIX", "blob_key", "digest_from_blob_key", "forkd_pack_info_key",
-           "forkd_pack_key", "is_pack_key", "pack_key", "quarantine_key", "upload_key"]
+__all__ = [
+    "BLOBS_PREFIX",
+    "FORKD_PACKS_PREFIX",
+    "FORKD_PACK_SUFFIX",
+    "FRAME_PACKS_PREFIX",
+    "HEALTH_PROBE_KEY",
+    "QUARANTINE_PREFIX",
+    "UPLOADS_PREFIX",
+    "blob_key",
+    "digest_from_blob_key",
+    "forkd_pack_info_key",
+    "forkd_pack_key",
+    "is_pack_key",
+    "pack_key",
+    "quarantine_key",
+    "upload_key",
+]
 
 BLOBS_PREFIX = "blobs"
 UPLOADS_PREFIX = "uploads"
@@ -82,8 +96,12 @@ def pack_key(pack_id: str) -> str:
 def is_pack_key(key: str) -> bool:
     """Whether ``key`` is a well-formed ``packs/…`` key."""
     parts = key.split("/")
-    return len(parts) == 3 and parts[0] == FRAME_PACKS_PREFIX and bool(_PACK_ID.fullmatch(parts[2])) \
+    return (
+        len(parts) == 3
+        and parts[0] == FRAME_PACKS_PREFIX
+        and bool(_PACK_ID.fullmatch(parts[2]))
         and parts[1] == parts[2][:2]
+    )
 
 
 def quarantine_key(key: str) -> str:

@@ -33,7 +33,12 @@ from hub_server.registry.context import RegistryContext
 from hub_server.tagglobs import TagGlobError, TagGlobs
 
 __all__ = [
-    "MAX_KEEP", "EffectivePolicy", "PolicyChange", "Retention", "apply_policy_change", "effective_policy",
+    "MAX_KEEP",
+    "EffectivePolicy",
+    "PolicyChange",
+    "Retention",
+    "apply_policy_change",
+    "effective_policy",
     "tag_is_immutable",
 ]
 
@@ -68,9 +73,12 @@ class EffectivePolicy:
         return self.immutable_tags and not self.immutable_exempt.matches(tag)
 
     def to_json(self) -> dict[str, Any]:
-        return {"immutableTags": self.immutable_tags, "immutableExempt": str(self.immutable_exempt),
-                "immutableSource": self.immutable_source,
-                "retention": None if self.retention is None else self.retention.to_json()}
+        return {
+            "immutableTags": self.immutable_tags,
+            "immutableExempt": str(self.immutable_exempt),
+            "immutableSource": self.immutable_source,
+            "retention": None if self.retention is None else self.retention.to_json(),
+        }
 
 
 @dataclass(frozen=True)
@@ -93,10 +101,15 @@ def combine(row: RepositoryPolicy | None, ctx: RegistryContext) -> EffectivePoli
     exempt = row.immutable_exempt if row is not None and row.immutable_exempt is not None else ctx.immutable_exempt
     retention = None
     if row is not None and (row.retention_keep_last is not None or row.retention_keep_days is not None):
-        retention = Retention(row.retention_keep_last, row.retention_keep_days,
-                              TagGlobs.parse(row.retention_pattern or "*"))
-    return EffectivePolicy(ctx.immutable_tags if immutable is None else immutable, TagGlobs.parse(exempt),
-                           "hub" if immutable is None else "repository", retention)
+        retention = Retention(
+            row.retention_keep_last, row.retention_keep_days, TagGlobs.parse(row.retention_pattern or "*")
+        )
+    return EffectivePolicy(
+        ctx.immutable_tags if immutable is None else immutable,
+        TagGlobs.parse(exempt),
+        "hub" if immutable is None else "repository",
+        retention,
+    )
 
 
 async def effective_policy(session: AsyncSession, ctx: RegistryContext, repo_id: int) -> EffectivePolicy:
@@ -146,8 +159,9 @@ def validate_retention(value: dict[str, Any]) -> tuple[int | None, int | None, s
     return keep_last, keep_days, pattern
 
 
-async def apply_policy_change(session: AsyncSession, ctx: RegistryContext, repo: Repository,
-                              change: PolicyChange) -> dict[str, Any]:
+async def apply_policy_change(
+    session: AsyncSession, ctx: RegistryContext, repo: Repository, change: PolicyChange
+) -> dict[str, Any]:
     """Validate and stage ``change`` on ``repo`` (the caller commits); return what changed, as JSON.
 
     Raises HubError(INVALID_REQUEST) naming the bad field; nothing is staged then.

@@ -47,10 +47,12 @@ from manifest.model import ChunkMap, Descriptor, LayerConfig, LayerManifest
 
 __all__ = ["PushPlan", "plan_index", "plan_layer"]
 
-_ROLES = {**{t["config"]: BlobRole.CONFIG for t in mt.VERSIONS.values()},
-          **{t["vmstate"]: BlobRole.VMSTATE for t in mt.VERSIONS.values()},
-          **{t["chunkmap"]: BlobRole.CHUNK_MAP for t in mt.VERSIONS.values()},
-          **{t["data"]: BlobRole.DATA for t in mt.VERSIONS.values()}}
+_ROLES = {
+    **{t["config"]: BlobRole.CONFIG for t in mt.VERSIONS.values()},
+    **{t["vmstate"]: BlobRole.VMSTATE for t in mt.VERSIONS.values()},
+    **{t["chunkmap"]: BlobRole.CHUNK_MAP for t in mt.VERSIONS.values()},
+    **{t["data"]: BlobRole.DATA for t in mt.VERSIONS.values()},
+}
 
 
 @dataclass
@@ -82,8 +84,12 @@ class PushPlan:
 
 
 async def plan_layer(
-    ctx: RegistryContext, session: AsyncSession, principal: Principal, repo: Repository | None,
-    digest: str, manifest: LayerManifest,
+    ctx: RegistryContext,
+    session: AsyncSession,
+    principal: Principal,
+    repo: Repository | None,
+    digest: str,
+    manifest: LayerManifest,
 ) -> PushPlan:
     """Check a layer manifest against what the hub holds (see the module docstring)."""
     descriptors = [manifest.config, *manifest.layers]
@@ -106,8 +112,11 @@ async def plan_layer(
         raw_parent = await read_blob_bytes(ctx, parent.config_digest, limits.config_bytes, "parent config")
         parent_config = await _parse(LayerConfig, raw_parent, limits.config_bytes, "parent config")
         if parent_config.version != config.version:
-            raise invalid(f"a format-version-{config.version} layer cannot apply to parent {config.parent.digest}, "
-                          f"a version-{parent_config.version} layer: push the whole chain again", field="parent")
+            raise invalid(
+                f"a format-version-{config.version} layer cannot apply to parent {config.parent.digest}, "
+                f"a version-{parent_config.version} layer: push the whole chain again",
+                field="parent",
+            )
 
     data_blobs = {d.digest for d in manifest.data_blobs}
     maps: list[ChunkMap] = []
@@ -116,14 +125,18 @@ async def plan_layer(
         chunk_map = await _parse(ChunkMap, raw, limits.chunk_map_bytes, f"chunk map {desc.digest} ({file})")
         check_chunk_map(chunk_map, desc, config, parent_config, data_blobs)
         if chunk_map.version != manifest.version:
-            raise invalid(f"chunk map {desc.digest} is format version {chunk_map.version}, the manifest "
-                          f"{manifest.version}", digest=desc.digest, field="mediaType")
+            raise invalid(
+                f"chunk map {desc.digest} is format version {chunk_map.version}, the manifest {manifest.version}",
+                digest=desc.digest,
+                field="mediaType",
+            )
         maps.append(chunk_map)
     if manifest.version >= 2:  # a v2 layer lists its own data blobs, nothing else (identity is content)
         used = {b for cm in maps for b in cm.blobs}
         if used != data_blobs:
-            raise invalid(f"data blobs {sorted(data_blobs - used)} are listed but no chunk map uses them",
-                          field="layers")
+            raise invalid(
+                f"data blobs {sorted(data_blobs - used)} are listed but no chunk map uses them", field="layers"
+            )
 
     frames = plan_frames(maps)
     known = await _verified_locations(session, frames)
@@ -152,27 +165,42 @@ async def plan_index(
 ) -> PushPlan:
     """Check a chain index: its manifests exist, are readable layers, and form one chain base → head."""
     digests = [d.digest for d in index.manifests]
-    rows = {m.digest: m for batch in batched(digests)
-            for m in (await session.exec(select(Manifest).where(col(Manifest.digest).in_(batch)))).all()}
+    rows = {
+        m.digest: m
+        for batch in batched(digests)
+        for m in (await session.exec(select(Manifest).where(col(Manifest.digest).in_(batch)))).all()
+    }
     readable = await readable_linking(session, principal, manifests=digests)
     missing = [d for d in digests if d not in rows or d not in readable]
     if missing:
-        raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, f"the index lists {len(missing)} manifest(s) "
-                       "this repository cannot reach", {"blobs": missing})
+        raise HubError(
+            ErrorCode.MANIFEST_BLOB_UNKNOWN,
+            f"the index lists {len(missing)} manifest(s) this repository cannot reach",
+            {"blobs": missing},
+        )
     if len(digests) > ctx.limits.chain_depth:
-        raise HubError(ErrorCode.CHAIN_TOO_DEEP, f"the index lists {len(digests)} links, over the limit of "
-                       f"{ctx.limits.chain_depth}", {"limit": ctx.limits.chain_depth})
+        raise HubError(
+            ErrorCode.CHAIN_TOO_DEEP,
+            f"the index lists {len(digests)} links, over the limit of {ctx.limits.chain_depth}",
+            {"limit": ctx.limits.chain_depth},
+        )
     previous: str | None = None
     for i, d in enumerate(index.manifests):
         row = rows[d.digest]
         if not mt.is_layer(row.artifact_type):
             raise invalid(f"index.manifests[{i}] ({d.digest}) is not a layer manifest", field=f"manifests[{i}]")
         if row.size != d.size:
-            raise HubError(ErrorCode.SIZE_INVALID, f"index.manifests[{i}] declares {d.size} bytes, the manifest "
-                           f"has {row.size}", {"digest": d.digest, "declared": d.size, "actual": row.size})
+            raise HubError(
+                ErrorCode.SIZE_INVALID,
+                f"index.manifests[{i}] declares {d.size} bytes, the manifest has {row.size}",
+                {"digest": d.digest, "declared": d.size, "actual": row.size},
+            )
         if row.parent_digest != previous:
-            raise invalid(f"index.manifests[{i}] ({d.digest}) has parent {row.parent_digest}, expected {previous} "
-                          "(list the chain base → head)", field=f"manifests[{i}]")
+            raise invalid(
+                f"index.manifests[{i}] ({d.digest}) has parent {row.parent_digest}, expected {previous} "
+                "(list the chain base → head)",
+                field=f"manifests[{i}]",
+            )
         previous = d.digest
     return PushPlan(
         media_type=mt.OCI_INDEX,
@@ -201,14 +229,20 @@ async def _readable_blobs(
     here: set[str] = set()
     if repo is not None:
         for batch in batched(rows):
-            result = await session.exec(select(RepositoryBlob.blob_digest).where(
-                RepositoryBlob.repository_id == repo.id, col(RepositoryBlob.blob_digest).in_(batch)))
+            result = await session.exec(
+                select(RepositoryBlob.blob_digest).where(
+                    RepositoryBlob.repository_id == repo.id, col(RepositoryBlob.blob_digest).in_(batch)
+                )
+            )
             here.update(result.all())
     elsewhere = await readable_linking(session, principal, blobs=[d for d in rows if d not in here])
     missing = [d for d in digests if d not in here and d not in elsewhere]
     if missing:
-        raise HubError(ErrorCode.MANIFEST_BLOB_UNKNOWN, f"the manifest references {len(missing)} blob(s) this "
-                       "repository does not hold", {"blobs": missing})
+        raise HubError(
+            ErrorCode.MANIFEST_BLOB_UNKNOWN,
+            f"the manifest references {len(missing)} blob(s) this repository does not hold",
+            {"blobs": missing},
+        )
     return rows
 
 
@@ -216,18 +250,24 @@ def _check_sizes(descriptors: list[Descriptor], blobs: dict[str, Blob]) -> None:
     for d in descriptors:
         actual = blobs[d.digest].size
         if actual != d.size:
-            raise HubError(ErrorCode.SIZE_INVALID,
-                           f"descriptor {d.digest} declares {d.size} bytes, the blob has {actual}",
-                           {"digest": d.digest, "declared": d.size, "actual": actual})
+            raise HubError(
+                ErrorCode.SIZE_INVALID,
+                f"descriptor {d.digest} declares {d.size} bytes, the blob has {actual}",
+                {"digest": d.digest, "declared": d.size, "actual": actual},
+            )
 
 
 async def _ancestors(session: AsyncSession, principal: Principal, digest: str, parent: str, depth: int) -> list[str]:
     """The chain under a new manifest, base first. Raises PARENT_UNKNOWN, CHAIN_TOO_DEEP."""
     row = await session.get(Manifest, parent)
-    if row is None or not mt.is_layer(row.artifact_type) or not await readable_linking(
-            session, principal, manifests=[parent]):
-        raise HubError(ErrorCode.PARENT_UNKNOWN, f"parent manifest {parent} does not exist or is not readable",
-                       {"digest": parent})
+    if (
+        row is None
+        or not mt.is_layer(row.artifact_type)
+        or not await readable_linking(session, principal, manifests=[parent])
+    ):
+        raise HubError(
+            ErrorCode.PARENT_UNKNOWN, f"parent manifest {parent} does not exist or is not readable", {"digest": parent}
+        )
     parents: dict[str, str | None] = {digest: parent}
     cursor: str | None = parent
     while cursor is not None and cursor not in parents and len(parents) <= depth:
@@ -239,8 +279,9 @@ async def _ancestors(session: AsyncSession, principal: Principal, digest: str, p
     try:
         chain = resolve_chain(digest, lambda k: parents[k], max_depth=depth)
     except ChainTooDeep:
-        raise HubError(ErrorCode.CHAIN_TOO_DEEP, f"the chain under this manifest is deeper than {depth} links",
-                       {"limit": depth}) from None
+        raise HubError(
+            ErrorCode.CHAIN_TOO_DEEP, f"the chain under this manifest is deeper than {depth} links", {"limit": depth}
+        ) from None
     except (MissingParent, ChainCycle) as e:
         raise HubError(ErrorCode.PARENT_UNKNOWN, str(e), {"digest": parent}) from None
     return chain[:-1]
@@ -249,8 +290,9 @@ async def _ancestors(session: AsyncSession, principal: Principal, digest: str, p
 async def _verified_locations(session: AsyncSession, frames: list[FrameCheck]) -> set[tuple[str, int, int, str]]:
     known: set[tuple[str, int, int, str]] = set()
     for batch in batched(sorted({f.digest for f in frames})):
-        rows = await session.exec(select(Chunk.blob_digest, Chunk.offset, Chunk.length, Chunk.digest)
-                                  .where(col(Chunk.digest).in_(batch)))
+        rows = await session.exec(
+            select(Chunk.blob_digest, Chunk.offset, Chunk.length, Chunk.digest).where(col(Chunk.digest).in_(batch))
+        )
         known.update(tuple(r) for r in rows.all())  # type: ignore[misc]
     return known
 
@@ -260,7 +302,10 @@ async def data_blobs_first_uploaded(session: AsyncSession, plan: PushPlan) -> in
     data = [d for d, role in plan.blob_roles.items() if role == BlobRole.DATA]
     seen: set[str] = set()
     for batch in batched(data):
-        rows = await session.exec(select(ManifestBlob.blob_digest).where(
-            col(ManifestBlob.blob_digest).in_(batch), ManifestBlob.role == BlobRole.DATA))
+        rows = await session.exec(
+            select(ManifestBlob.blob_digest).where(
+                col(ManifestBlob.blob_digest).in_(batch), ManifestBlob.role == BlobRole.DATA
+            )
+        )
         seen.update(rows.all())
     return sum(plan.blob_sizes.get(d, 0) for d in data if d not in seen)

@@ -56,8 +56,9 @@ class RepositoryFacts:
 class ReadCache:
     """Per-process cache of manifest reads (see the module docstring for its rules)."""
 
-    def __init__(self, ttl: float = 2.0, manifest_bytes: int = 64 << 20,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl: float = 2.0, manifest_bytes: int = 64 << 20, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.ttl = ttl
         self.manifest_bytes = manifest_bytes
         self._clock = clock
@@ -79,8 +80,7 @@ class ReadCache:
             return None
         return facts
 
-    def remember_repository(self, repo_id: int, namespace: str, name: str, public: bool,
-                            epoch: int) -> RepositoryFacts:
+    def remember_repository(self, repo_id: int, namespace: str, name: str, public: bool, epoch: int) -> RepositoryFacts:
         """Facts for a repository read from the database by a read that began at ``epoch``; kept
         only when ttl > 0 and no write happened in this process since that read began."""
         facts = RepositoryFacts(repo_id, namespace, name, public, self._clock() + self.ttl)

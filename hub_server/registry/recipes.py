@@ -56,20 +56,29 @@ async def blob_layout(ctx: RegistryContext, digest: str) -> tuple[int, bool]:
 async def segments(ctx: RegistryContext, digest: str, start: int, end: int) -> list[Segment]:
     """The recipe's frames overlapping ``[start, end)``, in order, neighbours in one pack merged."""
     async with ctx.sessions() as session:
-        rows = (await session.exec(
-            select(RecipeFrame.offset, RecipeFrame.length, Frame.pack_key, Frame.pack_offset)
-            .join(Frame, Frame.digest == RecipeFrame.frame_digest)  # type: ignore[arg-type]
-            .where(RecipeFrame.blob_digest == digest, col(RecipeFrame.offset) < end,
-                   col(RecipeFrame.offset) > start - MAX_FRAME_BYTES)
-            .order_by(col(RecipeFrame.offset))
-        )).all()
+        rows = (
+            await session.exec(
+                select(RecipeFrame.offset, RecipeFrame.length, Frame.pack_key, Frame.pack_offset)
+                .join(Frame, Frame.digest == RecipeFrame.frame_digest)  # type: ignore[arg-type]
+                .where(
+                    RecipeFrame.blob_digest == digest,
+                    col(RecipeFrame.offset) < end,
+                    col(RecipeFrame.offset) > start - MAX_FRAME_BYTES,
+                )
+                .order_by(col(RecipeFrame.offset))
+            )
+        ).all()
     out: list[Segment] = []
     for offset, length, pack, pack_offset in rows:
         if offset + length <= start:
             continue
         last = out[-1] if out else None
-        if last is not None and last.pack == pack and last.offset + last.length == offset \
-                and last.pack_offset + last.length == pack_offset:
+        if (
+            last is not None
+            and last.pack == pack
+            and last.offset + last.length == offset
+            and last.pack_offset + last.length == pack_offset
+        ):
             out[-1] = Segment(last.offset, last.length + length, pack, last.pack_offset)
         else:
             out.append(Segment(offset, length, pack, pack_offset))
@@ -81,8 +90,9 @@ async def segments(ctx: RegistryContext, digest: str, start: int, end: int) -> l
 SERVE_CHUNK = 4 << 20
 
 
-async def iter_blob_range(ctx: RegistryContext, digest: str, size: int, recipe: bool, offset: int = 0,
-                          length: int | None = None) -> AsyncIterator[bytes]:
+async def iter_blob_range(
+    ctx: RegistryContext, digest: str, size: int, recipe: bool, offset: int = 0, length: int | None = None
+) -> AsyncIterator[bytes]:
     """Stream ``length`` bytes (default: to the end) from ``offset`` of blob ``digest`` (``size`` bytes).
 
     Raises: InvalidRange outside the blob; BlobNotFound if stored bytes are missing.
@@ -101,8 +111,9 @@ async def iter_blob_range(ctx: RegistryContext, digest: str, size: int, recipe: 
         lo, hi = max(pos, seg.offset), min(end, seg.offset + seg.length)
         if lo != pos:  # pragma: no cover - a recipe covers its blob end to end (checked on ingest)
             raise InvalidRange(digest, pos, length, size)
-        async with ctx.store.open(seg.pack, seg.pack_offset + (lo - seg.offset), hi - lo,
-                                  chunk_size=SERVE_CHUNK) as stream:
+        async with ctx.store.open(
+            seg.pack, seg.pack_offset + (lo - seg.offset), hi - lo, chunk_size=SERVE_CHUNK
+        ) as stream:
             async for piece in stream:
                 yield piece
         pos = hi
@@ -110,8 +121,9 @@ async def iter_blob_range(ctx: RegistryContext, digest: str, size: int, recipe: 
         raise InvalidRange(digest, pos, length, size)
 
 
-async def read_blob_range(ctx: RegistryContext, digest: str, offset: int, length: int, *,
-                          recipe: bool | None = None, size: int | None = None) -> bytes:
+async def read_blob_range(
+    ctx: RegistryContext, digest: str, offset: int, length: int, *, recipe: bool | None = None, size: int | None = None
+) -> bytes:
     """``length`` bytes at ``offset`` of blob ``digest`` (a recipe or a whole object) as bytes."""
     if recipe is None:
         recipe = await has_recipe(ctx, digest)

@@ -29,19 +29,21 @@ class ReferrerService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def list(self, principal: Principal, namespace: str, name: str, digest: str,
-                   artifact_type: str | None = None) -> list[dict[str, Any]]:
+    async def list(
+        self, principal: Principal, namespace: str, name: str, digest: str, artifact_type: str | None = None
+    ) -> list[dict[str, Any]]:
         """Descriptors of the manifests in ``namespace/name`` whose subject is ``digest``, oldest first,
         only those of ``artifact_type`` when given."""
         subject = check_digest(digest)
         async with self.ctx.sessions() as session:
             repo = await readable_repository(session, principal, namespace, name)
-            query = (select(Manifest)
-                     .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
-                     .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
-                     .where(col(RepositoryManifest.repository_id) == repo.id,
-                            col(ManifestSubject.subject_digest) == subject)
-                     .order_by(col(Manifest.created_at), col(Manifest.digest)))
+            query = (
+                select(Manifest)
+                .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
+                .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
+                .where(col(RepositoryManifest.repository_id) == repo.id, col(ManifestSubject.subject_digest) == subject)
+                .order_by(col(Manifest.created_at), col(Manifest.digest))
+            )
             if artifact_type is not None:
                 query = query.where(col(Manifest.artifact_type) == artifact_type)
             rows = (await session.exec(query)).all()

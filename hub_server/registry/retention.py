@@ -44,17 +44,23 @@ class ExpiredTag:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"repository": self.repository, "tag": self.tag, "digest": self.digest,
-                "updated": self.updated.isoformat(), "reason": self.reason}
+        return {
+            "repository": self.repository,
+            "tag": self.tag,
+            "digest": self.digest,
+            "updated": self.updated.isoformat(),
+            "reason": self.reason,
+        }
 
 
-def select_expired(retention: Retention, tags: list[tuple[str, str, datetime]], now: datetime) -> list[
-        tuple[str, str, datetime, str]]:
+def select_expired(
+    retention: Retention, tags: list[tuple[str, str, datetime]], now: datetime
+) -> list[tuple[str, str, datetime, str]]:
     """The ``(name, digest, updated, reason)`` of ``tags`` (name, digest, updated) that ``retention`` expires."""
     matching = sorted((t for t in tags if retention.pattern.matches(t[0])), key=lambda t: (-t[2].timestamp(), t[0]))
     kept: set[str] = set()
     if retention.keep_last is not None:
-        kept.update(name for name, _, _ in matching[:retention.keep_last])
+        kept.update(name for name, _, _ in matching[: retention.keep_last])
     cutoff = None if retention.keep_days is None else now - timedelta(days=retention.keep_days)
     if cutoff is not None:
         kept.update(name for name, _, updated in matching if updated >= cutoff)
@@ -71,17 +77,28 @@ async def plan_retention(ctx: RegistryContext, now: datetime) -> list[ExpiredTag
     """Every tag some repository's retention policy expires as of ``now``, by repository then tag."""
     out: list[ExpiredTag] = []
     async with ctx.sessions() as session:
-        rows = (await session.exec(select(RepositoryPolicy, Repository)
-                                   .join(Repository, col(Repository.id) == RepositoryPolicy.repository_id)
-                                   .where(or_(col(RepositoryPolicy.retention_keep_last).is_not(None),
-                                              col(RepositoryPolicy.retention_keep_days).is_not(None)))
-                                   .order_by(col(Repository.namespace), col(Repository.name)))).all()
+        rows = (
+            await session.exec(
+                select(RepositoryPolicy, Repository)
+                .join(Repository, col(Repository.id) == RepositoryPolicy.repository_id)
+                .where(
+                    or_(
+                        col(RepositoryPolicy.retention_keep_last).is_not(None),
+                        col(RepositoryPolicy.retention_keep_days).is_not(None),
+                    )
+                )
+                .order_by(col(Repository.namespace), col(Repository.name))
+            )
+        ).all()
         for policy_row, repo in rows:
             retention = combine(policy_row, ctx).retention
             if retention is None:  # pragma: no cover - the query selects rows with a rule
                 continue
-            tags = (await session.exec(select(Tag.name, Tag.manifest_digest, Tag.updated_at)
-                                       .where(Tag.repository_id == repo.id))).all()
+            tags = (
+                await session.exec(
+                    select(Tag.name, Tag.manifest_digest, Tag.updated_at).where(Tag.repository_id == repo.id)
+                )
+            ).all()
             for name, digest, updated, reason in select_expired(retention, list(tags), now):
                 out.append(ExpiredTag(repo.id, repo.full_name, name, digest, updated, reason))  # type: ignore[arg-type]
     return sorted(out, key=lambda e: (e.repository, e.tag))
@@ -92,13 +109,22 @@ async def expire_tags(ctx: RegistryContext, expired: list[ExpiredTag], actor: st
     done: list[ExpiredTag] = []
     async with ctx.sessions() as session:
         for item in expired:
-            result = await session.exec(delete(Tag).where(
-                col(Tag.repository_id) == item.repository_id, col(Tag.name) == item.tag,
-                col(Tag.manifest_digest) == item.digest))
+            result = await session.exec(
+                delete(Tag).where(
+                    col(Tag.repository_id) == item.repository_id,
+                    col(Tag.name) == item.tag,
+                    col(Tag.manifest_digest) == item.digest,
+                )
+            )
             if result.rowcount == 1:
                 done.append(item)
         await session.commit()
     for item in done:
-        await ctx.audit.record(actor, "delete", repository=item.repository, reference=item.tag,
-                               detail={"tagDigest": item.digest, "retention": item.reason})
+        await ctx.audit.record(
+            actor,
+            "delete",
+            repository=item.repository,
+            reference=item.tag,
+            detail={"tagDigest": item.digest, "retention": item.reason},
+        )
     return done

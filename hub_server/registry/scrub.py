@@ -71,8 +71,14 @@ class Problem:
     moved_to: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "key": self.key, "subject": self.subject, "reason": self.reason,
-                "action": self.action, "movedTo": self.moved_to}
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "subject": self.subject,
+            "reason": self.reason,
+            "action": self.action,
+            "movedTo": self.moved_to,
+        }
 
 
 @dataclass
@@ -90,8 +96,13 @@ class ScrubReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "checked": {"blobs": self.blobs, "recipes": self.recipes, "packs": self.packs, "frames": self.frames,
-                        "bytesHashed": self.bytes_hashed},
+            "checked": {
+                "blobs": self.blobs,
+                "recipes": self.recipes,
+                "packs": self.packs,
+                "frames": self.frames,
+                "bytesHashed": self.bytes_hashed,
+            },
             "problems": [p.to_json() for p in self.problems],
             "clean": self.clean,
         }
@@ -100,7 +111,9 @@ class ScrubReport:
 class Scrubber:
     """One verification pass over a hub's database and blob store (see the module docstring)."""
 
-    def __init__(self, ctx: RegistryContext, *, quarantine: bool = False, grace: timedelta = timedelta(hours=1)) -> None:
+    def __init__(
+        self, ctx: RegistryContext, *, quarantine: bool = False, grace: timedelta = timedelta(hours=1)
+    ) -> None:
         self.ctx = ctx
         self.quarantine = quarantine
         self.grace = grace
@@ -133,8 +146,9 @@ class Scrubber:
         try:
             stored = (await self.ctx.store.stat(key)).size
             if stored != size:
-                await self._found(report, "size", key, digest, f"object holds {stored} bytes, the row says {size}",
-                                  movable=True)
+                await self._found(
+                    report, "size", key, digest, f"object holds {stored} bytes, the row says {size}", movable=True
+                )
                 return
             got = await self._hash(self.ctx.store.open(key), digest, report)
         except BlobNotFound:
@@ -163,27 +177,36 @@ class Scrubber:
             await self._found(report, "size", key, key, f"pack holds {stored} bytes, the row says {size}", movable=True)
             return
         async with self.ctx.sessions() as session:
-            frames = list((await session.exec(select(Frame).where(Frame.pack_key == key)
-                                              .order_by(col(Frame.pack_offset)))).all())
+            frames = list(
+                (await session.exec(select(Frame).where(Frame.pack_key == key).order_by(col(Frame.pack_offset)))).all()
+            )
         start, window = 0, b""
         for frame in frames:
             report.frames += 1
             end = frame.pack_offset + frame.length
             if end > size:
-                await self._found(report, "frame", key, frame.digest, f"frame {frame.pack_offset}+{frame.length} "
-                                  f"lies past the pack's end ({size} bytes)")
+                await self._found(
+                    report,
+                    "frame",
+                    key,
+                    frame.digest,
+                    f"frame {frame.pack_offset}+{frame.length} lies past the pack's end ({size} bytes)",
+                )
                 continue
             if not (start <= frame.pack_offset and end <= start + len(window)):
                 start = frame.pack_offset
-                window = await self.ctx.store.read(key, start, min(size, start + max(PACK_WINDOW, frame.length)) - start)
-            data = window[frame.pack_offset - start:end - start]
+                window = await self.ctx.store.read(
+                    key, start, min(size, start + max(PACK_WINDOW, frame.length)) - start
+                )
+            data = window[frame.pack_offset - start : end - start]
             report.bytes_hashed += len(data)
             reason = await anyio.to_thread.run_sync(_frame_fault, data, frame)
             if reason is not None:
                 await self._found(report, "frame", key, frame.digest, reason)
 
-    async def _check_orphans(self, report: ScrubReport, blob_rows: set[str], pack_rows: set[str],
-                             cutoff: datetime) -> None:
+    async def _check_orphans(
+        self, report: ScrubReport, blob_rows: set[str], pack_rows: set[str], cutoff: datetime
+    ) -> None:
         for prefix in (BLOBS_PREFIX, FRAME_PACKS_PREFIX):
             async for key in self.ctx.store.list(prefix):
                 if prefix == BLOBS_PREFIX and digest_from_blob_key(key) in blob_rows:
@@ -195,8 +218,14 @@ class Scrubber:
                 except BlobNotFound:
                     continue  # deleted meanwhile (a GC)
                 if info.modified <= cutoff:
-                    await self._found(report, "orphan", key, digest_from_blob_key(key) or key,
-                                      "the store holds this object, the database has no row for it", movable=True)
+                    await self._found(
+                        report,
+                        "orphan",
+                        key,
+                        digest_from_blob_key(key) or key,
+                        "the store holds this object, the database has no row for it",
+                        movable=True,
+                    )
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -211,8 +240,9 @@ class Scrubber:
         report.bytes_hashed += hasher.size
         return str(hasher.digest())
 
-    async def _found(self, report: ScrubReport, kind: str, key: str, subject: str, reason: str, *,
-                     movable: bool = False) -> None:
+    async def _found(
+        self, report: ScrubReport, kind: str, key: str, subject: str, reason: str, *, movable: bool = False
+    ) -> None:
         problem = Problem(kind, key, subject, reason)
         if self.quarantine:
             moved_to = None
@@ -223,8 +253,13 @@ class Scrubber:
                 except BlobNotFound:
                     moved_to = None
             damage_key = key if kind != "frame" else f"{key}#{subject}"
-            await mark(self.ctx, damage_key, "orphan" if kind == "orphan" else kind,
-                       f"forkd-hub verify: {reason}", moved_to=moved_to)
+            await mark(
+                self.ctx,
+                damage_key,
+                "orphan" if kind == "orphan" else kind,
+                f"forkd-hub verify: {reason}",
+                moved_to=moved_to,
+            )
             problem = Problem(kind, key, subject, reason, "quarantined" if moved_to else "marked", moved_to)
         report.problems.append(problem)
 

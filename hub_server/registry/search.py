@@ -31,8 +31,18 @@ from hub_server.db.search_index import FTS_TABLE, has_fts5
 from hub_server.errors import ErrorCode, HubError
 
 __all__ = [
-    "MARK_END", "MARK_START", "SORTS", "Facets", "RepoCard", "SearchQuery", "SearchResults", "facets",
-    "search_repositories", "segments", "terms", "visible",
+    "MARK_END",
+    "MARK_START",
+    "SORTS",
+    "Facets",
+    "RepoCard",
+    "SearchQuery",
+    "SearchResults",
+    "facets",
+    "search_repositories",
+    "segments",
+    "terms",
+    "visible",
 ]
 
 MARK_START, MARK_END = "\x02", "\x03"
@@ -148,14 +158,20 @@ def _compat_filter(query: SearchQuery) -> ColumnElement[bool] | None:
         conditions.append(Manifest.compat["arch"].as_string() == query.arch)
     if not conditions:
         return None
-    return exists(select(Tag.name).join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
-                  .where(col(Tag.repository_id) == col(Repository.id), *conditions))
+    return exists(
+        select(Tag.name)
+        .join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
+        .where(col(Tag.repository_id) == col(Repository.id), *conditions)
+    )
 
 
 def _check(query: SearchQuery) -> None:
     if query.sort and query.sort not in SORTS:
-        raise HubError(ErrorCode.INVALID_REQUEST, f"unknown sort {query.sort[:40]!r}: use one of {', '.join(SORTS)}",
-                       {"field": "sort"})
+        raise HubError(
+            ErrorCode.INVALID_REQUEST,
+            f"unknown sort {query.sort[:40]!r}: use one of {', '.join(SORTS)}",
+            {"field": "sort"},
+        )
     if query.page < 1 or not 1 <= query.per_page <= MAX_PER_PAGE:
         raise HubError(ErrorCode.INVALID_REQUEST, "page must be 1 or more and per_page 1 to 100", {"field": "page"})
 
@@ -198,8 +214,18 @@ async def search_repositories(session: AsyncSession, principal: Principal, query
     for row in (await session.exec(rows_query)).all():
         repo, count, *marked = row
         highlights = dict(zip(_FullText.FIELDS, (segments(m) for m in marked), strict=True)) if marked else {}
-        items.append(RepoCard(repo.namespace, repo.name, repo.public, repo.description, repo.updated_at,
-                              repo.pull_count, count, {k: v for k, v in highlights.items() if any(m for _, m in v)}))
+        items.append(
+            RepoCard(
+                repo.namespace,
+                repo.name,
+                repo.public,
+                repo.description,
+                repo.updated_at,
+                repo.pull_count,
+                count,
+                {k: v for k, v in highlights.items() if any(m for _, m in v)},
+            )
+        )
     return SearchResults(items, total, query.page, query.per_page)
 
 
@@ -257,13 +283,20 @@ class _PostgresText(_FullText):
 
     def __init__(self, words: list[str]) -> None:
         super().__init__(words)
-        tags = (select(func.coalesce(func.string_agg(col(Tag.name), " "), ""))
-                .where(col(Tag.repository_id) == col(Repository.id)).scalar_subquery())
+        tags = (
+            select(func.coalesce(func.string_agg(col(Tag.name), " "), ""))
+            .where(col(Tag.repository_id) == col(Repository.id))
+            .scalar_subquery()
+        )
         values = func.json_each_text(Manifest.annotations).table_valued("value")
-        annotations = (select(func.coalesce(func.string_agg(values.c.value, " "), ""))
-                       .select_from(Tag).join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
-                       .join(values, true())
-                       .where(col(Tag.repository_id) == col(Repository.id)).scalar_subquery())
+        annotations = (
+            select(func.coalesce(func.string_agg(values.c.value, " "), ""))
+            .select_from(Tag)
+            .join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
+            .join(values, true())
+            .where(col(Tag.repository_id) == col(Repository.id))
+            .scalar_subquery()
+        )
         self.texts = [col(Repository.namespace), col(Repository.name), col(Repository.description), tags, annotations]
         self.query = func.to_tsquery("simple", " & ".join(f"{w}:*" for w in words))
         self.condition = _PG_INDEX.c.document.op("@@")(self.query)
@@ -277,23 +310,33 @@ class _PostgresText(_FullText):
     def marked_columns(self) -> list[Any]:
         whole = f"StartSel={MARK_START}, StopSel={MARK_END}, HighlightAll=true"
         short = f"StartSel={MARK_START}, StopSel={MARK_END}, MaxWords=24, MinWords=8"
-        return [func.ts_headline("simple", t, self.query, whole if i < 2 else short)
-                for i, t in enumerate(self.texts)]
+        return [func.ts_headline("simple", t, self.query, whole if i < 2 else short) for i, t in enumerate(self.texts)]
 
 
 async def facets(session: AsyncSession, principal: Principal) -> Facets:
     """The namespaces and compatibility values present among readable repositories."""
-    namespaces = (await session.exec(select(Repository.namespace).where(visible(principal))
-                                     .distinct().order_by(col(Repository.namespace)))).scalars().all()
+    namespaces = (
+        (
+            await session.exec(
+                select(Repository.namespace).where(visible(principal)).distinct().order_by(col(Repository.namespace))
+            )
+        )
+        .scalars()
+        .all()
+    )
     vmm = Manifest.compat["vmm"].as_string()
     mem = Manifest.compat["memMiB"].as_integer()
     arch = Manifest.compat["arch"].as_string()
-    rows = (await session.exec(
-        select(vmm, mem, arch).select_from(Tag)
-        .join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
-        .join(Repository, col(Repository.id) == col(Tag.repository_id))
-        .where(visible(principal)).group_by(vmm, mem, arch)
-    )).all()
+    rows = (
+        await session.exec(
+            select(vmm, mem, arch)
+            .select_from(Tag)
+            .join(Manifest, col(Manifest.digest) == col(Tag.manifest_digest))
+            .join(Repository, col(Repository.id) == col(Tag.repository_id))
+            .where(visible(principal))
+            .group_by(vmm, mem, arch)
+        )
+    ).all()
     return Facets(
         list(namespaces),
         sorted({v for v, _, _ in rows if v}),

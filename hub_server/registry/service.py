@@ -65,8 +65,11 @@ class Registry:
             await self.ctx.store.exists(HEALTH_PROBE_KEY)
             free = await self.ctx.store.free_bytes()
             minimum = self.ctx.limits.min_free_bytes
-            report["storage"] = "ok" if free is None or free >= minimum else (
-                f"error: full: {free} bytes free, under the {minimum}-byte minimum")
+            report["storage"] = (
+                "ok"
+                if free is None or free >= minimum
+                else (f"error: full: {free} bytes free, under the {minimum}-byte minimum")
+            )
         except Exception as e:  # noqa: BLE001
             report["storage"] = f"error: {type(e).__name__}: {e}"[:300]
         return all(v == "ok" for v in report.values()), report

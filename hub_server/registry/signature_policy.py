@@ -86,8 +86,9 @@ class SignaturePolicy:
         """namespace → key fingerprints (for logs and docs)."""
         return {ns: [fingerprint(k) for k in keys] for ns, keys in self.keys.items()}
 
-    async def check_tag(self, ctx: RegistryContext, repository_id: int | None, namespace: str, name: str,
-                        digest: str) -> str | None:
+    async def check_tag(
+        self, ctx: RegistryContext, repository_id: int | None, namespace: str, name: str, digest: str
+    ) -> str | None:
         """Before a tag in ``namespace/name`` moves to ``digest``: the fingerprint of the registered
         key whose signature referrer verifies, or None when the namespace requires none.
 
@@ -109,11 +110,13 @@ class SignaturePolicy:
             except (SignatureError, StorageError, FileNotFoundError) as e:
                 reasons.append(f"{artifact}: {e}")
         wanted = [fingerprint(k) for k in keys]
-        raise HubError(ErrorCode.SIGNATURE_REQUIRED,
-                       f"namespace {namespace!r} requires a signature by a registered key on {digest} before a tag "
-                       f"moves to it: {'; '.join(reasons) if reasons else 'it has no signature referrer'} "
-                       "(push the manifest by digest, then its signature, then the tag: forkd push --sign KEY)",
-                       {"digest": digest, "keys": wanted, "refused": reasons})
+        raise HubError(
+            ErrorCode.SIGNATURE_REQUIRED,
+            f"namespace {namespace!r} requires a signature by a registered key on {digest} before a tag "
+            f"moves to it: {'; '.join(reasons) if reasons else 'it has no signature referrer'} "
+            "(push the manifest by digest, then its signature, then the tag: forkd push --sign KEY)",
+            {"digest": digest, "keys": wanted, "refused": reasons},
+        )
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,9 @@ class SignatureClaim:
     verified: bool | None
 
 
-async def signature_claims(ctx: RegistryContext, repository_id: int, namespace: str, name: str,
-                           digest: str) -> list[SignatureClaim]:
+async def signature_claims(
+    ctx: RegistryContext, repository_id: int, namespace: str, name: str, digest: str
+) -> list[SignatureClaim]:
     """The signature referrers of ``digest`` in the repository, newest first, each checked against the
     namespace's registered keys when the policy has some. Never raises for a bad artifact (it is
     listed as not verified)."""
@@ -155,8 +159,9 @@ async def _read_small(ctx: RegistryContext, key: str) -> bytes:
     return await ctx.store.read(key)
 
 
-async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, digest: str,
-                               first: set[str] | None = None) -> list[str]:
+async def _signature_referrers(
+    ctx: RegistryContext, repository_id: int | None, digest: str, first: set[str] | None = None
+) -> list[str]:
     """Digests of the signature artifacts linked to the repository whose subject is ``digest``, newest
     first, those whose annotation names a key in ``first`` before the others; at most MAX_CANDIDATES."""
     if repository_id is None:
@@ -166,10 +171,13 @@ async def _signature_referrers(ctx: RegistryContext, repository_id: int | None, 
             select(Manifest.digest, Manifest.annotations)
             .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
             .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
-            .where(col(RepositoryManifest.repository_id) == repository_id,
-                   col(ManifestSubject.subject_digest) == digest,
-                   col(Manifest.artifact_type) == SIGNATURE_ARTIFACT)
-            .order_by(col(Manifest.created_at).desc()))
+            .where(
+                col(RepositoryManifest.repository_id) == repository_id,
+                col(ManifestSubject.subject_digest) == digest,
+                col(Manifest.artifact_type) == SIGNATURE_ARTIFACT,
+            )
+            .order_by(col(Manifest.created_at).desc())
+        )
         found = list(rows.all())
     found.sort(key=lambda row: (row[1] or {}).get(ANNOTATION_KEY) not in (first or set()))
     return [row[0] for row in found[:MAX_CANDIDATES]]

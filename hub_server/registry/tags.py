@@ -62,12 +62,24 @@ async def resolve_reference(session: AsyncSession, repo: Repository, reference: 
             return tag.manifest_digest
     elif await session.get(RepositoryManifest, (repo.id, reference.digest)) is not None:
         return reference.digest  # type: ignore[return-value]
-    raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"{repo.full_name}:{reference} is unknown",
-                   {"name": repo.full_name, "reference": str(reference)})
+    raise HubError(
+        ErrorCode.MANIFEST_UNKNOWN,
+        f"{repo.full_name}:{reference} is unknown",
+        {"name": repo.full_name, "reference": str(reference)},
+    )
 
 
-async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, now: datetime,
-                   expected: str = ANY, *, immutable: bool = False, repository: str = "") -> None:
+async def move_tag(
+    session: AsyncSession,
+    repo_id: int,
+    name: str,
+    digest: str,
+    now: datetime,
+    expected: str = ANY,
+    *,
+    immutable: bool = False,
+    repository: str = "",
+) -> None:
     """Point tag ``name`` at ``digest`` if it still points at ``expected`` (a digest, ABSENT or ANY).
 
     A tag already at ``digest`` satisfies any expectation (the same push, retried). An
@@ -86,17 +98,29 @@ async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, 
     table = Tag.__table__  # type: ignore[attr-defined]
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table).values(
-        repository_id=repo_id, name=name, manifest_digest=digest, updated_at=now)
+        repository_id=repo_id, name=name, manifest_digest=digest, updated_at=now
+    )
     if expected == ANY:
-        await session.exec(insert.on_conflict_do_update(
-            index_elements=["repository_id", "name"], set_={"manifest_digest": digest, "updated_at": now}))
+        await session.exec(
+            insert.on_conflict_do_update(
+                index_elements=["repository_id", "name"], set_={"manifest_digest": digest, "updated_at": now}
+            )
+        )
         return
     if expected == ABSENT:
         moved = (await session.exec(insert.on_conflict_do_nothing())).rowcount
     else:
-        moved = (await session.exec(update(Tag).where(
-            col(Tag.repository_id) == repo_id, col(Tag.name) == name, col(Tag.manifest_digest) == expected,
-        ).values(manifest_digest=digest, updated_at=now))).rowcount
+        moved = (
+            await session.exec(
+                update(Tag)
+                .where(
+                    col(Tag.repository_id) == repo_id,
+                    col(Tag.name) == name,
+                    col(Tag.manifest_digest) == expected,
+                )
+                .values(manifest_digest=digest, updated_at=now)
+            )
+        ).rowcount
     if moved == 1:
         return
     actual = await _tag_digest(session, repo_id, name)
@@ -104,22 +128,28 @@ async def move_tag(session: AsyncSession, repo_id: int, name: str, digest: str, 
         return
     if immutable and actual is not None:
         raise _immutable(repository, name, actual, digest)
-    raise HubError(ErrorCode.TAG_CONFLICT,
-                   f"tag {name!r} points at {actual or 'nothing'}, not {'nothing' if expected == ABSENT else expected} "
-                   "as this push expected: another push moved it",
-                   {"tag": name, "expected": None if expected == ABSENT else expected, "actual": actual})
+    raise HubError(
+        ErrorCode.TAG_CONFLICT,
+        f"tag {name!r} points at {actual or 'nothing'}, not {'nothing' if expected == ABSENT else expected} "
+        "as this push expected: another push moved it",
+        {"tag": name, "expected": None if expected == ABSENT else expected, "actual": actual},
+    )
 
 
 async def _tag_digest(session: AsyncSession, repo_id: int, name: str) -> str | None:
-    return (await session.exec(select(Tag.manifest_digest).where(
-        Tag.repository_id == repo_id, Tag.name == name))).first()
+    return (
+        await session.exec(select(Tag.manifest_digest).where(Tag.repository_id == repo_id, Tag.name == name))
+    ).first()
 
 
 def _immutable(repository: str, name: str, actual: str, digest: str) -> HubError:
     where = f"{repository}:{name}" if repository else repr(name)
-    return HubError(ErrorCode.TAG_IMMUTABLE,
-                    f"tag {where} is immutable and already points at {actual}; it cannot be moved to {digest}: "
-                    "push under a new tag", {"tag": name, "actual": actual, "digest": digest})
+    return HubError(
+        ErrorCode.TAG_IMMUTABLE,
+        f"tag {where} is immutable and already points at {actual}; it cannot be moved to {digest}: "
+        "push under a new tag",
+        {"tag": name, "actual": actual, "digest": digest},
+    )
 
 
 async def tags_by_digest(session: AsyncSession, repo_id: int, digests: list[str]) -> dict[str, list[str]]:
@@ -127,8 +157,9 @@ async def tags_by_digest(session: AsyncSession, repo_id: int, digests: list[str]
     out: dict[str, list[str]] = {}
     if not digests:
         return out
-    rows = await session.exec(select(Tag).where(Tag.repository_id == repo_id, col(Tag.manifest_digest).in_(digests))
-                              .order_by(col(Tag.name)))
+    rows = await session.exec(
+        select(Tag).where(Tag.repository_id == repo_id, col(Tag.manifest_digest).in_(digests)).order_by(col(Tag.name))
+    )
     for tag in rows.all():
         out.setdefault(tag.manifest_digest, []).append(tag.name)
     return out
@@ -138,8 +169,9 @@ class TagService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def list(self, principal: Principal, namespace: str, name: str, n: int | None = None,
-                   last: str | None = None) -> Page:
+    async def list(
+        self, principal: Principal, namespace: str, name: str, n: int | None = None, last: str | None = None
+    ) -> Page:
         """Tag names of a readable repository in lexical order, after ``last`` (none at all for ``n=0``)."""
         size = page_size(n)
         async with self.ctx.sessions() as session:

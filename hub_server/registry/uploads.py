@@ -224,9 +224,11 @@ class UploadService:
             blob = await session.get(Blob, digest)
             if blob is None:
                 return None
-            await insert_ignore(session, RepositoryBlob, [
-                {"repository_id": repo.id, "blob_digest": digest, "created_at": self.ctx.clock()}
-            ])
+            await insert_ignore(
+                session,
+                RepositoryBlob,
+                [{"repository_id": repo.id, "blob_digest": digest, "created_at": self.ctx.clock()}],
+            )
             await session.commit()
         return BlobCommitted(digest, repo.full_name, blob.size)
 
@@ -237,39 +239,49 @@ class UploadService:
         upload = await session.get(Upload, upload_id) if _valid_id(upload_id) else None
         expired = upload is not None and self.ctx.clock() - upload.updated_at > self.ctx.limits.upload_lifetime
         if upload is None or upload.repository_id != repo.id or expired:
-            raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id[:64]!r} is unknown or expired",
-                           {"uuid": upload_id[:64]})
+            raise HubError(
+                ErrorCode.BLOB_UPLOAD_UNKNOWN,
+                f"upload {upload_id[:64]!r} is unknown or expired",
+                {"uuid": upload_id[:64]},
+            )
         return repo, upload
 
     async def _size(self, upload_id: str) -> int:
         try:
             return (await self.ctx.store.stat(upload_key(upload_id))).size
         except BlobNotFound:
-            raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data",
-                           {"uuid": upload_id}) from None
+            raise HubError(
+                ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data", {"uuid": upload_id}
+            ) from None
 
-    async def _append(self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None,
-                      lease: str) -> int:
+    async def _append(
+        self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None, lease: str
+    ) -> int:
         limit = self.ctx.limits.blob_bytes
         try:
             writer = await self.ctx.store.writer(upload_key(upload.id), append=True)
         except BlobNotFound:
-            raise HubError(ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload.id} has no staged data",
-                           {"uuid": upload.id}) from None
+            raise HubError(
+                ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload.id} has no staged data", {"uuid": upload.id}
+            ) from None
         async with writer:
             start = writer.size
             if content_range is not None and content_range[0] != start:
-                raise HubError(ErrorCode.RANGE_INVALID,
-                               f"Content-Range starts at {content_range[0]}, the upload holds {start} bytes",
-                               {"uuid": upload.id, "size": start})
+                raise HubError(
+                    ErrorCode.RANGE_INVALID,
+                    f"Content-Range starts at {content_range[0]}, the upload holds {start} bytes",
+                    {"uuid": upload.id, "size": start},
+                )
             renewed = self.ctx.clock()
             async for piece in body:
                 if self.ctx.clock() - renewed > UPLOAD_LEASE / 3:
                     renewed = await self._renew(upload.id, lease)
                 if writer.size + len(piece) > limit:
-                    raise HubError(ErrorCode.BLOB_UPLOAD_INVALID,
-                                   f"upload exceeds the blob size limit of {limit} bytes",
-                                   {"uuid": upload.id, "limit": limit})
+                    raise HubError(
+                        ErrorCode.BLOB_UPLOAD_INVALID,
+                        f"upload exceeds the blob size limit of {limit} bytes",
+                        {"uuid": upload.id, "limit": limit},
+                    )
                 await writer.write(piece)
             if content_range is not None and writer.size - start != content_range[1] - content_range[0] + 1:
                 raise HubError(
@@ -307,31 +319,46 @@ class UploadService:
         token = uuid.uuid4().hex
         now = self.ctx.clock()
         async with self.ctx.sessions() as session:
-            taken = await session.exec(update(Upload).where(
-                col(Upload.id) == upload_id,
-                or_(col(Upload.lease_until).is_(None), col(Upload.lease_until) < now),
-            ).values(lease_owner=token, lease_until=now + UPLOAD_LEASE))
+            taken = await session.exec(
+                update(Upload)
+                .where(
+                    col(Upload.id) == upload_id,
+                    or_(col(Upload.lease_until).is_(None), col(Upload.lease_until) < now),
+                )
+                .values(lease_owner=token, lease_until=now + UPLOAD_LEASE)
+            )
             await session.commit()
         if taken.rowcount != 1:
-            raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"upload {upload_id} is busy with another request",
-                           {"uuid": upload_id})
+            raise HubError(
+                ErrorCode.BLOB_UPLOAD_INVALID, f"upload {upload_id} is busy with another request", {"uuid": upload_id}
+            )
         try:
             yield token
         finally:
             with anyio.CancelScope(shield=True):
                 async with self.ctx.sessions() as session:
-                    await session.exec(update(Upload).where(
-                        col(Upload.id) == upload_id, col(Upload.lease_owner) == token,
-                    ).values(lease_owner=None, lease_until=None))
+                    await session.exec(
+                        update(Upload)
+                        .where(
+                            col(Upload.id) == upload_id,
+                            col(Upload.lease_owner) == token,
+                        )
+                        .values(lease_owner=None, lease_until=None)
+                    )
                     await session.commit()
 
     async def _renew(self, upload_id: str, token: str) -> datetime:
         """Extend the lease ``token`` holds on the upload; return the renewal time."""
         now = self.ctx.clock()
         async with self.ctx.sessions() as session:
-            await session.exec(update(Upload).where(
-                col(Upload.id) == upload_id, col(Upload.lease_owner) == token,
-            ).values(lease_until=now + UPLOAD_LEASE))
+            await session.exec(
+                update(Upload)
+                .where(
+                    col(Upload.id) == upload_id,
+                    col(Upload.lease_owner) == token,
+                )
+                .values(lease_until=now + UPLOAD_LEASE)
+            )
             await session.commit()
         return now
 

@@ -70,8 +70,7 @@ def parse_document(body: bytes, content_type: str | None, limit: int) -> LayerMa
     media_type = obj.get("mediaType")
     declared = (content_type or "").split(";")[0].strip()
     if declared and declared not in ("application/json", "application/octet-stream") and declared != media_type:
-        raise invalid(f"Content-Type {declared!r} does not match manifest.mediaType {media_type!r}",
-                      field="mediaType")
+        raise invalid(f"Content-Type {declared!r} does not match manifest.mediaType {media_type!r}", field="mediaType")
     try:
         if media_type == mt.OCI_INDEX:
             return _parse_index(obj)
@@ -125,27 +124,46 @@ def check_chunk_map(
     where = f"chunk map {descriptor.digest} ({chunk_map.file})"
     annotated = descriptor.annotations.get(mt.ANNOTATION_FILE)
     if annotated != chunk_map.file:
-        raise invalid(f"{where}: descriptor says file {annotated!r}, the map says {chunk_map.file!r}",
-                      digest=descriptor.digest, field="file")
+        raise invalid(
+            f"{where}: descriptor says file {annotated!r}, the map says {chunk_map.file!r}",
+            digest=descriptor.digest,
+            field="file",
+        )
     missing = sorted(set(chunk_map.blobs) - data_blobs)
     if missing:
-        raise invalid(f"{where}: blobs {missing} are not listed as data blobs in the manifest",
-                      digest=descriptor.digest, field="blobs", blobs=missing)
+        raise invalid(
+            f"{where}: blobs {missing} are not listed as data blobs in the manifest",
+            digest=descriptor.digest,
+            field="blobs",
+            blobs=missing,
+        )
     info = config.files.get(chunk_map.file)
     if info is None:
-        raise invalid(f"{where}: config.files has no entry for {chunk_map.file!r}", digest=descriptor.digest,
-                      field="files")
+        raise invalid(
+            f"{where}: config.files has no entry for {chunk_map.file!r}", digest=descriptor.digest, field="files"
+        )
     if info.digest != chunk_map.digest or info.size != chunk_map.size:
-        raise invalid(f"{where}: digest/size {chunk_map.digest}/{chunk_map.size} differ from config.files "
-                      f"{info.digest}/{info.size}", digest=descriptor.digest, field="digest")
+        raise invalid(
+            f"{where}: digest/size {chunk_map.digest}/{chunk_map.size} differ from config.files "
+            f"{info.digest}/{info.size}",
+            digest=descriptor.digest,
+            field="digest",
+        )
     if info.chunk_size is not None and info.chunk_size != chunk_map.chunk_size:
-        raise invalid(f"{where}: chunkSize {chunk_map.chunk_size} differs from config.files ({info.chunk_size})",
-                      digest=descriptor.digest, field="chunkSize")
+        raise invalid(
+            f"{where}: chunkSize {chunk_map.chunk_size} differs from config.files ({info.chunk_size})",
+            digest=descriptor.digest,
+            field="chunkSize",
+        )
     parent_file = parent_config.files.get(chunk_map.file) if parent_config is not None else None
     expected_parent = parent_file.digest if parent_file is not None else None
     if chunk_map.parent_digest != expected_parent:
-        raise invalid(f"{where}: parentDigest {chunk_map.parent_digest} should be {expected_parent} "
-                      "(the parent layer's file digest, or null)", digest=descriptor.digest, field="parentDigest")
+        raise invalid(
+            f"{where}: parentDigest {chunk_map.parent_digest} should be {expected_parent} "
+            "(the parent layer's file digest, or null)",
+            digest=descriptor.digest,
+            field="parentDigest",
+        )
 
 
 def check_config_files(manifest: LayerManifest, config: LayerConfig) -> None:
@@ -205,7 +223,11 @@ def _runs(checks: list[FrameCheck]) -> list[list[FrameCheck]]:
     for c in checks:
         if runs:
             run = runs[-1]
-            if c.blob == run[0].blob and c.offset <= end + COALESCE_GAP and c.offset + c.length - run[0].offset <= MAX_RUN:
+            if (
+                c.blob == run[0].blob
+                and c.offset <= end + COALESCE_GAP
+                and c.offset + c.length - run[0].offset <= MAX_RUN
+            ):
                 run.append(c)
                 end = max(end, c.offset + c.length)
                 continue
@@ -224,8 +246,14 @@ def _check_run(data: bytes, start: int, run: list[FrameCheck]) -> None:
             raise HubError(
                 ErrorCode.DIGEST_INVALID,
                 f"chunk frame does not match its chunk map entry: {e}",
-                {"blob": c.blob, "offset": c.offset, "length": c.length, "file": c.file, "chunk": c.index,
-                 "digest": c.digest},
+                {
+                    "blob": c.blob,
+                    "offset": c.offset,
+                    "length": c.length,
+                    "file": c.file,
+                    "chunk": c.index,
+                    "digest": c.digest,
+                },
             ) from None
 
 
@@ -242,8 +270,13 @@ async def verify_frames(read: RangeReader, checks: list[FrameCheck], blob_sizes:
     for c in checks:
         size = blob_sizes.get(c.blob)
         if size is None or c.offset + c.length > size:
-            raise invalid(f"{c.file} chunk {c.index}: frame {c.offset}+{c.length} lies outside blob {c.blob} "
-                          f"({size} bytes)", blob=c.blob, offset=c.offset, chunk=c.index, file=c.file)
+            raise invalid(
+                f"{c.file} chunk {c.index}: frame {c.offset}+{c.length} lies outside blob {c.blob} ({size} bytes)",
+                blob=c.blob,
+                offset=c.offset,
+                chunk=c.index,
+                file=c.file,
+            )
     for run in _runs(checks):
         start = run[0].offset
         end = max(c.offset + c.length for c in run)

@@ -29,12 +29,17 @@ async def check_vmstate(ctx: RegistryContext, blob: Descriptor, declared: FileIn
     """
     limit = ctx.limits.vmstate_bytes
     if declared.size > limit:
-        raise HubError(ErrorCode.MANIFEST_INVALID,
-                       f"config.files.vmstate declares {declared.size:,} bytes, over the {limit:,}-byte vmstate limit",
-                       {"field": "files.vmstate.size", "limit": limit, "size": declared.size})
+        raise HubError(
+            ErrorCode.MANIFEST_INVALID,
+            f"config.files.vmstate declares {declared.size:,} bytes, over the {limit:,}-byte vmstate limit",
+            {"field": "files.vmstate.size", "limit": limit, "size": declared.size},
+        )
     data = await read_blob_bytes(ctx, blob.digest, max_vmstate_blob_bytes(limit), "vmstate blob")
     try:
         await anyio.to_thread.run_sync(inflate_vmstate, data, declared, f"vmstate blob {blob.digest}")
     except (AssemblyError, DigestMismatch) as e:
-        raise HubError(ErrorCode.DIGEST_INVALID, f"the vmstate blob is not the config's vmstate: {e}",
-                       {"blob": blob.digest, "file": "vmstate"}) from None
+        raise HubError(
+            ErrorCode.DIGEST_INVALID,
+            f"the vmstate blob is not the config's vmstate: {e}",
+            {"blob": blob.digest, "file": "vmstate"},
+        ) from None

@@ -55,8 +55,21 @@ _R = TypeVar("_R")
 _OPEN_ATTEMPTS = 5
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound", "NoSuchVersion"}
 _FULL = {"QuotaExceeded", "XMinioStorageFull", "InsufficientStorage", "EntityTooLarge", "507"}
-_UNAVAILABLE = {"SlowDown", "ServiceUnavailable", "503", "500", "502", "504", "InternalError", "RequestTimeout",
-                "NoSuchBucket", "AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
+_UNAVAILABLE = {
+    "SlowDown",
+    "ServiceUnavailable",
+    "503",
+    "500",
+    "502",
+    "504",
+    "InternalError",
+    "RequestTimeout",
+    "NoSuchBucket",
+    "AccessDenied",
+    "403",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+}
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,15 @@ class S3Config:
             value = params.get(name)
             if value is not None and not value.startswith(("http://", "https://")):
                 raise ValueError(f"s3: {name} must be an http:// or https:// URL, got {value!r}")
-        return cls(bucket=params["bucket"], endpoint=params.get("endpoint"), region=params.get("region"),
-                   prefix=prefix, public_endpoint=params.get("public_endpoint"), part_size=part_size, pool=pool)
+        return cls(
+            bucket=params["bucket"],
+            endpoint=params.get("endpoint"),
+            region=params.get("region"),
+            prefix=prefix,
+            public_endpoint=params.get("public_endpoint"),
+            part_size=part_size,
+            pool=pool,
+        )
 
 
 class _Replaced(StorageError):
@@ -122,7 +142,9 @@ def translate(exc: BaseException, key: str) -> StorageError:
             return StorageUnavailable(f"object store error on {key!r}: {code} {error.get('Message', '')}".strip())
         return StorageError(f"object store error on {key!r}: {code} {error.get('Message', '')}".strip())
     if isinstance(exc, NoCredentialsError):
-        return StorageUnavailable(f"no S3 credentials (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile): {exc}")
+        return StorageUnavailable(
+            f"no S3 credentials (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile): {exc}"
+        )
     if isinstance(exc, BotoCoreError | OSError):
         return StorageUnavailable(f"object store unreachable while handling {key!r}: {exc}")
     return StorageError(f"object store error on {key!r}: {exc!r}")
@@ -157,10 +179,16 @@ class S3Store(BlobStore):
             signature_version="s3v4",
             s3={"addressing_style": "path"},
         )
-        self.client = session.client("s3", endpoint_url=config.endpoint, region_name=config.region,
-                                     config=botocore_config)
-        self._presigner = self.client if not config.public_endpoint else session.client(
-            "s3", endpoint_url=config.public_endpoint, region_name=config.region, config=botocore_config)
+        self.client = session.client(
+            "s3", endpoint_url=config.endpoint, region_name=config.region, config=botocore_config
+        )
+        self._presigner = (
+            self.client
+            if not config.public_endpoint
+            else session.client(
+                "s3", endpoint_url=config.public_endpoint, region_name=config.region, config=botocore_config
+            )
+        )
         self._writers: set[Any] = set()  # open writers of this process (purge_staging breaks idle ones)
         self._writers_lock = threading.Lock()
 
@@ -215,9 +243,14 @@ class S3Store(BlobStore):
             if selected == 0:
                 return _S3Stream(self, key, offset, 0, chunk_size, None)
             try:
-                response = await self.call(key, self.client.get_object, Bucket=self.bucket,
-                                           Key=self.object_name(key), IfMatch=head["ETag"],
-                                           Range=f"bytes={offset}-{offset + selected - 1}")
+                response = await self.call(
+                    key,
+                    self.client.get_object,
+                    Bucket=self.bucket,
+                    Key=self.object_name(key),
+                    IfMatch=head["ETag"],
+                    Range=f"bytes={offset}-{offset + selected - 1}",
+                )
             except _Replaced:
                 if attempt + 1 == _OPEN_ATTEMPTS:
                     raise
@@ -241,8 +274,13 @@ class S3Store(BlobStore):
         checkpoint = checkpoint_of(head)
         if checkpoint is not None:  # a checkpointed append's parts go with it
             with contextlib.suppress(WriterClosed):
-                await self.call(key, self.client.abort_multipart_upload, Bucket=self.bucket,
-                                Key=self.object_name(key), UploadId=checkpoint.upload_id)
+                await self.call(
+                    key,
+                    self.client.abort_multipart_upload,
+                    Bucket=self.bucket,
+                    Key=self.object_name(key),
+                    UploadId=checkpoint.upload_id,
+                )
 
     async def _move(self, src: str, dst: str) -> None:
         from boto3.s3.transfer import TransferConfig
@@ -250,8 +288,9 @@ class S3Store(BlobStore):
         await self.complete_head(src)
         source = {"Bucket": self.bucket, "Key": self.object_name(src)}
         transfer = TransferConfig(multipart_threshold=MAX_COPY_PART, multipart_chunksize=self.config.part_size * 8)
-        await self.call(dst, self.client.copy, CopySource=source, Bucket=self.bucket, Key=self.object_name(dst),
-                        Config=transfer)
+        await self.call(
+            dst, self.client.copy, CopySource=source, Bucket=self.bucket, Key=self.object_name(dst), Config=transfer
+        )
         with contextlib.suppress(BlobNotFound):  # moved concurrently by someone else: dst holds the bytes either way
             await self._delete(src)
 
@@ -285,11 +324,11 @@ class S3Store(BlobStore):
         while True:
             page = await self.call(directory or "(root)", self.client.list_objects_v2, **kwargs)
             for item in page.get("Contents", []):
-                key = item["Key"][len(self._prefix):]
+                key = item["Key"][len(self._prefix) :]
                 if key and key != directory and not (not directory and key.startswith("_")):
                     entries.append((key, int(item["Size"])))
             for common in page.get("CommonPrefixes", []):
-                sub = common["Prefix"][len(self._prefix):]
+                sub = common["Prefix"][len(self._prefix) :]
                 if sub and not (not directory and sub.startswith("_")):
                     entries.append((sub, None))
             if not page.get("IsTruncated"):
@@ -300,8 +339,13 @@ class S3Store(BlobStore):
 
     async def _redirect_url(self, key: str, expires_in: int, method: RedirectMethod) -> str | None:
         operation = "get_object" if method == "GET" else "head_object"
-        return await self.call(key, self._presigner.generate_presigned_url, ClientMethod=operation,
-                               Params={"Bucket": self.bucket, "Key": self.object_name(key)}, ExpiresIn=expires_in)
+        return await self.call(
+            key,
+            self._presigner.generate_presigned_url,
+            ClientMethod=operation,
+            Params={"Bucket": self.bucket, "Key": self.object_name(key)},
+            ExpiresIn=expires_in,
+        )
 
     async def _usage(self) -> int:
         return sum([size async for _, size in self._objects("")])

@@ -43,8 +43,15 @@ from .errors import StorageError, WriterClosed
 if TYPE_CHECKING:
     from .s3 import S3Store
 
-__all__ = ["CHECKPOINT_META", "PARTS_IN_FLIGHT", "Checkpoint", "S3Writer", "checkpoint_of", "materialize",
-           "purge_multipart_uploads"]
+__all__ = [
+    "CHECKPOINT_META",
+    "PARTS_IN_FLIGHT",
+    "Checkpoint",
+    "S3Writer",
+    "checkpoint_of",
+    "materialize",
+    "purge_multipart_uploads",
+]
 
 PARTS_IN_FLIGHT = 4
 #: User metadata (``x-amz-meta-…``) of a staged object whose leading bytes are parts of an open upload.
@@ -84,16 +91,26 @@ async def _listed_parts(store: S3Store, key: str, checkpoint: Checkpoint) -> lis
     parts: list[dict[str, Any]] = []
     marker = 0
     while True:
-        page = await store.call(key, store.client.list_parts, Bucket=store.bucket, Key=name,
-                                UploadId=checkpoint.upload_id, PartNumberMarker=marker)
-        parts.extend({"PartNumber": part["PartNumber"], "ETag": part["ETag"], "Size": int(part["Size"])}
-                     for part in page.get("Parts", []) if part["PartNumber"] <= checkpoint.parts)
+        page = await store.call(
+            key,
+            store.client.list_parts,
+            Bucket=store.bucket,
+            Key=name,
+            UploadId=checkpoint.upload_id,
+            PartNumberMarker=marker,
+        )
+        parts.extend(
+            {"PartNumber": part["PartNumber"], "ETag": part["ETag"], "Size": int(part["Size"])}
+            for part in page.get("Parts", [])
+            if part["PartNumber"] <= checkpoint.parts
+        )
         if not page.get("IsTruncated"):
             break
         marker = int(page["NextPartNumberMarker"])
     parts.sort(key=lambda p: p["PartNumber"])
-    if [p["PartNumber"] for p in parts] != list(range(1, checkpoint.parts + 1)) \
-            or sum(p.pop("Size") for p in parts) != checkpoint.part_bytes:
+    if [p["PartNumber"] for p in parts] != list(range(1, checkpoint.parts + 1)) or sum(
+        p.pop("Size") for p in parts
+    ) != checkpoint.part_bytes:
         raise StorageError(f"the staged upload for {key!r} lost parts of its checkpoint")
     return parts
 
@@ -111,11 +128,24 @@ async def materialize(store: S3Store, key: str, head: dict[str, Any], checkpoint
         tail = await store.call(key, response["Body"].read)
     if tail or not parts:
         number = checkpoint.parts + 1
-        sent = await store.call(key, store.client.upload_part, Bucket=store.bucket, Key=name,
-                                UploadId=checkpoint.upload_id, PartNumber=number, Body=tail)
+        sent = await store.call(
+            key,
+            store.client.upload_part,
+            Bucket=store.bucket,
+            Key=name,
+            UploadId=checkpoint.upload_id,
+            PartNumber=number,
+            Body=tail,
+        )
         parts.append({"PartNumber": number, "ETag": sent["ETag"]})
-    await store.call(key, store.client.complete_multipart_upload, Bucket=store.bucket, Key=name,
-                     UploadId=checkpoint.upload_id, MultipartUpload={"Parts": parts})
+    await store.call(
+        key,
+        store.client.complete_multipart_upload,
+        Bucket=store.bucket,
+        Key=name,
+        UploadId=checkpoint.upload_id,
+        MultipartUpload={"Parts": parts},
+    )
 
 
 class S3Writer(BlobWriter):
@@ -135,8 +165,9 @@ class S3Writer(BlobWriter):
         store.track(self, add=True)
 
     @classmethod
-    async def appending(cls, store: S3Store, key: str, size: int, etag: str,
-                        checkpoint: Checkpoint | None = None) -> S3Writer:
+    async def appending(
+        cls, store: S3Store, key: str, size: int, etag: str, checkpoint: Checkpoint | None = None
+    ) -> S3Writer:
         """A writer continuing the ``size``-byte object at ``key`` (version ``etag``), resuming
         ``checkpoint`` when the object is one."""
         from .s3 import MAX_COPY_PART, MIN_PART
@@ -146,8 +177,9 @@ class S3Writer(BlobWriter):
             try:
                 writer._parts = await _listed_parts(store, key, checkpoint)
                 if size > checkpoint.part_bytes:
-                    response = await store.call(key, store.client.get_object, Bucket=store.bucket,
-                                                Key=writer._name, IfMatch=etag)
+                    response = await store.call(
+                        key, store.client.get_object, Bucket=store.bucket, Key=writer._name, IfMatch=etag
+                    )
                     writer._buffer += await store.call(key, response["Body"].read)
             except BaseException:
                 writer._fail("its checkpoint could not be resumed")
@@ -158,8 +190,9 @@ class S3Writer(BlobWriter):
         try:
             if size < MIN_PART:
                 if size:
-                    response = await store.call(key, store.client.get_object, Bucket=store.bucket, Key=writer._name,
-                                                IfMatch=etag)
+                    response = await store.call(
+                        key, store.client.get_object, Bucket=store.bucket, Key=writer._name, IfMatch=etag
+                    )
                     writer._buffer += await store.call(key, response["Body"].read)
                 return writer
             await writer._start()
@@ -168,10 +201,17 @@ class S3Writer(BlobWriter):
                 if size - (end + 1) and size - (end + 1) < MIN_PART:  # keep the next copy part >= 5 MiB
                     end = size - MIN_PART - 1
                 part = len(writer._parts) + 1
-                copied = await store.call(key, store.client.upload_part_copy, Bucket=store.bucket, Key=writer._name,
-                                          UploadId=writer.upload_id, PartNumber=part,
-                                          CopySource={"Bucket": store.bucket, "Key": writer._name},
-                                          CopySourceIfMatch=etag, CopySourceRange=f"bytes={start}-{end}")
+                copied = await store.call(
+                    key,
+                    store.client.upload_part_copy,
+                    Bucket=store.bucket,
+                    Key=writer._name,
+                    UploadId=writer.upload_id,
+                    PartNumber=part,
+                    CopySource={"Bucket": store.bucket, "Key": writer._name},
+                    CopySourceIfMatch=etag,
+                    CopySourceRange=f"bytes={start}-{end}",
+                )
                 writer._parts.append({"PartNumber": part, "ETag": copied["CopyPartResult"]["ETag"]})
         except BaseException:
             await writer._abort()
@@ -205,21 +245,34 @@ class S3Writer(BlobWriter):
         store = self._store
         try:
             if self.upload_id is None:
-                await store.call(self.key, store.client.put_object, Bucket=store.bucket, Key=self._name,
-                                 Body=bytes(self._buffer))
+                await store.call(
+                    self.key, store.client.put_object, Bucket=store.bucket, Key=self._name, Body=bytes(self._buffer)
+                )
             elif self.append:  # checkpoint: full parts sent, the tail becomes the object (module docstring)
                 await self._drain()
                 checkpoint = Checkpoint(self.upload_id, len(self._parts), self.size - len(self._buffer))
-                await store.call(self.key, store.client.put_object, Bucket=store.bucket, Key=self._name,
-                                 Body=bytes(self._buffer), Metadata=checkpoint.encode())
+                await store.call(
+                    self.key,
+                    store.client.put_object,
+                    Bucket=store.bucket,
+                    Key=self._name,
+                    Body=bytes(self._buffer),
+                    Metadata=checkpoint.encode(),
+                )
                 self.upload_id = None
             else:
                 if self._buffer or not (self._parts or self._in_flight):
                     await self._send(bytes(self._buffer))
                 await self._drain()
                 parts = sorted(self._parts, key=lambda p: p["PartNumber"])
-                await store.call(self.key, store.client.complete_multipart_upload, Bucket=store.bucket,
-                                 Key=self._name, UploadId=self.upload_id, MultipartUpload={"Parts": parts})
+                await store.call(
+                    self.key,
+                    store.client.complete_multipart_upload,
+                    Bucket=store.bucket,
+                    Key=self._name,
+                    UploadId=self.upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
                 self.upload_id = None
         finally:
             self._buffer = bytearray()
@@ -235,8 +288,7 @@ class S3Writer(BlobWriter):
 
     async def _start(self) -> None:
         store = self._store
-        created = await store.call(self.key, store.client.create_multipart_upload, Bucket=store.bucket,
-                                   Key=self._name)
+        created = await store.call(self.key, store.client.create_multipart_upload, Bucket=store.bucket, Key=self._name)
         self.upload_id = created["UploadId"]
 
     async def _send(self, piece: bytes) -> None:
@@ -249,8 +301,15 @@ class S3Writer(BlobWriter):
 
     async def _upload_part(self, number: int, piece: bytes) -> None:
         store = self._store
-        sent = await store.call(self.key, store.client.upload_part, Bucket=store.bucket, Key=self._name,
-                                UploadId=self.upload_id, PartNumber=number, Body=piece)
+        sent = await store.call(
+            self.key,
+            store.client.upload_part,
+            Bucket=store.bucket,
+            Key=self._name,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=piece,
+        )
         self._parts.append({"PartNumber": number, "ETag": sent["ETag"]})
         self.idle_since = datetime.now(UTC)
 
@@ -268,8 +327,9 @@ class S3Writer(BlobWriter):
             return
         store, upload_id, self.upload_id = self._store, self.upload_id, None
         with contextlib.suppress(WriterClosed):  # already aborted (purged)
-            await store.call(self.key, store.client.abort_multipart_upload, Bucket=store.bucket, Key=self._name,
-                             UploadId=upload_id)
+            await store.call(
+                self.key, store.client.abort_multipart_upload, Bucket=store.bucket, Key=self._name, UploadId=upload_id
+            )
 
 
 async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
@@ -283,8 +343,11 @@ async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
     while True:
         page = await store.call(prefix or "(bucket)", store.client.list_multipart_uploads, **kwargs)
         for upload in page.get("Uploads", []):
-            if _aware(upload["Initiated"]) <= cutoff and await _idle_since(store, upload) <= cutoff \
-                    and not await _checkpointed(store, upload["Key"], upload["UploadId"]):
+            if (
+                _aware(upload["Initiated"]) <= cutoff
+                and await _idle_since(store, upload) <= cutoff
+                and not await _checkpointed(store, upload["Key"], upload["UploadId"])
+            ):
                 stale.append((upload["Key"], upload["UploadId"]))  # noqa: PERF401 - the filter awaits per upload
         if not page.get("IsTruncated"):
             break
@@ -292,8 +355,9 @@ async def purge_multipart_uploads(store: S3Store, cutoff: datetime) -> int:
     purged = 0
     for name, upload_id in stale:
         try:
-            await store.call(name, store.client.abort_multipart_upload, Bucket=store.bucket, Key=name,
-                             UploadId=upload_id)
+            await store.call(
+                name, store.client.abort_multipart_upload, Bucket=store.bucket, Key=name, UploadId=upload_id
+            )
         except WriterClosed:
             continue  # completed or aborted meanwhile
         purged += 1
@@ -315,8 +379,9 @@ async def _idle_since(store: S3Store, upload: dict[str, Any]) -> datetime:
     """When the upload last received a part (its start if none)."""
     latest = _aware(upload["Initiated"])
     try:
-        parts = await store.call(upload["Key"], store.client.list_parts, Bucket=store.bucket, Key=upload["Key"],
-                                 UploadId=upload["UploadId"])
+        parts = await store.call(
+            upload["Key"], store.client.list_parts, Bucket=store.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+        )
     except (WriterClosed, StorageError):
         return latest
     for part in parts.get("Parts", []):

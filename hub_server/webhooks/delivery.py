@@ -101,8 +101,13 @@ class _Outcome:
 
 
 class Deliverer:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], policy: DeliveryPolicy, *,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        policy: DeliveryPolicy,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
         self._sessions = sessions
         self.policy = policy
         self._clock = clock
@@ -160,8 +165,12 @@ class Deliverer:
 
     async def prune_log(self) -> int:
         """Prune the delivery log to the policy's limits now; return how many deliveries went."""
-        return await prune_deliveries(self._sessions, keep=self.policy.log_keep,
-                                      max_age=timedelta(seconds=self.policy.log_max_age), now=self._clock())
+        return await prune_deliveries(
+            self._sessions,
+            keep=self.policy.log_keep,
+            max_age=timedelta(seconds=self.policy.log_max_age),
+            now=self._clock(),
+        )
 
     async def _prune_now_and_then(self) -> None:
         now = self._clock()
@@ -175,19 +184,26 @@ class Deliverer:
         now = self._clock()
         free = or_(col(WebhookDelivery.lease_until).is_(None), col(WebhookDelivery.lease_until) < now)
         async with self._sessions() as session:
-            due = (await session.exec(
-                select(WebhookDelivery, Webhook).join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
-                .where(WebhookDelivery.state == DeliveryState.PENDING, col(WebhookDelivery.next_attempt_at) <= now,
-                       free)
-                .order_by(col(WebhookDelivery.next_attempt_at)).limit(self.policy.batch)
-            )).all()
+            due = (
+                await session.exec(
+                    select(WebhookDelivery, Webhook)
+                    .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+                    .where(
+                        WebhookDelivery.state == DeliveryState.PENDING,
+                        col(WebhookDelivery.next_attempt_at) <= now,
+                        free,
+                    )
+                    .order_by(col(WebhookDelivery.next_attempt_at))
+                    .limit(self.policy.batch)
+                )
+            ).all()
             claimed = []
             for delivery, hook in due:
                 result = await session.exec(
                     update(WebhookDelivery)
-                    .where(col(WebhookDelivery.id) == delivery.id, WebhookDelivery.state == DeliveryState.PENDING,
-                           free)
-                    .values(lease_until=now + self.policy.lease))
+                    .where(col(WebhookDelivery.id) == delivery.id, WebhookDelivery.state == DeliveryState.PENDING, free)
+                    .values(lease_until=now + self.policy.lease)
+                )
                 if result.rowcount == 1:
                     claimed.append((delivery, hook))
             await session.commit()
@@ -214,16 +230,20 @@ class Deliverer:
             return _Outcome(None, f"cannot resolve the webhook host: {e}")
         body = delivery.payload.encode()
         headers = {
-            "Content-Type": "application/json", "User-Agent": USER_AGENT, "Host": _host_header(destination),
-            "X-Forkd-Event": delivery.event, "X-Forkd-Delivery": delivery.id,
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "Host": _host_header(destination),
+            "X-Forkd-Event": delivery.event,
+            "X-Forkd-Delivery": delivery.id,
             SIGNATURE_HEADER: signature(hook.secret, body),
         }
         url = httpx.URL(hook.url).copy_with(host=destination.address)
         extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
         try:
             async with asyncio.timeout(self.policy.timeout):
-                response = await client.post(url, content=body, headers=headers, extensions=extensions,
-                                             timeout=self.policy.timeout)
+                response = await client.post(
+                    url, content=body, headers=headers, extensions=extensions, timeout=self.policy.timeout
+                )
         except TimeoutError:
             return _Outcome(None, f"no response within {self.policy.timeout:g}s")
         except httpx.HTTPError as e:
@@ -246,19 +266,40 @@ class Deliverer:
         else:
             state = DeliveryState.PENDING
         async with self._sessions() as session:
-            session.add(WebhookAttempt(delivery_id=delivery.id, attempt=attempt, at=now,
-                                       status_code=outcome.status_code,
-                                       error=None if outcome.error is None else outcome.error[:MAX_ERROR],
-                                       duration_ms=duration_ms))
-            await session.exec(update(WebhookDelivery).where(col(WebhookDelivery.id) == delivery.id).values(
-                attempts=attempt, state=state, lease_until=None,
-                next_attempt_at=now + self.policy.retry_delay(attempt) if state == DeliveryState.PENDING
-                else delivery.next_attempt_at,
-                finished_at=None if state == DeliveryState.PENDING else now))
+            session.add(
+                WebhookAttempt(
+                    delivery_id=delivery.id,
+                    attempt=attempt,
+                    at=now,
+                    status_code=outcome.status_code,
+                    error=None if outcome.error is None else outcome.error[:MAX_ERROR],
+                    duration_ms=duration_ms,
+                )
+            )
+            await session.exec(
+                update(WebhookDelivery)
+                .where(col(WebhookDelivery.id) == delivery.id)
+                .values(
+                    attempts=attempt,
+                    state=state,
+                    lease_until=None,
+                    next_attempt_at=now + self.policy.retry_delay(attempt)
+                    if state == DeliveryState.PENDING
+                    else delivery.next_attempt_at,
+                    finished_at=None if state == DeliveryState.PENDING else now,
+                )
+            )
             await session.commit()
         if not outcome.ok:
-            log.warning("webhook delivery %s (%s %s) attempt %d: %s; now %s", delivery.id, delivery.event,
-                        delivery.repository, attempt, outcome.error, state)
+            log.warning(
+                "webhook delivery %s (%s %s) attempt %d: %s; now %s",
+                delivery.id,
+                delivery.event,
+                delivery.repository,
+                attempt,
+                outcome.error,
+                state,
+            )
 
 
 def _host_header(destination: Destination) -> str:

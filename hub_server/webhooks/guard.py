@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 __all__ = [
-    "ALLOW_ENV", "AllowList", "AllowListError", "Destination", "DestinationRefused", "check_url", "split_url",
+    "ALLOW_ENV",
+    "AllowList",
+    "AllowListError",
+    "Destination",
+    "DestinationRefused",
+    "check_url",
+    "split_url",
 ]
 
 ALLOW_ENV = "FORKD_HUB_WEBHOOK_ALLOW"
@@ -64,8 +70,10 @@ class AllowList:
             except ValueError:
                 pass
             if "/" in entry or not _HOST.fullmatch(entry):
-                raise AllowListError(f"{entry!r} is neither an IP network (10.0.0.0/8) nor a host name "
-                                     "(hooks.example.com, *.example.com)")
+                raise AllowListError(
+                    f"{entry!r} is neither an IP network (10.0.0.0/8) nor a host name "
+                    "(hooks.example.com, *.example.com)"
+                )
             hosts.append(entry)
         return cls(tuple(networks), tuple(hosts))
 
@@ -130,8 +138,10 @@ async def check_url(url: str, allow: AllowList) -> Destination:
     """
     scheme, host, port = split_url(url)
     if allow.empty:
-        raise DestinationRefused(f"refused: webhook deliveries are disabled: {ALLOW_ENV} allows no destination "
-                                 f"(add {host} or its network to deliver to it)")
+        raise DestinationRefused(
+            f"refused: webhook deliveries are disabled: {ALLOW_ENV} allows no destination "
+            f"(add {host} or its network to deliver to it)"
+        )
     addresses = await _resolve(host, port)
     if not addresses:
         raise OSError(f"{host} resolves to no address")

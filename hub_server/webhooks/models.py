@@ -57,8 +57,7 @@ class WebhookDelivery(SQLModel, table=True):
     __table_args__ = (Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),)
 
     id: str = Field(sa_column=Column(String(36), primary_key=True))
-    webhook_id: int = Field(sa_column=Column(ForeignKey("webhooks.id", ondelete="CASCADE"), nullable=False,
-                                             index=True))
+    webhook_id: int = Field(sa_column=Column(ForeignKey("webhooks.id", ondelete="CASCADE"), nullable=False, index=True))
     event: str = Field(sa_column=Column(String(16), nullable=False))
     repository: str = Field(sa_column=Column(String(256), nullable=False))
     payload: str = Field(sa_column=Column(Text, nullable=False))
@@ -74,8 +73,9 @@ class WebhookAttempt(SQLModel, table=True):
     __tablename__ = "webhook_attempts"
 
     id: int | None = Field(default=None, primary_key=True)
-    delivery_id: str = Field(sa_column=Column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"),
-                                              nullable=False, index=True))
+    delivery_id: str = Field(
+        sa_column=Column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
     attempt: int
     at: datetime = _time()
     status_code: int | None = None

@@ -35,12 +35,18 @@ def event_fields(event: AuditEvent) -> tuple[str, dict[str, Any]] | None:
         return None
     detail = json.loads(event.detail or "{}")
     namespace = event.repository.split("/", 1)[0]
-    fields: dict[str, Any] = {"namespace": namespace, "repository": event.repository, "actor": event.actor,
-                              "timestamp": event.at.isoformat().replace("+00:00", "Z")}
+    fields: dict[str, Any] = {
+        "namespace": namespace,
+        "repository": event.repository,
+        "actor": event.actor,
+        "timestamp": event.at.isoformat().replace("+00:00", "Z"),
+    }
     if event.action == "push":
         reference = event.reference or ""
-        fields.update(tag=None if ":" in reference else reference or None,  # a digest reference has a colon
-                      digest=event.digest)
+        fields.update(
+            tag=None if ":" in reference else reference or None,  # a digest reference has a colon
+            digest=event.digest,
+        )
     elif event.action == "tag":
         previous = detail.get("previous")
         if previous == event.digest:
@@ -57,8 +63,9 @@ def event_fields(event: AuditEvent) -> tuple[str, dict[str, Any]] | None:
 
 def body_bytes(delivery_id: str, event_type: str, fields: dict[str, Any]) -> bytes:
     """The exact body sent: ``{"delivery": …, "event": …, **fields}`` as compact sorted JSON."""
-    return json.dumps({"delivery": delivery_id, "event": event_type, **fields}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {"delivery": delivery_id, "event": event_type, **fields}, sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
 def signature(secret: str, body: bytes) -> str:

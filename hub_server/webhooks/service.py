@@ -50,8 +50,13 @@ class WebhookInfo:
     created_at: datetime
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "namespace": self.namespace, "url": self.url, "events": list(self.events),
-                "createdAt": self.created_at.isoformat()}
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "url": self.url,
+            "events": list(self.events),
+            "createdAt": self.created_at.isoformat(),
+        }
 
     @classmethod
     def of(cls, hook: Webhook) -> WebhookInfo:
@@ -71,8 +76,7 @@ def check_events(events: list[str] | None) -> tuple[str, ...]:
 
 
 class WebhookService:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], *,
-                 clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], *, clock: Callable[[], datetime] = utcnow) -> None:
         self._sessions = sessions
         self._clock = clock
         self._queued: list[Callable[[], Awaitable[None] | None]] = []
@@ -90,8 +94,9 @@ class WebhookService:
         split_url(url)
         if not secret or len(secret) > MAX_SECRET or secret != secret.strip():
             raise ValueError(f"the webhook secret must be 1-{MAX_SECRET} characters without surrounding spaces")
-        hook = Webhook(namespace=namespace, url=url, secret=secret, events=",".join(check_events(events)),
-                       created_at=self._clock())
+        hook = Webhook(
+            namespace=namespace, url=url, secret=secret, events=",".join(check_events(events)), created_at=self._clock()
+        )
         async with self._sessions() as session:
             session.add(hook)
             await session.commit()
@@ -124,16 +129,22 @@ class WebhookService:
         """The delivery log, newest first: each delivery with its attempts (oldest first)."""
         if not 1 <= limit <= MAX_LIST:
             raise ValueError(f"limit must be between 1 and {MAX_LIST}, got {limit}")
-        query = select(WebhookDelivery).order_by(col(WebhookDelivery.created_at).desc(),
-                                                 col(WebhookDelivery.id)).limit(limit)
+        query = (
+            select(WebhookDelivery)
+            .order_by(col(WebhookDelivery.created_at).desc(), col(WebhookDelivery.id))
+            .limit(limit)
+        )
         if webhook_id is not None:
             query = query.where(WebhookDelivery.webhook_id == webhook_id)
         async with self._sessions() as session:
             rows = list((await session.exec(query)).all())
             attempts: dict[str, list[WebhookAttempt]] = {}
             if rows:
-                found = await session.exec(select(WebhookAttempt).where(
-                    col(WebhookAttempt.delivery_id).in_([r.id for r in rows])).order_by(col(WebhookAttempt.id)))
+                found = await session.exec(
+                    select(WebhookAttempt)
+                    .where(col(WebhookAttempt.delivery_id).in_([r.id for r in rows]))
+                    .order_by(col(WebhookAttempt.id))
+                )
                 for attempt in found.all():
                     attempts.setdefault(attempt.delivery_id, []).append(attempt)
         return [_delivery_json(row, attempts.get(row.id, [])) for row in rows]
@@ -150,10 +161,17 @@ class WebhookService:
             now = self._clock()
             for hook in wanted:
                 delivery_id = str(uuid.uuid4())
-                session.add(WebhookDelivery(
-                    id=delivery_id, webhook_id=hook.id, event=event_type, repository=fields["repository"],
-                    payload=body_bytes(delivery_id, event_type, fields).decode(), next_attempt_at=now, created_at=now,
-                ))
+                session.add(
+                    WebhookDelivery(
+                        id=delivery_id,
+                        webhook_id=hook.id,
+                        event=event_type,
+                        repository=fields["repository"],
+                        payload=body_bytes(delivery_id, event_type, fields).decode(),
+                        next_attempt_at=now,
+                        created_at=now,
+                    )
+                )
             await session.commit()
         if wanted:
             for callback in self._queued:
@@ -169,11 +187,22 @@ def _iso(value: datetime | None) -> str | None:
 
 def _delivery_json(row: WebhookDelivery, attempts: list[WebhookAttempt]) -> dict[str, Any]:
     return {
-        "id": row.id, "webhook": row.webhook_id, "event": row.event, "repository": row.repository,
-        "state": row.state, "attempts": [
-            {"attempt": a.attempt, "at": a.at.isoformat(), "statusCode": a.status_code, "error": a.error,
-             "durationMs": a.duration_ms} for a in attempts
+        "id": row.id,
+        "webhook": row.webhook_id,
+        "event": row.event,
+        "repository": row.repository,
+        "state": row.state,
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "at": a.at.isoformat(),
+                "statusCode": a.status_code,
+                "error": a.error,
+                "durationMs": a.duration_ms,
+            }
+            for a in attempts
         ],
-        "createdAt": row.created_at.isoformat(), "nextAttemptAt": _iso(row.next_attempt_at)
-        if row.state == "pending" else None, "finishedAt": _iso(row.finished_at),
+        "createdAt": row.created_at.isoformat(),
+        "nextAttemptAt": _iso(row.next_attempt_at) if row.state == "pending" else None,
+        "finishedAt": _iso(row.finished_at),
     }

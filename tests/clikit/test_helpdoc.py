@@ -23,10 +23,13 @@ def parser() -> argparse.ArgumentParser:
 
 def test_descriptions_argument_helps_and_examples_come_from_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     p = parser()
-    document(p, {
-        "thing": ("Do the thing.", {"name": "what to call it", "size": "ignored: it has a help"}, ["tool thing x"]),
-        "thing make": ("Make COUNT things.", {"count": "how many"}, ["tool thing make 3"]),
-    })
+    document(
+        p,
+        {
+            "thing": ("Do the thing.", {"name": "what to call it", "size": "ignored: it has a help"}, ["tool thing x"]),
+            "thing make": ("Make COUNT things.", {"count": "how many"}, ["tool thing make 3"]),
+        },
+    )
     with pytest.raises(SystemExit):
         p.parse_args(["thing", "--help"])
     out = capsys.readouterr().out

@@ -55,16 +55,18 @@ class HubProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log_path.open("w")
-        self.proc = subprocess.Popen(forkd_hub("serve", "--port", str(self.port)), env=self.env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            forkd_hub("serve", "--port", str(self.port)), env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+        )
         wait_healthy(self.url, self.proc)
 
     def token(self, name: str, *scopes: str) -> str:
         args = ["token", "create", name]
         for scope in scopes:
             args += ["--scope", scope]
-        return subprocess.run(forkd_hub(*args), env=self.env, check=True, capture_output=True, text=True,
-                              timeout=60).stdout.strip()
+        return subprocess.run(
+            forkd_hub(*args), env=self.env, check=True, capture_output=True, text=True, timeout=60
+        ).stdout.strip()
 
     def stop(self) -> int:
         """SIGTERM the hub and return its exit status; its log must hold no traceback."""

@@ -17,13 +17,21 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "examples" / "ci-publ
 
 
 def run_script(env: dict[str, str], **overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT)], check=False, env={**env, **overrides}, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["bash", str(SCRIPT)], check=False, env={**env, **overrides}, capture_output=True, text=True, timeout=600
+    )
 
 
 def robot_token(hub: HubProcess) -> str:
     """The documented CI credential: scoped to one namespace, expiring."""
-    return subprocess.run(forkd_hub("token", "create", "ci-team", "--scope", "push:team/*", "--expires", "1h"),
-                          env=hub.env, check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    return subprocess.run(
+        forkd_hub("token", "create", "ci-team", "--scope", "push:team/*", "--expires", "1h"),
+        env=hub.env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
 
 
 @needs_qemu
@@ -31,18 +39,35 @@ def test_the_ci_script_bakes_signs_and_pushes_and_the_pull_verifies(tmp_path):
     policy = tmp_path / "policy"
     policy.mkdir()
     key = tmp_path / "ci.key"
-    keygen = subprocess.run(["forkd", "keygen", str(key), "--json"], check=False, capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    keygen = subprocess.run(
+        ["forkd", "keygen", str(key), "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg")},
+    )
     assert keygen.returncode == 0, keygen.stderr
     fingerprint = json.loads(keygen.stdout)["fingerprint"]
     (policy / "team.pub").write_bytes(Path(str(key) + ".pub").read_bytes())
     (policy / "policy.json").write_text(json.dumps({"namespaces": {"team": {"keys": ["team.pub"]}}}))
-    hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log", env={"FORKD_HUB_SIGNATURE_POLICY": str(policy / "policy.json")})
+    hub = HubProcess(
+        tmp_path / "hub", tmp_path / "hub.log", env={"FORKD_HUB_SIGNATURE_POLICY": str(policy / "policy.json")}
+    )
     try:
-        env = {**os.environ, "FORKD_HUB_URL": hub.url, "FORKD_TOKEN": robot_token(hub),
-               "FORKD_HOME": str(tmp_path / "ci-home"), "XDG_CONFIG_HOME": str(tmp_path / "ci-cfg"),
-               "FORKD_SIGNING_KEY_PEM": key.read_text(), "REPO": "team/python", "MEM_MIB": "128",
-               "BASE_EXEC": "echo base > /root/base", "LINK_EXEC": "echo numpy > /root/link", "GITHUB_SHA": "0123456789abcdef0"}
+        env = {
+            **os.environ,
+            "FORKD_HUB_URL": hub.url,
+            "FORKD_TOKEN": robot_token(hub),
+            "FORKD_HOME": str(tmp_path / "ci-home"),
+            "XDG_CONFIG_HOME": str(tmp_path / "ci-cfg"),
+            "FORKD_SIGNING_KEY_PEM": key.read_text(),
+            "REPO": "team/python",
+            "MEM_MIB": "128",
+            "BASE_EXEC": "echo base > /root/base",
+            "LINK_EXEC": "echo numpy > /root/link",
+            "GITHUB_SHA": "0123456789abcdef0",
+        }
         published = run_script(env, PUSH_SUMMARY=str(tmp_path / "push.json"))
         assert published.returncode == 0, published.stderr
         reference = published.stdout.strip().splitlines()[-1]
@@ -53,8 +78,7 @@ def test_the_ci_script_bakes_signs_and_pushes_and_the_pull_verifies(tmp_path):
         assert "signed: sha256:" in published.stderr  # the base push's human output
 
         consumer = User(tmp_path / "consumer", hub, FORKD_TOKEN=hub.token("consumer", "pull:team/*"))
-        pulled = consumer.json("pull", "team/python:0123456789ab", "--as", "numpy",
-                               "--verify-key", str(key) + ".pub")
+        pulled = consumer.json("pull", "team/python:0123456789ab", "--as", "numpy", "--verify-key", str(key) + ".pub")
         assert f"team/python@{pulled['digest']}" == reference
         assert pulled["signature"]["key"] == fingerprint
         assert sorted(image["tag"] for image in consumer.json("images")) == ["numpy", "python-base"]

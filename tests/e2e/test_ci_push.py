@@ -25,9 +25,15 @@ from tests.e2e.test_push_pull_cli import User, make_sources
 
 pytestmark = pytest.mark.slow
 MiB = 1 << 20
-GITHUB = {"GITHUB_ACTIONS": "true", "GITHUB_SHA": "0123456789abcdef0123456789abcdef01234567",
-          "GITHUB_REPOSITORY": "acme/envs", "GITHUB_SERVER_URL": "https://github.com", "GITHUB_RUN_ID": "4242",
-          "GITHUB_WORKFLOW": "nightly", "RUNNER_NAME": "runner-7"}
+GITHUB = {
+    "GITHUB_ACTIONS": "true",
+    "GITHUB_SHA": "0123456789abcdef0123456789abcdef01234567",
+    "GITHUB_REPOSITORY": "acme/envs",
+    "GITHUB_SERVER_URL": "https://github.com",
+    "GITHUB_RUN_ID": "4242",
+    "GITHUB_WORKFLOW": "nightly",
+    "RUNNER_NAME": "runner-7",
+}
 
 
 @pytest.fixture
@@ -49,8 +55,10 @@ def ci_runner(root: Path, hub: HubProcess, token: str, **env: str) -> User:
 def expire(hub: HubProcess, name: str) -> None:
     """Make token ``name`` expired, as time would (the hub checks ``expires_at`` on every request)."""
     with sqlite3.connect(hub.data_dir / "hub.db") as db:
-        assert db.execute("UPDATE tokens SET expires_at = '2000-01-01 00:00:00.000000' WHERE name = ?",
-                          (name,)).rowcount == 1
+        assert (
+            db.execute("UPDATE tokens SET expires_at = '2000-01-01 00:00:00.000000' WHERE name = ?", (name,)).rowcount
+            == 1
+        )
 
 
 def test_each_class_of_failure_exits_with_its_code(hub, tmp_path):
@@ -79,13 +87,19 @@ def test_each_class_of_failure_exits_with_its_code(hub, tmp_path):
 
     # network: nothing listens where FORKD_HUB_URL points
     gone = dict(ci.env, FORKD_HUB_URL=f"http://127.0.0.1:{free_port()}")
-    unreachable = subprocess.run(forkd("push", "base", "acme/py:base"), env=gone, capture_output=True, text=True,
-                                 timeout=120)
+    unreachable = subprocess.run(
+        forkd("push", "base", "acme/py:base"), env=gone, capture_output=True, text=True, timeout=120
+    )
     assert unreachable.returncode == EXIT_NETWORK and "unreachable" in unreachable.stderr, unreachable.stderr
 
     # usage: bad arguments, before anything is sent
-    for args in (("push", "base"), ("push", "base", "Acme/py:v1"), ("push", "base", "acme/py:v1", "--annotation", "x"),
-                 ("push", "base", "acme/py:v1", "--annotation", "=v"), ("pull", "acme/py:v1", "--bogus")):
+    for args in (
+        ("push", "base"),
+        ("push", "base", "Acme/py:v1"),
+        ("push", "base", "acme/py:v1", "--annotation", "x"),
+        ("push", "base", "acme/py:v1", "--annotation", "=v"),
+        ("pull", "acme/py:v1", "--bogus"),
+    ):
         bad = ci.run(*args, check=False)
         assert bad.returncode == EXIT_USAGE, (args, bad.stderr)
         assert "Traceback" not in bad.stderr and "usage: forkd" in bad.stderr
@@ -131,8 +145,13 @@ def test_a_tag_moved_during_a_push_exits_with_the_conflict_code(hub, tmp_path):
 def test_piped_progress_keeps_coming_while_the_hub_stalls(hub, tmp_path):
     """No terminal: ``at`` lines every FORKD_PROGRESS_INTERVAL even while no byte moves (the hub
     is frozen with SIGSTOP mid-upload), then the push finishes when it wakes up."""
-    ci = ci_runner(tmp_path / "ci", hub, hub.token("ci", "push:acme/*"), FORKD_PROGRESS_INTERVAL="0.2",
-                   FORKD_UPLOAD_PART_BYTES=str(MiB))
+    ci = ci_runner(
+        tmp_path / "ci",
+        hub,
+        hub.token("ci", "push:acme/*"),
+        FORKD_PROGRESS_INTERVAL="0.2",
+        FORKD_UPLOAD_PART_BYTES=str(MiB),
+    )
     ci.run("import", str(make_sources(tmp_path / "src", data_mib=24)[0]), "base")
     proc = ci.start("push", "base", "acme/big:v1", "--json", "--progress")
     assert proc.stderr is not None and proc.stdout is not None
@@ -197,17 +216,29 @@ def test_a_nightly_rebuild_sends_about_the_changed_bytes(hub, tmp_path):
 
 def test_ci_provenance_is_a_referrer_that_inspect_shows(hub, tmp_path):
     token = hub.token("ci", "push:acme/*")
-    gitlab = {"GITLAB_CI": "true", "CI_COMMIT_SHA": "fedcba9876543210fedcba9876543210fedcba98",
-              "CI_PROJECT_URL": "https://gitlab.example.com/acme/envs", "CI_PROJECT_PATH": "acme/envs",
-              "CI_PIPELINE_URL": "https://gitlab.example.com/acme/envs/-/pipelines/77",
-              "CI_JOB_URL": "https://gitlab.example.com/acme/envs/-/jobs/991", "CI_JOB_NAME": "bake",
-              "CI_RUNNER_DESCRIPTION": "shared-runner-3"}
+    gitlab = {
+        "GITLAB_CI": "true",
+        "CI_COMMIT_SHA": "fedcba9876543210fedcba9876543210fedcba98",
+        "CI_PROJECT_URL": "https://gitlab.example.com/acme/envs",
+        "CI_PROJECT_PATH": "acme/envs",
+        "CI_PIPELINE_URL": "https://gitlab.example.com/acme/envs/-/pipelines/77",
+        "CI_JOB_URL": "https://gitlab.example.com/acme/envs/-/jobs/991",
+        "CI_JOB_NAME": "bake",
+        "CI_RUNNER_DESCRIPTION": "shared-runner-3",
+    }
     ci = ci_runner(tmp_path / "ci", hub, token, **gitlab)
     base, link = make_sources(tmp_path / "src", data_mib=1)[:2]
     ci.run("import", str(base), "base")
     ci.run("import", str(link), "numpy", "--parent", "base")
-    pushed = ci.json("push", "numpy", "acme/env:v1", "--annotation", "org.example.team=ml",
-                     "--annotation", "org.opencontainers.image.revision=override")
+    pushed = ci.json(
+        "push",
+        "numpy",
+        "acme/env:v1",
+        "--annotation",
+        "org.example.team=ml",
+        "--annotation",
+        "org.opencontainers.image.revision=override",
+    )
     annotations = pushed["provenance"]["annotations"]
     assert annotations["org.opencontainers.image.revision"] == "override"  # --annotation wins
     assert annotations["org.opencontainers.image.source"] == "https://gitlab.example.com/acme/envs"
@@ -226,8 +257,10 @@ def test_ci_provenance_is_a_referrer_that_inspect_shows(hub, tmp_path):
     algorithm, hexdigest = pushed["digest"].split(":")
     assert statement["subject"][0]["digest"] == {algorithm: hexdigest}
     deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
-    assert {"uri": "git+https://gitlab.example.com/acme/envs",
-            "digest": {"gitCommit": "fedcba9876543210fedcba9876543210fedcba98"}} in deps
+    assert {
+        "uri": "git+https://gitlab.example.com/acme/envs",
+        "digest": {"gitCommit": "fedcba9876543210fedcba9876543210fedcba98"},
+    } in deps
     base_alg, base_hex = pushed["links"][0]["digest"].split(":")
     assert {"name": "parent layer", "digest": {base_alg: base_hex}} in deps
     assert statement["predicate"]["runDetails"]["metadata"]["invocationId"].endswith("/-/pipelines/77")

@@ -24,8 +24,14 @@ def test_serve_push_pull_and_clean_sigterm(tmp_path: Path):
     data = tmp_path / "data"
     env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data)}
     subprocess.run(forkd_hub("migrate"), env=env, check=True, capture_output=True, timeout=60)  # creates the hub
-    token = subprocess.run(forkd_hub("token", "create", "e2e", "--scope", "push:acme/*"), env=env, check=True,
-                           capture_output=True, text=True, timeout=60).stdout.strip()
+    token = subprocess.run(
+        forkd_hub("token", "create", "e2e", "--scope", "push:acme/*"),
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     port = free_port()
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(forkd_hub("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -82,8 +88,12 @@ def test_serve_says_what_it_serves_in_json_to_a_file_and_readably_on_a_terminal(
 
     port = free_port()
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen(forkd_hub("serve", "--port", str(port), "--data-dir", str(data)),
-                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    proc = subprocess.Popen(
+        forkd_hub("serve", "--port", str(port), "--data-dir", str(data)),
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+    )
     os.close(terminal)
     seen = b""
     try:

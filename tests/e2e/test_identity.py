@@ -46,13 +46,13 @@ def make_chain(root: Path) -> tuple[list[Path], list[bytes]]:
     link.mkdir()
     data = bytearray((base / "memory.bin").read_bytes())
     for i in range(8):
-        data[(2 * i) * CHUNK + 3 * MiB // 2:(2 * i + 1) * CHUNK + 3 * MiB // 2] = text_chunk(rng)
+        data[(2 * i) * CHUNK + 3 * MiB // 2 : (2 * i + 1) * CHUNK + 3 * MiB // 2] = text_chunk(rng)
     with open(link / "memory.bin", "wb") as f:
         f.truncate(len(data))
         for off in range(0, len(data), CHUNK):
-            if any(data[off:off + CHUNK]):
+            if any(data[off : off + CHUNK]):
                 f.seek(off)
-                f.write(data[off:off + CHUNK])
+                f.write(data[off : off + CHUNK])
     (link / "vmstate").write_bytes(b"vmstate-1" * 300)
     return [base, link], chunks
 

@@ -93,8 +93,13 @@ def test_ctrl_c_during_a_piped_pull_exits_130_and_the_pull_resumes(hub, tmp_path
     alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
     alice.run("import", str(random_snapshot(tmp_path, 24)), "base")
     alice.run("push", "base", "acme/py:v1")
-    bob = User(tmp_path / "bob", hub, FORKD_PULL_PARALLEL="1", FORKD_PULL_RANGE_BYTES=str(64 << 10),
-               FORKD_PROGRESS_INTERVAL="0.1")
+    bob = User(
+        tmp_path / "bob",
+        hub,
+        FORKD_PULL_PARALLEL="1",
+        FORKD_PULL_RANGE_BYTES=str(64 << 10),
+        FORKD_PROGRESS_INTERVAL="0.1",
+    )
     bob.run("login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n")
     proc = bob.start("pull", "acme/py:v1")
     lines: list[str] = []

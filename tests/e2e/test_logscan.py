@@ -15,5 +15,5 @@ def test_a_traceback_in_a_json_log_line_is_caught():
 
 def test_plain_output_is_scanned_too():
     with pytest.raises(AssertionError):
-        assert_no_traceback("Traceback (most recent call last):\n  File \"x\", line 1\nValueError\n", "forkd pull")
+        assert_no_traceback('Traceback (most recent call last):\n  File "x", line 1\nValueError\n', "forkd pull")
     assert_no_traceback("forkd: error: the hub refused the token\n", "forkd login")  # no traceback: fine

@@ -84,12 +84,15 @@ def test_a_second_login_does_not_change_the_default_hub(hub, tmp_path):
     other = HubProcess(tmp_path / "other", tmp_path / "other.log")
     try:
         second = user.run("login", other.url, "--token-stdin", input=other.token("b", "pull:acme/*") + "\n")
-        assert f"Default hub stays {hub.url} (make it {other.url} with 'forkd login {other.url} --default')" \
+        assert (
+            f"Default hub stays {hub.url} (make it {other.url} with 'forkd login {other.url} --default')"
             in second.stdout
+        )
         search = user.run("search")
         assert f"Using hub {hub.url} (the default login)" in search.stderr
-        switched = user.run("login", other.url, "--default", "--token-stdin",
-                            input=other.token("c", "pull:acme/*") + "\n")
+        switched = user.run(
+            "login", other.url, "--default", "--token-stdin", input=other.token("c", "pull:acme/*") + "\n"
+        )
         assert f"Default hub: {other.url}" in switched.stdout
         assert f"Using hub {other.url}" in user.run("search").stderr
     finally:

@@ -59,8 +59,13 @@ class User:
     """One machine's forkd: its own store and config dir."""
 
     def __init__(self, root: Path, hub: HubProcess, **env: str) -> None:
-        self.env = {**os.environ, "FORKD_HOME": str(root / "home"), "XDG_CONFIG_HOME": str(root / "cfg"),
-                    "FORKD_HUB_URL": hub.url, **env}
+        self.env = {
+            **os.environ,
+            "FORKD_HOME": str(root / "home"),
+            "XDG_CONFIG_HOME": str(root / "cfg"),
+            "FORKD_HUB_URL": hub.url,
+            **env,
+        }
         self.home = root / "home"
 
     def run(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:

@@ -60,8 +60,9 @@ def test_writes_reach_the_other_replica_within_its_ttl(replicas) -> None:
         eventually(lambda: digest_of(b.url, "v1") == 401, "private on the other replica")
         assert digest_of(b.url, "v1", reader) == second
 
-    revoked = subprocess.run(forkd_hub("token", "revoke", "reader"), env=a.env, capture_output=True, text=True,
-                             timeout=60)
+    revoked = subprocess.run(
+        forkd_hub("token", "revoke", "reader"), env=a.env, capture_output=True, text=True, timeout=60
+    )
     assert revoked.returncode == 0, revoked.stderr
     for hub in (a, b):
         eventually(lambda hub=hub: digest_of(hub.url, "v1", reader) == 401, f"revoked on {hub.url}")

@@ -44,11 +44,14 @@ class Replicas:
 
 @pytest.fixture
 def replicas(tmp_path: Path, postgres, seaweedfs):
-    env = {"FORKD_HUB_DATABASE_URL": postgres.create_database(empty=True),
-           "FORKD_HUB_STORAGE": seaweedfs.storage_spec()}
+    env = {
+        "FORKD_HUB_DATABASE_URL": postgres.create_database(empty=True),
+        "FORKD_HUB_STORAGE": seaweedfs.storage_spec(),
+    }
     full_env = {**os.environ, **env, "FORKD_HUB_DATA_DIR": str(tmp_path / "cli")}
-    refused = subprocess.run(forkd_hub("serve", "--port", "0"), env=full_env, capture_output=True, text=True,
-                             timeout=60)
+    refused = subprocess.run(
+        forkd_hub("serve", "--port", "0"), env=full_env, capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 1 and "run `forkd-hub migrate` first" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
     migrated = subprocess.run(forkd_hub("migrate"), env=full_env, capture_output=True, text=True, timeout=60)
@@ -89,8 +92,10 @@ def test_links_pushed_through_each_replica_pull_through_the_other(replicas, tmp_
     for user in (alice, dave):  # two machines holding the same chain
         replicas.login(user, token)
         _import(user, sources, ["base", "numpy", "pandas"])
-    pushes = _both(lambda: alice.run("push", "numpy", replicas.ref(0, "acme/py:numpy"), "--quiet", check=False),
-                   lambda: dave.run("push", "pandas", replicas.ref(1, "acme/py:pandas"), "--quiet", check=False))
+    pushes = _both(
+        lambda: alice.run("push", "numpy", replicas.ref(0, "acme/py:numpy"), "--quiet", check=False),
+        lambda: dave.run("push", "pandas", replicas.ref(1, "acme/py:pandas"), "--quiet", check=False),
+    )
     assert [p.returncode for p in pushes] == [0, 0], [p.stderr for p in pushes]
 
     bob = User(tmp_path / "bob", replicas.hubs[0])
@@ -111,8 +116,12 @@ def test_one_tag_pushed_through_both_replicas_at_once_has_one_winner(replicas, t
         replicas.login(user, token)
         _import(user, make_sources(tmp_path / f"src-{name}", data_mib=24)[:1], ["base"])
         users.append(user)
-    pushes = _both(*(lambda i=i: users[i].run("push", "base", replicas.ref(i, "acme/race:v1"), "--json", check=False)
-                     for i in range(2)))
+    pushes = _both(
+        *(
+            lambda i=i: users[i].run("push", "base", replicas.ref(i, "acme/race:v1"), "--json", check=False)
+            for i in range(2)
+        )
+    )
     codes = sorted(p.returncode for p in pushes)
     assert codes == [0, 4], [(p.returncode, p.stderr[-500:]) for p in pushes]
     winner = next(p for p in pushes if p.returncode == 0)
@@ -131,8 +140,7 @@ def test_gc_on_one_replica_during_a_push_on_the_other_loses_nothing(replicas, tm
     replicas.login(alice, replicas.token("alice", "push:acme/*"))
     _import(alice, sources, ["base", "numpy", "pandas"])
     push = alice.start("push", "pandas", replicas.ref(1, "acme/py:v1"), "--quiet")
-    env = {**os.environ, **replicas.env,
-           "FORKD_HUB_DATA_DIR": str(replicas.hubs[0].data_dir)}
+    env = {**os.environ, **replicas.env, "FORKD_HUB_DATA_DIR": str(replicas.hubs[0].data_dir)}
     runs = 0
     while push.poll() is None or runs == 0:
         gc = subprocess.run(forkd_hub("gc", "--json"), env=env, capture_output=True, text=True, timeout=120)

@@ -18,15 +18,30 @@ from tests.e2e.hubproc import HubProcess
 from tests.e2e.test_identity import make_chain
 from tests.e2e.test_push_pull_cli import User
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("skopeo") is None, reason="needs skopeo (scripts/install-system-deps.sh)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("skopeo") is None, reason="needs skopeo (scripts/install-system-deps.sh)"),
+]
 
 
 def skopeo_copy(source: HubProcess, dest: HubProcess, creds: str, src: str, dst: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false",
-                           "--dest-creds", creds, f"docker://{source.url.removeprefix('http://')}/{src}",
-                           f"docker://{dest.url.removeprefix('http://')}/{dst}"],
-                          check=False, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            "skopeo",
+            "copy",
+            "--preserve-digests",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            "--dest-creds",
+            creds,
+            f"docker://{source.url.removeprefix('http://')}/{src}",
+            f"docker://{dest.url.removeprefix('http://')}/{dst}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_signature_survives_a_skopeo_copy_and_verifies_on_the_second_hub(tmp_path):
@@ -37,8 +52,9 @@ def test_a_signature_survives_a_skopeo_copy_and_verifies_on_the_second_hub(tmp_p
     (tmp_path / "policy").mkdir()
     shutil.copy(tmp_path / "ci.key.pub", tmp_path / "policy" / "team.pub")
     (tmp_path / "policy" / "policy.json").write_text(json.dumps({"namespaces": {"team": {"keys": ["team.pub"]}}}))
-    b = HubProcess(tmp_path / "b", tmp_path / "b.log",
-                   env={"FORKD_HUB_SIGNATURE_POLICY": str(tmp_path / "policy" / "policy.json")})
+    b = HubProcess(
+        tmp_path / "b", tmp_path / "b.log", env={"FORKD_HUB_SIGNATURE_POLICY": str(tmp_path / "policy" / "policy.json")}
+    )
     try:
         sources, _ = make_chain(tmp_path / "src")
         alice.run("login", a.url, "--token-stdin", input=a.token("alice", "push:team/*") + "\n")
@@ -64,7 +80,12 @@ def test_a_signature_survives_a_skopeo_copy_and_verifies_on_the_second_hub(tmp_p
         pulled = bob.json("pull", "team/py:v1", "--as", "numpy", "--verify-key", str(tmp_path / "ci.key.pub"))
         assert pulled["digest"] == head
         assert pulled["signature"] == {"key": ci_key["fingerprint"], "artifact": signature}
-        assert f"verified at pull: key {ci_key['fingerprint']} (artifact {signature})" in bob.run("inspect", "numpy").stdout
-        assert (bob.home / "snapshots" / "numpy" / "memory.bin").read_bytes() == (sources[1] / "memory.bin").read_bytes()
+        assert (
+            f"verified at pull: key {ci_key['fingerprint']} (artifact {signature})"
+            in bob.run("inspect", "numpy").stdout
+        )
+        assert (bob.home / "snapshots" / "numpy" / "memory.bin").read_bytes() == (
+            sources[1] / "memory.bin"
+        ).read_bytes()
     finally:
         assert a.stop() == 0 and b.stop() == 0

@@ -18,8 +18,10 @@ from tests.e2e.hubproc import HubProcess
 from tests.e2e.test_identity import make_chain
 from tests.e2e.test_push_pull_cli import User
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("skopeo") is None, reason="needs skopeo (scripts/install-system-deps.sh)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("skopeo") is None, reason="needs skopeo (scripts/install-system-deps.sh)"),
+]
 
 
 def skopeo(*args: str) -> str:
@@ -52,7 +54,9 @@ def test_skopeo_inspects_and_copies_a_chain_between_hubs_keeping_digests(tmp_pat
         # copy each link (base first: a layer needs its parent) to an OCI layout, digests kept
         layout = tmp_path / "oci"
         for name, digest in zip(("base", "v1"), digests, strict=True):
-            source = f"docker://{registry(a)}/acme/py@{digest}" if name == "base" else f"docker://{registry(a)}/acme/py:v1"
+            source = (
+                f"docker://{registry(a)}/acme/py@{digest}" if name == "base" else f"docker://{registry(a)}/acme/py:v1"
+            )
             skopeo("copy", "--preserve-digests", "--src-tls-verify=false", source, f"oci:{layout}:{name}")
         index = json.loads((layout / "index.json").read_text())
         assert [m["digest"] for m in index["manifests"]] == digests
@@ -61,10 +65,18 @@ def test_skopeo_inspects_and_copies_a_chain_between_hubs_keeping_digests(tmp_pat
         token_b = b.token("copier", "push:acme/*")
         creds = f"copier:{token_b}"
         for name in ("base", "v1"):
-            skopeo("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", creds,
-                   f"oci:{layout}:{name}", f"docker://{registry(b)}/acme/py:{name}")
-        raw_b = skopeo("inspect", "--raw", "--tls-verify=false", "--creds", creds,
-                       f"docker://{registry(b)}/acme/py:v1").encode()
+            skopeo(
+                "copy",
+                "--preserve-digests",
+                "--dest-tls-verify=false",
+                "--dest-creds",
+                creds,
+                f"oci:{layout}:{name}",
+                f"docker://{registry(b)}/acme/py:{name}",
+            )
+        raw_b = skopeo(
+            "inspect", "--raw", "--tls-verify=false", "--creds", creds, f"docker://{registry(b)}/acme/py:v1"
+        ).encode()
         assert raw_b == raw
 
         # the copy pulls byte-exact with forkd, by the same digest, verified chunk by chunk and by chunk tree

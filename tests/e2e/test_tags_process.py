@@ -36,10 +36,10 @@ def _small_chain(root: Path) -> list[Path]:
     """Base + 2 links of an 8 MiB sparse memory image; each link rewrites 256 KiB."""
     sources: list[Path] = []
     data = bytearray(8 * MiB)
-    data[MiB:2 * MiB] = os.urandom(MiB)
+    data[MiB : 2 * MiB] = os.urandom(MiB)
     for i in range(3):
         if i:
-            data[(2 + i) * MiB:(2 + i) * MiB + MiB // 4] = os.urandom(MiB // 4)
+            data[(2 + i) * MiB : (2 + i) * MiB + MiB // 4] = os.urandom(MiB // 4)
         src = root / f"src{i}"
         src.mkdir(parents=True)
         (src / "memory.bin").write_bytes(bytes(data))
@@ -76,9 +76,11 @@ def test_two_concurrent_pushes_of_an_immutable_tag_have_exactly_one_winner(tmp_p
         assert again.returncode == 0
         loser.run("push", "env", "acme/py:latest")  # latest is exempt: it moves
         users[winner].run("push", "env", "acme/py:latest")
-        response = httpx.put(f"{hub.url}/v2/acme/py/manifests/v1", content=b"{}",
-                             headers={"Authorization": f"Bearer {token}",
-                                      "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+        response = httpx.put(
+            f"{hub.url}/v2/acme/py/manifests/v1",
+            content=b"{}",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+        )
         assert response.status_code == 400  # a bad manifest is still refused for what it is
     finally:
         assert hub.stop() == 0
@@ -97,8 +99,9 @@ def test_retention_by_gc_keeps_every_kept_chain_pullable(tmp_path):
         for i, tag in enumerate(["base", "numpy", "pandas"], start=1):
             alice.run("push", tag, f"acme/ci:nightly-{i}")
         alice.run("push", "base", "acme/ci:release")
-        policy = _hub_cli(hub, "repo", "policy", "acme/ci", "--keep-last", "1", "--retention-pattern", "nightly-*",
-                          "--json")
+        policy = _hub_cli(
+            hub, "repo", "policy", "acme/ci", "--keep-last", "1", "--retention-pattern", "nightly-*", "--json"
+        )
         assert policy.returncode == 0, policy.stderr
 
         dry = _hub_cli(hub, "gc", "--dry-run", "--grace", "0s", "--json")

@@ -23,9 +23,11 @@ def cut_mid_body(url: str, path: str, token: str, declared: int, sent: bytes) ->
     """Send a PATCH announcing ``declared`` bytes, send ``sent``, then close the socket."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
-        head = (f"PATCH {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
-                f"Content-Type: application/octet-stream\r\nContent-Range: 0-{declared - 1}\r\n"
-                f"Content-Length: {declared}\r\n\r\n").encode()
+        head = (
+            f"PATCH {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/octet-stream\r\nContent-Range: 0-{declared - 1}\r\n"
+            f"Content-Length: {declared}\r\n\r\n"
+        ).encode()
         s.sendall(head + sent)
         time.sleep(0.3)  # let the hub start consuming the body
     # closing the socket here is the disconnect
@@ -45,9 +47,15 @@ def test_a_disconnect_mid_upload_is_logged_as_info_and_the_session_resumes(tmp_p
             status = http.get(location, headers=auth(token))
             assert status.status_code == 204, status.text  # the session is still there
             offset = int(status.headers["upload-offset"]) if "upload-offset" in status.headers else 0
-            rest = http.patch(location, content=data[offset:], headers={
-                **auth(token), "Content-Type": "application/octet-stream",
-                "Content-Range": f"{offset}-{len(data) - 1}"})
+            rest = http.patch(
+                location,
+                content=data[offset:],
+                headers={
+                    **auth(token),
+                    "Content-Type": "application/octet-stream",
+                    "Content-Range": f"{offset}-{len(data) - 1}",
+                },
+            )
             assert rest.status_code == 202, rest.text
             digest = str(digest_bytes(data))
             done = http.put(f"{location}?digest={digest}", headers=auth(token))

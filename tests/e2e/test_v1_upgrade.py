@@ -29,7 +29,9 @@ def test_a_v1_hub_upgrades_in_place_and_its_chain_still_pulls(v1: Path, tmp_path
     expected = json.loads((v1 / "expected.json").read_text())
     hub = HubProcess(v1 / "hub", tmp_path / "hub.log")  # serve migrates the embedded database on start
     try:
-        r = httpx.get(f"{hub.url}/v2/acme/py/manifests/v1", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        r = httpx.get(
+            f"{hub.url}/v2/acme/py/manifests/v1", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        )
         assert r.status_code == 200 and r.headers["Docker-Content-Digest"] == expected["head"]
         assert json.loads(r.content)["artifactType"] == "application/vnd.forkd.snapshot.layer.v1"
 
@@ -46,10 +48,14 @@ def test_a_v1_hub_upgrades_in_place_and_its_chain_still_pulls(v1: Path, tmp_path
         bob.run("login", hub.url, "--token-stdin", input=hub.token("bob", "push:acme/*") + "\n")
         pushed = bob.json("push", "numpy", "acme/py:v2")
         assert pushed["digest"].startswith("sha256:") and pushed["digest"] != expected["head"]
-        r = httpx.get(f"{hub.url}/v2/acme/py/manifests/v2", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        r = httpx.get(
+            f"{hub.url}/v2/acme/py/manifests/v2", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        )
         assert json.loads(r.content)["artifactType"] == "application/vnd.forkd.snapshot.layer.v2"
         carol = User(tmp_path / "carol", hub)
         assert carol.json("pull", "acme/py:v2", "--as", "numpy")["digest"] == pushed["digest"]
-        assert (carol.home / "snapshots" / "numpy" / "memory.bin").read_bytes() == (v1 / "src1" / "memory.bin").read_bytes()
+        assert (carol.home / "snapshots" / "numpy" / "memory.bin").read_bytes() == (
+            v1 / "src1" / "memory.bin"
+        ).read_bytes()
     finally:
         assert hub.stop() == 0

@@ -21,7 +21,9 @@ from tests.hub_server.pushing import PushClient, chain_images
 from tests.web.seeding import Catalog, seed_catalog
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (see scripts/install-web-deps.sh)")
+playwright_api = pytest.importorskip(
+    "playwright.sync_api", reason="pip install playwright (see scripts/install-web-deps.sh)"
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -151,7 +153,11 @@ def test_phone_layout(served, browser) -> None:  # noqa: ANN001
     process, _, _ = served
     context = browser.new_context(viewport=PHONE, base_url=process.url, is_mobile=True, has_touch=True)
     page = context.new_page()
-    for path, name in [("/", "home-phone"), ("/r/acme/py-pandas/t/2.2", "layer-phone"), ("/r/acme/py-base", "repo-phone")]:
+    for path, name in [
+        ("/", "home-phone"),
+        ("/r/acme/py-pandas/t/2.2", "layer-phone"),
+        ("/r/acme/py-base", "repo-phone"),
+    ]:
         page.goto(path)
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], f"{path} scrolls sideways on a phone ({width}px)"

@@ -42,8 +42,9 @@ def hub_cli(hub: HubProcess, *args: str, input: str | None = None) -> str:
 
 
 def test_forkd_push_to_a_served_hub_delivers_signed_retried_webhooks(hub, receiver, tmp_path):
-    hook = json.loads(hub_cli(hub, "webhook", "add", "acme", receiver.url, "--secret-stdin", "--json",
-                              input=SECRET + "\n"))
+    hook = json.loads(
+        hub_cli(hub, "webhook", "add", "acme", receiver.url, "--secret-stdin", "--json", input=SECRET + "\n")
+    )
     assert SECRET not in hub_cli(hub, "webhook", "list", "--json")
     sources = make_sources(tmp_path / "src", data_mib=1)
     alice = User(tmp_path / "alice", hub)

@@ -55,21 +55,21 @@ def make_zeroing_link(directory: Path, parent_memory: Path, *, seed: int, size: 
     memory = src / "memory.bin"
     data = bytearray(memory.read_bytes())
     parent = parent_memory.read_bytes()
-    cut = [off for off in range(0, len(parent), PAGE) if any(parent[off:off + PAGE])][:3]
+    cut = [off for off in range(0, len(parent), PAGE) if any(parent[off : off + PAGE])][:3]
     assert cut, "the parent must hold data to zero"
     new = bytearray(len(data) if size is None else size)
-    new[:min(len(data), len(new))] = data[:len(new)]
+    new[: min(len(data), len(new))] = data[: len(new)]
     for off in cut:
         if off < len(new):
-            new[off:off + PAGE] = bytes(PAGE)
+            new[off : off + PAGE] = bytes(PAGE)
     if size is not None and size > len(data):
         new[-PAGE:] = b"\x5a" * PAGE  # data in the grown part
     with open(memory, "wb") as f:  # zero pages become holes
         f.truncate(len(new))
         for off in range(0, len(new), PAGE):
-            if any(new[off:off + PAGE]):
+            if any(new[off : off + PAGE]):
                 f.seek(off)
-                f.write(new[off:off + PAGE])
+                f.write(new[off : off + PAGE])
     return src
 
 

@@ -36,7 +36,17 @@ def chain(home: Path, tmp_path: Path, capsys) -> Path:
 def test_images_table_and_json(chain: Path, capsys) -> None:
     code, out, _ = run(capsys, "images")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["TAG", "PARENT", "DEPTH", "SIZE", "ON", "DISK", "LOGICAL", "SIZE", "CREATED"]
+    assert code == 0 and lines[0].split() == [
+        "TAG",
+        "PARENT",
+        "DEPTH",
+        "SIZE",
+        "ON",
+        "DISK",
+        "LOGICAL",
+        "SIZE",
+        "CREATED",
+    ]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["base"][1:3] == ["-", "1"] and rows["head"][1:3] == ["mid", "3"]
     assert rows["head"][5:7] == ["4.0", "MiB"]  # human sizes in the table
@@ -55,8 +65,9 @@ def test_inspect_json(chain: Path, capsys) -> None:
     assert (info["tag"], info["depth"], info["ancestors"], info["dependents"]) == ("mid", 2, ["base"], ["head"])
     mem = info["files"]["memory.bin"]
     assert mem["size"] == 4 << 20 and mem["digest"].startswith("blake3:") and mem["sha256"].startswith("sha256:")
-    assert info["parent_content_hash"] == json.loads(run(capsys, "inspect", "base", "--json")[1])[
-        "files"]["memory.bin"]["sha256"].removeprefix("sha256:")
+    assert info["parent_content_hash"] == json.loads(run(capsys, "inspect", "base", "--json")[1])["files"][
+        "memory.bin"
+    ]["sha256"].removeprefix("sha256:")
 
 
 def test_inspect_text(chain: Path, capsys) -> None:
@@ -110,7 +121,8 @@ def test_tag_compact_pack_unpack(chain: Path, capsys, tmp_path: Path) -> None:
     assert code == 0 and out.splitlines() == ["Unpacked: base", "Unpacked: mid", "Unpacked: head"]
     for name in ("base", "mid", "head"):
         assert (other / "snapshots" / name / "memory.bin").read_bytes() == (
-            chain / "snapshots" / name / "memory.bin").read_bytes()
+            chain / "snapshots" / name / "memory.bin"
+        ).read_bytes()
     code, _, err = run(capsys, "unpack", str(pack), "--home", str(other))  # --home after the command too
     assert code == 4 and "already exists" in err  # conflict
     code, _, err = run(capsys, "unpack", str(pack), "--tag", "x", "--home", str(other))

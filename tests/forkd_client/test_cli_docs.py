@@ -41,7 +41,9 @@ def test_images_example_matches(two_links, capsys) -> None:
     doc = examples()["images"]
     real = real_output(capsys, "images", "--json")
     assert isinstance(doc, list) and [set(i) for i in doc] == [set(i) for i in real]
-    assert [(i["tag"], i["parent_tag"], i["depth"]) for i in doc] == [(i["tag"], i["parent_tag"], i["depth"]) for i in real]
+    assert [(i["tag"], i["parent_tag"], i["depth"]) for i in doc] == [
+        (i["tag"], i["parent_tag"], i["depth"]) for i in real
+    ]
 
 
 def test_inspect_example_matches(two_links, capsys) -> None:

@@ -36,32 +36,35 @@ from manifest.errors import DigestMismatch
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (Interrupted("stopped"), ec.EXIT_INTERRUPTED),
-    (KeyboardInterrupt(), ec.EXIT_INTERRUPTED),
-    (InvalidReference("bad ref"), ec.EXIT_USAGE),
-    (InvalidTag("bad tag"), ec.EXIT_USAGE),
-    (UsageError("--annotation x"), ec.EXIT_USAGE),
-    (Unauthorized("expired", status=401), ec.EXIT_AUTH),
-    (Forbidden("scope", status=403), ec.EXIT_AUTH),
-    (TagConflict("moved", status=409), ec.EXIT_CONFLICT),
-    (HasDependents("deps", status=409), ec.EXIT_CONFLICT),
-    (HubError("immutable", code="TAG_IMMUTABLE", status=409), ec.EXIT_CONFLICT),
-    (SnapshotExists("t"), ec.EXIT_CONFLICT),
-    (DependentsExist("t", ["c"]), ec.EXIT_CONFLICT),
-    (HubUnreachable("refused"), ec.EXIT_NETWORK),
-    (HubError("bad gateway", status=502), ec.EXIT_NETWORK),
-    (HubError("unavailable", status=503), ec.EXIT_NETWORK),
-    (DigestInvalid("chunk 3", status=400), ec.EXIT_VERIFICATION),
-    (DigestMismatch("blob", "sha256:a", "sha256:b"), ec.EXIT_VERIFICATION),
-    (ParentContentMismatch("c", "p", "a" * 64, "b" * 64), ec.EXIT_VERIFICATION),
-    (FileContentMismatch("t", "memory.bin", "x", "y"), ec.EXIT_VERIFICATION),
-    (NotFound("no such tag", status=404), ec.EXIT_ERROR),
-    (HubError("boom", status=500), ec.EXIT_ERROR),
-    (SnapshotNotFound("t"), ec.EXIT_ERROR),
-    (ChainBroken("broken", link="t"), ec.EXIT_ERROR),
-    (OSError("disk"), ec.EXIT_ERROR),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (Interrupted("stopped"), ec.EXIT_INTERRUPTED),
+        (KeyboardInterrupt(), ec.EXIT_INTERRUPTED),
+        (InvalidReference("bad ref"), ec.EXIT_USAGE),
+        (InvalidTag("bad tag"), ec.EXIT_USAGE),
+        (UsageError("--annotation x"), ec.EXIT_USAGE),
+        (Unauthorized("expired", status=401), ec.EXIT_AUTH),
+        (Forbidden("scope", status=403), ec.EXIT_AUTH),
+        (TagConflict("moved", status=409), ec.EXIT_CONFLICT),
+        (HasDependents("deps", status=409), ec.EXIT_CONFLICT),
+        (HubError("immutable", code="TAG_IMMUTABLE", status=409), ec.EXIT_CONFLICT),
+        (SnapshotExists("t"), ec.EXIT_CONFLICT),
+        (DependentsExist("t", ["c"]), ec.EXIT_CONFLICT),
+        (HubUnreachable("refused"), ec.EXIT_NETWORK),
+        (HubError("bad gateway", status=502), ec.EXIT_NETWORK),
+        (HubError("unavailable", status=503), ec.EXIT_NETWORK),
+        (DigestInvalid("chunk 3", status=400), ec.EXIT_VERIFICATION),
+        (DigestMismatch("blob", "sha256:a", "sha256:b"), ec.EXIT_VERIFICATION),
+        (ParentContentMismatch("c", "p", "a" * 64, "b" * 64), ec.EXIT_VERIFICATION),
+        (FileContentMismatch("t", "memory.bin", "x", "y"), ec.EXIT_VERIFICATION),
+        (NotFound("no such tag", status=404), ec.EXIT_ERROR),
+        (HubError("boom", status=500), ec.EXIT_ERROR),
+        (SnapshotNotFound("t"), ec.EXIT_ERROR),
+        (ChainBroken("broken", link="t"), ec.EXIT_ERROR),
+        (OSError("disk"), ec.EXIT_ERROR),
+    ],
+)
 def test_each_error_class_has_its_code(error, code):
     assert ec.exit_code_for(error) == code
 

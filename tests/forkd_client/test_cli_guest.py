@@ -10,8 +10,10 @@ import pytest
 from forkd_client.cli.main import main
 from vmm.guest.build import cached_guest
 
-pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None or shutil.which("busybox") is None,
-                                reason="the guest build needs busybox-static and the kernel package tools")
+pytestmark = pytest.mark.skipif(
+    shutil.which("qemu-system-x86_64") is None or shutil.which("busybox") is None,
+    reason="the guest build needs busybox-static and the kernel package tools",
+)
 
 
 def test_guest_build_reports_the_cached_guest(capsys):

@@ -33,8 +33,9 @@ def check_help(prog: str, run, build, path: tuple[str, ...], capsys) -> None:
     assert unexplained == [], (path, unexplained)
     examples = text.split("examples:\n", 1)
     assert len(examples) == 2, text
-    assert all(line.strip().startswith((prog, "forkd-hub ", "FORKD_", "forkd "))
-               for line in examples[1].strip().splitlines()), examples[1]
+    assert all(
+        line.strip().startswith((prog, "forkd-hub ", "FORKD_", "forkd ")) for line in examples[1].strip().splitlines()
+    ), examples[1]
 
 
 @pytest.mark.parametrize("path", all_commands(build_parser), ids=" ".join)

@@ -15,8 +15,11 @@ def test_keygen_writes_a_private_key_0600_and_the_public_key_beside_it(tmp_path:
     assert main(["keygen", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     private = tmp_path / "cfg" / "forkd" / "keys" / "signing.key"
-    assert out == {"private_key": str(private), "public_key": str(private) + ".pub",
-                   "fingerprint": fingerprint(load_public_key(Path(str(private) + ".pub")))}
+    assert out == {
+        "private_key": str(private),
+        "public_key": str(private) + ".pub",
+        "fingerprint": fingerprint(load_public_key(Path(str(private) + ".pub"))),
+    }
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert fingerprint(load_private_key(private).public_key()) == out["fingerprint"]
 

@@ -21,8 +21,9 @@ def test_human_size() -> None:
 
 def test_plain_table_is_aligned_for_pipes() -> None:
     out = io.StringIO()
-    Context(Path("/x"), out, io.StringIO()).table(["NAME", "SIZE"], [["a", "1 B"], ["long-name", "10.0 KiB"]],
-                                                   right=("SIZE",))
+    Context(Path("/x"), out, io.StringIO()).table(
+        ["NAME", "SIZE"], [["a", "1 B"], ["long-name", "10.0 KiB"]], right=("SIZE",)
+    )
     assert out.getvalue().splitlines() == [
         "NAME           SIZE",
         "a               1 B",

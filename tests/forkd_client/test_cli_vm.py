@@ -61,8 +61,16 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> dict:
     home = tmp_path_factory.mktemp("vmhome")
     base = cli(home, "snapshot", "--tag", "base", "--mem-mib", "128", "--exec", "echo one > /root/m1", "--json")
     assert base[0] == 0, base[2]
-    link = cli(home, "snapshot-diff", "--from", "base", "--tag", "link",
-               "--exec", "echo two > /root/m2; head -c 2097152 /dev/urandom > /root/r; echo linked")
+    link = cli(
+        home,
+        "snapshot-diff",
+        "--from",
+        "base",
+        "--tag",
+        "link",
+        "--exec",
+        "echo two > /root/m2; head -c 2097152 /dev/urandom > /root/r; echo linked",
+    )
     assert link[0] == 0, link[2]
     return {"home": home, "base": json.loads(base[1]), "link_out": link[1]}
 
@@ -95,8 +103,16 @@ def test_snapshot_diff_links_assemble_right_in_forkd(chain: dict, tmp_path: Path
     """forkd's daemon (tests/forkd_daemon.py) maps each link's own memory.bin, byte for byte,
     also for a link that zeroes guest memory its parent held (the page cache of /root/r)."""
     home = chain["home"]
-    code, _, err = cli(home, "snapshot-diff", "--from", "link", "--tag", "zeroed",
-                       "--exec", "dd if=/dev/zero of=/root/r bs=65536 count=32 conv=notrunc 2>/dev/null; sync")
+    code, _, err = cli(
+        home,
+        "snapshot-diff",
+        "--from",
+        "link",
+        "--tag",
+        "zeroed",
+        "--exec",
+        "dd if=/dev/zero of=/root/r bs=65536 count=32 conv=notrunc 2>/dev/null; sync",
+    )
     assert code == 0, err
     snaps = home / "snapshots"
     assert_forkd_sees_every_link(snaps, ["base", "link", "zeroed"], tmp_path)
@@ -105,8 +121,16 @@ def test_snapshot_diff_links_assemble_right_in_forkd(chain: dict, tmp_path: Path
 
 @needs_qemu
 def test_fork_children_see_both_markers_and_answer_independently(chain: dict) -> None:
-    code, out, err = cli(chain["home"], "fork", "link", "-n", "3", "--json", "--exec",
-                         "cat /root/m1 /root/m2; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'")
+    code, out, err = cli(
+        chain["home"],
+        "fork",
+        "link",
+        "-n",
+        "3",
+        "--json",
+        "--exec",
+        "cat /root/m1 /root/m2; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'",
+    )
     assert code == 0, err
     result = json.loads(out)
     assert result["chain"] == ["base", "link"] and result["verify_ms"] >= 0 and not result["kept"]
@@ -130,8 +154,16 @@ def test_fork_children_see_both_markers_and_answer_independently(chain: dict) ->
 def test_children_writing_memory_leave_the_stored_image_unchanged(chain: dict) -> None:
     memory = chain["home"] / "snapshots" / "link" / "memory.bin"
     before = sha256_hex(memory)
-    code, out, err = cli(chain["home"], "fork", "link", "-n", "2", "--json",
-                         "--exec", "head -c 8388608 /dev/urandom > /tmp/dirty && echo wrote")
+    code, out, err = cli(
+        chain["home"],
+        "fork",
+        "link",
+        "-n",
+        "2",
+        "--json",
+        "--exec",
+        "head -c 8388608 /dev/urandom > /tmp/dirty && echo wrote",
+    )
     assert code == 0, err
     assert sha256_hex(memory) == before
     for child in json.loads(out)["children"]:
@@ -153,8 +185,9 @@ def test_fork_prints_each_childs_output_and_fails_when_a_command_fails(chain: di
 def test_failing_exec_in_snapshot_diff_leaves_nothing(chain: dict) -> None:
     home = chain["home"]
     before = tags(home)
-    code, out, err = cli(home, "snapshot-diff", "--from", "link", "--tag", "broken",
-                         "--exec", "echo step one; echo oops >&2; exit 7")
+    code, out, err = cli(
+        home, "snapshot-diff", "--from", "link", "--tag", "broken", "--exec", "echo step one; echo oops >&2; exit 7"
+    )
     assert code == 1 and out == ""
     assert err.startswith("forkd: error: --exec 'echo step one; echo oops >&2; exit 7' exited with status 7")
     assert "snapshot 'broken' was not saved" in err and "oops" in err
@@ -221,9 +254,14 @@ def test_fork_json_matches_the_documented_example(chain: dict) -> None:
 def test_without_qemu_the_error_says_what_to_install(tmp_path: Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "forkd_client.cli.main", "--home", str(tmp_path / "h"),
-                           "snapshot", "--tag", "t"], capture_output=True, text=True, cwd=REPO, check=False,
-                          env={**os.environ, "PATH": str(empty)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "forkd_client.cli.main", "--home", str(tmp_path / "h"), "snapshot", "--tag", "t"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "PATH": str(empty)},
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("forkd: error: qemu-microvm cannot run here: qemu-system-x86_64 not found")
     assert INSTALL_HINT in proc.stderr
@@ -237,9 +275,14 @@ def test_a_failing_guest_build_says_what_to_install(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"  # QEMU, but no apt tools to fetch the guest kernel with
     bin_dir.mkdir()
     (bin_dir / QEMU).symlink_to(qemu)
-    proc = subprocess.run([sys.executable, "-m", "forkd_client.cli.main", "--home", str(tmp_path / "h"),
-                           "snapshot", "--tag", "t"], capture_output=True, text=True, cwd=REPO, check=False,
-                          env={**os.environ, "PATH": str(bin_dir), "FORKD_GUEST_CACHE": str(tmp_path / "cache")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "forkd_client.cli.main", "--home", str(tmp_path / "h"), "snapshot", "--tag", "t"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "PATH": str(bin_dir), "FORKD_GUEST_CACHE": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("forkd: error: cannot build the guest image: ")
     assert INSTALL_HINT in proc.stderr
@@ -253,8 +296,14 @@ def test_a_guest_directory_without_an_image_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "nothing").exists()
 
 
-@pytest.mark.parametrize("argv", [["fork", "x", "-n", "0"], ["snapshot-diff", "--from", "a", "--tag", "b"],
-                                  ["snapshot", "--tag", "t", "--vmm", "bochs"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fork", "x", "-n", "0"],
+        ["snapshot-diff", "--from", "a", "--tag", "b"],
+        ["snapshot", "--tag", "t", "--vmm", "bochs"],
+    ],
+)
 def test_usage_errors(tmp_path: Path, argv: list[str]) -> None:
     with contextlib.redirect_stderr(io.StringIO()):
         assert main(["--home", str(tmp_path), *argv]) == 2

@@ -62,13 +62,20 @@ def test_unpacked_forkd_layout_pack_with_dense_zeroed_pages_assembles_right(stor
     base_mem = b"\x11" * (4 * PAGE) + bytes(8 * PAGE) + b"\x22" * (4 * PAGE)
     child_mem = b"\x11" * PAGE + bytes(11 * PAGE) + b"\x22" * (3 * PAGE) + b"\x33" * PAGE
     grand_mem = bytes(16 * PAGE)  # everything zeroed
+
     def files(tag: str, mem: bytes, parent: str | None) -> dict[str, bytes]:
-        doc = {"vmstate": f"/root/.local/share/forkd/snapshots/{tag}/vmstate",
-               "memory": f"/root/.local/share/forkd/snapshots/{tag}/memory.bin", "volumes": []}
+        doc = {
+            "vmstate": f"/root/.local/share/forkd/snapshots/{tag}/vmstate",
+            "memory": f"/root/.local/share/forkd/snapshots/{tag}/memory.bin",
+            "volumes": [],
+        }
         return {"snapshot.json": json.dumps(doc, indent=2).encode(), "vmstate": f"vm-{tag}".encode(), "memory.bin": mem}
-    chain = [("py-base", None, files("py-base", base_mem, None)),
-             ("py-child", "py-base", files("py-child", child_mem, "py-base")),
-             ("py-grand", "py-child", files("py-grand", grand_mem, "py-child"))]
+
+    chain = [
+        ("py-base", None, files("py-base", base_mem, None)),
+        ("py-child", "py-base", files("py-child", child_mem, "py-base")),
+        ("py-grand", "py-child", files("py-grand", grand_mem, "py-child")),
+    ]
     pack = tmp_path / "forkd.forkd-snapshot.tar.zst"
     pack.write_bytes(hp.pack(hp.member("manifest.toml", hp.manifest_v2(chain)), *hp.v2_members(chain)))
     store.unpack(pack)
@@ -113,16 +120,22 @@ def test_forkd_layout_pack_with_a_rootfs_sidecar_installs_at_forkds_target(store
     image = os.urandom(3000) + bytes(9000)
     sha = hashlib.sha256(image).hexdigest()
     target = rootfs_dirs / "python-3-12-slim.ext4"
-    doc = {"vmstate": "/root/.local/share/forkd/snapshots/py/vmstate",
-           "memory": "/root/.local/share/forkd/snapshots/py/memory.bin",
-           "volumes": [{"host_path": "/v.img", "guest_path": "/opt/v", "read_only": False}],
-           "rootfs": str(target)}
+    doc = {
+        "vmstate": "/root/.local/share/forkd/snapshots/py/vmstate",
+        "memory": "/root/.local/share/forkd/snapshots/py/memory.bin",
+        "volumes": [{"host_path": "/v.img", "guest_path": "/opt/v", "read_only": False}],
+        "rootfs": str(target),
+    }
     files = {"snapshot.json": json.dumps(doc, indent=2).encode(), "vmstate": b"vm", "memory.bin": b"\x01" * PAGE}
     extra = f'\n[rootfs]\ntarget_path = "{target}"\nsha256 = "{sha}"\nsize = {len(image)}\n'
     (tmp_path / "dl").mkdir()
     pack = tmp_path / "dl" / "py.forkd-snapshot.tar.zst"
-    pack.write_bytes(hp.pack(hp.member("manifest.toml", hp.manifest_v1(files, tag="py", extra=extra)),
-                             *(hp.member(p, d) for p, d in files.items())))
+    pack.write_bytes(
+        hp.pack(
+            hp.member("manifest.toml", hp.manifest_v1(files, tag="py", extra=extra)),
+            *(hp.member(p, d) for p, d in files.items()),
+        )
+    )
     (tmp_path / "dl" / f"{sha[:16]}.rootfs.zst").write_bytes(zstandard.ZstdCompressor(level=19).compress(image))
     [snap] = store.unpack(pack)
     installed = json.loads((snap.dir / "snapshot.json").read_text())
@@ -163,11 +176,13 @@ def test_the_forkd_daemon_model_behaves_as_forkd_documents(tmp_path):
             for off in range(0, len(memory), PAGE):
                 if off // PAGE not in hole_pages:
                     f.seek(off)
-                    f.write(memory[off:off + PAGE])
+                    f.write(memory[off : off + PAGE])
         doc = {"vmstate": str(d / "vmstate"), "memory": str(d / "memory.bin"), **extra}
         if parent:
             doc["parent_tag"] = parent
-            doc.setdefault("parent_content_hash", hashlib.sha256((root / parent / "memory.bin").read_bytes()).hexdigest())
+            doc.setdefault(
+                "parent_content_hash", hashlib.sha256((root / parent / "memory.bin").read_bytes()).hexdigest()
+            )
         (d / "snapshot.json").write_text(json.dumps(doc))
         return d
 
@@ -182,8 +197,9 @@ def test_the_forkd_daemon_model_behaves_as_forkd_documents(tmp_path):
     with pytest.raises(ForkdError, match="no parent_content_hash"):
         daemon.spawn_memory("e", tmp_path / "w")
     snap("x", b"\x04" * PAGE, parent="b")
-    (root / "x" / "snapshot.json").write_text(json.dumps({**json.loads((root / "x" / "snapshot.json").read_text()),
-                                                          "parent_tag": "x"}))
+    (root / "x" / "snapshot.json").write_text(
+        json.dumps({**json.loads((root / "x" / "snapshot.json").read_text()), "parent_tag": "x"})
+    )
     with pytest.raises(ForkdError, match="cycle"):
         daemon.spawn_memory("x", tmp_path / "w")
     with pytest.raises(ForkdError, match="unsafe tag"):

@@ -26,7 +26,10 @@ def other(tmp_path: Path):
 
 
 def read_pack_snapshot_json(pack: Path, name: str = "snapshot.json") -> bytes:
-    with zstandard.ZstdDecompressor().stream_reader(open(pack, "rb")) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+    with (
+        zstandard.ZstdDecompressor().stream_reader(open(pack, "rb")) as raw,
+        tarfile.open(fileobj=raw, mode="r|") as tar,
+    ):
         for member in tar:
             if member.name == name:
                 return tar.extractfile(member).read()
@@ -45,8 +48,11 @@ def test_v1_round_trip_is_byte_identical(store: SnapshotStore, other: SnapshotSt
     assert declared.version == 1 and declared.tag == "py-base"
     # the rootfs travels as forkd's sidecar beside the pack, its target where forkd keeps images
     sha = sha256_hex(src / "rootfs.ext4")
-    assert declared.rootfs == {"target_path": f"/var/cache/forkd/{sha[:16]}.ext4", "sha256": sha,
-                               "size": os.path.getsize(src / "rootfs.ext4")}
+    assert declared.rootfs == {
+        "target_path": f"/var/cache/forkd/{sha[:16]}.ext4",
+        "sha256": sha,
+        "size": os.path.getsize(src / "rootfs.ext4"),
+    }
     sidecar = (tmp_path / f"{sha[:16]}.rootfs.zst").read_bytes()  # plain zstd, as forkd reads it
     assert zstandard.ZstdDecompressor().decompressobj().decompress(sidecar) == (src / "rootfs.ext4").read_bytes()
     assert json.loads(read_pack_snapshot_json(pack))["rootfs"] == declared.rootfs["target_path"]
@@ -64,8 +70,9 @@ def test_v1_round_trip_is_byte_identical(store: SnapshotStore, other: SnapshotSt
     assert renamed.tag == "renamed" and same_files(renamed.dir, snap.dir)
 
 
-def test_v2_round_trip_is_byte_identical(chain3: SnapshotStore, other: SnapshotStore, tmp_path: Path,
-                                         monkeypatch) -> None:
+def test_v2_round_trip_is_byte_identical(
+    chain3: SnapshotStore, other: SnapshotStore, tmp_path: Path, monkeypatch
+) -> None:
     pack = chain3.pack("head", tmp_path / "chain.tar.zst")
     declared = read_pack_manifest(pack)
     assert declared.version == 2 and [link.tag for link in declared.links] == ["base", "mid", "head"]
@@ -80,8 +87,9 @@ def test_v2_round_trip_is_byte_identical(chain3: SnapshotStore, other: SnapshotS
     assert [s.tag for s in other.verify_chain("head")] == ["base", "mid", "head"]
 
 
-def test_unpack_checks_destinations_before_extracting(chain3: SnapshotStore, other: SnapshotStore,
-                                                      tmp_path: Path) -> None:
+def test_unpack_checks_destinations_before_extracting(
+    chain3: SnapshotStore, other: SnapshotStore, tmp_path: Path
+) -> None:
     pack = chain3.pack("head", tmp_path / "chain.tar.zst")
     other.import_snapshot(make_base_source(tmp_path / "mine", seed=42), "mid")
     with pytest.raises(SnapshotExists, match="'mid'"):
@@ -94,8 +102,9 @@ def test_unpack_checks_destinations_before_extracting(chain3: SnapshotStore, oth
     assert same_files(other.path("mid"), chain3.path("mid"))
 
 
-def test_partial_chain_needs_its_parent_installed_and_unchanged(chain3: SnapshotStore, other: SnapshotStore,
-                                                                tmp_path: Path) -> None:
+def test_partial_chain_needs_its_parent_installed_and_unchanged(
+    chain3: SnapshotStore, other: SnapshotStore, tmp_path: Path
+) -> None:
     mid = chain3.get("mid")
     pack = write_pack([PackLink("mid", mid.dir, "base", mid.parent_content_hash)], tmp_path / "mid.tar.zst")
     with pytest.raises(ChainBroken, match="'base'"):
@@ -121,12 +130,10 @@ def test_pack_refuses_a_changed_parent(chain3: SnapshotStore, tmp_path: Path) ->
 def forkd_v1_pack(path: Path, tag: str, src: Path) -> Path:
     """A v1 pack as forkd's CLI writes it, including tags (with dots) our writer refuses."""
     names = ["vmstate", "memory.bin"]
-    manifest = (f'forkd_pack_version = 1\ntag = "{tag}"\ncreated_at = "2026-06-14T10:00:00Z"\n'
-                'forkd_version = "0.5.3"\n')
+    manifest = f'forkd_pack_version = 1\ntag = "{tag}"\ncreated_at = "2026-06-14T10:00:00Z"\nforkd_version = "0.5.3"\n'
     for name in names:
         data = (src / name).read_bytes()
-        manifest += (f'\n[[files]]\npath = "{name}"\nsize = {len(data)}\n'
-                     f'sha256 = "{hashlib.sha256(data).hexdigest()}"\n')
+        manifest += f'\n[[files]]\npath = "{name}"\nsize = {len(data)}\nsha256 = "{hashlib.sha256(data).hexdigest()}"\n'
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for name, data in [("manifest.toml", manifest.encode()), *((n, (src / n).read_bytes()) for n in names)]:

@@ -53,8 +53,14 @@ def test_prune_dry_run_then_for_real(store, tmp_path):
     assert done.to_obj() == {**dry.to_obj(), "dry_run": False}
     assert list(store.staging_root.iterdir()) == []
     assert TransferState(store.root / "transfers.json").get("pushed|http://hub|acme/py|fingerprint")  # kept
-    assert prune(store).to_obj() == {"dry_run": False, "staging": [], "bytes_freed": 0, "transfer_entries": [],
-                                     "chunk_index_rows": 0, "verified_rows": 0}
+    assert prune(store).to_obj() == {
+        "dry_run": False,
+        "staging": [],
+        "bytes_freed": 0,
+        "transfer_entries": [],
+        "chunk_index_rows": 0,
+        "verified_rows": 0,
+    }
     assert store.tags() == ["base"] and len(store.verify_chain("base")) == 1
 
 

@@ -36,8 +36,16 @@ def test_a_target_inside_an_allowed_root_is_used(sidecar, tmp_path, rootfs_dirs)
     assert place_rootfs(tmp_path / "home", at(info, target), tmp_path / "no-sidecar-here", None) == target  # reused
 
 
-@pytest.mark.parametrize("target", ["/etc/forkd-evil.ext4", "{tmp}/elsewhere/x.ext4", "{cache}/../escape.ext4",
-                                    "{cache}/link/x.ext4", "relative/x.ext4"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/etc/forkd-evil.ext4",
+        "{tmp}/elsewhere/x.ext4",
+        "{cache}/../escape.ext4",
+        "{cache}/link/x.ext4",
+        "relative/x.ext4",
+    ],
+)
 def test_any_other_target_goes_to_the_stores_own_place(sidecar, tmp_path, rootfs_dirs, target):
     info, packs = sidecar
     rootfs_dirs.mkdir(parents=True, exist_ok=True)
@@ -45,7 +53,9 @@ def test_any_other_target_goes_to_the_stores_own_place(sidecar, tmp_path, rootfs
     (rootfs_dirs / "link").symlink_to(tmp_path / "elsewhere")  # a symlink out of the allowed root
     path = target.format(tmp=tmp_path, cache=rootfs_dirs)
     placed = place_rootfs(tmp_path / "home", at(info, path), packs, None)
-    assert placed == own_path(tmp_path / "home", info.sha256) == tmp_path / "home" / "rootfs" / f"{info.sha256[:16]}.ext4"
+    assert (
+        placed == own_path(tmp_path / "home", info.sha256) == tmp_path / "home" / "rootfs" / f"{info.sha256[:16]}.ext4"
+    )
     assert file_sha256(placed) == info.sha256
     assert not Path("/etc/forkd-evil.ext4").exists() and os.listdir(tmp_path / "elsewhere") == []
     assert not (tmp_path / "escape.ext4").exists()
@@ -78,9 +88,15 @@ def test_a_sidecar_that_does_not_match_is_refused_and_nothing_is_left(sidecar, t
     assert not dest.exists() and os.listdir(tmp_path).count("out.ext4.partial") == 0
 
 
-@pytest.mark.parametrize("table", [None, {"target_path": 3, "sha256": "0" * 64, "size": 1},
-                                   {"target_path": "/x", "sha256": "ABC", "size": 1},
-                                   {"target_path": "/x", "sha256": "0" * 64, "size": -1}])
+@pytest.mark.parametrize(
+    "table",
+    [
+        None,
+        {"target_path": 3, "sha256": "0" * 64, "size": 1},
+        {"target_path": "/x", "sha256": "ABC", "size": 1},
+        {"target_path": "/x", "sha256": "0" * 64, "size": -1},
+    ],
+)
 def test_malformed_rootfs_tables_are_typed_errors(table):
     with pytest.raises(PackManifestInvalid, match="rootfs"):
         RootfsInfo.from_table(table)

@@ -37,12 +37,22 @@ def test_existing_tags_follow_forkd_cli_rule() -> None:
 
 
 def test_snapshot_json_keeps_unknown_fields_and_sets_paths(tmp_path: Path) -> None:
-    base = {"vmstate": "/old/vmstate", "memory": "/old/memory.bin", "volumes": [{"host_path": "/v"}],
-            "future_field": {"x": 1}, "parent_tag": "stale", "parent_content_hash": "00"}
+    base = {
+        "vmstate": "/old/vmstate",
+        "memory": "/old/memory.bin",
+        "volumes": [{"host_path": "/v"}],
+        "future_field": {"x": 1},
+        "parent_tag": "stale",
+        "parent_content_hash": "00",
+    }
     final = tmp_path / "snapshots" / "t"
     doc = snapshot_json_for(final, base, parent_tag=None, parent_content_hash=None, has_rootfs=False)
-    assert doc == {"vmstate": str(final / "vmstate"), "memory": str(final / "memory.bin"),
-                   "volumes": [{"host_path": "/v"}], "future_field": {"x": 1}}
+    assert doc == {
+        "vmstate": str(final / "vmstate"),
+        "memory": str(final / "memory.bin"),
+        "volumes": [{"host_path": "/v"}],
+        "future_field": {"x": 1},
+    }
     link = snapshot_json_for(final, None, parent_tag="p", parent_content_hash="ab" * 32, has_rootfs=True)
     assert list(link) == ["vmstate", "memory", "volumes", "parent_tag", "parent_content_hash", "rootfs"]
     assert link["rootfs"] == str(final / "rootfs.ext4")
@@ -51,12 +61,14 @@ def test_snapshot_json_keeps_unknown_fields_and_sets_paths(tmp_path: Path) -> No
 def test_rootfs_outside_is_kept_inside_is_dropped(tmp_path: Path) -> None:
     final, src = tmp_path / "final", tmp_path / "src"
     shared = {"rootfs": "/var/cache/forkd/python-3-12-slim.ext4"}
-    kept = snapshot_json_for(final, shared, parent_tag=None, parent_content_hash=None, has_rootfs=False,
-                             local_dirs=(src,))
+    kept = snapshot_json_for(
+        final, shared, parent_tag=None, parent_content_hash=None, has_rootfs=False, local_dirs=(src,)
+    )
     assert kept["rootfs"] == shared["rootfs"]
     dangling = {"rootfs": str(src / "rootfs.ext4")}
-    dropped = snapshot_json_for(final, dangling, parent_tag=None, parent_content_hash=None, has_rootfs=False,
-                                local_dirs=(src,))
+    dropped = snapshot_json_for(
+        final, dangling, parent_tag=None, parent_content_hash=None, has_rootfs=False, local_dirs=(src,)
+    )
     assert "rootfs" not in dropped
 
 

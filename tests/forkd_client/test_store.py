@@ -46,8 +46,12 @@ def test_import_base_writes_forkd_compatible_dir(store: SnapshotStore, tmp_path:
     for name in ("memory.bin", "vmstate", "rootfs.ext4"):
         assert (d / name).read_bytes() == (src / name).read_bytes()
     doc = json.loads((d / "snapshot.json").read_text())
-    assert doc == {"vmstate": str(d / "vmstate"), "memory": str(d / "memory.bin"), "volumes": [],
-                   "rootfs": str(d / "rootfs.ext4")}
+    assert doc == {
+        "vmstate": str(d / "vmstate"),
+        "memory": str(d / "memory.bin"),
+        "volumes": [],
+        "rootfs": str(d / "rootfs.ext4"),
+    }
     meta = json.loads((d / "forkd-hub.json").read_text())
     assert meta["schema_version"] == 1 and meta["tag"] == "py-base" and meta["parent_tag"] is None
     assert meta["chunk_size"] == 65536 and meta["created"].endswith("Z")
@@ -71,10 +75,17 @@ def test_import_links_record_parent_content_hash(chain3: SnapshotStore) -> None:
 
 def test_import_keeps_source_snapshot_json_fields_and_merges_compat(store: SnapshotStore, tmp_path: Path) -> None:
     src = make_base_source(tmp_path / "src")
-    (src / "snapshot.json").write_text(json.dumps({
-        "vmstate": "/elsewhere/vmstate", "memory": "/elsewhere/memory.bin",
-        "volumes": [{"host_path": "/data", "guest_path": "/mnt", "read_only": True}],
-        "rootfs": "/var/cache/forkd/python-3-12-slim.ext4", "from_the_future": 7}))
+    (src / "snapshot.json").write_text(
+        json.dumps(
+            {
+                "vmstate": "/elsewhere/vmstate",
+                "memory": "/elsewhere/memory.bin",
+                "volumes": [{"host_path": "/data", "guest_path": "/mnt", "read_only": True}],
+                "rootfs": "/var/cache/forkd/python-3-12-slim.ext4",
+                "from_the_future": 7,
+            }
+        )
+    )
     (src / "vmm.json").write_text(json.dumps({"compat": {"vmm": "qemu", "vcpus": 1}, "rootfs": None}))
     (src / "compat.json").write_text(json.dumps({"vcpus": 2, "arch": "x86_64"}))
     snap = store.import_snapshot(src, "t", compat={"accel": "tcg"}, annotations={"k": "v"})
@@ -230,9 +241,18 @@ def test_snapshots_made_by_forkd_itself(store: SnapshotStore, tmp_path: Path) ->
     age(old / "memory.bin")  # written long ago, so its first record is trusted at once (not "racy")
     link = store.snapshots_dir / "py-3.12"  # forkd's CLI allows dots
     make_link_source(link, old / "memory.bin", seed=4)
-    (link / "snapshot.json").write_text(json.dumps({
-        "vmstate": str(link / "vmstate"), "memory": str(link / "memory.bin"), "volumes": [],
-        "parent_tag": "old-style", "parent_content_hash": sha256_hex(old / "memory.bin")}, indent=2))
+    (link / "snapshot.json").write_text(
+        json.dumps(
+            {
+                "vmstate": str(link / "vmstate"),
+                "memory": str(link / "memory.bin"),
+                "volumes": [],
+                "parent_tag": "old-style",
+                "parent_content_hash": sha256_hex(old / "memory.bin"),
+            },
+            indent=2,
+        )
+    )
     (store.snapshots_dir / "not-a-snapshot").mkdir()
     (store.snapshots_dir / ".hidden").mkdir()
     assert store.tags() == ["old-style", "py-3.12"]

@@ -82,7 +82,9 @@ def test_replaced_file_with_same_size_and_mtime_is_rehashed(record: VerifiedReco
     other.write_bytes(os.urandom(st.st_size))
     os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
     os.replace(other, old_file)  # new inode, same size and mtime
-    assert record.digests(old_file, ("sha256",))["sha256"] == "sha256:" + hashlib.sha256(old_file.read_bytes()).hexdigest()
+    assert (
+        record.digests(old_file, ("sha256",))["sha256"] == "sha256:" + hashlib.sha256(old_file.read_bytes()).hexdigest()
+    )
 
 
 def test_racy_record_is_verified_again(record: VerifiedRecord, tmp_path: Path, monkeypatch) -> None:
@@ -156,8 +158,9 @@ def test_missing_file_raises_oserror(record: VerifiedRecord, tmp_path: Path) -> 
     assert record.cached(tmp_path / "nope") == {}
 
 
-def test_chunk_tree_is_read_once_then_trusted_with_the_other_digests(record: VerifiedRecord, old_file: Path,
-                                                                     monkeypatch) -> None:
+def test_chunk_tree_is_read_once_then_trusted_with_the_other_digests(
+    record: VerifiedRecord, old_file: Path, monkeypatch
+) -> None:
     from manifest.chunktree import file_chunk_tree
 
     expected = file_chunk_tree(old_file, 65536)
@@ -172,8 +175,9 @@ def test_chunk_tree_is_read_once_then_trusted_with_the_other_digests(record: Ver
         assert other.chunk_tree(old_file, 65536) == expected
 
 
-def test_chunk_tree_of_another_chunk_size_or_a_changed_file_is_read_again(record: VerifiedRecord, old_file: Path,
-                                                                          monkeypatch) -> None:
+def test_chunk_tree_of_another_chunk_size_or_a_changed_file_is_read_again(
+    record: VerifiedRecord, old_file: Path, monkeypatch
+) -> None:
     from manifest.chunktree import file_chunk_tree
 
     first = record.chunk_tree(old_file, 65536)
@@ -188,9 +192,11 @@ def test_a_record_from_before_chunk_trees_gains_the_column(tmp_path: Path, old_f
 
     db = tmp_path / "old.db"
     with sqlite3.connect(db) as conn:
-        conn.execute("CREATE TABLE verified (path TEXT PRIMARY KEY, dev INTEGER NOT NULL, ino INTEGER NOT NULL, "
-                     "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, "
-                     "recorded_ns INTEGER NOT NULL, blake3 TEXT, sha256 TEXT)")
+        conn.execute(
+            "CREATE TABLE verified (path TEXT PRIMARY KEY, dev INTEGER NOT NULL, ino INTEGER NOT NULL, "
+            "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL, "
+            "recorded_ns INTEGER NOT NULL, blake3 TEXT, sha256 TEXT)"
+        )
     with VerifiedRecord(db) as old:
         digests = old.digests(old_file, ("blake3",))
         assert old.chunk_tree(old_file, 65536).startswith("blake3:")

@@ -166,6 +166,9 @@ def test_detached_children_outlive_the_reaper(built) -> None:
 def test_compat_round_trips_through_the_store(built) -> None:
     store, made = built
     stored = from_manifest_compat(store.get("base").compat)
-    assert dataclasses.replace(stored, kernel_release=None, kernel_digest=None) == \
-        QemuMicrovmDriver().host_compat(MEM_MIB, 1, ())
-    assert count_changed_chunks(store.path("base") / "memory.bin", store.path("link") / "memory.bin") == made["link"].diff
+    assert dataclasses.replace(stored, kernel_release=None, kernel_digest=None) == QemuMicrovmDriver().host_compat(
+        MEM_MIB, 1, ()
+    )
+    assert (
+        count_changed_chunks(store.path("base") / "memory.bin", store.path("link") / "memory.bin") == made["link"].diff
+    )

@@ -21,12 +21,32 @@ from vmm import CompatibilityError, CompatInfo, QemuMicrovmDriver
 
 from .snapshots import make_base_source
 
-INFO = CompatInfo(vmm="qemu-microvm", vmm_version="7.2.22", machine="microvm", accel="tcg", arch="x86_64",
-                  cpu_model="max", vcpus=2, mem_mib=4, device_ids=("rootfs", "data"),
-                  kernel_release="6.1.0-57-cloud-amd64", kernel_digest="sha256:" + "ab" * 32)
-MANIFEST = {"vmm": "qemu-microvm", "vmmVersion": "7.2.22", "machine": "microvm", "accel": "tcg",
-            "arch": "x86_64", "cpu": "max", "vcpus": 2, "memMiB": 4, "kernel": "6.1.0-57-cloud-amd64",
-            "kernelDigest": "sha256:" + "ab" * 32, "deviceIds": "rootfs,data"}
+INFO = CompatInfo(
+    vmm="qemu-microvm",
+    vmm_version="7.2.22",
+    machine="microvm",
+    accel="tcg",
+    arch="x86_64",
+    cpu_model="max",
+    vcpus=2,
+    mem_mib=4,
+    device_ids=("rootfs", "data"),
+    kernel_release="6.1.0-57-cloud-amd64",
+    kernel_digest="sha256:" + "ab" * 32,
+)
+MANIFEST = {
+    "vmm": "qemu-microvm",
+    "vmmVersion": "7.2.22",
+    "machine": "microvm",
+    "accel": "tcg",
+    "arch": "x86_64",
+    "cpu": "max",
+    "vcpus": 2,
+    "memMiB": 4,
+    "kernel": "6.1.0-57-cloud-amd64",
+    "kernelDigest": "sha256:" + "ab" * 32,
+    "deviceIds": "rootfs,data",
+}
 
 
 class FixedHost:
@@ -38,8 +58,17 @@ class FixedHost:
         self.overrides = overrides
 
     def host_compat(self, mem_mib: float, vcpus: int, device_ids: tuple[str, ...]) -> CompatInfo:
-        base = CompatInfo(vmm="qemu-microvm", vmm_version="7.2.22", machine="microvm", accel="tcg",
-                          arch="x86_64", cpu_model="max", vcpus=vcpus, mem_mib=mem_mib, device_ids=device_ids)
+        base = CompatInfo(
+            vmm="qemu-microvm",
+            vmm_version="7.2.22",
+            machine="microvm",
+            accel="tcg",
+            arch="x86_64",
+            cpu_model="max",
+            vcpus=vcpus,
+            mem_mib=mem_mib,
+            device_ids=device_ids,
+        )
         return CompatInfo(**{**base.to_dict(), "device_ids": device_ids, **self.overrides})
 
 
@@ -65,8 +94,11 @@ def test_mapping_is_idempotent_and_keeps_extra_keys() -> None:
 
 
 def test_partial_record_maps_only_what_is_there() -> None:
-    assert to_manifest_compat({"vmm": "qemu", "vcpus": 1, "mem_mib": 256.0}) == {"vmm": "qemu", "vcpus": 1,
-                                                                                 "memMiB": 256}
+    assert to_manifest_compat({"vmm": "qemu", "vcpus": 1, "mem_mib": 256.0}) == {
+        "vmm": "qemu",
+        "vcpus": 1,
+        "memMiB": 256,
+    }
 
 
 def test_unknown_facts_and_an_empty_device_list_are_omitted() -> None:

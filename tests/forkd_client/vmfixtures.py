@@ -14,9 +14,13 @@ QEMU = "qemu-system-x86_64"
 
 def needs_qemu(test):
     """Real-VM test: marked qemu + slow, skipped only where QEMU is not installed."""
-    for mark in (pytest.mark.qemu, pytest.mark.slow,
-                 pytest.mark.skipif(shutil.which(QEMU) is None,
-                                    reason=f"{QEMU} is not installed (run scripts/install-vmm-deps.sh)")):
+    for mark in (
+        pytest.mark.qemu,
+        pytest.mark.slow,
+        pytest.mark.skipif(
+            shutil.which(QEMU) is None, reason=f"{QEMU} is not installed (run scripts/install-vmm-deps.sh)"
+        ),
+    ):
         test = mark(test)
     return test
 

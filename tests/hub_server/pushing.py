@@ -82,20 +82,34 @@ class BuiltLayer:
     vmstate: bytes
     new_chunks: int
 
-    def rebuild(self, *, chunk_map: ChunkMap | None = None, config: bytes | None = None,
-                data_blobs: dict[str, Path] | None = None) -> BuiltLayer:
+    def rebuild(
+        self,
+        *,
+        chunk_map: ChunkMap | None = None,
+        config: bytes | None = None,
+        data_blobs: dict[str, Path] | None = None,
+    ) -> BuiltLayer:
         """The same layer with some documents replaced; the manifest is rebuilt to match."""
         chunk_map = chunk_map or self.chunk_map
         chunk_map_bytes = chunk_map.to_json()
         config = config if config is not None else self.config
         data_blobs = self.data_blobs if data_blobs is None else data_blobs
         sizes = {d: p.stat().st_size for d, p in data_blobs.items()}
-        layers = [Descriptor.for_bytes(mt.VMSTATE, self.vmstate_blob),
-                  Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE})]
+        layers = [
+            Descriptor.for_bytes(mt.VMSTATE, self.vmstate_blob),
+            Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE}),
+        ]
         layers += [Descriptor(mt.DATA_BLOB, b, sizes[b]) for b in chunk_map.blobs]
         manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config), tuple(layers)).to_json()
-        return replace(self, manifest=manifest, digest=str(digest_bytes(manifest, "sha256")), config=config,
-                       chunk_map=chunk_map, chunk_map_bytes=chunk_map_bytes, data_blobs=data_blobs)
+        return replace(
+            self,
+            manifest=manifest,
+            digest=str(digest_bytes(manifest, "sha256")),
+            config=config,
+            chunk_map=chunk_map,
+            chunk_map_bytes=chunk_map_bytes,
+            data_blobs=data_blobs,
+        )
 
     @property
     def small_blobs(self) -> dict[str, bytes]:
@@ -128,8 +142,14 @@ class PushClient:
     def query_frames(self, repo: str, digests: list[str]) -> dict[str, dict]:
         found: dict[str, dict] = {}
         for i in range(0, len(digests), 10_000):
-            r = check(self.http.post(f"/api/v1/repositories/{repo}/frames/query",
-                                     json={"digests": digests[i:i + 10_000]}, headers=self.headers), 200)
+            r = check(
+                self.http.post(
+                    f"/api/v1/repositories/{repo}/frames/query",
+                    json={"digests": digests[i : i + 10_000]},
+                    headers=self.headers,
+                ),
+                200,
+            )
             found.update(r.json()["found"])
         return found
 
@@ -139,15 +159,30 @@ class PushClient:
         data = blob.path.read_bytes()
         location = check(self.http.post(f"/v2/{repo}/blobs/uploads/", headers=self.headers), 202).headers["Location"]
         inline = [f for f in blob.frames if f.digest not in found]
-        payload = b"".join(data[f.offset:f.offset + f.length] for f in inline)
+        payload = b"".join(data[f.offset : f.offset + f.length] for f in inline)
         if payload:
-            check(self.http.patch(location, content=payload, headers={
-                **self.headers, "Content-Range": f"0-{len(payload) - 1}", "Content-Type": "application/octet-stream"}), 202)
-        recipe = {"mediaType": mt.RECIPE, "digest": blob.digest, "size": blob.size,
-                  "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest not in found] for f in blob.frames]}
+            check(
+                self.http.patch(
+                    location,
+                    content=payload,
+                    headers={
+                        **self.headers,
+                        "Content-Range": f"0-{len(payload) - 1}",
+                        "Content-Type": "application/octet-stream",
+                    },
+                ),
+                202,
+            )
+        recipe = {
+            "mediaType": mt.RECIPE,
+            "digest": blob.digest,
+            "size": blob.size,
+            "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest not in found] for f in blob.frames],
+        }
         uuid = location.rstrip("/").rsplit("/", 1)[-1]
-        r = self.http.post(f"/api/v1/repositories/{repo}/blobs/uploads/{uuid}/recipe", json=recipe,
-                           headers=self.headers)
+        r = self.http.post(
+            f"/api/v1/repositories/{repo}/blobs/uploads/{uuid}/recipe", json=recipe, headers=self.headers
+        )
         if r.status_code == 201:
             self.transfer.blobs_uploaded.append(blob.digest)
             self.transfer.bytes_uploaded += len(payload)
@@ -161,8 +196,13 @@ class PushClient:
     def upload(self, repo: str, data: bytes, digest: str, *, mount_from: str | None = None) -> None:
         """Upload with POST + PATCHes (Content-Range) + PUT ?digest=, or mount it from ``mount_from``."""
         if mount_from:
-            r = check(self.http.post(f"/v2/{repo}/blobs/uploads/", params={"mount": digest, "from": mount_from},
-                                     headers=self.headers), 201, 202)
+            r = check(
+                self.http.post(
+                    f"/v2/{repo}/blobs/uploads/", params={"mount": digest, "from": mount_from}, headers=self.headers
+                ),
+                201,
+                202,
+            )
             if r.status_code == 201:
                 self.transfer.blobs_mounted.append(digest)
                 return
@@ -172,10 +212,19 @@ class PushClient:
             location = r.headers["Location"]
         offset = 0
         while offset < len(data):
-            piece = data[offset:offset + PATCH_SIZE]
-            r = check(self.http.patch(location, content=piece, headers={
-                **self.headers, "Content-Range": f"{offset}-{offset + len(piece) - 1}",
-                "Content-Type": "application/octet-stream"}), 202)
+            piece = data[offset : offset + PATCH_SIZE]
+            r = check(
+                self.http.patch(
+                    location,
+                    content=piece,
+                    headers={
+                        **self.headers,
+                        "Content-Range": f"{offset}-{offset + len(piece) - 1}",
+                        "Content-Type": "application/octet-stream",
+                    },
+                ),
+                202,
+            )
             offset += len(piece)
             assert r.headers["Upload-Offset"] == str(offset)
         check(self.http.put(location, params={"digest": digest}, headers=self.headers), 201)
@@ -188,8 +237,9 @@ class PushClient:
 
     # -- layers -----------------------------------------------------------------------------
 
-    def build_layer(self, repo: str, memory: Path, vmstate: bytes, workdir: Path,
-                    parent: BuiltLayer | None = None) -> BuiltLayer:
+    def build_layer(
+        self, repo: str, memory: Path, vmstate: bytes, workdir: Path, parent: BuiltLayer | None = None
+    ) -> BuiltLayer:
         """Diff ``memory`` against the parent's: the layer is a function of the files alone (format v2)."""
         parent_memory = parent.memory if parent else None
         changes = list(diff_files(parent_memory, memory, CHUNK))
@@ -197,9 +247,14 @@ class PushClient:
         blob_dir = workdir / "blobs"
         builder = LayerBuilder(blob_dir)
         memory_digest = file_chunk_tree(memory, CHUNK)
-        builder.add_file(mt.MEMORY_FILE, iter(changes), size=os.path.getsize(memory), chunk_size=CHUNK,
-                         digest=memory_digest,
-                         parent_digest=file_chunk_tree(parent_memory, CHUNK) if parent_memory else None)
+        builder.add_file(
+            mt.MEMORY_FILE,
+            iter(changes),
+            size=os.path.getsize(memory),
+            chunk_size=CHUNK,
+            digest=memory_digest,
+            parent_digest=file_chunk_tree(parent_memory, CHUNK) if parent_memory else None,
+        )
         maps, new_blobs = builder.finish()
         chunk_map = maps[mt.MEMORY_FILE]
         chunk_map_bytes = chunk_map.to_json()
@@ -207,25 +262,48 @@ class PushClient:
         config = LayerConfig(
             created=CREATED,
             files={
-                mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256"))),
-                mt.MEMORY_FILE: FileInfo(os.path.getsize(memory), memory_digest,
-                                         str(digest_file(memory, ("sha256",))["sha256"]), CHUNK),
+                mt.VMSTATE_FILE: FileInfo(
+                    len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256"))
+                ),
+                mt.MEMORY_FILE: FileInfo(
+                    os.path.getsize(memory), memory_digest, str(digest_file(memory, ("sha256",))["sha256"]), CHUNK
+                ),
             },
             parent=ParentRef(parent.digest, None) if parent else None,
             compat={"vmm": "qemu-microvm", "memMiB": 4},
         ).to_json()
         data_blobs = {b.digest: b.path for b in new_blobs}
         sizes.update({b.digest: b.size for b in new_blobs})
-        layers = [Descriptor.for_bytes(mt.VMSTATE, vmstate_blob),
-                  Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE})]
+        layers = [
+            Descriptor.for_bytes(mt.VMSTATE, vmstate_blob),
+            Descriptor.for_bytes(mt.CHUNK_MAP, chunk_map_bytes, **{mt.ANNOTATION_FILE: mt.MEMORY_FILE}),
+        ]
         layers += [Descriptor(mt.DATA_BLOB, b, sizes[b]) for b in chunk_map.blobs]
         manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config), tuple(layers)).to_json()
-        return BuiltLayer(manifest, str(digest_bytes(manifest, "sha256")), config, chunk_map, chunk_map_bytes,
-                          vmstate_blob, data_blobs, {b.digest: b for b in new_blobs}, memory, vmstate,
-                          builder.stats.new_chunks)
+        return BuiltLayer(
+            manifest,
+            str(digest_bytes(manifest, "sha256")),
+            config,
+            chunk_map,
+            chunk_map_bytes,
+            vmstate_blob,
+            data_blobs,
+            {b.digest: b for b in new_blobs},
+            memory,
+            vmstate,
+            builder.stats.new_chunks,
+        )
 
-    def push_layer(self, repo: str, layer: BuiltLayer, tag: str | None = None, *, public: bool = False,
-                   mount_from: str | None = None, recipes: bool = True) -> httpx.Response | None:
+    def push_layer(
+        self,
+        repo: str,
+        layer: BuiltLayer,
+        tag: str | None = None,
+        *,
+        public: bool = False,
+        mount_from: str | None = None,
+        recipes: bool = True,
+    ) -> httpx.Response | None:
         """Upload what the hub lacks (data blobs as recipes over frames, or whole with ``recipes=False``),
         PUT the manifest by digest, then by tag (returns the last PUT)."""
         r = None
@@ -245,14 +323,22 @@ class PushClient:
             r = self.put_manifest(repo, tag, layer.manifest, public=public)
         return r
 
-    def put_manifest(self, repo: str, ref: str, body: bytes, *, public: bool = False,
-                     media_type: str = mt.OCI_MANIFEST) -> httpx.Response:
-        return check(self.http.put(f"/v2/{repo}/manifests/{ref}", content=body,
-                                   params={"public": "true"} if public else None,
-                                   headers={**self.headers, "Content-Type": media_type}), 201)
+    def put_manifest(
+        self, repo: str, ref: str, body: bytes, *, public: bool = False, media_type: str = mt.OCI_MANIFEST
+    ) -> httpx.Response:
+        return check(
+            self.http.put(
+                f"/v2/{repo}/manifests/{ref}",
+                content=body,
+                params={"public": "true"} if public else None,
+                headers={**self.headers, "Content-Type": media_type},
+            ),
+            201,
+        )
 
-    def push_chain(self, repo: str, images: list[tuple[Path, bytes]], workdir: Path, tag: str,
-                   *, public: bool = False) -> list[BuiltLayer]:
+    def push_chain(
+        self, repo: str, images: list[tuple[Path, bytes]], workdir: Path, tag: str, *, public: bool = False
+    ) -> list[BuiltLayer]:
         """Build and push ``[(memory, vmstate), …]`` base → head; only the head gets ``tag``."""
         layers: list[BuiltLayer] = []
         for i, (memory, vmstate) in enumerate(images):
@@ -299,7 +385,7 @@ class PushClient:
         for blob, spans in wanted.items():
             ordered = sorted(spans)
             for i in range(0, len(ordered), MAX_RANGES):
-                batch = ordered[i:i + MAX_RANGES]
+                batch = ordered[i : i + MAX_RANGES]
                 for (offset, length), data in zip(batch, self.read_ranges(repo, blob, batch), strict=True):
                     frames[(blob, offset, length)] = data
         return frames
@@ -336,18 +422,20 @@ def parse_byteranges(content_type: str, body: bytes) -> list[tuple[int, int, byt
     position = body.index(delimiter)
     while True:
         position += len(delimiter)
-        if body[position:position + 2] == b"--":
+        if body[position : position + 2] == b"--":
             return parts
         head_end = body.index(b"\r\n\r\n", position)
         headers = {
-            k.strip().lower(): v.strip() for k, _, v in
-            (line.partition(":") for line in body[position:head_end].decode("latin-1").split("\r\n") if line)
+            k.strip().lower(): v.strip()
+            for k, _, v in (
+                line.partition(":") for line in body[position:head_end].decode("latin-1").split("\r\n") if line
+            )
         }
         first, last = (int(x) for x in headers["content-range"].split()[1].split("/")[0].split("-"))
         start = head_end + 4
-        parts.append((first, last, body[start:start + last - first + 1]))
+        parts.append((first, last, body[start : start + last - first + 1]))
         position = start + last - first + 1 + 2  # data, then CRLF before the next delimiter
-        assert body[position:position + len(delimiter)] == delimiter
+        assert body[position : position + len(delimiter)] == delimiter
 
 
 async def damage_stored_byte(ctx, blob: str, offset: int) -> None:
@@ -358,11 +446,15 @@ async def damage_stored_byte(ctx, blob: str, offset: int) -> None:
     from hub_server.registry.paths import blob_key
 
     async with ctx.sessions() as session:
-        row = (await session.exec(
-            select(RecipeFrame.offset, Frame.pack_key, Frame.pack_offset)
-            .join(Frame, Frame.digest == RecipeFrame.frame_digest)
-            .where(RecipeFrame.blob_digest == blob, RecipeFrame.offset <= offset)
-            .order_by(RecipeFrame.offset.desc()).limit(1))).first()
+        row = (
+            await session.exec(
+                select(RecipeFrame.offset, Frame.pack_key, Frame.pack_offset)
+                .join(Frame, Frame.digest == RecipeFrame.frame_digest)
+                .where(RecipeFrame.blob_digest == blob, RecipeFrame.offset <= offset)
+                .order_by(RecipeFrame.offset.desc())
+                .limit(1)
+            )
+        ).first()
     key, at = (blob_key(blob), offset) if row is None else (row[1], row[2] + offset - row[0])
     data = bytearray(await ctx.store.read(key))
     data[at] ^= 0xFF

@@ -36,7 +36,8 @@ def test_healthz_reports_a_full_store(make_hub, tmp_path):
     assert r.status_code == 503
     assert r.json()["database"] == "ok"
     assert r.json()["storage"].startswith("error: full: ") and r.json()["storage"].endswith(
-        f"bytes free, under the {1 << 62}-byte minimum")
+        f"bytes free, under the {1 << 62}-byte minimum"
+    )
 
 
 def test_metrics_exposes_http_storage_and_chunk_counters(hub: Hub, images, tmp_path):
@@ -73,9 +74,17 @@ def test_openapi_document_generates(hub: Hub):
     assert r.status_code == 200
     doc = r.json()
     paths = doc["paths"]
-    for path in ["/v2/{ns}/{repo}/manifests/{ref}", "/v2/{ns}/{repo}/blobs/uploads", "/v2/{ns}/{repo}/blobs/{digest}",
-                 "/api/v1/repositories/{ns}/{repo}/frames/query", "/api/v1/repositories/{ns}/{repo}/chain/{ref}",
-                 "/api/v1/repositories/{ns}/{repo}/lineage/{ref}", "/api/v1/namespaces", "/healthz", "/metrics"]:
+    for path in [
+        "/v2/{ns}/{repo}/manifests/{ref}",
+        "/v2/{ns}/{repo}/blobs/uploads",
+        "/v2/{ns}/{repo}/blobs/{digest}",
+        "/api/v1/repositories/{ns}/{repo}/frames/query",
+        "/api/v1/repositories/{ns}/{repo}/chain/{ref}",
+        "/api/v1/repositories/{ns}/{repo}/lineage/{ref}",
+        "/api/v1/namespaces",
+        "/healthz",
+        "/metrics",
+    ]:
         assert path in paths, path
     chunk_query = paths["/api/v1/repositories/{ns}/{repo}/frames/query"]["post"]
     assert chunk_query["requestBody"]["required"] is True

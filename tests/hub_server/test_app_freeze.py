@@ -17,8 +17,9 @@ def test_freeze_gc_freezes_what_is_alive_once_started_and_only_when_asked(tmp_pa
         with TestClient(create_app(Settings.for_data_dir(tmp_path / "plain", storage="memory"))) as client:
             assert client.get("/healthz").status_code == 200
             assert gc.get_freeze_count() == 0
-        with TestClient(create_app(Settings.for_data_dir(tmp_path / "frozen", storage="memory"),
-                                   freeze_gc=True)) as client:
+        with TestClient(
+            create_app(Settings.for_data_dir(tmp_path / "frozen", storage="memory"), freeze_gc=True)
+        ) as client:
             assert client.get("/healthz").status_code == 200
             assert gc.get_freeze_count() > 10_000  # the app, its routes, SQLAlchemy's mappers…
     finally:

@@ -67,10 +67,12 @@ async def test_forgeries_the_chain_alone_cannot_see_are_caught(sessions, jsonl, 
     assert verify_jsonl(jsonl) == len(lines)  # the chain alone says nothing is wrong
     with pytest.raises(AuditExportMismatch) as info:
         await verify_export(jsonl, sessions)
-    expected = {"edit-newest": (4, "differs from the database's event 4"),
-                "truncate-tail": (3, "event 3 (push by ci at"),
-                "rechain-all": (2, "differs from the database's event 2"),
-                "add-line": (5, "holds event 99, which the database does not have")}[forgery]
+    expected = {
+        "edit-newest": (4, "differs from the database's event 4"),
+        "truncate-tail": (3, "event 3 (push by ci at"),
+        "rechain-all": (2, "differs from the database's event 2"),
+        "add-line": (5, "holds event 99, which the database does not have"),
+    }[forgery]
     assert info.value.line == expected[0] and expected[1] in str(info.value)
 
 

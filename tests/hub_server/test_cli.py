@@ -73,10 +73,21 @@ def test_every_command_is_registered():
     assert (args.port, args.storage, args.gc_interval) == ("0", "memory", "1h")
 
 
-@pytest.mark.parametrize("argv", [["token", "list"], ["token", "create", "ci", "--scope", "admin"],
-                                  ["token", "revoke", "ci"], ["audit"], ["audit", "--verify"], ["gc", "--dry-run"],
-                                  ["webhook", "list"], ["webhook", "add", "acme", "http://127.0.0.1:9/"],
-                                  ["webhook", "remove", "1"], ["webhook", "deliveries"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["token", "list"],
+        ["token", "create", "ci", "--scope", "admin"],
+        ["token", "revoke", "ci"],
+        ["audit"],
+        ["audit", "--verify"],
+        ["gc", "--dry-run"],
+        ["webhook", "list"],
+        ["webhook", "add", "acme", "http://127.0.0.1:9/"],
+        ["webhook", "remove", "1"],
+        ["webhook", "deliveries"],
+    ],
+)
 def test_commands_refuse_a_data_dir_without_a_hub_and_create_nothing(tmp_path, capsys, argv):
     """Issue 16 item 12: a typo in --data-dir is refused with one line, never a new empty hub."""
     missing = tmp_path / "typo"

@@ -28,11 +28,31 @@ def test_policy_is_shown_changed_and_bad_values_are_named(tmp_path, images, caps
     assert main(["repo", "policy", "acme/ci", "--data-dir", data]) == 0
     assert capsys.readouterr().out.splitlines() == ["immutable tags: off (the hub default)", "retention: none"]
 
-    assert main(["repo", "policy", "acme/ci", "--immutable-tags", "on", "--keep-last", "1", "--retention-pattern",
-                 "nightly-*", "--json", "--data-dir", data]) == 0
+    assert (
+        main(
+            [
+                "repo",
+                "policy",
+                "acme/ci",
+                "--immutable-tags",
+                "on",
+                "--keep-last",
+                "1",
+                "--retention-pattern",
+                "nightly-*",
+                "--json",
+                "--data-dir",
+                data,
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == {
-        "immutableTags": True, "immutableExempt": "latest", "immutableSource": "repository",
-        "retention": {"keepLast": 1, "keepDays": None, "pattern": "nightly-*"}}
+        "immutableTags": True,
+        "immutableExempt": "latest",
+        "immutableSource": "repository",
+        "retention": {"keepLast": 1, "keepDays": None, "pattern": "nightly-*"},
+    }
 
     assert main(["repo", "policy", "acme/ci", "--keep-days", "0", "--data-dir", data]) == 1
     err = capsys.readouterr().err

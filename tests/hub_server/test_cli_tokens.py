@@ -125,9 +125,7 @@ def test_rejections_exit_1_with_a_message(tmp_path, capsys):
     d = str(tmp_path)
     code, out, err = run(capsys, "token", "create", "ci", "--scope", "pull:Acme", "--data-dir", d)
     assert code == 1 and out == "" and "'pull:Acme'" in err
-    code, _, err = run(
-        capsys, "token", "create", "ci", "--scope", "admin", "--expires", "soon", "--data-dir", d
-    )
+    code, _, err = run(capsys, "token", "create", "ci", "--scope", "admin", "--expires", "soon", "--data-dir", d)
     assert code == 1 and "'soon'" in err
     assert run(capsys, "token", "create", "ci", "--scope", "admin", "--data-dir", d)[0] == 0
     code, out, err = run(capsys, "token", "create", "ci", "--scope", "admin", "--data-dir", d)

@@ -26,8 +26,16 @@ def test_verify_exit_codes_report_and_json(make_hub, images, tmp_path, capsys):
     assert main([*argv, "--json"]) == PROBLEMS_FOUND
     report = json.loads(capsys.readouterr().out)
     assert report["clean"] is False and report["checked"]["blobs"] >= 3
-    assert report["problems"] == [{"kind": "size", "key": blob_key(config), "subject": config,
-                                   "reason": report["problems"][0]["reason"], "action": "reported", "movedTo": None}]
+    assert report["problems"] == [
+        {
+            "kind": "size",
+            "key": blob_key(config),
+            "subject": config,
+            "reason": report["problems"][0]["reason"],
+            "action": "reported",
+            "movedTo": None,
+        }
+    ]
 
     assert main([*argv, "--quarantine"]) == PROBLEMS_FOUND
     out = capsys.readouterr().out

@@ -44,8 +44,18 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def add_with_secret(tmp_path, capsys, monkeypatch, *extra: str) -> int:
     monkeypatch.setattr("sys.stdin", io.StringIO(SECRET + "\n"))
-    code, out, err = run(capsys, "webhook", "add", "acme", "http://127.0.0.1:9/hook", "--secret-stdin", "--json",
-                         *extra, "--data-dir", str(tmp_path))
+    code, out, err = run(
+        capsys,
+        "webhook",
+        "add",
+        "acme",
+        "http://127.0.0.1:9/hook",
+        "--secret-stdin",
+        "--json",
+        *extra,
+        "--data-dir",
+        str(tmp_path),
+    )
     assert code == 0, err
     assert SECRET not in out + err
     return json.loads(out)["id"]
@@ -56,8 +66,13 @@ def test_add_list_remove_never_show_the_secret(tmp_path, capsys, monkeypatch):
     code, out, err = run(capsys, "webhook", "list", "--json", "--data-dir", str(tmp_path))
     assert code == 0
     (listed,) = json.loads(out)
-    assert listed == {"id": hook, "namespace": "acme", "url": "http://127.0.0.1:9/hook", "events": ["push", "tag"],
-                      "createdAt": listed["createdAt"]}
+    assert listed == {
+        "id": hook,
+        "namespace": "acme",
+        "url": "http://127.0.0.1:9/hook",
+        "events": ["push", "tag"],
+        "createdAt": listed["createdAt"],
+    }
     code, out, err = run(capsys, "webhook", "list", "--data-dir", str(tmp_path))
     assert code == 0 and "http://127.0.0.1:9/hook" in out and SECRET not in out + err
     code, out, err = run(capsys, "webhook", "remove", str(hook), "--data-dir", str(tmp_path))
@@ -76,13 +91,16 @@ def test_add_without_a_secret_generates_one_and_prints_it_once(tmp_path, capsys)
     assert secret not in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["add", "Acme!", "http://127.0.0.1/"], "invalid namespace"),
-    (["add", "acme", "file:///etc/passwd"], "must be http:// or https://"),
-    (["add", "acme", "http://127.0.0.1/", "--events", "push,pull"], "unknown webhook event(s) pull"),
-    (["remove", "42"], "no webhook with id 42"),
-    (["deliveries", "--limit", "0"], "limit must be between"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["add", "Acme!", "http://127.0.0.1/"], "invalid namespace"),
+        (["add", "acme", "file:///etc/passwd"], "must be http:// or https://"),
+        (["add", "acme", "http://127.0.0.1/", "--events", "push,pull"], "unknown webhook event(s) pull"),
+        (["remove", "42"], "no webhook with id 42"),
+        (["deliveries", "--limit", "0"], "limit must be between"),
+    ],
+)
 def test_bad_requests_exit_1_with_one_line(tmp_path, capsys, argv, message):
     code, _out, err = run(capsys, "webhook", *argv, "--data-dir", str(tmp_path))
     assert code == 1
@@ -97,8 +115,14 @@ def test_a_delivery_queued_before_a_restart_is_sent_by_the_next_process(tmp_path
         async def queue() -> None:  # a hub process that records a tag move and stops before delivering
             async with open_hub(settings) as hub:
                 hook = await hub.webhooks.add("acme", receiver.url, SECRET, ["tag"])
-                await hub.audit.record("ci", "tag", repository="acme/vm", reference="v1", digest="blake3:" + "1" * 64,
-                                       detail={"previous": None})
+                await hub.audit.record(
+                    "ci",
+                    "tag",
+                    repository="acme/vm",
+                    reference="v1",
+                    digest="blake3:" + "1" * 64,
+                    detail={"previous": None},
+                )
                 assert hook.id is not None
 
         asyncio.run(queue())
@@ -135,8 +159,9 @@ def test_two_deliverers_never_claim_the_same_delivery(tmp_path):
         async with open_hub(settings) as one, open_hub(settings) as other:
             await one.webhooks.add("acme", "http://127.0.0.1:9/", SECRET)
             for i in range(5):
-                await one.audit.record("ci", "push", repository="acme/vm", reference=f"blake3:{i:064}",
-                                       digest=f"blake3:{i:064}")
+                await one.audit.record(
+                    "ci", "push", repository="acme/vm", reference=f"blake3:{i:064}", digest=f"blake3:{i:064}"
+                )
             first, second = await asyncio.gather(one.deliverer._claim(), other.deliverer._claim())  # noqa: SLF001
             return len(first) + len(second), len({d.id for d, _ in first} | {d.id for d, _ in second})
 

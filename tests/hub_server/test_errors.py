@@ -22,6 +22,7 @@ def test_every_code_is_documented_with_its_status():
 def test_hub_error_envelope():
     e = HubError(ErrorCode.TOO_LARGE, detail={"limit": 5})
     assert e.status == 413
-    assert e.to_wire() == {"errors": [{"code": "TOO_LARGE", "message": "request is over its size limit",
-                                       "detail": {"limit": 5}}]}
+    assert e.to_wire() == {
+        "errors": [{"code": "TOO_LARGE", "message": "request is over its size limit", "detail": {"limit": 5}}]
+    }
     assert HubError("NAME_UNKNOWN", "x").code is ErrorCode.NAME_UNKNOWN

@@ -45,9 +45,7 @@ def make_app(metrics: HubMetrics) -> Litestar:
         body, content_type = metrics.render()
         return Response(body, media_type=content_type)
 
-    return Litestar(
-        [get_blob, upload, stream, denied, serve_metrics], middleware=[metrics_middleware(metrics)]
-    )
+    return Litestar([get_blob, upload, stream, denied, serve_metrics], middleware=[metrics_middleware(metrics)])
 
 
 def sample(metrics: HubMetrics, name: str, **labels: str) -> float:
@@ -111,9 +109,7 @@ def test_requests_are_counted_by_route_template():
         assert client.get("/denied").status_code == 403
     assert sample(metrics, "forkd_hub_http_requests_total", route=BLOB_ROUTE, method="GET", status="200") == 2
     assert sample(metrics, "forkd_hub_http_requests_total", route="/denied", method="GET", status="403") == 1
-    assert (
-        sample(metrics, "forkd_hub_http_request_duration_seconds_count", route=BLOB_ROUTE, method="GET") == 2
-    )
+    assert sample(metrics, "forkd_hub_http_request_duration_seconds_count", route=BLOB_ROUTE, method="GET") == 2
     body, _ = metrics.render()
     assert b"/v2/acme/a" not in body  # raw paths never become labels
 

@@ -17,8 +17,9 @@ def test_push_three_link_chain_and_pull_it_back(hub: Hub, admin_token: str, imag
     for (memory, vmstate), (original, original_vmstate) in zip(pulled, images, strict=True):
         assert same_bytes(memory, original)
         assert vmstate == original_vmstate
-    chain = hub.client.get("/api/v1/repositories/acme/py/chain/head",
-                           headers={"Authorization": f"Bearer {admin_token}"}).json()
+    chain = hub.client.get(
+        "/api/v1/repositories/acme/py/chain/head", headers={"Authorization": f"Bearer {admin_token}"}
+    ).json()
     assert [link["digest"] for link in chain["chain"]] == [layer.digest for layer in layers]
     assert chain["digest"] == layers[-1].digest
     assert chain["chain"][-1]["tags"] == ["head"]

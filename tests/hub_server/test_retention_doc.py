@@ -31,8 +31,9 @@ def test_the_patch_example_gives_the_policy_example(hub: Hub, admin_token, image
     assert set(docs) == {"patch", "policy", "gc-retention"}
     msgspec.json.decode(json.dumps(docs["patch"]).encode(), type=RepositoryPatch)
     hub.pusher(admin_token).push_chain("acme/ci-fixtures", images[:1], tmp_path / "p", "nightly-01")
-    answer = check(hub.client.patch("/api/v1/repositories/acme/ci-fixtures", json=docs["patch"],
-                                    headers=auth(admin_token)), 200).json()
+    answer = check(
+        hub.client.patch("/api/v1/repositories/acme/ci-fixtures", json=docs["patch"], headers=auth(admin_token)), 200
+    ).json()
     assert answer["policy"] == docs["policy"]
 
 
@@ -41,9 +42,14 @@ def test_the_gc_report_example_has_the_real_keys():
     report = GcReport(True, datetime.now(UTC), 0.0).to_json()
     assert set(example) <= set(report)
     now = datetime(2026, 11, 30, tzinfo=UTC)
-    (name, digest, updated, reason), = select_expired(Retention(1, None, TagGlobs.parse("nightly-*")), [
-        ("nightly-01", "sha256:a", datetime(2026, 11, 19, tzinfo=UTC)),
-        ("nightly-12", "sha256:b", datetime(2026, 11, 29, tzinfo=UTC))], now)
+    ((name, digest, updated, reason),) = select_expired(
+        Retention(1, None, TagGlobs.parse("nightly-*")),
+        [
+            ("nightly-01", "sha256:a", datetime(2026, 11, 19, tzinfo=UTC)),
+            ("nightly-12", "sha256:b", datetime(2026, 11, 29, tzinfo=UTC)),
+        ],
+        now,
+    )
     entry = ExpiredTag(1, "acme/ci-fixtures", name, digest, updated, reason).to_json()
     (documented,) = example["retention"]
     assert set(documented) == set(entry)

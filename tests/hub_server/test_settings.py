@@ -30,9 +30,17 @@ def test_default_data_dir_matches_the_token_cli(monkeypatch, tmp_path):
 
 
 def test_flags_override_env_override_defaults(tmp_path):
-    env = {"FORKD_HUB_DATA_DIR": str(tmp_path / "env"), "FORKD_HUB_PORT": "9000", "FORKD_HUB_HOST": "0.0.0.0",
-           "FORKD_HUB_STORAGE": "memory", "FORKD_HUB_GC_INTERVAL": "6h", "FORKD_HUB_MANIFEST_BYTES": "2MiB",
-           "FORKD_HUB_CHAIN_DEPTH": "8", "FORKD_HUB_GC_GRACE": "30m", "FORKD_HUB_PUBLIC_URL": "https://hub.example/"}
+    env = {
+        "FORKD_HUB_DATA_DIR": str(tmp_path / "env"),
+        "FORKD_HUB_PORT": "9000",
+        "FORKD_HUB_HOST": "0.0.0.0",
+        "FORKD_HUB_STORAGE": "memory",
+        "FORKD_HUB_GC_INTERVAL": "6h",
+        "FORKD_HUB_MANIFEST_BYTES": "2MiB",
+        "FORKD_HUB_CHAIN_DEPTH": "8",
+        "FORKD_HUB_GC_GRACE": "30m",
+        "FORKD_HUB_PUBLIC_URL": "https://hub.example/",
+    }
     s = load_settings({"port": "9100", "data_dir": None}, env=env)
     assert s.port == 9100 and s.host == "0.0.0.0" and s.data_dir == (tmp_path / "env").resolve()
     assert s.storage == "memory" and s.gc_interval == 6 * 3600 and s.public_url == "https://hub.example"
@@ -41,14 +49,17 @@ def test_flags_override_env_override_defaults(tmp_path):
     assert s.database_url.endswith(str(Path("env") / "hub.db"))
 
 
-@pytest.mark.parametrize(("flags", "env", "needle"), [
-    ({"port": "http"}, {}, "--port"),
-    ({}, {"FORKD_HUB_PORT": "70000"}, "FORKD_HUB_PORT"),
-    ({}, {"FORKD_HUB_LOG_LEVEL": "loud"}, "FORKD_HUB_LOG_LEVEL"),
-    ({}, {"FORKD_HUB_CHAIN_DEPTH": "0"}, "FORKD_HUB_CHAIN_DEPTH"),
-    ({}, {"FORKD_HUB_BLOB_BYTES": "lots"}, "FORKD_HUB_BLOB_BYTES"),
-    ({"colour": "blue"}, {}, "colour"),
-])
+@pytest.mark.parametrize(
+    ("flags", "env", "needle"),
+    [
+        ({"port": "http"}, {}, "--port"),
+        ({}, {"FORKD_HUB_PORT": "70000"}, "FORKD_HUB_PORT"),
+        ({}, {"FORKD_HUB_LOG_LEVEL": "loud"}, "FORKD_HUB_LOG_LEVEL"),
+        ({}, {"FORKD_HUB_CHAIN_DEPTH": "0"}, "FORKD_HUB_CHAIN_DEPTH"),
+        ({}, {"FORKD_HUB_BLOB_BYTES": "lots"}, "FORKD_HUB_BLOB_BYTES"),
+        ({"colour": "blue"}, {}, "colour"),
+    ],
+)
 def test_bad_values_name_their_source(flags, env, needle, tmp_path):
     with pytest.raises(SettingsError, match=needle):
         load_settings({"data_dir": str(tmp_path), **flags}, env=env)

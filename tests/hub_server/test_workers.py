@@ -30,8 +30,12 @@ def test_a_port_in_use_is_refused_before_any_worker_starts(tmp_path: Path) -> No
         port = busy.getsockname()[1]
         with pytest.raises(OSError, match="in use"):
             port_socket("127.0.0.1", port).close()
-        done = subprocess.run(forkd_hub("serve", "--workers", "2", "--port", str(port), "--data-dir",
-                                        str(tmp_path / "hub")), capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            forkd_hub("serve", "--workers", "2", "--port", str(port), "--data-dir", str(tmp_path / "hub")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 1
     assert f"forkd-hub: error: cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
     assert "Traceback" not in done.stderr

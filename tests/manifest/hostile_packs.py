@@ -85,7 +85,9 @@ def manifest_v1(files: dict[str, bytes], *, tag: str = "base", version: int = 1,
     return (head + file_tables(files, **files_kw)).encode()
 
 
-def manifest_v2(chain: list[tuple[str, str | None, dict[str, bytes]]], *, extra: str = "", hashes: bool = True) -> bytes:
+def manifest_v2(
+    chain: list[tuple[str, str | None, dict[str, bytes]]], *, extra: str = "", hashes: bool = True
+) -> bytes:
     """Inline-table layout, as forkd's docs/HUB.md shows it; chain is (tag, parent_tag, files)."""
     lines = [
         "forkd_pack_version = 2",
@@ -201,7 +203,9 @@ def cut_after_tar_end() -> bytes:
 
     Only a reader that checks the frame is complete notices: the tar layer sees nothing wrong.
     """
-    tar = b"".join([member("manifest.toml", manifest_v1(BASE_FILES)), *(member(p, d) for p, d in BASE_FILES.items()), END])
+    tar = b"".join(
+        [member("manifest.toml", manifest_v1(BASE_FILES)), *(member(p, d) for p, d in BASE_FILES.items()), END]
+    )
     encoder = zstandard.ZstdCompressor(level=3).compressobj()
     head = encoder.compress(tar) + encoder.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
     tail = encoder.compress(bytes(9 * 1024)) + encoder.flush()

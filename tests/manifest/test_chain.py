@@ -7,6 +7,7 @@ from manifest.errors import ChainCycle, ChainTooDeep, MissingParent
 def parents(mapping):
     def parent_of(key):
         return mapping[key]
+
     return parent_of
 
 

@@ -26,7 +26,10 @@ def test_geometry_short_last_chunk():
 
 def test_chunk_spans_merge_and_widen():
     g = ChunkGeometry(10 * 65536)
-    assert chunk_spans([(100, 10), (65536 * 2 - 1, 2), (9 * 65536, 10**9)], g) == [(0, 3), (9, 10)]  # adjacent spans merge
+    assert chunk_spans([(100, 10), (65536 * 2 - 1, 2), (9 * 65536, 10**9)], g) == [
+        (0, 3),
+        (9, 10),
+    ]  # adjacent spans merge
     assert chunk_spans([(0, 65536), (65536, 1)], g) == [(0, 2)]
 
 

@@ -29,8 +29,13 @@ def test_the_documented_test_vector(tmp_path):
     path = vector_file(tmp_path / "f")
     assert file_chunk_tree(path, 65536) == VECTOR
     # the encoding spelled out by hand, as the spec writes it
-    encoded = (DOMAIN + struct.pack("<QI", 200000, 65536) + blake3.blake3(b"a" * 65536).digest() + ZERO_CHUNK * 2
-               + blake3.blake3(b"b" * 3392).digest())
+    encoded = (
+        DOMAIN
+        + struct.pack("<QI", 200000, 65536)
+        + blake3.blake3(b"a" * 65536).digest()
+        + ZERO_CHUNK * 2
+        + blake3.blake3(b"b" * 3392).digest()
+    )
     assert "blake3:" + blake3.blake3(encoded).hexdigest() == VECTOR
     assert DOMAIN == b"forkd.chunktree.v1\x00" and bytes(32) == ZERO_CHUNK
 
@@ -50,9 +55,13 @@ def test_a_derived_list_matches_the_file(tmp_path):
     data[65536:65540] = b"new!"
     (tmp_path / "c").write_bytes(bytes(data))
     derived = chunk_list_of_file(parent, 65536).resized(len(data))
-    derived.apply([(1, "blake3:" + blake3.blake3(bytes(data[65536:131072])).hexdigest()),
-                   (3, "blake3:" + blake3.blake3(bytes(data[196608:262144])).hexdigest()),
-                   (4, "blake3:" + blake3.blake3(bytes(data[262144:])).hexdigest())])
+    derived.apply(
+        [
+            (1, "blake3:" + blake3.blake3(bytes(data[65536:131072])).hexdigest()),
+            (3, "blake3:" + blake3.blake3(bytes(data[196608:262144])).hexdigest()),
+            (4, "blake3:" + blake3.blake3(bytes(data[262144:])).hexdigest()),
+        ]
+    )
     assert derived.digest() == file_chunk_tree(tmp_path / "c", 65536)
 
 

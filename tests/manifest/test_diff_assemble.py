@@ -51,7 +51,9 @@ def test_chains_of_depth_1_to_5_assemble(tmp_path_factory, seed, depth):
     size = rng.randrange(1, 2 << 20)
     images = [random_image(tmp / "img0", rng, size)]
     for i in range(1, depth):
-        images.append(mutate_image(images[-1], tmp / f"img{i}", rng, new_size=rng.choice([None, size + rng.randrange(0, 70000)])))
+        images.append(
+            mutate_image(images[-1], tmp / f"img{i}", rng, new_size=rng.choice([None, size + rng.randrange(0, 70000)]))
+        )
     assembled = None
     listed = None  # the chunk list a puller derives from the maps alone, link by link, in O(chunks)
     for i, image in enumerate(images):
@@ -59,8 +61,9 @@ def test_chains_of_depth_1_to_5_assemble(tmp_path_factory, seed, depth):
         out = tmp / f"asm{i}"
         assemble(chunk_map, assembled, out, tmp / "blobs")
         assert same_bytes(out, image), f"link {i} of {depth}"
-        listed = apply_map(listed, ((e.index, e.digest) for e in chunk_map.entries), chunk_map.size,
-                           chunk_map.chunk_size)
+        listed = apply_map(
+            listed, ((e.index, e.digest) for e in chunk_map.entries), chunk_map.size, chunk_map.chunk_size
+        )
         assert listed.digest() == chunk_map.digest == file_chunk_tree(out, chunk_map.chunk_size), f"link {i}"
         assembled = out
 
@@ -110,7 +113,11 @@ def test_a_layer_is_a_pure_function_of_its_chunks(tmp_path):
     cs = 65536
     a = write_sparse_image(tmp_path / "a", 16 * cs, [(0, os.urandom(4 * cs)), (9 * cs, b"x" * cs)])
     map_1, blobs_1, _ = build_layer(None, a, tmp_path / "one")
-    map_2, blobs_2, _ = build_layer(None, a, tmp_path / "two", )
+    map_2, blobs_2, _ = build_layer(
+        None,
+        a,
+        tmp_path / "two",
+    )
     assert map_1.to_json() == map_2.to_json()
     assert [b.path.read_bytes() for b in blobs_1] == [b.path.read_bytes() for b in blobs_2]
     blob = blobs_1[0]

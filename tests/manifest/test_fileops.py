@@ -30,6 +30,7 @@ def test_a_write_replaces_the_whole_file_and_leaves_no_temp_file(tmp_path: Path)
 def test_an_error_inside_the_block_keeps_the_old_file_and_removes_the_partial(tmp_path: Path) -> None:
     target = tmp_path / "state"
     target.write_bytes(b"before")
+
     def interrupted_write() -> None:
         with atomic_write(target) as f:
             f.write(b"half of the new cont")
@@ -76,4 +77,4 @@ def test_copy_data_ranges_copies_data_at_its_offsets_and_skips_holes(tmp_path: P
         copied = copy_data_ranges(fin.fileno(), fout.fileno())
     data = target.read_bytes()
     assert copied >= 4096 and copied < 4 * MIB
-    assert data[MIB:MIB + 4096] == b"D" * 4096 and data[:MIB] == b"B" * MIB and data[-MIB:] == b"B" * MIB
+    assert data[MIB : MIB + 4096] == b"D" * 4096 and data[:MIB] == b"B" * MIB and data[-MIB:] == b"B" * MIB

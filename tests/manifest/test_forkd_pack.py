@@ -59,7 +59,11 @@ def make_snapshot(
     if rootfs is not None:
         (directory / "rootfs.ext4").write_bytes(rootfs)
     if snapshot_json:
-        doc = {"vmstate": f"/packer/{directory.name}/vmstate", "memory": f"/packer/{directory.name}/memory.bin", "volumes": []}
+        doc = {
+            "vmstate": f"/packer/{directory.name}/vmstate",
+            "memory": f"/packer/{directory.name}/memory.bin",
+            "volumes": [],
+        }
         doc.update(extra_json or {})
         (directory / "snapshot.json").write_text(json.dumps(doc, indent=2))
     return directory
@@ -67,7 +71,11 @@ def make_snapshot(
 
 def pack_members(pack: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
     """Read a pack with the stdlib's tarfile, independently of our reader."""
-    with open(pack, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z, tarfile.open(fileobj=z, mode="r|") as tar:
+    with (
+        open(pack, "rb") as f,
+        zstandard.ZstdDecompressor().stream_reader(f) as z,
+        tarfile.open(fileobj=z, mode="r|") as tar,
+    ):
         return [(m, tar.extractfile(m).read()) for m in tar]
 
 
@@ -143,7 +151,15 @@ def test_manifest_is_first_and_has_exactly_forkds_keys(tmp_path: Path) -> None:
     assert [m.name for m, _ in members] == ["manifest.toml", "snapshot.json", "vmstate", "rootfs.ext4", "memory.bin"]
     assert all(m.isreg() and m.mode == 0o644 for m, _ in members)
     manifest = tomllib.loads(members[0][1].decode())
-    assert list(manifest) == ["forkd_pack_version", "tag", "description", "base_image", "created_at", "forkd_version", "files"]
+    assert list(manifest) == [
+        "forkd_pack_version",
+        "tag",
+        "description",
+        "base_image",
+        "created_at",
+        "forkd_version",
+        "files",
+    ]
     assert manifest["forkd_pack_version"] == 1 and manifest["tag"] == "a"
     assert [set(f) for f in manifest["files"]] == [{"path", "size", "sha256"}] * 4
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == {m.name: sha(data) for m, data in members[1:]}
@@ -153,10 +169,21 @@ def test_manifest_is_first_and_has_exactly_forkds_keys(tmp_path: Path) -> None:
         "manifest.toml", "a/snapshot.json", "a/vmstate", "a/rootfs.ext4", "a/memory.bin",
         "b/snapshot.json", "b/vmstate", "b/memory.bin"]  # fmt: skip
     manifest = tomllib.loads(members[0][1].decode())
-    assert list(manifest) == ["forkd_pack_version", "tag", "created_at", "forkd_version", "parent_tag", "files", "chain"]
+    assert list(manifest) == [
+        "forkd_pack_version",
+        "tag",
+        "created_at",
+        "forkd_version",
+        "parent_tag",
+        "files",
+        "chain",
+    ]
     assert manifest["forkd_pack_version"] == 2 and manifest["tag"] == "b" and manifest["parent_tag"] == "a"
     assert manifest["files"] == []
-    assert [list(link) for link in manifest["chain"]] == [["tag", "files"], ["tag", "parent_tag", "parent_content_hash", "files"]]
+    assert [list(link) for link in manifest["chain"]] == [
+        ["tag", "files"],
+        ["tag", "parent_tag", "parent_content_hash", "files"],
+    ]
     assert manifest["chain"][1]["parent_content_hash"] == sha((a / "memory.bin").read_bytes())
 
 
@@ -283,4 +310,6 @@ def test_random_contents_round_trip(chain) -> None:
                 assert (src.directory / name).exists() == (link.directory / name).exists()
                 if (src.directory / name).exists():
                     assert same_file(src.directory / name, link.directory / name)
-            assert json.loads((link.directory / "snapshot.json").read_text())["memory"].endswith(f"{link.tag}/memory.bin")
+            assert json.loads((link.directory / "snapshot.json").read_text())["memory"].endswith(
+                f"{link.tag}/memory.bin"
+            )

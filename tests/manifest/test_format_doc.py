@@ -29,8 +29,14 @@ def examples():
 
 
 def test_doc_has_all_kinds():
-    assert {k for k, _ in examples()} == {"chunkmap", "config", "manifest", "chain-index", "signature",
-                                          "signature-envelope"}
+    assert {k for k, _ in examples()} == {
+        "chunkmap",
+        "config",
+        "manifest",
+        "chain-index",
+        "signature",
+        "signature-envelope",
+    }
 
 
 @pytest.mark.parametrize(("kind", "body"), examples(), ids=[k for k, _ in examples()])
@@ -59,8 +65,10 @@ def test_example_is_valid(kind, body):
         assert "sha256:" + hashlib.sha256(data.strip()).hexdigest() == signature["layers"][0]["digest"]
         assert len(data.strip()) == signature["layers"][0]["size"]
         key = Ed25519PrivateKey.from_private_bytes(bytes(range(32))).public_key()
-        assert verify_envelope(data.strip(), signature["subject"]["digest"], "team/python", [key]) == \
-            signature["annotations"]["dev.forkd.signature.key"]
+        assert (
+            verify_envelope(data.strip(), signature["subject"]["digest"], "team/python", [key])
+            == signature["annotations"]["dev.forkd.signature.key"]
+        )
     else:
         obj = json.loads(data)
         assert obj["mediaType"] == mt.OCI_INDEX and obj["artifactType"] == mt.CHAIN_ARTIFACT
@@ -84,8 +92,10 @@ def test_chunk_tree_test_vector_is_what_the_code_computes(tmp_path):
 
     text = DOC.read_text()
     block = re.search(r"<!-- test-vector: chunktree -->\s*```\n(.*?)```", text, re.S).group(1)
-    values = dict(line.split("=", 1)[0].strip() and (line.split("=")[0].strip(), line.split("=")[-1].strip())
-                  for line in block.strip().splitlines())
+    values = dict(
+        line.split("=", 1)[0].strip() and (line.split("=")[0].strip(), line.split("=")[-1].strip())
+        for line in block.strip().splitlines()
+    )
     path = tmp_path / "f"
     with open(path, "wb") as f:
         f.truncate(200000)

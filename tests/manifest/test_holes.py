@@ -53,7 +53,9 @@ def test_assembled_link_writes_real_zeros_where_the_parent_had_data(tmp_path):
     """A layer whose chunk became all zeros: assembly writes zeros, forkd keeps them."""
     cs = 64 << 10
     parent = sparse(tmp_path / "parent", 8 * cs, {0: os.urandom(8 * cs)})
-    child = sparse(tmp_path / "child", 8 * cs, {0: parent.read_bytes()[:3 * cs], 4 * cs: parent.read_bytes()[4 * cs:]})
+    child = sparse(
+        tmp_path / "child", 8 * cs, {0: parent.read_bytes()[: 3 * cs], 4 * cs: parent.read_bytes()[4 * cs :]}
+    )
     chunk_map, _, _ = build_layer(parent, child, tmp_path / "blobs", cs)
     assert any(e.is_zero for e in chunk_map.entries)
     out = assemble(chunk_map, parent, tmp_path / "out", tmp_path / "blobs")

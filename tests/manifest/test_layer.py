@@ -26,14 +26,21 @@ def changes(seed: int, count: int) -> list[ChunkChange]:
         data = rng.randbytes(CHUNK) if i % 2 else bytes(rng.choice(b"etaoin shrdlu") for _ in range(CHUNK))
         out.append(ChunkChange(i, None, data))
     out.append(ChunkChange(count, None, out[1].data))  # the same content again: referenced, not stored
-    return [ChunkChange(c.index, None if c.data is None else "blake3:" + blake3(c.data).hexdigest(), c.data)
-            for c in out]
+    return [
+        ChunkChange(c.index, None if c.data is None else "blake3:" + blake3(c.data).hexdigest(), c.data) for c in out
+    ]
 
 
 def build(tmp_path, name: str, threads: int, items: list[ChunkChange], **kw):
     builder = LayerBuilder(tmp_path / name, threads=threads, **kw)
-    builder.add_file("memory.bin", items, size=(len(items) + 1) * CHUNK, chunk_size=CHUNK,
-                     digest="blake3:" + "1" * 64, parent_digest=None)
+    builder.add_file(
+        "memory.bin",
+        items,
+        size=(len(items) + 1) * CHUNK,
+        chunk_size=CHUNK,
+        digest="blake3:" + "1" * 64,
+        parent_digest=None,
+    )
     maps, blobs = builder.finish()
     return maps["memory.bin"].to_json(), [(b.digest, b.path.read_bytes()) for b in blobs], builder.stats
 
@@ -64,8 +71,9 @@ def test_a_failing_source_leaves_no_half_built_layer_behind(tmp_path):
 
     builder = LayerBuilder(tmp_path / "b", threads=4)
     with pytest.raises(OSError, match="read error"):
-        builder.add_file("memory.bin", broken(), size=21 * CHUNK, chunk_size=CHUNK,
-                         digest="blake3:" + "1" * 64, parent_digest=None)
+        builder.add_file(
+            "memory.bin", broken(), size=21 * CHUNK, chunk_size=CHUNK, digest="blake3:" + "1" * 64, parent_digest=None
+        )
     assert not builder._inflight  # nothing left compressing
     assert all(name.endswith(".partial") for name in os.listdir(tmp_path / "b"))  # no blob was finished
     builder.abort()

@@ -25,7 +25,9 @@ S2 = "sha256:" + "8" * 64
 
 
 def chunk_map(**over):
-    obj = ChunkMap("memory.bin", 10 * 65536, 65536, D, None, (S,), (ChunkEntry(1, D, 0, 0, 100), ChunkEntry(4, None))).to_obj()
+    obj = ChunkMap(
+        "memory.bin", 10 * 65536, 65536, D, None, (S,), (ChunkEntry(1, D, 0, 0, 100), ChunkEntry(4, None))
+    ).to_obj()
     obj.update(over)
     return json.dumps(obj).encode()
 
@@ -98,10 +100,16 @@ def test_config_round_trip():
     ("over", "fragment"),
     [
         ({"files": {"memory.bin": {"size": 1, "digest": D, "sha256": S, "chunkSize": 65536}}}, "'vmstate'"),
-        ({"files": {"vmstate": {"size": 1, "digest": D}, "memory.bin": {"size": 1, "digest": D}}}, "sha256 is required"),
+        (
+            {"files": {"vmstate": {"size": 1, "digest": D}, "memory.bin": {"size": 1, "digest": D}}},
+            "sha256 is required",
+        ),
         ({"parent": {"digest": D}}, "parent.digest must be a sha256"),
         ({"files": {"../../x": {"size": 1, "digest": D}}}, "unknown file role"),
-        ({"files": {"vmstate": {"size": 1, "digest": D, "sha256": D}, "memory.bin": {"size": 1, "digest": D}}}, "sha256 digest"),
+        (
+            {"files": {"vmstate": {"size": 1, "digest": D, "sha256": D}, "memory.bin": {"size": 1, "digest": D}}},
+            "sha256 digest",
+        ),
         ({"compat": {"memMiB": "256"}}, "compat.memMiB"),
         ({"compat": {"vcpus": True}}, "compat.vcpus"),
         ({"parent": {"tag": "x"}}, "parent.digest"),
@@ -136,16 +144,23 @@ def test_manifest_round_trip_and_digest_over_exact_bytes():
 
 def test_format_version_1_documents_still_parse():
     """v1 (all blake3, file digest = blake3 of the bytes) is read, and written back unchanged."""
-    m = LayerManifest(Descriptor(mt.CONFIG_V1, D, 3), (
-        Descriptor(mt.VMSTATE_V1, D, 5), Descriptor(mt.CHUNK_MAP_V1, E, 7, {mt.ANNOTATION_FILE: "memory.bin"}),
-        Descriptor(mt.DATA_BLOB_V1, "blake3:" + "4" * 64, 9)), version=1)
+    m = LayerManifest(
+        Descriptor(mt.CONFIG_V1, D, 3),
+        (
+            Descriptor(mt.VMSTATE_V1, D, 5),
+            Descriptor(mt.CHUNK_MAP_V1, E, 7, {mt.ANNOTATION_FILE: "memory.bin"}),
+            Descriptor(mt.DATA_BLOB_V1, "blake3:" + "4" * 64, 9),
+        ),
+        version=1,
+    )
     data = m.to_json()
     assert json.loads(data)["artifactType"] == mt.LAYER_ARTIFACT_V1
     assert LayerManifest.from_json(data) == m and LayerManifest.from_json(data).version == 1
     cm = ChunkMap("memory.bin", 65536, 65536, D, None, (E,), (ChunkEntry(0, D, 0, 0, 100),), version=1)
     assert ChunkMap.from_json(cm.to_json()) == cm
-    cfg = LayerConfig("2026-11-29T00:00:00Z", {"vmstate": FileInfo(10, D), "memory.bin": FileInfo(65536, E)},
-                      ParentRef(D), version=1)
+    cfg = LayerConfig(
+        "2026-11-29T00:00:00Z", {"vmstate": FileInfo(10, D), "memory.bin": FileInfo(65536, E)}, ParentRef(D), version=1
+    )
     assert LayerConfig.from_json(cfg.to_json()) == cfg
 
 
@@ -159,7 +174,12 @@ def test_format_version_1_documents_still_parse():
         (lambda o: o["layers"].pop(1), "chunk map for 'memory.bin'"),
         (lambda o: o["layers"].append(dict(o["layers"][2])), "twice"),
         (lambda o: o["layers"][1]["annotations"].update({mt.ANNOTATION_FILE: "/etc/shadow"}), "chunk map needs"),
-        (lambda o: o["layers"].append({"mediaType": "application/x-evil", "digest": "blake3:" + "6" * 64, "size": 1}), "not a forkd"),
+        (
+            lambda o: o["layers"].append(
+                {"mediaType": "application/x-evil", "digest": "blake3:" + "6" * 64, "size": 1}
+            ),
+            "not a forkd",
+        ),
         (lambda o: o["layers"][0].update(size=-1), "size"),
         (lambda o: o["layers"][0].update(digest=D), "must be a sha256 digest"),
         (lambda o: o["layers"][0].update(mediaType=mt.VMSTATE_V1), "not a forkd layer blob type of format version 2"),
@@ -174,7 +194,10 @@ def test_manifest_rejects(mutate, fragment):
 
 
 def test_chain_index_lists_base_to_head():
-    descs = [Descriptor(mt.OCI_MANIFEST, D, 10, artifact_type=mt.LAYER_ARTIFACT), Descriptor(mt.OCI_MANIFEST, E, 11, artifact_type=mt.LAYER_ARTIFACT)]
+    descs = [
+        Descriptor(mt.OCI_MANIFEST, D, 10, artifact_type=mt.LAYER_ARTIFACT),
+        Descriptor(mt.OCI_MANIFEST, E, 11, artifact_type=mt.LAYER_ARTIFACT),
+    ]
     obj = json.loads(chain_index(descs))
     assert [m["digest"] for m in obj["manifests"]] == [D, E]
     assert obj["annotations"][mt.ANNOTATION_CHAIN_DEPTH] == "2"
@@ -182,18 +205,31 @@ def test_chain_index_lists_base_to_head():
 
 def test_config_forkd_object_round_trips_and_refuses_derived_fields():
     """``forkd``: snapshot.json fields a pull cannot derive, verbatim (docs/manifest-format.md §5)."""
-    base = {"mediaType": mt.CONFIG, "created": "2026-11-29T12:00:00Z", "parent": None, "compat": {},
-            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64, "sha256": S},
-                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64, "sha256": S2, "chunkSize": 65536}},
-            "annotations": {}}
+    base = {
+        "mediaType": mt.CONFIG,
+        "created": "2026-11-29T12:00:00Z",
+        "parent": None,
+        "compat": {},
+        "files": {
+            "vmstate": {"size": 1, "digest": "blake3:" + "a" * 64, "sha256": S},
+            "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64, "sha256": S2, "chunkSize": 65536},
+        },
+        "annotations": {},
+    }
     carried = {"volumes": [{"host_path": "/v.img", "guest_path": "/opt", "read_only": False}], "x": {"y": [1]}}
     config = LayerConfig.from_json(json.dumps({**base, "forkd": carried}).encode())
     assert config.forkd == carried and json.loads(config.to_json())["forkd"] == carried
     assert "forkd" not in json.loads(LayerConfig.from_json(json.dumps(base).encode()).to_json())
-    for bad in ({"vmstate": "x"}, {"memory": "x"}, {"parent_tag": "x"}, {"parent_content_hash": "x"},
-                {"volumes": {}}, {"volumes": [{"host_path": "/a"}]}, {"volumes": [{"host_path": "/a", "guest_path": "/b",
-                                                                                 "read_only": "no"}]},
-                {"rootfs": 3}):  # what forkd's serde Snapshot could not parse, or what an install derives
+    for bad in (
+        {"vmstate": "x"},
+        {"memory": "x"},
+        {"parent_tag": "x"},
+        {"parent_content_hash": "x"},
+        {"volumes": {}},
+        {"volumes": [{"host_path": "/a"}]},
+        {"volumes": [{"host_path": "/a", "guest_path": "/b", "read_only": "no"}]},
+        {"rootfs": 3},
+    ):  # what forkd's serde Snapshot could not parse, or what an install derives
         with pytest.raises(InvalidManifest, match=r"config.forkd"):
             LayerConfig.from_json(json.dumps({**base, "forkd": bad}).encode())
 
@@ -207,10 +243,22 @@ def test_deeply_nested_document_is_invalid_manifest(parse):
 
 def test_a_config_forkd_object_nested_too_deeply_is_refused():
     """Issue 16 item 5: a free-form object the client writes back out as snapshot.json is depth-bounded."""
-    base = {"mediaType": mt.CONFIG, "created": "2026-11-29T12:00:00Z", "parent": None, "compat": {},
-            "files": {"vmstate": {"size": 1, "digest": "blake3:" + "a" * 64, "sha256": "sha256:" + "c" * 64},
-                      "memory.bin": {"size": 1, "digest": "blake3:" + "b" * 64, "sha256": "sha256:" + "d" * 64,
-                                     "chunkSize": 65536}}, "annotations": {}}
+    base = {
+        "mediaType": mt.CONFIG,
+        "created": "2026-11-29T12:00:00Z",
+        "parent": None,
+        "compat": {},
+        "files": {
+            "vmstate": {"size": 1, "digest": "blake3:" + "a" * 64, "sha256": "sha256:" + "c" * 64},
+            "memory.bin": {
+                "size": 1,
+                "digest": "blake3:" + "b" * 64,
+                "sha256": "sha256:" + "d" * 64,
+                "chunkSize": 65536,
+            },
+        },
+        "annotations": {},
+    }
     deep: dict = {}
     cursor = deep
     for _ in range(800):  # parses, but json.dumps from a deeper stack would raise RecursionError

@@ -30,7 +30,8 @@ def key() -> Ed25519PrivateKey:
 
 def test_the_payload_is_canonical_and_names_digest_and_repository():
     assert canonical_payload(A, "team/py") == (
-        b'{"digest":"' + A.encode() + b'","repository":"team/py","type":"dev.forkd.signature.v1"}')
+        b'{"digest":"' + A.encode() + b'","repository":"team/py","type":"dev.forkd.signature.v1"}'
+    )
 
 
 def test_a_signature_verifies_for_its_digest_and_repository(key):

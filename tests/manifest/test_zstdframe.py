@@ -8,8 +8,9 @@ import zstandard
 from manifest.zstdframe import FrameError, frame_length
 
 
-@pytest.mark.parametrize("data", [b"", b"a" * 70_000, os.urandom(200_000), os.urandom(1000) * 300],
-                         ids=["empty", "rle", "raw", "compressed"])
+@pytest.mark.parametrize(
+    "data", [b"", b"a" * 70_000, os.urandom(200_000), os.urandom(1000) * 300], ids=["empty", "rle", "raw", "compressed"]
+)
 @pytest.mark.parametrize("checksum", [False, True])
 def test_length_of_real_frames(data, checksum):
     frame = zstandard.ZstdCompressor(level=3, write_checksum=checksum).compress(data)

@@ -56,8 +56,11 @@ def http_exchanges(sent: bytes, received: bytes) -> list[HttpExchange]:
         method, target = line.split(" ")[:2]
         status_line, answer, down = _head(received, down)
         start = down
-        down = down if method == "HEAD" or status_line.split(" ")[1] in ("204", "304") else \
-            _body_end(received, down, answer)
+        down = (
+            down
+            if method == "HEAD" or status_line.split(" ")[1] in ("204", "304")
+            else _body_end(received, down, answer)
+        )
         out.append(HttpExchange(method, target, headers, int(status_line.split(" ")[1]), answer, down - start))
     return out
 

@@ -121,19 +121,43 @@ class PostgresCluster:
 
     def _run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         # cwd: the postgres user must be able to enter it (a test may have chdir'd somewhere private).
-        return subprocess.run([*self._runas, *argv], capture_output=True, text=True, timeout=120, check=False,
-                              cwd=self.root)
+        return subprocess.run(
+            [*self._runas, *argv], capture_output=True, text=True, timeout=120, check=False, cwd=self.root
+        )
 
     def start(self) -> None:
         data = self.root / "data"
-        done = self._run(str(self.bin_dir / "initdb"), "-D", str(data), "-U", USER, "--auth=trust",
-                         "-E", "UTF8", "--locale=C", "--no-sync")
+        done = self._run(
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            USER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
         if done.returncode != 0:
             raise PostgresUnavailable(f"initdb failed: {done.stderr.strip()[-2000:]}")
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
-        done = self._run(str(self.bin_dir / "pg_ctl"), "-D", str(data), "-l", str(self.root / "server.log"),
-                         "-o", options, "-w", "-t", "60", "start")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        done = self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         if done.returncode != 0:
             raise PostgresUnavailable(f"pg_ctl start failed: {done.stderr.strip()} {self.log_tail()}")
         asyncio.run(self._make_template())

@@ -87,21 +87,48 @@ class SeaweedFS:
 
     def start(self, timeout: float = 60) -> None:
         config = self.root / "s3.json"
-        config.write_text(json.dumps({"identities": [{
-            "name": "forkd", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "forkd",
+                            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
         (self.root / "data").mkdir()
         argv = [
-            self.weed, "server", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-master.port={self.master_port}", f"-volume.port={self.volume_port}",
-            f"-filer.port={self.filer_port}", "-s3", f"-s3.port={self.s3_port}", f"-s3.config={config}",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.volumeSizeLimitMB=512", "-volume.max=200",
-            "-master.telemetry=false", "-s3.autoCreateBucket=false",
+            self.weed,
+            "server",
+            f"-dir={self.root / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-master.port={self.master_port}",
+            f"-volume.port={self.volume_port}",
+            f"-filer.port={self.filer_port}",
+            "-s3",
+            f"-s3.port={self.s3_port}",
+            f"-s3.config={config}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-master.volumeSizeLimitMB=512",
+            "-volume.max=200",
+            "-master.telemetry=false",
+            "-s3.autoCreateBucket=false",
         ]
         self._log = (self.root / "weed.log").open("wb")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.root,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=self.root,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -126,10 +153,14 @@ class SeaweedFS:
         import boto3
         from botocore.config import Config
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-                            config=Config(retries={"mode": "standard", "max_attempts": 2}, connect_timeout=2,
-                                          read_timeout=30))
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            config=Config(retries={"mode": "standard", "max_attempts": 2}, connect_timeout=2, read_timeout=30),
+        )
 
     def new_bucket(self, name: str | None = None) -> str:
         """Create an empty bucket (a unique name unless given); returns its name."""

@@ -13,8 +13,7 @@ import pytest
 
 from tests.services.postgres import find_bin_dir, reap_orphans
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(find_bin_dir() is None, reason="PostgreSQL is not installed")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_bin_dir() is None, reason="PostgreSQL is not installed")]
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = """
@@ -35,8 +34,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_cluster_whose_test_process_was_killed_is_reaped():
-    owner = subprocess.Popen([sys.executable, "-c", OWNER], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         root = Path(owner.stdout.readline().strip())  # type: ignore[union-attr]
         postmaster = int((root / "data" / "postmaster.pid").read_text().split("\n", 1)[0])

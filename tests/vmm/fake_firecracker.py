@@ -35,23 +35,40 @@ BOOL, INT, STR, OBJ, LIST = bool, int, str, dict, list
 
 # (method, path) → (required fields, optional fields); a set of strings is an enum.
 SCHEMAS: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {
-    ("PUT", "/machine-config"): ({"vcpu_count": INT, "mem_size_mib": INT},
-                                {"smt": BOOL, "track_dirty_pages": BOOL, "cpu_template": STR,
-                                 "huge_pages": {"None", "Transparent", "2M"}}),
+    ("PUT", "/machine-config"): (
+        {"vcpu_count": INT, "mem_size_mib": INT},
+        {"smt": BOOL, "track_dirty_pages": BOOL, "cpu_template": STR, "huge_pages": {"None", "Transparent", "2M"}},
+    ),
     ("PUT", "/boot-source"): ({"kernel_image_path": STR}, {"boot_args": STR, "initrd_path": STR}),
-    ("PUT", "/drives/"): ({"drive_id": STR, "is_root_device": BOOL},
-                         {"partuuid": STR, "cache_type": {"Unsafe", "Writeback"}, "is_read_only": BOOL,
-                          "path_on_host": STR, "rate_limiter": OBJ, "io_engine": {"Sync", "Async"},
-                          "socket": STR}),
+    ("PUT", "/drives/"): (
+        {"drive_id": STR, "is_root_device": BOOL},
+        {
+            "partuuid": STR,
+            "cache_type": {"Unsafe", "Writeback"},
+            "is_read_only": BOOL,
+            "path_on_host": STR,
+            "rate_limiter": OBJ,
+            "io_engine": {"Sync", "Async"},
+            "socket": STR,
+        },
+    ),
     ("PATCH", "/drives/"): ({"drive_id": STR}, {"path_on_host": STR, "rate_limiter": OBJ}),
     ("PUT", "/actions"): ({"action_type": {"FlushMetrics", "InstanceStart", "SendCtrlAltDel"}}, {}),
     ("PATCH", "/vm"): ({"state": {"Paused", "Resumed"}}, {}),
-    ("PUT", "/snapshot/create"): ({"mem_file_path": STR, "snapshot_path": STR},
-                                  {"snapshot_type": {"Full", "Diff"}}),
-    ("PUT", "/snapshot/load"): ({"snapshot_path": STR},
-                                {"mem_file_path": STR, "mem_backend": OBJ, "enable_diff_snapshots": BOOL,
-                                 "track_dirty_pages": BOOL, "resume_vm": BOOL, "network_overrides": LIST,
-                                 "vsock_override": OBJ, "clock_realtime": BOOL}),
+    ("PUT", "/snapshot/create"): ({"mem_file_path": STR, "snapshot_path": STR}, {"snapshot_type": {"Full", "Diff"}}),
+    ("PUT", "/snapshot/load"): (
+        {"snapshot_path": STR},
+        {
+            "mem_file_path": STR,
+            "mem_backend": OBJ,
+            "enable_diff_snapshots": BOOL,
+            "track_dirty_pages": BOOL,
+            "resume_vm": BOOL,
+            "network_overrides": LIST,
+            "vsock_override": OBJ,
+            "clock_realtime": BOOL,
+        },
+    ),
 }
 
 
@@ -139,7 +156,7 @@ class FakeVm:
             f.truncate(len(self.ram))
             pages = sorted(self.dirty) if diff else range(len(self.ram) // PAGE)
             for page in pages:
-                chunk = self.ram[page * PAGE:(page + 1) * PAGE]
+                chunk = self.ram[page * PAGE : (page + 1) * PAGE]
                 if diff or chunk.count(0) != PAGE:
                     f.seek(page * PAGE)
                     f.write(chunk)
@@ -184,7 +201,7 @@ class FakeVm:
     def touch(self, page: int, data: bytes) -> None:
         assert self.ram is not None
         page %= len(self.ram) // PAGE
-        self.ram[page * PAGE:page * PAGE + len(data)] = data
+        self.ram[page * PAGE : page * PAGE + len(data)] = data
         self.dirty.add(page)
 
     # -- serial console: the forkd agent protocol -------------------------------------------
@@ -211,8 +228,13 @@ class FakeVm:
                 self.commands += 1
                 self.touch(self.commands, cmd.encode()[:PAGE])
                 try:
-                    proc = subprocess.run(["sh", "-c", cmd], cwd=scratch, stdin=subprocess.DEVNULL,
-                                          capture_output=True, timeout=int(args[0]))
+                    proc = subprocess.run(
+                        ["sh", "-c", cmd],
+                        cwd=scratch,
+                        stdin=subprocess.DEVNULL,
+                        capture_output=True,
+                        timeout=int(args[0]),
+                    )
                     rc, output = proc.returncode, proc.stdout + proc.stderr
                 except subprocess.TimeoutExpired:
                     rc = 137

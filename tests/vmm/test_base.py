@@ -10,9 +10,19 @@ import pytest
 from vmm.base import CompatInfo, SnapshotFiles, check_compat
 from vmm.errors import CompatibilityError, RestoreFailed, VmmError
 
-COMPAT = CompatInfo(vmm="qemu-microvm", vmm_version="7.2.22", machine="microvm", accel="tcg",
-                    arch="x86_64", cpu_model="max", vcpus=1, mem_mib=256, device_ids=("rootfs",),
-                    kernel_release="6.1.0-57-cloud-amd64", kernel_digest="sha256:ab")
+COMPAT = CompatInfo(
+    vmm="qemu-microvm",
+    vmm_version="7.2.22",
+    machine="microvm",
+    accel="tcg",
+    arch="x86_64",
+    cpu_model="max",
+    vcpus=1,
+    mem_mib=256,
+    device_ids=("rootfs",),
+    kernel_release="6.1.0-57-cloud-amd64",
+    kernel_digest="sha256:ab",
+)
 
 
 def test_compat_round_trips_through_a_dict() -> None:
@@ -41,8 +51,7 @@ def test_check_compat_names_every_differing_field_with_both_values() -> None:
     assert "accel: recorded 'tcg', here 'kvm'" in message
     assert "cpu_model: recorded 'max', here 'host'" in message
     assert "mem_mib: recorded 256, here 128" in message
-    assert info.value.fields == {"accel": ("tcg", "kvm"), "cpu_model": ("max", "host"),
-                                 "mem_mib": (256, 128)}
+    assert info.value.fields == {"accel": ("tcg", "kvm"), "cpu_model": ("max", "host"), "mem_mib": (256, 128)}
     assert "vmm_version" not in message
     assert isinstance(info.value, RestoreFailed)
 

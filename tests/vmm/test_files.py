@@ -53,7 +53,7 @@ def test_merge_sparse_writes_only_the_diffs_pages(tmp_path: Path) -> None:
     diff = sparse_file(tmp_path / "diff", 4 * MIB, {8192: b"D" * 4096, 3 * MIB: b"E" * 4096})
     assert merge_sparse(diff, target) >= 8192
     data = target.read_bytes()
-    assert data[:4096] == b"B" * 4096                  # untouched parent page
-    assert data[8192:12288] == b"D" * 4096             # overwritten by the diff
-    assert data[3 * MIB:3 * MIB + 4096] == b"E" * 4096  # new page
+    assert data[:4096] == b"B" * 4096  # untouched parent page
+    assert data[8192:12288] == b"D" * 4096  # overwritten by the diff
+    assert data[3 * MIB : 3 * MIB + 4096] == b"E" * 4096  # new page
     assert len(data) == 4 * MIB

@@ -33,7 +33,7 @@ def fake_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ``firecracker`` executable that runs the fake with this interpreter."""
     bin_dir = tmp_path_factory.mktemp("fake-bin")
     script = bin_dir / "firecracker"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     script.chmod(0o755)
     return script
 
@@ -46,8 +46,15 @@ def fc(fake_bin: Path) -> FirecrackerDriver:
 def spec_for(tmp: Path, rootfs: Path | None = None) -> BootSpec:
     kernel = tmp / "vmlinux"
     kernel.write_bytes(b"\x7fELF fake vmlinux")
-    return BootSpec(kernel=kernel, initrd=None, cmdline="console=ttyS0 reboot=k panic=1",
-                    work_dir=tmp / "vm", rootfs=rootfs, mem_mib=MEM_MIB, boot_timeout=20)
+    return BootSpec(
+        kernel=kernel,
+        initrd=None,
+        cmdline="console=ttyS0 reboot=k panic=1",
+        work_dir=tmp / "vm",
+        rootfs=rootfs,
+        mem_mib=MEM_MIB,
+        boot_timeout=20,
+    )
 
 
 def requests(work_dir: Path) -> list[dict]:
@@ -85,13 +92,18 @@ def test_boot_sends_the_documented_sequence(fc: FirecrackerDriver, tmp_path: Pat
     finally:
         vm.kill()
     reqs = requests(vm.work_dir)
-    assert calls(vm.work_dir) == ["PUT /machine-config", "PUT /boot-source", "PUT /drives/rootfs",
-                                  "PUT /actions"]
+    assert calls(vm.work_dir) == ["PUT /machine-config", "PUT /boot-source", "PUT /drives/rootfs", "PUT /actions"]
     assert reqs[0]["body"] == {"vcpu_count": 1, "mem_size_mib": MEM_MIB, "track_dirty_pages": False}
-    assert reqs[1]["body"] == {"kernel_image_path": str(tmp_path / "vmlinux"),
-                               "boot_args": "console=ttyS0 reboot=k panic=1"}
-    assert reqs[2]["body"] == {"drive_id": "rootfs", "path_on_host": str(disk),
-                               "is_root_device": False, "is_read_only": False}
+    assert reqs[1]["body"] == {
+        "kernel_image_path": str(tmp_path / "vmlinux"),
+        "boot_args": "console=ttyS0 reboot=k panic=1",
+    }
+    assert reqs[2]["body"] == {
+        "drive_id": "rootfs",
+        "path_on_host": str(disk),
+        "is_root_device": False,
+        "is_read_only": False,
+    }
     assert reqs[3]["body"] == {"action_type": "InstanceStart"}
 
 
@@ -119,9 +131,12 @@ def test_snapshot_and_fork_send_the_documented_sequence(fc: FirecrackerDriver, t
             assert child.run("echo child").output == "child\n"
             assert calls(child.work_dir)[:3] == ["PUT /snapshot/load", "PATCH /drives/rootfs", "PATCH /vm"]
             load, drive, resume = (r["body"] for r in requests(child.work_dir)[:3])
-            assert load == {"snapshot_path": str(snap.vmstate),
-                            "mem_backend": {"backend_type": "File", "backend_path": str(snap.memory)},
-                            "track_dirty_pages": False, "resume_vm": False}
+            assert load == {
+                "snapshot_path": str(snap.vmstate),
+                "mem_backend": {"backend_type": "File", "backend_path": str(snap.memory)},
+                "track_dirty_pages": False,
+                "resume_vm": False,
+            }
             assert drive == {"drive_id": "rootfs", "path_on_host": str(disks[i])}
             assert resume == {"state": "Resumed"}
             assert child.mem_stats().rss > 0
@@ -160,8 +175,7 @@ def test_api_faults_surface_with_firecrackers_message(fc: FirecrackerDriver, tmp
         with pytest.raises(VmmProtocolError, match="unknown field `colour`"):
             vm.api.patch("/vm", {"state": "Paused", "colour": "red"})
         with pytest.raises(VmmProtocolError, match="not paused"):
-            vm.api.put("/snapshot/create", {"snapshot_path": str(tmp_path / "s"),
-                                            "mem_file_path": str(tmp_path / "m")})
+            vm.api.put("/snapshot/create", {"snapshot_path": str(tmp_path / "s"), "mem_file_path": str(tmp_path / "m")})
     finally:
         vm.kill()
 

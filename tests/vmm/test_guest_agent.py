@@ -33,9 +33,14 @@ def test_run_ignores_noise_stale_frames_and_foreign_nonces() -> None:
         for nonce, op, timeout, cmd in requests(sock):
             assert op == "run" and timeout == "5"
             assert base64.b64decode(cmd) == b"echo 'a b'\nexit 3"
-            sock.sendall(b"[  1.0] kernel noise\r\n" + frame("0" * 16, b"stale", 0)
-                         + f"{nonce} begin\n".encode() + b"[  2.0] random: crng reseeded\n"
-                         + base64.encodebytes(b"real output\n") + f"{nonce} end 3\n".encode())
+            sock.sendall(
+                b"[  1.0] kernel noise\r\n"
+                + frame("0" * 16, b"stale", 0)
+                + f"{nonce} begin\n".encode()
+                + b"[  2.0] random: crng reseeded\n"
+                + base64.encodebytes(b"real output\n")
+                + f"{nonce} end 3\n".encode()
+            )
 
     result = channel(guest).run("echo 'a b'\nexit 3", timeout=5)
     assert result.exit_code == 3 and result.output == "real output\n"
@@ -93,6 +98,14 @@ def test_corrupt_payload_raises_guest_command_failed() -> None:
 
 
 def test_init_script_speaks_the_documented_ops() -> None:
-    for op in ("hello)", "run)", "reseed)", 'echo "$nonce begin"', 'echo "$nonce end $rc"',
-               "timeout -s KILL", "/bin/forkd-reseed", "stty -F /dev/ttyS0 raw -echo"):
+    for op in (
+        "hello)",
+        "run)",
+        "reseed)",
+        'echo "$nonce begin"',
+        'echo "$nonce end $rc"',
+        "timeout -s KILL",
+        "/bin/forkd-reseed",
+        "stty -F /dev/ttyS0 raw -echo",
+    ):
         assert op in INIT_SCRIPT

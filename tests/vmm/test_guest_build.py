@@ -15,8 +15,13 @@ from vmm.guest.initramfs import read_newc
 from vmm.guest.kernel import GUEST_MODULES, open_kernel_tree
 
 RELEASE = "6.1.0-99-cloud-amd64"
-DEPENDS = {"virtio_ring": "", "virtio": "virtio_ring", "virtio_mmio": "virtio,virtio_ring",
-           "virtio_blk": "virtio,virtio_ring", "virtio-rng": "virtio,virtio_ring"}
+DEPENDS = {
+    "virtio_ring": "",
+    "virtio": "virtio_ring",
+    "virtio_mmio": "virtio,virtio_ring",
+    "virtio_blk": "virtio,virtio_ring",
+    "virtio-rng": "virtio,virtio_ring",
+}
 
 
 def fake_kernel_tree(root: Path) -> Path:
@@ -26,8 +31,9 @@ def fake_kernel_tree(root: Path) -> Path:
     mods = root / "lib" / "modules" / RELEASE / "kernel" / "drivers"
     mods.mkdir(parents=True)
     for name, deps in DEPENDS.items():
-        (mods / f"{name}.ko").write_bytes(b"\x7fELF\0license=GPL\0depends=" + deps.encode()
-                                          + b"\0name=" + name.replace("-", "_").encode() + b"\0")
+        (mods / f"{name}.ko").write_bytes(
+            b"\x7fELF\0license=GPL\0depends=" + deps.encode() + b"\0name=" + name.replace("-", "_").encode() + b"\0"
+        )
     return root
 
 
@@ -41,7 +47,7 @@ def test_busybox_static_check_detects_a_dynamic_binary() -> None:
     static = guest_build.reseed_elf()
     assert not _has_interpreter(static)
     phoff = struct.unpack_from("<Q", static, 0x20)[0]
-    dynamic = static[:phoff] + struct.pack("<I", 3) + static[phoff + 4:]  # PT_LOAD → PT_INTERP
+    dynamic = static[:phoff] + struct.pack("<I", 3) + static[phoff + 4 :]  # PT_LOAD → PT_INTERP
     assert _has_interpreter(dynamic)
     assert _has_interpreter(b"#!/bin/sh\n")
 

@@ -101,6 +101,7 @@ def test_binary_version_reads_what_the_binary_prints(tmp_path, monkeypatch):
 
 def test_binary_version_errors_name_the_binary(tmp_path, monkeypatch):
     from vmm.errors import VmmUnavailable
+
     binary_version = process.binary_version
 
     _fake_binary(tmp_path / "bin", "mute-vmm", "no numbers here")

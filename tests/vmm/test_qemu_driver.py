@@ -40,8 +40,7 @@ class TestQemuConformance(DriverConformance):
         return lambda work_dir: guest.boot_spec(work_dir, mem_mib=MEM_MIB)
 
 
-def test_chain_link_children_see_the_links_writes(qemu: QemuMicrovmDriver, guest: GuestImage,
-                                                  tmp_path: Path) -> None:
+def test_chain_link_children_see_the_links_writes(qemu: QemuMicrovmDriver, guest: GuestImage, tmp_path: Path) -> None:
     """base (with a disk) → link built on a clone of base memory → 2 children of the link."""
     disk = tmp_path / "disk.ext4"
     clone_file(guest.rootfs, disk)
@@ -75,35 +74,41 @@ def test_chain_link_children_see_the_links_writes(qemu: QemuMicrovmDriver, guest
             child.kill()
 
 
-def test_restore_writable_refuses_the_stored_memory_file(qemu: QemuMicrovmDriver,
-                                                         guest: GuestImage, tmp_path: Path) -> None:
+def test_restore_writable_refuses_the_stored_memory_file(
+    qemu: QemuMicrovmDriver, guest: GuestImage, tmp_path: Path
+) -> None:
     fake = _fake_snapshot(qemu, tmp_path)
     with pytest.raises(RestoreFailed, match="clone"):
         qemu.restore_writable(fake, fake.memory, tmp_path / "w")
 
 
-def test_boot_refuses_a_work_dir_that_holds_memory(qemu: QemuMicrovmDriver, guest: GuestImage,
-                                                   tmp_path: Path) -> None:
+def test_boot_refuses_a_work_dir_that_holds_memory(qemu: QemuMicrovmDriver, guest: GuestImage, tmp_path: Path) -> None:
     (tmp_path / "memory.bin").write_bytes(b"precious")
     with pytest.raises(BootFailed, match="already exists"):
         qemu.boot(guest.boot_spec(tmp_path, mem_mib=MEM_MIB))
     assert (tmp_path / "memory.bin").read_bytes() == b"precious"
 
 
-def test_boot_failure_reports_qemu_log(qemu: QemuMicrovmDriver, guest: GuestImage,
-                                       tmp_path: Path) -> None:
+def test_boot_failure_reports_qemu_log(qemu: QemuMicrovmDriver, guest: GuestImage, tmp_path: Path) -> None:
     bogus = tmp_path / "not-a-kernel"
     bogus.write_bytes(b"\0" * 4096)
-    spec = BootSpec(kernel=bogus, initrd=guest.initrd, cmdline=guest.cmdline,
-                    work_dir=tmp_path / "vm", mem_mib=MEM_MIB, boot_timeout=20)
+    spec = BootSpec(
+        kernel=bogus,
+        initrd=guest.initrd,
+        cmdline=guest.cmdline,
+        work_dir=tmp_path / "vm",
+        mem_mib=MEM_MIB,
+        boot_timeout=20,
+    )
     with pytest.raises(BootFailed) as info:
         qemu.boot(spec)
     assert "qemu.log" in str(info.value)
     assert process.live_pids() == []
 
 
-def test_fork_without_work_dir_cleans_up_its_temp_dirs(qemu: QemuMicrovmDriver,
-                                                      guest: GuestImage, tmp_path: Path) -> None:
+def test_fork_without_work_dir_cleans_up_its_temp_dirs(
+    qemu: QemuMicrovmDriver, guest: GuestImage, tmp_path: Path
+) -> None:
     vm = qemu.boot(guest.boot_spec(tmp_path / "base", mem_mib=MEM_MIB))
     snap = qemu.snapshot(vm, tmp_path / "base")
     child = qemu.fork(snap, 1)[0]

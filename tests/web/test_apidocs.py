@@ -21,7 +21,9 @@ def test_swagger_page_uses_only_local_assets(hub: Hub) -> None:
 def test_schema_declares_bearer_auth(hub: Hub) -> None:
     schema = hub.client.get("/schema/openapi.json").json()
     assert schema["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer",
-        "description": "A hub token (`forkd-hub token create`), sent as `Authorization: Bearer fkd_…`."}
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A hub token (`forkd-hub token create`), sent as `Authorization: Bearer fkd_…`.",
+    }
     assert schema["security"] == [{"bearer": []}]
     assert not any(p == "/" or p.startswith(("/r/", "/n/", "/search", "/signin")) for p in schema["paths"])

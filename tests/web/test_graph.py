@@ -12,8 +12,10 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def test_graph_is_well_formed_svg_with_every_text_escaped() -> None:
-    chain = [GraphNode(f"base {HOSTILE}", f"detail {HOSTILE}", f"/r/a/b/t/{HOSTILE}"),
-             GraphNode("head", "d", "/r/a/b/t/v2", edge=f"+1 KiB {HOSTILE}")]
+    chain = [
+        GraphNode(f"base {HOSTILE}", f"detail {HOSTILE}", f"/r/a/b/t/{HOSTILE}"),
+        GraphNode("head", "d", "/r/a/b/t/v2", edge=f"+1 KiB {HOSTILE}"),
+    ]
     svg = str(lineage_svg(f"Lineage {HOSTILE}", chain, [GraphNode("dep", "builds on", "/x", "dependent")]))
     root = ET.fromstring(svg)  # parses: nothing broke out of its element
     assert root.tag == f"{SVG}svg" and root.get("role") == "img"
@@ -34,10 +36,13 @@ def test_many_dependents_are_summarised() -> None:
 
 
 def test_markdown_is_rendered_and_sanitised() -> None:
-    html = str(markdown_html('# T\n\n**b** <script>x</script> [l](javascript:alert(1)) [ok](https://e.x)\n\n'
-                             '<img src=x onerror=alert(1)>'))
+    html = str(
+        markdown_html(
+            "# T\n\n**b** <script>x</script> [l](javascript:alert(1)) [ok](https://e.x)\n\n<img src=x onerror=alert(1)>"
+        )
+    )
     assert "<h1>T</h1>" in html and "<strong>b</strong>" in html
-    assert "<script" not in html and "<img" not in html and "href=\"javascript" not in html
+    assert "<script" not in html and "<img" not in html and 'href="javascript' not in html
     assert "&lt;script&gt;x&lt;/script&gt;" in html  # shown as text
     assert '<a href="https://e.x" rel="noopener noreferrer nofollow">ok</a>' in html
     assert plain_text("**Python** <b>3</b> & co") == "Python <b>3</b> & co"

@@ -12,8 +12,12 @@ from tests.hub_server.registry.test_signature_policy import push_signature, push
 def layer_page(hub: Hub, token: str, url: str) -> str:
     """The page of a repository made public first (the catalog reads with a session, not a token)."""
     repo = url.split("/")[2] + "/" + url.split("/")[3]
-    assert hub.client.patch(f"/api/v1/repositories/{repo}", json={"public": True},
-                            headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    assert (
+        hub.client.patch(
+            f"/api/v1/repositories/{repo}", json={"public": True}, headers={"Authorization": f"Bearer {token}"}
+        ).status_code
+        == 200
+    )
     response = hub.client.get(url)
     assert response.status_code == 200, response.text[:300]
     return response.text
@@ -30,7 +34,9 @@ def test_the_layer_page_shows_signed_by_key(make_hub, images, tmp_path) -> None:
     assert tag(pusher, "team/py", "v1", head).status_code == 201
     html = layer_page(hub, token, "/r/team/py/t/v1")
     assert f'Signed by key <code title="{fingerprint(team_key.public_key())}">' in html
-    assert "(verified with this hub&#39;s registered keys)" in html or "(verified with this hub's registered keys)" in html
+    assert (
+        "(verified with this hub&#39;s registered keys)" in html or "(verified with this hub's registered keys)" in html
+    )
     assert f'<code title="{fingerprint(stranger.public_key())}">' in html and "does not verify" in html
 
     # a namespace without registered keys: the claimed key, not checked here

@@ -28,7 +28,8 @@ class _Dangers(HTMLParser):
             if name.startswith("on"):
                 self.found.append(f"<{tag} {name}=…>")
             if name in ("href", "src", "xlink:href", "action") and (value or "").strip().lower().startswith(
-                    ("javascript:", "data:", "vbscript:")):
+                ("javascript:", "data:", "vbscript:")
+            ):
                 self.found.append(f"<{tag} {name}={value}>")
 
 
@@ -80,7 +81,9 @@ def test_search_filters_and_sort(hub: Hub, catalog: Catalog) -> None:
     assert '<option value="firecracker" selected>' in html and '<option value="8">8 MiB</option>' in html
     assert cards(page(hub, "/search", params={"arch": "x86_64", "sort": "name"})) == ["acme/py-base", "evil/xss"]
     assert cards(page(hub, "/search", params={"mem": "8", "namespace": "acme", "sort": "name"})) == [
-        "acme/py-numpy", "acme/py-pandas"]
+        "acme/py-numpy",
+        "acme/py-pandas",
+    ]
     assert cards(page(hub, "/search", params={"namespace": "evil"})) == ["evil/xss"]
     page(hub, "/search", 400, params={"sort": "sideways"})
     page(hub, "/search", 400, params={"page": "-1"})
@@ -120,10 +123,10 @@ def test_repository_page(hub: Hub, catalog: Catalog) -> None:
 
 def test_layer_page_draws_the_chain(hub: Hub, catalog: Catalog) -> None:
     html = page(hub, "/r/acme/py-numpy/t/1.26")
-    svg = html[html.index("<svg"):html.index("</svg>")]
+    svg = html[html.index("<svg") : html.index("</svg>")]
     assert svg.count('class="node') == 3
     assert "acme/py-base:3.12" in svg and "acme/py-numpy:1.26" in svg and "acme/py-pandas:2.2" in svg
-    drawn = svg[svg.index("</defs>"):]
+    drawn = svg[svg.index("</defs>") :]
     assert drawn.index("acme/py-base:3.12") < drawn.index("acme/py-numpy:1.26") < drawn.index("acme/py-pandas:2.2")
     assert "shared with parent" in svg and '<title id="lineage-title">Lineage of acme/py-numpy:1.26</title>' in svg
     assert "<dt>vmm</dt><dd>firecracker</dd>" in html
@@ -132,7 +135,9 @@ def test_layer_page_draws_the_chain(hub: Hub, catalog: Catalog) -> None:
     config = catalog.layers["numpy"].config
     from manifest.digest import digest_bytes
 
-    assert f'<a href="/v2/acme/py-numpy/blobs/{digest_bytes(config, "sha256")}">' in html  # digests link to their objects
+    assert (
+        f'<a href="/v2/acme/py-numpy/blobs/{digest_bytes(config, "sha256")}">' in html
+    )  # digests link to their objects
     by_digest = page(hub, f"/r/acme/py-numpy/t/{catalog.layers['numpy'].digest}")
     assert by_digest.count('class="node') == 3
     page(hub, "/r/acme/py-numpy/t/nope", 404)
@@ -192,14 +197,19 @@ def test_private_repositories_stay_private(hub: Hub, catalog: Catalog) -> None:
 
 def test_repository_page_shows_the_tag_policies(hub: Hub, catalog: Catalog) -> None:
     assert "immutable tags" not in page(hub, "/r/acme/py-numpy")  # nothing set: nothing shown
-    r = hub.client.patch("/api/v1/repositories/acme/py-numpy", headers=auth(catalog.admin), json={
-        "immutableTags": True, "immutableExempt": "latest,dev-*", "retention": {"keepLast": 5, "keepDays": 1,
-                                                                              "pattern": "nightly-*"}})
+    r = hub.client.patch(
+        "/api/v1/repositories/acme/py-numpy",
+        headers=auth(catalog.admin),
+        json={
+            "immutableTags": True,
+            "immutableExempt": "latest,dev-*",
+            "retention": {"keepLast": 5, "keepDays": 1, "pattern": "nightly-*"},
+        },
+    )
     assert r.status_code == 200, r.text
     html = page(hub, "/r/acme/py-numpy")
     assert '<span class="badge">immutable tags</span> except latest,dev-*' in html
-    assert ('<span class="badge">retention</span> of nightly-*: keep the last 5 and those set within 1 day'
-            in html)
+    assert '<span class="badge">retention</span> of nightly-*: keep the last 5 and those set within 1 day' in html
 
 
 def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> None:
@@ -216,18 +226,35 @@ def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> No
     statement = json.dumps({"_type": "https://in-toto.io/Statement/v1"}).encode()
     for data in (b"{}", statement):
         pusher.ensure_blob("acme/py-numpy", data, str(digest_bytes(data, "sha256")))
-    referrer = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "artifactType": "application/vnd.in-toto+json",
-        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": str(digest_bytes(b"{}", "sha256")),
-                   "size": 2},
-        "layers": [{"mediaType": "application/vnd.in-toto+json", "digest": str(digest_bytes(statement, "sha256")),
-                    "size": len(statement)}],
-        "subject": {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": numpy.digest,
-                    "size": len(numpy.manifest)},
-        "annotations": {"dev.forkd.ci.run-url": "https://github.com/acme/envs/actions/runs/4242",
-                        "org.opencontainers.image.revision": "0123abcd", "dev.forkd.ci.runner": HOSTILE},
-    }).encode()
+    referrer = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/vnd.in-toto+json",
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": str(digest_bytes(b"{}", "sha256")),
+                "size": 2,
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.in-toto+json",
+                    "digest": str(digest_bytes(statement, "sha256")),
+                    "size": len(statement),
+                }
+            ],
+            "subject": {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": numpy.digest,
+                "size": len(numpy.manifest),
+            },
+            "annotations": {
+                "dev.forkd.ci.run-url": "https://github.com/acme/envs/actions/runs/4242",
+                "org.opencontainers.image.revision": "0123abcd",
+                "dev.forkd.ci.runner": HOSTILE,
+            },
+        }
+    ).encode()
     digest = str(digest_bytes(referrer, "sha256"))
     pusher.put_manifest("acme/py-numpy", digest, referrer)
     html = page(hub, "/r/acme/py-numpy/t/1.26")

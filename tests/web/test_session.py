@@ -17,8 +17,9 @@ def csrf_of(html: str) -> str:
 
 def sign_in(client: TestClient, token: str):  # noqa: ANN201
     form = client.get("/signin?next=" + PRIVATE)
-    return client.post("/signin", data={"token": token, "csrf": csrf_of(form.text), "next": PRIVATE},
-                       follow_redirects=False)
+    return client.post(
+        "/signin", data={"token": token, "csrf": csrf_of(form.text), "next": PRIVATE}, follow_redirects=False
+    )
 
 
 def test_sign_in_sets_a_sealed_http_only_cookie_and_sign_out_clears_it(hub: Hub, catalog) -> None:
@@ -42,8 +43,9 @@ def test_csrf_is_required_and_checked(hub: Hub, catalog) -> None:
     form = hub.client.get("/signin")
     assert hub.client.post("/signin", data={"token": token}).status_code == 403
     assert hub.client.post("/signin", data={"token": token, "csrf": "0" * 64}).status_code == 403
-    cross = hub.client.post("/signin", data={"token": token, "csrf": csrf_of(form.text)},
-                            headers={"Origin": "https://evil.example"})
+    cross = hub.client.post(
+        "/signin", data={"token": token, "csrf": csrf_of(form.text)}, headers={"Origin": "https://evil.example"}
+    )
     assert cross.status_code == 403
     other = TestClient(hub.client.app, base_url=str(hub.client.base_url))  # another browser: other nonce
     with other:
@@ -71,8 +73,9 @@ def test_open_redirects_are_refused(hub: Hub, catalog) -> None:
     for target in ["//evil.example/", "https://evil.example/", "/\\evil.example"]:
         hub.client.cookies.clear()
         form = hub.client.get("/signin")
-        r = hub.client.post("/signin", data={"token": token, "csrf": csrf_of(form.text), "next": target},
-                            follow_redirects=False)
+        r = hub.client.post(
+            "/signin", data={"token": token, "csrf": csrf_of(form.text), "next": target}, follow_redirects=False
+        )
         assert r.headers["location"] == "/"
 
 

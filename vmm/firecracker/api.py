@@ -31,8 +31,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class FirecrackerApi:
     """Client for one Firecracker process's ``--api-sock``."""
 
-    def __init__(self, socket_path: Path, timeout: float = 30.0,
-                 alive: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, socket_path: Path, timeout: float = 30.0, alive: Callable[[], bool] = lambda: True) -> None:
         self.socket_path = Path(socket_path)
         self.timeout = timeout
         self._alive = alive
@@ -57,8 +56,7 @@ class FirecrackerApi:
             try:
                 data = json.loads(raw)
             except ValueError as exc:
-                raise VmmProtocolError(
-                    f"Firecracker API {method} {path}: non-JSON reply {raw[:200]!r}") from exc
+                raise VmmProtocolError(f"Firecracker API {method} {path}: non-JSON reply {raw[:200]!r}") from exc
         if not 200 <= response.status < 300:
             fault = data.get("fault_message") if isinstance(data, dict) else raw[:300].decode(errors="replace")
             raise VmmProtocolError(f"Firecracker API {method} {path} → {response.status}: {fault}")

@@ -80,9 +80,17 @@ class FirecrackerDriver(Driver):
         status = self.available()
         if not status.ok:
             raise VmmUnavailable(f"{self.name} unavailable: {status.reason}")
-        return CompatInfo(vmm=self.name, vmm_version=self.version(), machine=self.machine,
-                          accel="kvm", arch=platform.machine(), cpu_model="host", vcpus=vcpus,
-                          mem_mib=mem_mib, device_ids=device_ids)
+        return CompatInfo(
+            vmm=self.name,
+            vmm_version=self.version(),
+            machine=self.machine,
+            accel="kvm",
+            arch=platform.machine(),
+            cpu_model="host",
+            vcpus=vcpus,
+            mem_mib=mem_mib,
+            device_ids=device_ids,
+        )
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
         try:
@@ -102,8 +110,9 @@ class FirecrackerDriver(Driver):
         work_dir.mkdir(parents=True, exist_ok=True)
         vm = self._start(work_dir, compat, spec.rootfs, owns=False, error=BootFailed)
         try:
-            vm.api.put("/machine-config", {"vcpu_count": spec.vcpus, "mem_size_mib": spec.mem_mib,
-                                           "track_dirty_pages": False})
+            vm.api.put(
+                "/machine-config", {"vcpu_count": spec.vcpus, "mem_size_mib": spec.mem_mib, "track_dirty_pages": False}
+            )
             boot_source = {"kernel_image_path": str(spec.kernel), "boot_args": spec.cmdline}
             if spec.initrd:
                 boot_source["initrd_path"] = str(spec.initrd)
@@ -116,8 +125,7 @@ class FirecrackerDriver(Driver):
             detail = vm.diagnostics()
             vm.kill()
             raise BootFailed(f"Firecracker VM did not come up: {exc}\n{detail}") from exc
-        vm.compat = CompatInfo(**{**compat.to_dict(), "device_ids": device_ids,
-                                  "kernel_release": release})
+        vm.compat = CompatInfo(**{**compat.to_dict(), "device_ids": device_ids, "kernel_release": release})
         return vm
 
     def snapshot(self, vm: VM, out_dir: Path, *, resume: bool = False) -> SnapshotFiles:
@@ -131,13 +139,17 @@ class FirecrackerDriver(Driver):
         try:
             vm.pause()
             if vm.writable_memory is None:
-                vm.api.put("/snapshot/create", {"snapshot_type": "Full", "snapshot_path": str(partial_state),
-                                                "mem_file_path": str(partial_mem)})
+                vm.api.put(
+                    "/snapshot/create",
+                    {"snapshot_type": "Full", "snapshot_path": str(partial_state), "mem_file_path": str(partial_mem)},
+                )
                 os.replace(partial_mem, memory)
             else:  # a chain link: apply the dirty pages to the caller's clone of the parent
                 diff = out_dir / "memory.diff.partial"
-                vm.api.put("/snapshot/create", {"snapshot_type": "Diff", "snapshot_path": str(partial_state),
-                                                "mem_file_path": str(diff)})
+                vm.api.put(
+                    "/snapshot/create",
+                    {"snapshot_type": "Diff", "snapshot_path": str(partial_state), "mem_file_path": str(diff)},
+                )
                 merge_sparse(diff, vm.writable_memory)
                 diff.unlink()
                 if not (memory.exists() and os.path.samefile(memory, vm.writable_memory)):
@@ -163,16 +175,20 @@ class FirecrackerDriver(Driver):
 
     # -- restore ---------------------------------------------------------------------------
 
-    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,
-                         disk: Path | None = None) -> FirecrackerVM:
-        memory_path, work_dir = self._prepare_writable(snap, memory_path, work_dir, "the link's pages are merged into it")
+    def restore_writable(
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None
+    ) -> FirecrackerVM:
+        memory_path, work_dir = self._prepare_writable(
+            snap, memory_path, work_dir, "the link's pages are merged into it"
+        )
         disk = disk or self._child_disk(snap, work_dir)
         vm = self._restore(snap, memory_path, work_dir, disk, owns=False, track_dirty=True)
         vm.writable_memory = memory_path
         return vm
 
-    def fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None,
-             work_dir: Path | None = None) -> list[VM]:
+    def fork(
+        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+    ) -> list[VM]:
         self._check_fork(snap, n, disks)
         children: list[VM] = []
         try:
@@ -192,29 +208,35 @@ class FirecrackerDriver(Driver):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _start(self, work_dir: Path, compat: CompatInfo, disk: Path | None, owns: bool,
-               error: type[VmmError]) -> FirecrackerVM:
+    def _start(
+        self, work_dir: Path, compat: CompatInfo, disk: Path | None, owns: bool, error: type[VmmError]
+    ) -> FirecrackerVM:
         (work_dir / API_SOCKET).unlink(missing_ok=True)
         try:
-            proc = process.spawn([self.binary, "--api-sock", API_SOCKET], work_dir,
-                                 work_dir / FIRECRACKER_LOG, console_pipes=True)
+            proc = process.spawn(
+                [self.binary, "--api-sock", API_SOCKET], work_dir, work_dir / FIRECRACKER_LOG, console_pipes=True
+            )
         except OSError as exc:
             raise error(f"cannot start {self.binary}: {exc}") from exc
         vm = FirecrackerVM(proc, work_dir, None, compat, rootfs=disk, owns_work_dir=owns)
         vm.api = FirecrackerApi(work_dir / API_SOCKET, _TIMEOUT, lambda: vm.alive)
         return vm
 
-    def _restore(self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None,
-                 owns: bool, track_dirty: bool) -> FirecrackerVM:
+    def _restore(
+        self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None, owns: bool, track_dirty: bool
+    ) -> FirecrackerVM:
         vm = self._start(work_dir, snap.compat, disk, owns, error=RestoreFailed)
         vm.memory_path = memory
         try:
-            vm.api.put("/snapshot/load", {
-                "snapshot_path": str(snap.vmstate),
-                "mem_backend": {"backend_type": "File", "backend_path": str(memory)},
-                "track_dirty_pages": track_dirty,
-                "resume_vm": False,
-            })
+            vm.api.put(
+                "/snapshot/load",
+                {
+                    "snapshot_path": str(snap.vmstate),
+                    "mem_backend": {"backend_type": "File", "backend_path": str(memory)},
+                    "track_dirty_pages": track_dirty,
+                    "resume_vm": False,
+                },
+            )
             if disk is not None:  # drive paths are baked into the vmstate; point at our own disk
                 vm.api.patch("/drives/rootfs", {"drive_id": "rootfs", "path_on_host": str(disk)})
             vm.resume()
@@ -226,8 +248,6 @@ class FirecrackerDriver(Driver):
         return vm
 
 
-
 def _drive(path: Path) -> dict[str, object]:
     # The initramfs is the root filesystem; the disk is a data disk (is_root_device false).
-    return {"drive_id": "rootfs", "path_on_host": str(path), "is_root_device": False,
-            "is_read_only": False}
+    return {"drive_id": "rootfs", "path_on_host": str(path), "is_root_device": False, "is_read_only": False}

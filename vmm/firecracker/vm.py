@@ -19,8 +19,15 @@ class FirecrackerVM(AgentBackedVM):
 
     api: FirecrackerApi
 
-    def __init__(self, proc: subprocess.Popen[bytes], work_dir: Path, memory_path: Path | None,
-                 compat: CompatInfo, rootfs: Path | None = None, owns_work_dir: bool = False) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        work_dir: Path,
+        memory_path: Path | None,
+        compat: CompatInfo,
+        rootfs: Path | None = None,
+        owns_work_dir: bool = False,
+    ) -> None:
         super().__init__(proc, work_dir, memory_path, compat, rootfs, owns_work_dir)
         #: for a chain link: the caller's clone that the link's dirty pages are merged into
         self.writable_memory: Path | None = None

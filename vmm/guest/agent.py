@@ -95,8 +95,9 @@ class AgentChannel:
     waiting for a timeout. All methods raise ``VmmError`` subclasses only.
     """
 
-    def __init__(self, read_fd: int, write_fd: int, alive: Callable[[], bool],
-                 on_close: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, read_fd: int, write_fd: int, alive: Callable[[], bool], on_close: Callable[[], None] = lambda: None
+    ) -> None:
         self._rfd, self._wfd = read_fd, write_fd
         self._alive = alive
         self._on_close = on_close
@@ -147,7 +148,7 @@ class AgentChannel:
         data = " ".join((nonce, op, *args)).encode() + b"\n"
         try:
             while data:
-                data = data[os.write(self._wfd, data):]
+                data = data[os.write(self._wfd, data) :]
         except OSError as exc:
             raise VmmError(f"guest console write failed: {exc}") from exc
         return nonce
@@ -211,11 +212,15 @@ class AgentBackedVM(ProcessVM):
         started = time.monotonic()
         result = self.agent.run(cmd, timeout)
         if result.exit_code == _SIGKILL_STATUS and time.monotonic() - started >= timeout - 0.5:
-            raise GuestCommandTimeout(f"guest command timed out after {timeout:.0f}s: {cmd[:200]!r}",
-                                      result.exit_code, result.output)
+            raise GuestCommandTimeout(
+                f"guest command timed out after {timeout:.0f}s: {cmd[:200]!r}", result.exit_code, result.output
+            )
         if check and not result.ok:
-            raise GuestCommandFailed(f"guest command exited {result.exit_code}: {cmd[:200]!r}: "
-                                     f"{result.output.strip()[-500:]}", result.exit_code, result.output)
+            raise GuestCommandFailed(
+                f"guest command exited {result.exit_code}: {cmd[:200]!r}: {result.output.strip()[-500:]}",
+                result.exit_code,
+                result.output,
+            )
         return result
 
     def reseed(self, entropy: bytes | None = None) -> None:

@@ -46,11 +46,17 @@ class GuestImage:
     kernel_release: str
     rootfs: Path | None = None
 
-    def boot_spec(self, work_dir: Path, mem_mib: int = 256, vcpus: int = 1,
-                  rootfs: Path | None = None) -> BootSpec:
+    def boot_spec(self, work_dir: Path, mem_mib: int = 256, vcpus: int = 1, rootfs: Path | None = None) -> BootSpec:
         """A ``BootSpec`` for this guest; pass ``rootfs`` (e.g. a copy of ``self.rootfs``) for a disk."""
-        return BootSpec(kernel=self.kernel, initrd=self.initrd, cmdline=self.cmdline,
-                        work_dir=Path(work_dir), rootfs=rootfs, mem_mib=mem_mib, vcpus=vcpus)
+        return BootSpec(
+            kernel=self.kernel,
+            initrd=self.initrd,
+            cmdline=self.cmdline,
+            work_dir=Path(work_dir),
+            rootfs=rootfs,
+            mem_mib=mem_mib,
+            vcpus=vcpus,
+        )
 
 
 def default_cache_dir() -> Path:
@@ -76,8 +82,7 @@ def build_guest(out_dir: Path, kernel_root: Path | None = None, force: bool = Fa
     fingerprint = _fingerprint()
     if not force:
         existing = _load(out_dir, fingerprint)
-        if existing and (kernel_root is None or
-                         existing.kernel_release == open_kernel_tree(kernel_root).release):
+        if existing and (kernel_root is None or existing.kernel_release == open_kernel_tree(kernel_root).release):
             return existing
     tree = open_kernel_tree(kernel_root) if kernel_root else fetch_kernel(default_cache_dir() / "kernel")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -85,8 +90,12 @@ def build_guest(out_dir: Path, kernel_root: Path | None = None, force: bool = Fa
     shutil.copyfile(tree.vmlinuz, out_dir / "vmlinuz")
     (out_dir / "initrd.cpio").write_bytes(cpio.write_newc(_initramfs_entries(tree)))
     rootfs = _make_rootfs(out_dir / "rootfs.ext4")
-    record = {"fingerprint": fingerprint, "kernel_release": tree.release, "cmdline": CMDLINE,
-              "rootfs": rootfs.name if rootfs else None}
+    record = {
+        "fingerprint": fingerprint,
+        "kernel_release": tree.release,
+        "cmdline": CMDLINE,
+        "rootfs": rootfs.name if rootfs else None,
+    }
     tmp = out_dir / (GUEST_FILE + ".partial")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(out_dir / GUEST_FILE)
@@ -100,10 +109,14 @@ def _load(out_dir: Path, fingerprint: str) -> GuestImage | None:
         record = json.loads((out_dir / GUEST_FILE).read_text())
     except (OSError, ValueError):
         return None
-    image = GuestImage(directory=out_dir, kernel=out_dir / "vmlinuz", initrd=out_dir / "initrd.cpio",
-                       cmdline=record.get("cmdline", CMDLINE),
-                       kernel_release=record.get("kernel_release", ""),
-                       rootfs=out_dir / record["rootfs"] if record.get("rootfs") else None)
+    image = GuestImage(
+        directory=out_dir,
+        kernel=out_dir / "vmlinuz",
+        initrd=out_dir / "initrd.cpio",
+        cmdline=record.get("cmdline", CMDLINE),
+        kernel_release=record.get("kernel_release", ""),
+        rootfs=out_dir / record["rootfs"] if record.get("rootfs") else None,
+    )
     files = [image.kernel, image.initrd] + ([image.rootfs] if image.rootfs else [])
     if record.get("fingerprint") != fingerprint or not all(p.is_file() for p in files):
         return None
@@ -112,8 +125,14 @@ def _load(out_dir: Path, fingerprint: str) -> GuestImage | None:
 
 def _fingerprint() -> str:
     h = hashlib.sha256()
-    for part in (str(AGENT_VERSION).encode(), INIT_SCRIPT.encode(), reseed_elf(), CMDLINE.encode(),
-                 " ".join(GUEST_MODULES).encode(), _busybox_bytes()):
+    for part in (
+        str(AGENT_VERSION).encode(),
+        INIT_SCRIPT.encode(),
+        reseed_elf(),
+        CMDLINE.encode(),
+        " ".join(GUEST_MODULES).encode(),
+        _busybox_bytes(),
+    ):
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
@@ -132,7 +151,7 @@ def _has_interpreter(elf: bytes) -> bool:
     """True if an ELF64 file has a PT_INTERP segment (i.e. needs a dynamic loader)."""
     if elf[:4] != b"\x7fELF" or elf[4] != 2:
         return True
-    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    (phoff,) = struct.unpack_from("<Q", elf, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
     return any(struct.unpack_from("<I", elf, phoff + i * phentsize)[0] == 3 for i in range(phnum))
 
@@ -161,15 +180,16 @@ def _modinfo_depends(ko: bytes) -> list[str]:
     start = ko.find(b"\0depends=")
     if start < 0:
         return []
-    value = ko[start + len(b"\0depends="):ko.index(b"\0", start + 1)].decode()
+    value = ko[start + len(b"\0depends=") : ko.index(b"\0", start + 1)].decode()
     return [d.replace("-", "_") for d in value.split(",") if d]
 
 
 def _initramfs_entries(tree: KernelTree) -> list[cpio.Entry]:
     modules = _module_order(tree)
-    entries = [cpio.directory(d) for d in
-               ("bin", "sbin", "dev", "etc", "lib", "lib/modules", "mnt", "proc", "root", "run",
-                "sys", "tmp", "usr")]
+    entries = [
+        cpio.directory(d)
+        for d in ("bin", "sbin", "dev", "etc", "lib", "lib/modules", "mnt", "proc", "root", "run", "sys", "tmp", "usr")
+    ]
     entries += [
         cpio.char_device("dev/console", 5, 1),
         cpio.char_device("dev/null", 1, 3, 0o666),
@@ -194,8 +214,9 @@ def _make_rootfs(path: Path, size_mib: int = 16) -> Path | None:
         path.unlink(missing_ok=True)
         with open(path, "wb") as f:
             f.truncate(size_mib << 20)
-        proc = subprocess.run([mkfs, "-q", "-F", "-E", "root_owner=0:0", "-d", content, str(path)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [mkfs, "-q", "-F", "-E", "root_owner=0:0", "-d", content, str(path)], capture_output=True, text=True
+        )
     if proc.returncode != 0:
         raise GuestBuildError(f"mkfs.ext4 failed: {proc.stderr.strip()[-300:]}")
     return path

@@ -41,14 +41,20 @@ def write_newc(entries: list[Entry]) -> bytes:
     """Serialise ``entries`` (parents before children) plus the trailer into one archive."""
     out = bytearray()
     for ino, entry in enumerate(entries, start=1):
-        _append(out, entry.path.lstrip("/"), entry.mode, entry.data, ino, entry.rdev,
-                nlink=2 if stat.S_ISDIR(entry.mode) else 1)
+        _append(
+            out,
+            entry.path.lstrip("/"),
+            entry.mode,
+            entry.data,
+            ino,
+            entry.rdev,
+            nlink=2 if stat.S_ISDIR(entry.mode) else 1,
+        )
     _append(out, "TRAILER!!!", 0, b"", 0, (0, 0), nlink=1)
     return bytes(out)
 
 
-def _append(out: bytearray, name: str, mode: int, data: bytes, ino: int,
-            rdev: tuple[int, int], nlink: int) -> None:
+def _append(out: bytearray, name: str, mode: int, data: bytes, ino: int, rdev: tuple[int, int], nlink: int) -> None:
     encoded = name.encode() + b"\0"
     fields = (ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev[0], rdev[1], len(encoded), 0)
     out += b"070701" + "".join(f"{value:08x}" for value in fields).encode()
@@ -63,13 +69,13 @@ def read_newc(data: bytes) -> list[Entry]:
     entries: list[Entry] = []
     pos = 0
     while True:
-        if data[pos:pos + 6] != b"070701":
+        if data[pos : pos + 6] != b"070701":
             raise ValueError(f"no newc header at offset {pos}")
-        fields = [int(data[pos + 6 + 8 * i:pos + 14 + 8 * i], 16) for i in range(13)]
+        fields = [int(data[pos + 6 + 8 * i : pos + 14 + 8 * i], 16) for i in range(13)]
         mode, size, namesize = fields[1], fields[6], fields[11]
-        name = data[pos + 110:pos + 110 + namesize - 1].decode()
+        name = data[pos + 110 : pos + 110 + namesize - 1].decode()
         pos = (pos + 110 + namesize + 3) & ~3
-        body = data[pos:pos + size]
+        body = data[pos : pos + size]
         pos = (pos + size + 3) & ~3
         if name == "TRAILER!!!":
             return entries

@@ -56,8 +56,9 @@ def resolve_kernel_package() -> str:
     out = _run(["apt-cache", "depends", METAPACKAGE])
     match = re.search(r"Depends:\s*(linux-image-\S+)", out)
     if not match:
-        raise GuestBuildError(f"apt-cache knows no dependency of {METAPACKAGE} "
-                              f"(run `apt-get update` first?): {out.strip()[:300]}")
+        raise GuestBuildError(
+            f"apt-cache knows no dependency of {METAPACKAGE} (run `apt-get update` first?): {out.strip()[:300]}"
+        )
     return match.group(1)
 
 

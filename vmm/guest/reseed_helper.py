@@ -52,7 +52,8 @@ def reseed_elf() -> bytes:
     header_size = _EHDR.size + _PHDR.size
     total = header_size + len(_CODE)
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little-endian, SysV ABI
-    ehdr = _EHDR.pack(ident, 2, 0x3E, 1, _BASE + header_size, _EHDR.size, 0, 0,
-                      _EHDR.size, _PHDR.size, 1, 0, 0, 0)  # ET_EXEC, EM_X86_64
+    ehdr = _EHDR.pack(
+        ident, 2, 0x3E, 1, _BASE + header_size, _EHDR.size, 0, 0, _EHDR.size, _PHDR.size, 1, 0, 0, 0
+    )  # ET_EXEC, EM_X86_64
     phdr = _PHDR.pack(1, 5, 0, _BASE, _BASE, total, total, 0x1000)  # PT_LOAD, R+X
     return ehdr + phdr + _CODE

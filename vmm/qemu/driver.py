@@ -102,10 +102,17 @@ class QemuMicrovmDriver(Driver):
         status = self.available()
         if not status.ok or status.accel is None:
             raise VmmUnavailable(f"{self.name} unavailable: {status.reason}")
-        return CompatInfo(vmm=self.name, vmm_version=".".join(map(str, host.qemu_version(self.binary))),
-                          machine=self.machine, accel=status.accel, arch=self.arch,
-                          cpu_model=host.CPU_MODEL[status.accel], vcpus=vcpus, mem_mib=mem_mib,
-                          device_ids=device_ids)
+        return CompatInfo(
+            vmm=self.name,
+            vmm_version=".".join(map(str, host.qemu_version(self.binary))),
+            machine=self.machine,
+            accel=status.accel,
+            arch=self.arch,
+            cpu_model=host.CPU_MODEL[status.accel],
+            vcpus=vcpus,
+            mem_mib=mem_mib,
+            device_ids=device_ids,
+        )
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
         """The recorded compat must equal this host's for a VM whose RAM is ``snap.memory``.
@@ -130,8 +137,9 @@ class QemuMicrovmDriver(Driver):
         work_dir.mkdir(parents=True, exist_ok=True)
         memory = work_dir / MEMORY_FILE
         if memory.exists():
-            raise BootFailed(f"{memory} already exists; boot needs a fresh work_dir "
-                             "(refusing to overwrite what may be a snapshot)")
+            raise BootFailed(
+                f"{memory} already exists; boot needs a fresh work_dir (refusing to overwrite what may be a snapshot)"
+            )
         cmdline = spec.cmdline + (" " + " ".join(host.tcg_kernel_args()) if compat.accel == "tcg" else "")
         argv = self._argv(compat, memory, share=True, work_dir=work_dir, disk=spec.rootfs)
         argv += ["-kernel", str(spec.kernel), "-append", cmdline]
@@ -145,8 +153,14 @@ class QemuMicrovmDriver(Driver):
             detail = vm.diagnostics()
             vm.kill()
             raise BootFailed(f"guest did not come up: {exc}\n{detail}") from exc
-        vm.compat = CompatInfo(**{**compat.to_dict(), "device_ids": device_ids,
-                                  "kernel_release": release, "kernel_digest": _sha256(spec.kernel)})
+        vm.compat = CompatInfo(
+            **{
+                **compat.to_dict(),
+                "device_ids": device_ids,
+                "kernel_release": release,
+                "kernel_digest": _sha256(spec.kernel),
+            }
+        )
         return vm
 
     def snapshot(self, vm: VM, out_dir: Path, *, resume: bool = False) -> SnapshotFiles:
@@ -157,13 +171,16 @@ class QemuMicrovmDriver(Driver):
         memory, vmstate = out_dir / MEMORY_FILE, out_dir / VMSTATE_FILE
         in_place = memory.exists() and os.path.samefile(memory, vm.memory_path)  # type: ignore[arg-type]  # typing debt, decisions/0008
         if resume and in_place:
-            raise SnapshotFailed("resume=True needs an out_dir other than the VM's memory file's "
-                                 "directory: the running VM would keep writing into the snapshot")
+            raise SnapshotFailed(
+                "resume=True needs an out_dir other than the VM's memory file's "
+                "directory: the running VM would keep writing into the snapshot"
+            )
         partial = out_dir / (VMSTATE_FILE + ".partial")
         try:
             vm.pause()
-            vm.qmp.execute("migrate-set-capabilities", {"capabilities": [
-                {"capability": "x-ignore-shared", "state": True}]})
+            vm.qmp.execute(
+                "migrate-set-capabilities", {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}
+            )
             vm.qmp.execute("migrate", {"uri": f"exec:cat > {shlex.quote(str(partial))}"})
             self._wait_migration(vm)
             os.replace(partial, vmstate)
@@ -186,16 +203,20 @@ class QemuMicrovmDriver(Driver):
 
     # -- restore ---------------------------------------------------------------------------
 
-    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path,
-                         disk: Path | None = None) -> QemuVM:
-        memory_path, work_dir = self._prepare_writable(snap, memory_path, work_dir, "mapping the stored file shared would modify it")
+    def restore_writable(
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None
+    ) -> QemuVM:
+        memory_path, work_dir = self._prepare_writable(
+            snap, memory_path, work_dir, "mapping the stored file shared would modify it"
+        )
         disk = disk or self._child_disk(snap, work_dir)
         vm = self._restore_one(snap, memory_path, work_dir, disk, share=True, owns=False)
         vm.memory_path = memory_path
         return vm
 
-    def fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None,
-             work_dir: Path | None = None) -> list[VM]:
+    def fork(
+        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+    ) -> list[VM]:
         self._check_fork(snap, n, disks)
         # Start every process first (QEMU start-up dominates and runs in parallel), then drive
         # each child's QMP restore from its own thread. On any failure nothing is left running.
@@ -210,9 +231,16 @@ class QemuMicrovmDriver(Driver):
                     child_dir = Path(work_dir) / f"child-{i}"
                     child_dir.mkdir(parents=True, exist_ok=True)
                 disk = disks[i] if disks else self._child_disk(snap, child_dir)
-                argv = [*self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir, disk=disk), "-incoming", "defer"]
-                vms.append(self._start(argv, child_dir, snap.memory, snap.compat, disk,
-                                       owns=work_dir is None, error=RestoreFailed))
+                argv = [
+                    *self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir, disk=disk),
+                    "-incoming",
+                    "defer",
+                ]
+                vms.append(
+                    self._start(
+                        argv, child_dir, snap.memory, snap.compat, disk, owns=work_dir is None, error=RestoreFailed
+                    )
+                )
             with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
                 list(pool.map(lambda vm: self._load_state(vm, snap), vms))
         except BaseException:
@@ -225,26 +253,54 @@ class QemuMicrovmDriver(Driver):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _argv(self, compat: CompatInfo, memory: Path, share: bool, work_dir: Path,
-              disk: Path | None) -> list[str]:
+    def _argv(self, compat: CompatInfo, memory: Path, share: bool, work_dir: Path, disk: Path | None) -> list[str]:
         mem = f"{compat.mem_mib}M"
-        argv = [self.binary, "-M", f"{self.machine},memory-backend=mem", "-accel", compat.accel,
-                "-cpu", compat.cpu_model, "-m", mem, "-smp", str(compat.vcpus),
-                "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-                # never prealloc: touching every page would turn shared pages into private ones
-                "-object", f"memory-backend-file,id=mem,size={mem},mem-path={_opt(memory)},"
-                           f"share={'on' if share else 'off'}",
-                "-chardev", f"socket,id=con,path={CONSOLE_SOCKET},server=on,wait=off,"
-                            f"logfile={_opt(work_dir / CONSOLE_LOG)}",
-                "-serial", "chardev:con",
-                "-qmp", f"unix:{QMP_SOCKET},server=on,wait=off"]
+        argv = [
+            self.binary,
+            "-M",
+            f"{self.machine},memory-backend=mem",
+            "-accel",
+            compat.accel,
+            "-cpu",
+            compat.cpu_model,
+            "-m",
+            mem,
+            "-smp",
+            str(compat.vcpus),
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+            # never prealloc: touching every page would turn shared pages into private ones
+            "-object",
+            f"memory-backend-file,id=mem,size={mem},mem-path={_opt(memory)},share={'on' if share else 'off'}",
+            "-chardev",
+            f"socket,id=con,path={CONSOLE_SOCKET},server=on,wait=off,logfile={_opt(work_dir / CONSOLE_LOG)}",
+            "-serial",
+            "chardev:con",
+            "-qmp",
+            f"unix:{QMP_SOCKET},server=on,wait=off",
+        ]
         if disk is not None:
-            argv += ["-drive", f"id=rootfs,file={_opt(disk)},format=raw,if=none",
-                     "-device", "virtio-blk-device,drive=rootfs"]
+            argv += [
+                "-drive",
+                f"id=rootfs,file={_opt(disk)},format=raw,if=none",
+                "-device",
+                "virtio-blk-device,drive=rootfs",
+            ]
         return argv
 
-    def _start(self, argv: list[str], work_dir: Path, memory: Path, compat: CompatInfo,
-               disk: Path | None, owns: bool, error: type[VmmError]) -> QemuVM:
+    def _start(
+        self,
+        argv: list[str],
+        work_dir: Path,
+        memory: Path,
+        compat: CompatInfo,
+        disk: Path | None,
+        owns: bool,
+        error: type[VmmError],
+    ) -> QemuVM:
         for stale in (QMP_SOCKET, CONSOLE_SOCKET):
             (work_dir / stale).unlink(missing_ok=True)
         try:
@@ -253,12 +309,11 @@ class QemuMicrovmDriver(Driver):
             raise error(f"cannot start {self.binary}: {exc}") from exc
         return QemuVM(proc, work_dir, memory, compat, rootfs=disk, owns_work_dir=owns)
 
-
-    def _restore_one(self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None,
-                     share: bool, owns: bool) -> QemuVM:
+    def _restore_one(
+        self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None, share: bool, owns: bool
+    ) -> QemuVM:
         argv = self._argv(snap.compat, memory, share=share, work_dir=work_dir, disk=disk)
-        vm = self._start([*argv, "-incoming", "defer"], work_dir, memory, snap.compat, disk, owns,
-                         error=RestoreFailed)
+        vm = self._start([*argv, "-incoming", "defer"], work_dir, memory, snap.compat, disk, owns, error=RestoreFailed)
         try:
             self._load_state(vm, snap)
         except BaseException:
@@ -270,8 +325,9 @@ class QemuMicrovmDriver(Driver):
         """QMP restore of one started ``-incoming defer`` process, then resume and reseed."""
         try:
             vm.connect(_CONNECT_TIMEOUT)
-            vm.qmp.execute("migrate-set-capabilities", {"capabilities": [
-                {"capability": "x-ignore-shared", "state": True}]})
+            vm.qmp.execute(
+                "migrate-set-capabilities", {"capabilities": [{"capability": "x-ignore-shared", "state": True}]}
+            )
             vm.qmp.execute("migrate-incoming", {"uri": f"exec:cat {shlex.quote(str(snap.vmstate))}"})
             deadline = time.monotonic() + _MIGRATION_TIMEOUT
             while (status := vm.qmp.execute("query-status")["status"]) == "inmigrate":
@@ -287,8 +343,9 @@ class QemuMicrovmDriver(Driver):
                 msg = str(exc)
             else:
                 msg = f"{type(exc).__name__}: {exc}"
-            raise RestoreFailed(f"restore of {snap.vmstate} in {vm.work_dir} failed: {msg}\n"
-                                f"{vm.diagnostics()}") from exc
+            raise RestoreFailed(
+                f"restore of {snap.vmstate} in {vm.work_dir} failed: {msg}\n{vm.diagnostics()}"
+            ) from exc
 
     def _wait_migration(self, vm: QemuVM) -> None:
         deadline = time.monotonic() + _MIGRATION_TIMEOUT

@@ -22,8 +22,15 @@ QEMU_LOG = "qemu.log"
 class QemuVM(AgentBackedVM):
     """One QEMU process. Not thread-safe: drive each VM from one thread at a time."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], work_dir: Path, memory_path: Path,
-                 compat: CompatInfo, rootfs: Path | None = None, owns_work_dir: bool = False) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        work_dir: Path,
+        memory_path: Path,
+        compat: CompatInfo,
+        rootfs: Path | None = None,
+        owns_work_dir: bool = False,
+    ) -> None:
         super().__init__(proc, work_dir, memory_path, compat, rootfs, owns_work_dir)
         self._qmp: QmpClient | None = None
         self._agent: AgentChannel | None = None

@@ -65,10 +65,15 @@ def layer_tar(files: dict[str, bytes]) -> tuple[bytes, bytes]:
 
 def image_parts(files: dict[str, bytes], *, annotations: dict[str, str] | None = None) -> Image:
     layer, uncompressed = layer_tar(files)
-    config = dumps({"architecture": "amd64", "os": "linux",
-                    "rootfs": {"type": "layers", "diff_ids": [sha256(uncompressed)]}})
-    manifest: dict[str, object] = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                                   "config": descriptor(OCI_CONFIG, config), "layers": [descriptor(OCI_LAYER, layer)]}
+    config = dumps(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [sha256(uncompressed)]}}
+    )
+    manifest: dict[str, object] = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": descriptor(OCI_CONFIG, config),
+        "layers": [descriptor(OCI_LAYER, layer)],
+    }
     if annotations:
         manifest["annotations"] = annotations
     return Image(dumps(manifest), {sha256(config): config, sha256(layer): layer})

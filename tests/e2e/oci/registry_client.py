@@ -32,8 +32,12 @@ class Registry:
         digest = digest_of(data, algorithm)
         start = self.http.post(f"/v2/{repo}/blobs/uploads/")
         assert start.status_code == 202, start.text
-        done = self.http.put(start.headers["Location"], params={"digest": digest}, content=data,
-                             headers={"Content-Type": "application/octet-stream"})
+        done = self.http.put(
+            start.headers["Location"],
+            params={"digest": digest},
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         assert done.status_code == 201, done.text
         return digest
 
@@ -45,20 +49,35 @@ class Registry:
         config = dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
         self.push_blob(repo, config)
         self.push_blob(repo, layer)
-        body = dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(OCI_CONFIG, config),
-                      "layers": [descriptor(OCI_LAYER, layer)], **fields})
+        body = dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": descriptor(OCI_CONFIG, config),
+                "layers": [descriptor(OCI_LAYER, layer)],
+                **fields,
+            }
+        )
         r = self.put_manifest(repo, ref, body)
         assert r.status_code == 201, r.text
         return body, sha256(body)
 
-    def push_artifact(self, repo: str, ref: str, artifact_type: str, subject: dict[str, Any] | None = None,
-                      annotations: dict[str, str] | None = None) -> tuple[bytes, str]:
+    def push_artifact(
+        self,
+        repo: str,
+        ref: str,
+        artifact_type: str,
+        subject: dict[str, Any] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> tuple[bytes, str]:
         """An artifact: the empty config (with its ``data`` field) and one layer, optionally with a subject."""
         self.push_blob(repo, b"{}")
         payload = f"payload of {artifact_type} {annotations}".encode()
         self.push_blob(repo, payload)
         manifest: dict[str, Any] = {
-            "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": artifact_type,
             "config": descriptor(EMPTY_JSON, b"{}", data="e30="),
             "layers": [descriptor("application/octet-stream", payload)],
         }

@@ -66,8 +66,13 @@ def test_tags_of_a_missing_repository_are_404(reg: Registry):
 def referred(reg: Registry):
     image, digest = reg.push_image("disc/ref", "v1")
     subject = descriptor(OCI_MANIFEST, image)
-    sig, sig_digest = reg.push_artifact("disc/ref", "sig", "application/vnd.example.signature",
-                                        subject=subject, annotations={"org.example.signer": "ci"})
+    sig, sig_digest = reg.push_artifact(
+        "disc/ref",
+        "sig",
+        "application/vnd.example.signature",
+        subject=subject,
+        annotations={"org.example.signer": "ci"},
+    )
     sbom, sbom_digest = reg.push_artifact("disc/ref", "sbom", "application/vnd.example.sbom", subject=subject)
     plain, _ = reg.push_image("disc/ref", "plain", layer=b"an image that refers", subject=subject)
     return digest, {sig_digest: sig, sbom_digest: sbom}, plain
@@ -128,7 +133,8 @@ def test_catalog_lists_only_readable_repositories_by_pages(oci_hub: HubProcess, 
     seen = httpx.get(f"{oci_hub.url}/v2/_catalog", params={"n": 2}, headers={"Authorization": f"Bearer {reader}"})
     assert seen.json() == {"repositories": ["cat/a", "cat/b"]}
     assert seen.headers["Link"] == '</v2/_catalog?n=2&last=cat%2Fb>; rel="next"'
-    more = httpx.get(f"{oci_hub.url}/v2/_catalog", params={"n": 2, "last": "cat/b"},
-                     headers={"Authorization": f"Bearer {reader}"})
+    more = httpx.get(
+        f"{oci_hub.url}/v2/_catalog", params={"n": 2, "last": "cat/b"}, headers={"Authorization": f"Bearer {reader}"}
+    )
     assert more.json() == {"repositories": ["cat/c"]} and "Link" not in more.headers
     assert httpx.get(f"{oci_hub.url}/v2/_catalog").json() == {"repositories": []}  # nothing public

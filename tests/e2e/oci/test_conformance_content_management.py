@@ -27,13 +27,14 @@ def reg(oci_hub: HubProcess, admin_token: str) -> Iterator[Registry]:
 
 
 def gc(hub: HubProcess) -> dict:
-    out = subprocess.run(forkd_hub("gc", "--grace", "0", "--json"), env=hub.env, check=True, capture_output=True,
-                         text=True, timeout=120).stdout
+    out = subprocess.run(
+        forkd_hub("gc", "--grace", "0", "--json"), env=hub.env, check=True, capture_output=True, text=True, timeout=120
+    ).stdout
     return json.loads(out)
 
 
 def test_deleting_a_tag_keeps_the_manifest(reg: Registry):
-    """"Deleting tags": 202; the tag is gone, the manifest stays pullable by digest."""
+    """ "Deleting tags": 202; the tag is gone, the manifest stays pullable by digest."""
     body, digest = reg.push_image("mgmt/tags", "v1")
     reg.put_manifest("mgmt/tags", "v2", body)
     r = reg.http.delete("/v2/mgmt/tags/manifests/v1")
@@ -46,7 +47,7 @@ def test_deleting_a_tag_keeps_the_manifest(reg: Registry):
 
 
 def test_deleting_a_manifest_by_digest(reg: Registry):
-    """"Deleting Manifests": 202; afterwards GET is 404 and no tag points at it; a missing repository is 404."""
+    """ "Deleting Manifests": 202; afterwards GET is 404 and no tag points at it; a missing repository is 404."""
     _, digest = reg.push_image("mgmt/manifests", "v1")
     r = reg.http.delete(f"/v2/mgmt/manifests/manifests/{digest}")
     assert r.status_code == 202
@@ -57,17 +58,18 @@ def test_deleting_a_manifest_by_digest(reg: Registry):
 
 
 def test_deleting_a_referrer_removes_it_from_the_referrers_list(reg: Registry):
-    """"Deleting Manifests": a deleted manifest with a subject MUST leave the referrers list."""
+    """ "Deleting Manifests": a deleted manifest with a subject MUST leave the referrers list."""
     image, digest = reg.push_image("mgmt/ref", "v1")
-    _, sig = reg.push_artifact("mgmt/ref", "sig", "application/vnd.example.sig",
-                               subject=descriptor(OCI_MANIFEST, image))
+    _, sig = reg.push_artifact(
+        "mgmt/ref", "sig", "application/vnd.example.sig", subject=descriptor(OCI_MANIFEST, image)
+    )
     assert [m["digest"] for m in reg.http.get(f"/v2/mgmt/ref/referrers/{digest}").json()["manifests"]] == [sig]
     assert reg.http.delete(f"/v2/mgmt/ref/manifests/{sig}").status_code == 202
     assert reg.http.get(f"/v2/mgmt/ref/referrers/{digest}").json()["manifests"] == []
 
 
 def test_deleting_a_blob(reg: Registry):
-    """"Deleting Blobs": 202, then the blob is unknown to the repository (404), and deleting again is 404."""
+    """ "Deleting Blobs": 202, then the blob is unknown to the repository (404), and deleting again is 404."""
     digest = reg.push_blob("mgmt/blobs", b"blob to delete")
     r = reg.http.delete(f"/v2/mgmt/blobs/blobs/{digest}")
     assert r.status_code == 202

@@ -39,7 +39,7 @@ def test_api_version_check_challenges_then_answers(oci_hub: HubProcess, reg: Reg
 
 
 def test_pulling_a_manifest_by_tag_and_by_digest(reg: Registry, image):
-    """"Pulling manifests": GET by tag or digest MUST give the manifest with 200; Content-Type is its type;
+    """ "Pulling manifests": GET by tag or digest MUST give the manifest with 200; Content-Type is its type;
     Docker-Content-Digest matches the body."""
     body, digest = image
     for ref in ("v1", digest):
@@ -50,14 +50,14 @@ def test_pulling_a_manifest_by_tag_and_by_digest(reg: Registry, image):
 
 
 def test_a_missing_manifest_is_404(reg: Registry, image):
-    """"Pulling manifests": not found MUST be 404 (MANIFEST_UNKNOWN, code-7)."""
+    """ "Pulling manifests": not found MUST be 404 (MANIFEST_UNKNOWN, code-7)."""
     for ref in ("nope", "sha256:" + "0" * 64):
         r = reg.http.get(f"/v2/pull/app/manifests/{ref}")
         assert r.status_code == 404 and errors(r) == ["MANIFEST_UNKNOWN"]
 
 
 def test_pulling_a_blob_and_a_part_of_it(reg: Registry, image):
-    """"Pulling blobs": 200 with the blob, Docker-Content-Digest matching the body; Range gives 206."""
+    """ "Pulling blobs": 200 with the blob, Docker-Content-Digest matching the body; Range gives 206."""
     layer = b"0123456789" * 1000
     digest = sha256(layer)
     r = reg.http.get(f"/v2/pull/app/blobs/{digest}")
@@ -67,13 +67,13 @@ def test_pulling_a_blob_and_a_part_of_it(reg: Registry, image):
 
 
 def test_a_missing_blob_is_404(reg: Registry, image):
-    """"Pulling blobs": not found MUST be 404 (BLOB_UNKNOWN, code-1)."""
+    """ "Pulling blobs": not found MUST be 404 (BLOB_UNKNOWN, code-1)."""
     r = reg.http.get(f"/v2/pull/app/blobs/{sha256(b'never pushed')}")
     assert r.status_code == 404 and errors(r) == ["BLOB_UNKNOWN"]
 
 
 def test_checking_existence_with_head(reg: Registry, image):
-    """"Checking if content exists": HEAD MUST answer 200 for existing content (no body) and 404 otherwise."""
+    """ "Checking if content exists": HEAD MUST answer 200 for existing content (no body) and 404 otherwise."""
     body, digest = image
     m = reg.http.head(f"/v2/pull/app/manifests/{digest}")
     assert m.status_code == 200 and m.content == b""
@@ -86,7 +86,7 @@ def test_checking_existence_with_head(reg: Registry, image):
 
 
 def test_sha512_blobs_and_manifests(reg: Registry):
-    """"Pulling blobs"/"Pulling manifests" by digest with the sha512 algorithm (image-spec descriptor
+    """ "Pulling blobs"/"Pulling manifests" by digest with the sha512 algorithm (image-spec descriptor
     "Registered algorithms": sha256 and sha512)."""
     data = b"hashed with sha512" * 100
     digest = reg.push_blob("pull/sha512", data, "sha512")
@@ -111,8 +111,11 @@ def test_anonymous_pull_of_a_private_repository_is_challenged_with_its_scope(oci
 def test_a_token_from_the_token_endpoint_pulls(oci_hub: HubProcess, admin_token: str, image):
     """Docker token auth "Requesting a token": Basic credentials and a scope give a bearer token for that scope."""
     body, _ = image
-    r = httpx.get(f"{oci_hub.url}/v2/token", params={"service": "x", "scope": "repository:pull/app:pull"},
-                  auth=("anyone", admin_token))
+    r = httpx.get(
+        f"{oci_hub.url}/v2/token",
+        params={"service": "x", "scope": "repository:pull/app:pull"},
+        auth=("anyone", admin_token),
+    )
     assert r.status_code == 200
     token = r.json()["token"]
     got = httpx.get(f"{oci_hub.url}/v2/pull/app/manifests/v1", headers={"Authorization": f"Bearer {token}"})

@@ -40,7 +40,7 @@ def start(reg: Registry, repo: str) -> str:
 
 
 def test_post_then_put(reg: Registry):
-    """"POST then PUT": 202 with a Location holding a session id, then 201 with a pullable Location."""
+    """ "POST then PUT": 202 with a Location holding a session id, then 201 with a pullable Location."""
     data = b"monolithic"
     location = start(reg, "push/mono")
     r = reg.http.put(location, params={"digest": sha256(data)}, content=data)
@@ -49,7 +49,7 @@ def test_post_then_put(reg: Registry):
 
 
 def test_single_post(reg: Registry):
-    """"Single POST" (end-4b): POST ?digest= with the body gives 201 and a pullable Location."""
+    """ "Single POST" (end-4b): POST ?digest= with the body gives 201 and a pullable Location."""
     data = b"single post"
     r = reg.http.post("/v2/push/single/blobs/uploads/", params={"digest": sha256(data)}, content=data)
     assert r.status_code == 201 and reg.http.get(r.headers["Location"]).content == data
@@ -63,40 +63,47 @@ def test_a_wrong_digest_is_refused(reg: Registry):
 
 
 def test_chunks_in_order_then_the_last_one_in_the_closing_put(reg: Registry):
-    """"Pushing a blob in chunks": PATCH with Content-Range → 202 and Location; the final chunk MAY come in
+    """ "Pushing a blob in chunks": PATCH with Content-Range → 202 and Location; the final chunk MAY come in
     the closing PUT (with its Content-Range); end-13 GET reports the offset with 204 and Range."""
     data = bytes(range(256)) * 40
     location = start(reg, "push/chunked")
-    r = reg.http.patch(location, content=data[:4000], headers={"Content-Range": "0-3999",
-                                                               "Content-Type": "application/octet-stream"})
+    r = reg.http.patch(
+        location, content=data[:4000], headers={"Content-Range": "0-3999", "Content-Type": "application/octet-stream"}
+    )
     assert r.status_code == 202 and r.headers["Range"] == "0-3999"
     status = reg.http.get(r.headers["Location"])
     assert status.status_code == 204 and status.headers["Range"] == "0-3999"
-    done = reg.http.put(r.headers["Location"], params={"digest": sha256(data)}, content=data[4000:],
-                        headers={"Content-Range": f"4000-{len(data) - 1}"})
+    done = reg.http.put(
+        r.headers["Location"],
+        params={"digest": sha256(data)},
+        content=data[4000:],
+        headers={"Content-Range": f"4000-{len(data) - 1}"},
+    )
     assert done.status_code == 201
     assert reg.http.get(f"/v2/push/chunked/blobs/{sha256(data)}").content == data
 
 
 def test_out_of_order_chunks_are_416_and_the_session_is_kept(reg: Registry):
-    """"Pushing a blob in chunks": a chunk out of order MUST be 416; so is a closing PUT whose Content-Range
+    """ "Pushing a blob in chunks": a chunk out of order MUST be 416; so is a closing PUT whose Content-Range
     does not start at the offset, and the session stays usable."""
     data = b"a" * 100 + b"b" * 100
     location = start(reg, "push/order")
     assert reg.http.patch(location, content=data[:100], headers={"Content-Range": "0-99"}).status_code == 202
     skipped = reg.http.patch(location, content=data[150:], headers={"Content-Range": "150-199"})
     assert skipped.status_code == 416 and skipped.headers["Range"] == "0-99"
-    wrong_put = reg.http.put(location, params={"digest": sha256(data)}, content=data[50:],
-                             headers={"Content-Range": "50-199"})
+    wrong_put = reg.http.put(
+        location, params={"digest": sha256(data)}, content=data[50:], headers={"Content-Range": "50-199"}
+    )
     assert wrong_put.status_code == 416 and wrong_put.headers["Range"] == "0-99"
     assert reg.http.get(location).headers["Range"] == "0-99"
-    done = reg.http.put(location, params={"digest": sha256(data)}, content=data[100:],
-                        headers={"Content-Range": "100-199"})
+    done = reg.http.put(
+        location, params={"digest": sha256(data)}, content=data[100:], headers={"Content-Range": "100-199"}
+    )
     assert done.status_code == 201
 
 
 def test_streamed_chunk_without_content_length(reg: Registry):
-    """"Pushing a blob in chunks" as docker/containerd stream it: one PATCH, chunked transfer encoding."""
+    """ "Pushing a blob in chunks" as docker/containerd stream it: one PATCH, chunked transfer encoding."""
     parts = [b"x" * 65536, b"y" * 1000, b"z"]
     data = b"".join(parts)
     location = start(reg, "push/stream")
@@ -106,7 +113,7 @@ def test_streamed_chunk_without_content_length(reg: Registry):
 
 
 def test_mount_from_another_repository(reg: Registry):
-    """"Mounting a blob from another repository" (end-11): 201 and Location when the caller can read it."""
+    """ "Mounting a blob from another repository" (end-11): 201 and Location when the caller can read it."""
     digest = reg.push_blob("push/source", b"shared layer")
     r = reg.http.post("/v2/push/target/blobs/uploads/", params={"mount": digest, "from": "push/source"})
     assert r.status_code == 201 and r.headers["Location"] == f"/v2/push/target/blobs/{digest}"
@@ -130,21 +137,27 @@ def test_mount_without_from_and_the_fallback_to_an_upload(oci_hub: HubProcess, r
 
 
 def test_pushing_an_image_manifest(reg: Registry):
-    """"Pushing Manifests": 201 with a pullable Location; the exact bytes are served back."""
+    """ "Pushing Manifests": 201 with a pullable Location; the exact bytes are served back."""
     body, digest = reg.push_image("push/image", "v1")
     r = reg.http.get(f"/v2/push/image/manifests/{digest}")
     assert r.content == body and r.headers["Content-Type"] == OCI_MANIFEST
 
 
 def test_a_manifest_referencing_missing_blobs_is_refused(reg: Registry):
-    """"Push": a registry MAY reject a manifest whose blobs are not uploaded (MANIFEST_BLOB_UNKNOWN); blobs of
+    """ "Push": a registry MAY reject a manifest whose blobs are not uploaded (MANIFEST_BLOB_UNKNOWN); blobs of
     another repository count only once mounted."""
     config = dumps({"os": "linux"})
     layer = b"in another repository"
     reg.push_blob("push/elsewhere", layer)
     reg.push_blob("push/strict", config)
-    body = dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(OCI_CONFIG, config),
-                  "layers": [descriptor(OCI_LAYER, layer)]})
+    body = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": descriptor(OCI_CONFIG, config),
+            "layers": [descriptor(OCI_LAYER, layer)],
+        }
+    )
     r = reg.put_manifest("push/strict", "v1", body)
     assert r.status_code == 400 and errors(r) == ["MANIFEST_BLOB_UNKNOWN"]
     assert json.loads(r.content)["errors"][0]["detail"]["blobs"] == [sha256(layer)]
@@ -157,30 +170,39 @@ def test_a_descriptor_with_the_wrong_size_is_refused(reg: Registry):
     config = dumps({"os": "linux"})
     reg.push_blob("push/size", config)
     wrong = {**descriptor(OCI_CONFIG, config), "size": len(config) + 1}
-    r = reg.put_manifest("push/size", "v1", dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                                                    "config": wrong, "layers": []}))
+    r = reg.put_manifest(
+        "push/size", "v1", dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": wrong, "layers": []})
+    )
     assert r.status_code == 400 and errors(r) == ["SIZE_INVALID"]
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"schemaVersion": 1}, "schemaVersion"),
-    ({"config": {"mediaType": OCI_CONFIG, "digest": "sha256:xyz", "size": 2}}, "config"),
-    ({"layers": "nope"}, "layers"),
-    ({"annotations": {"a": 1}}, "manifest"),
-    ({"artifactType": "not a media type"}, "manifest"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"schemaVersion": 1}, "schemaVersion"),
+        ({"config": {"mediaType": OCI_CONFIG, "digest": "sha256:xyz", "size": 2}}, "config"),
+        ({"layers": "nope"}, "layers"),
+        ({"annotations": {"a": 1}}, "manifest"),
+        ({"artifactType": "not a media type"}, "manifest"),
+    ],
+)
 def test_structurally_invalid_manifests_are_refused(reg: Registry, change, field):
     """end-7 failure (MANIFEST_INVALID, code-6) naming the field, for image-spec structure errors."""
     reg.push_blob("push/invalid", b"{}")
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(EMPTY_JSON, b"{}"),
-                "layers": [], **change}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": descriptor(EMPTY_JSON, b"{}"),
+        "layers": [],
+        **change,
+    }
     r = reg.put_manifest("push/invalid", "v1", dumps(manifest))
     assert r.status_code == 400 and errors(r) == ["MANIFEST_INVALID"]
     assert json.loads(r.content)["errors"][0]["detail"]["field"] == field
 
 
 def test_a_content_type_that_contradicts_the_media_type_is_refused(reg: Registry):
-    """"Pushing Manifests": Content-Type is the manifest's media type; a different one is MANIFEST_INVALID."""
+    """ "Pushing Manifests": Content-Type is the manifest's media type; a different one is MANIFEST_INVALID."""
     body, _ = reg.push_image("push/ctype", "v1")
     r = reg.put_manifest("push/ctype", "v2", body, media_type=OCI_INDEX)
     assert r.status_code == 400 and errors(r) == ["MANIFEST_INVALID"]
@@ -192,13 +214,18 @@ def test_an_artifact_with_empty_config_data_field_and_custom_fields_is_kept_byte
     reg.push_blob("push/artifact", b"{}")
     payload = b"sbom"
     reg.push_blob("push/artifact", payload)
-    body = (b'{ "schemaVersion": 2,\n  "mediaType": "' + OCI_MANIFEST.encode() + b'",\n'
-            b'  "artifactType": "application/vnd.example.sbom.v1",\n'
-            b'  "config": {"mediaType": "' + EMPTY_JSON.encode() + b'", "digest": "' + sha256(b"{}").encode()
-            + b'", "size": 2, "data": "e30="},\n'
-            b'  "layers": [{"mediaType": "text/plain", "digest": "' + sha256(payload).encode() + b'", "size": 4,'
-            b' "data": "' + base64.b64encode(payload) + b'", "x-custom": {"kept": [1, 2.50, "\\u00e9"]}}],\n'
-            b'  "x-vendor-field": "stays"\n}\n')
+    body = (
+        b'{ "schemaVersion": 2,\n  "mediaType": "' + OCI_MANIFEST.encode() + b'",\n'
+        b'  "artifactType": "application/vnd.example.sbom.v1",\n'
+        b'  "config": {"mediaType": "'
+        + EMPTY_JSON.encode()
+        + b'", "digest": "'
+        + sha256(b"{}").encode()
+        + b'", "size": 2, "data": "e30="},\n'
+        b'  "layers": [{"mediaType": "text/plain", "digest": "' + sha256(payload).encode() + b'", "size": 4,'
+        b' "data": "' + base64.b64encode(payload) + b'", "x-custom": {"kept": [1, 2.50, "\\u00e9"]}}],\n'
+        b'  "x-vendor-field": "stays"\n}\n'
+    )
     r = reg.put_manifest("push/artifact", "sbom", body)
     assert r.status_code == 201 and r.headers["Docker-Content-Digest"] == sha256(body)
     assert reg.http.get("/v2/push/artifact/manifests/sbom").content == body
@@ -208,8 +235,9 @@ def test_a_data_field_that_does_not_match_is_refused(reg: Registry):
     """image-spec descriptor "data": its decoded bytes MUST match the digest and size."""
     reg.push_blob("push/data", b"{}")
     config = {**descriptor(EMPTY_JSON, b"{}"), "data": base64.b64encode(b"[]").decode()}
-    r = reg.put_manifest("push/data", "v1", dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                                                    "config": config, "layers": []}))
+    r = reg.put_manifest(
+        "push/data", "v1", dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": []})
+    )
     assert r.status_code == 400 and errors(r) == ["MANIFEST_INVALID"]
 
 
@@ -217,18 +245,32 @@ def test_nested_image_indexes(reg: Registry):
     """image-spec "Image Index": manifests MAY be indexes; every child MUST be in the repository first."""
     amd, _ = reg.push_image("push/multi", "amd", layer=b"amd64 layer")
     arm, _ = reg.push_image("push/multi", "arm", layer=b"arm64 layer")
-    inner = dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        descriptor(OCI_MANIFEST, amd, platform={"architecture": "amd64", "os": "linux"}),
-        descriptor(OCI_MANIFEST, arm, platform={"architecture": "arm64", "os": "linux"})]})
+    inner = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [
+                descriptor(OCI_MANIFEST, amd, platform={"architecture": "amd64", "os": "linux"}),
+                descriptor(OCI_MANIFEST, arm, platform={"architecture": "arm64", "os": "linux"}),
+            ],
+        }
+    )
     assert reg.put_manifest("push/multi", sha256(inner), inner, OCI_INDEX).status_code == 201
-    outer = dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [descriptor(OCI_INDEX, inner)],
-                   "annotations": {"org.example.nested": "yes"}})
+    outer = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": [descriptor(OCI_INDEX, inner)],
+            "annotations": {"org.example.nested": "yes"},
+        }
+    )
     r = reg.put_manifest("push/multi", "latest", outer, OCI_INDEX)
     assert r.status_code == 201
     got = reg.http.get("/v2/push/multi/manifests/latest")
     assert got.content == outer and got.headers["Content-Type"] == OCI_INDEX
-    dangling = dumps({"schemaVersion": 2, "mediaType": OCI_INDEX,
-                      "manifests": [descriptor(OCI_MANIFEST, b'{"not": "pushed"}')]})
+    dangling = dumps(
+        {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [descriptor(OCI_MANIFEST, b'{"not": "pushed"}')]}
+    )
     r = reg.put_manifest("push/multi", "dangling", dangling, OCI_INDEX)
     assert r.status_code == 400 and errors(r) == ["MANIFEST_BLOB_UNKNOWN"]
 
@@ -239,11 +281,22 @@ def test_docker_schema2_manifest_and_manifest_list(reg: Registry):
     layer = b"docker layer"
     reg.push_blob("push/docker", config)
     reg.push_blob("push/docker", layer)
-    manifest = dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "config": descriptor(DOCKER_CONFIG, config),
-                      "layers": [descriptor(DOCKER_LAYER, layer)]})
+    manifest = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST,
+            "config": descriptor(DOCKER_CONFIG, config),
+            "layers": [descriptor(DOCKER_LAYER, layer)],
+        }
+    )
     assert reg.put_manifest("push/docker", "v1", manifest, DOCKER_MANIFEST).status_code == 201
-    listing = dumps({"schemaVersion": 2, "mediaType": DOCKER_LIST, "manifests": [
-        descriptor(DOCKER_MANIFEST, manifest, platform={"architecture": "amd64", "os": "linux"})]})
+    listing = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": DOCKER_LIST,
+            "manifests": [descriptor(DOCKER_MANIFEST, manifest, platform={"architecture": "amd64", "os": "linux"})],
+        }
+    )
     assert reg.put_manifest("push/docker", "multi", listing, DOCKER_LIST).status_code == 201
     got = reg.http.get("/v2/push/docker/manifests/multi")
     assert got.content == listing and got.headers["Content-Type"] == DOCKER_LIST
@@ -258,10 +311,15 @@ def test_docker_schema1_is_unsupported(reg: Registry):
 
 
 def test_manifests_of_4_mib_are_accepted(reg: Registry):
-    """"Pushing Manifests": registries SHOULD accept manifests of at least 4 MiB."""
+    """ "Pushing Manifests": registries SHOULD accept manifests of at least 4 MiB."""
     reg.push_blob("push/big", b"{}")
-    base = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptor(EMPTY_JSON, b"{}"), "layers": [],
-            "annotations": {"filler": ""}}
+    base = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": descriptor(EMPTY_JSON, b"{}"),
+        "layers": [],
+        "annotations": {"filler": ""},
+    }
     filler = (4 << 20) - len(dumps(base))
     body = dumps({**base, "annotations": {"filler": "f" * filler}})
     assert len(body) == 4 << 20
@@ -270,15 +328,24 @@ def test_manifests_of_4_mib_are_accepted(reg: Registry):
 
 
 def test_a_manifest_with_a_subject_answers_oci_subject(reg: Registry):
-    """"Pushing Manifests with Subject": the registry MUST answer ``OCI-Subject: <subject digest>``, and MUST
+    """ "Pushing Manifests with Subject": the registry MUST answer ``OCI-Subject: <subject digest>``, and MUST
     accept a subject that does not exist (yet)."""
     image, digest = reg.push_image("push/signed", "v1")
-    reg.push_artifact("push/signed", "sig", "application/vnd.example.signature",
-                      subject=descriptor(OCI_MANIFEST, image))
+    reg.push_artifact(
+        "push/signed", "sig", "application/vnd.example.signature", subject=descriptor(OCI_MANIFEST, image)
+    )
     reg.push_blob("push/signed", b"{}")
     ghost = {"mediaType": OCI_MANIFEST, "digest": sha256(b"not here"), "size": 8}
-    body = dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": "application/vnd.example.x",
-                  "config": descriptor(EMPTY_JSON, b"{}"), "layers": [], "subject": ghost})
+    body = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": "application/vnd.example.x",
+            "config": descriptor(EMPTY_JSON, b"{}"),
+            "layers": [],
+            "subject": ghost,
+        }
+    )
     r = reg.put_manifest("push/signed", sha256(body), body)
     assert r.status_code == 201 and r.headers["OCI-Subject"] == ghost["digest"]
     again = reg.put_manifest("push/signed", "sig2", body)

@@ -21,8 +21,13 @@ pytestmark = pytest.mark.slow
 def oras(oci_hub: HubProcess, admin_token: str, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # oras keeps its docker config under $HOME
     client = oras_client.OrasClient(hostname=host, insecure=True)
-    client.login(username="oras-user", password=admin_token, hostname=host, tls_verify=False,
-                 config_path=str(tmp_path / "config.json"))
+    client.login(
+        username="oras-user",
+        password=admin_token,
+        hostname=host,
+        tls_verify=False,
+        config_path=str(tmp_path / "config.json"),
+    )
     return client
 
 
@@ -34,8 +39,9 @@ def artifact_files(root: Path) -> list[Path]:
     return files
 
 
-def test_push_pull_and_tags(oras, oci_hub: HubProcess, admin_token: str, host: str, tmp_path: Path,
-                            monkeypatch: pytest.MonkeyPatch):
+def test_push_pull_and_tags(
+    oras, oci_hub: HubProcess, admin_token: str, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     files = artifact_files(tmp_path / "src")
     monkeypatch.chdir(tmp_path / "src")
     r = oras.push(files=[f.name for f in files], target=f"{host}/oras/art:v1")
@@ -52,8 +58,9 @@ def test_push_pull_and_tags(oras, oci_hub: HubProcess, admin_token: str, host: s
     assert {layer["annotations"]["org.opencontainers.image.title"] for layer in layers} == {f.name for f in files}
 
 
-def test_a_referrer_pushed_with_subject_is_listed(oras, oci_hub: HubProcess, admin_token: str, host: str,
-                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_referrer_pushed_with_subject_is_listed(
+    oras, oci_hub: HubProcess, admin_token: str, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     files = artifact_files(tmp_path / "src")
     monkeypatch.chdir(tmp_path / "src")
     oras.push(files=[files[1].name], target=f"{host}/oras/signed:v1")
@@ -61,8 +68,11 @@ def test_a_referrer_pushed_with_subject_is_listed(oras, oci_hub: HubProcess, adm
     image = httpx.get(f"{oci_hub.url}/v2/oras/signed/manifests/v1", headers=headers)
     subject = image.headers["Docker-Content-Digest"]
     (tmp_path / "src" / "sig.txt").write_text("a signature\n")
-    r = oras.push(files=["sig.txt"], target=f"{host}/oras/signed:sig",
-                  subject=oras_oci.Subject(image.headers["Content-Type"], subject, len(image.content)))
+    r = oras.push(
+        files=["sig.txt"],
+        target=f"{host}/oras/signed:sig",
+        subject=oras_oci.Subject(image.headers["Content-Type"], subject, len(image.content)),
+    )
     assert r.headers["OCI-Subject"] == subject
     listed = httpx.get(f"{oci_hub.url}/v2/oras/signed/referrers/{subject}", headers=headers).json()["manifests"]
     assert len(listed) == 1

@@ -16,13 +16,16 @@ import pytest
 from tests.e2e.hubproc import HubProcess
 from tests.e2e.oci.layout import image_parts, read_layout, write_layout
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("skopeo") is None,
-                                                   reason="skopeo is installed by scripts/install-system-deps.sh")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("skopeo") is None, reason="skopeo is installed by scripts/install-system-deps.sh"),
+]
 
 
 def skopeo(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["skopeo", "--insecure-policy", *args], capture_output=True, text=True, timeout=300,
-                          check=check)
+    return subprocess.run(
+        ["skopeo", "--insecure-policy", *args], capture_output=True, text=True, timeout=300, check=check
+    )
 
 
 def tls_off(*flags: str) -> list[str]:
@@ -35,16 +38,30 @@ def pushed(oci_hub: HubProcess, admin_token: str, host: str, tmp_path_factory: p
     src = tmp_path_factory.mktemp("src")
     image = image_parts({"hello.txt": b"hello from an OCI image\n", "bin/tool": bytes(range(256)) * 64})
     write_layout(src, {"v1": image})
-    skopeo("copy", *tls_off("dest"), "--preserve-digests", "--dest-creds", f"me:{admin_token}",
-           f"oci:{src}:v1", f"docker://{host}/acme/app:v1")
+    skopeo(
+        "copy",
+        *tls_off("dest"),
+        "--preserve-digests",
+        "--dest-creds",
+        f"me:{admin_token}",
+        f"oci:{src}:v1",
+        f"docker://{host}/acme/app:v1",
+    )
     return src, image
 
 
 def test_copy_oci_layout_into_the_hub_and_back_is_byte_identical(pushed, admin_token, host, tmp_path):
     _src, image = pushed
     out = tmp_path / "out"
-    skopeo("copy", *tls_off("src"), "--preserve-digests", "--src-creds", f"me:{admin_token}",
-           f"docker://{host}/acme/app:v1", f"oci:{out}:v1")
+    skopeo(
+        "copy",
+        *tls_off("src"),
+        "--preserve-digests",
+        "--src-creds",
+        f"me:{admin_token}",
+        f"docker://{host}/acme/app:v1",
+        f"oci:{out}:v1",
+    )
     manifest, blobs = read_layout(out, "v1")
     assert manifest == image.manifest
     assert {d: blobs[d] for d in image.blobs} == image.blobs
@@ -77,8 +94,15 @@ def test_without_credentials_a_private_repository_stays_closed(pushed, host):
 def test_a_pull_only_token_cannot_push(oci_hub, pushed, host):
     src, _ = pushed
     reader = oci_hub.token("skopeo-reader", "pull:acme/*")
-    result = skopeo("copy", "--dest-tls-verify=false", "--dest-creds", f"r:{reader}", f"oci:{src}:v1",
-                    f"docker://{host}/acme/other:v1", check=False)
+    result = skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        f"r:{reader}",
+        f"oci:{src}:v1",
+        f"docker://{host}/acme/other:v1",
+        check=False,
+    )
     assert result.returncode != 0
 
 
@@ -87,11 +111,18 @@ def test_delete_removes_the_manifest(oci_hub, admin_token, host, tmp_path):
     image = image_parts({"gone.txt": b"to be deleted\n"})
     write_layout(src, {"tmp": image})
     creds = ["--creds", f"me:{admin_token}", "--tls-verify=false"]
-    skopeo("copy", "--dest-tls-verify=false", "--dest-creds", f"me:{admin_token}", f"oci:{src}:tmp",
-           f"docker://{host}/acme/doomed:tmp")
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        f"me:{admin_token}",
+        f"oci:{src}:tmp",
+        f"docker://{host}/acme/doomed:tmp",
+    )
     skopeo("delete", *creds, f"docker://{host}/acme/doomed:tmp")
-    r = httpx.get(f"{oci_hub.url}/v2/acme/doomed/manifests/{image.digest}",
-                  headers={"Authorization": f"Bearer {admin_token}"})
+    r = httpx.get(
+        f"{oci_hub.url}/v2/acme/doomed/manifests/{image.digest}", headers={"Authorization": f"Bearer {admin_token}"}
+    )
     assert r.status_code == 404
 
 
@@ -101,10 +132,19 @@ def test_anonymous_skopeo_pulls_a_public_repository(oci_hub, admin_token, host, 
     src = tmp_path / "src"
     image = image_parts({"public.txt": b"anyone may read this\n"})
     write_layout(src, {"v1": image})
-    skopeo("copy", "--dest-tls-verify=false", "--dest-creds", f"me:{admin_token}", f"oci:{src}:v1",
-           f"docker://{host}/acme/open:v1")
-    r = httpx.patch(f"{oci_hub.url}/api/v1/repositories/acme/open", json={"public": True},
-                    headers={"Authorization": f"Bearer {admin_token}"})
+    skopeo(
+        "copy",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        f"me:{admin_token}",
+        f"oci:{src}:v1",
+        f"docker://{host}/acme/open:v1",
+    )
+    r = httpx.patch(
+        f"{oci_hub.url}/api/v1/repositories/acme/open",
+        json={"public": True},
+        headers={"Authorization": f"Bearer {admin_token}"},
+    )
     assert r.status_code == 200
     out = tmp_path / "out"
     skopeo("copy", "--src-tls-verify=false", f"docker://{host}/acme/open:v1", f"oci:{out}:v1")

@@ -13,10 +13,13 @@ def proxy(inproc_hub, tamper) -> httpx.Client:
         answer = tamper(request)
         if answer is not None:
             return answer
-        r = inproc_hub.http.request(request.method, request.url.raw_path.decode(), headers=dict(request.headers),
-                                    content=request.content)
-        return httpx.Response(r.status_code, headers={k: v for k, v in r.headers.items()
-                                                      if k.lower() not in ("content-encoding", "content-length")},
-                              content=r.content)
+        r = inproc_hub.http.request(
+            request.method, request.url.raw_path.decode(), headers=dict(request.headers), content=request.content
+        )
+        return httpx.Response(
+            r.status_code,
+            headers={k: v for k, v in r.headers.items() if k.lower() not in ("content-encoding", "content-length")},
+            content=r.content,
+        )
 
     return httpx.Client(transport=httpx.MockTransport(handler), base_url="http://hub.test")

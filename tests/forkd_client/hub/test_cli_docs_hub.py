@@ -10,8 +10,14 @@ from forkd_client.hub.reference import Reference
 
 from ..test_cli_docs import examples
 
-GITHUB = {"GITHUB_ACTIONS": "true", "GITHUB_SHA": "0" * 40, "GITHUB_REPOSITORY": "acme/envs", "GITHUB_RUN_ID": "1",
-          "GITHUB_WORKFLOW": "nightly", "RUNNER_NAME": "runner-7"}
+GITHUB = {
+    "GITHUB_ACTIONS": "true",
+    "GITHUB_SHA": "0" * 40,
+    "GITHUB_REPOSITORY": "acme/envs",
+    "GITHUB_RUN_ID": "1",
+    "GITHUB_WORKFLOW": "nightly",
+    "RUNNER_NAME": "runner-7",
+}
 
 
 def test_push_pull_and_remote_inspect_examples_match(chain3, other_store, inproc_hub):
@@ -19,8 +25,15 @@ def test_push_pull_and_remote_inspect_examples_match(chain3, other_store, inproc
     ref = Reference.parse("acme/py:v1")
     result = push(chain3, inproc_hub.client(token), "head", ref)
     result.provenance = attach_provenance(
-        inproc_hub.client(token), ref.name, result.tag, [link.digest for link in result.links],
-        annotations=ci_annotations(GITHUB), user_annotations={}, started="2026-12-01T03:10:40Z", forkd_version="0")
+        inproc_hub.client(token),
+        ref.name,
+        result.tag,
+        [link.digest for link in result.links],
+        annotations=ci_annotations(GITHUB),
+        user_annotations={},
+        started="2026-12-01T03:10:40Z",
+        forkd_version="0",
+    )
     pushed = result.to_obj()
     pulled = pull(other_store, inproc_hub.client(token), ref, as_tag="py").to_obj()
     inspected = remote_inspection(inproc_hub.client(token), ref)

@@ -29,8 +29,13 @@ def envelope(status, code, message="boom", detail=None):
 
 @pytest.mark.parametrize(
     ("status", "code", "cls"),
-    [(401, "UNAUTHORIZED", Unauthorized), (403, "DENIED", Forbidden), (404, "NAME_UNKNOWN", NotFound),
-     (409, "HAS_DEPENDENTS", HasDependents), (400, "DIGEST_INVALID", DigestInvalid)],
+    [
+        (401, "UNAUTHORIZED", Unauthorized),
+        (403, "DENIED", Forbidden),
+        (404, "NAME_UNKNOWN", NotFound),
+        (409, "HAS_DEPENDENTS", HasDependents),
+        (400, "DIGEST_INVALID", DigestInvalid),
+    ],
 )
 def test_errors_are_typed(status, code, cls):
     c = client_for(lambda request: envelope(status, code, detail={"dependents": [{"repository": "a/b", "tag": "t"}]}))
@@ -148,8 +153,11 @@ def test_the_token_stays_on_the_hub():
             return httpx.Response(307, headers={"Location": "http://storage.example/presigned?sig=x"})
         if request.url.host == "storage.example":
             return httpx.Response(200, content=data)
-        return httpx.Response(401, headers={"WWW-Authenticate": 'Bearer realm="http://evil.example/token",service="x"'},
-                              json={"errors": [{"code": "UNAUTHORIZED", "message": "m", "detail": {}}]})
+        return httpx.Response(
+            401,
+            headers={"WWW-Authenticate": 'Bearer realm="http://evil.example/token",service="x"'},
+            json={"errors": [{"code": "UNAUTHORIZED", "message": "m", "detail": {}}]},
+        )
 
     c = client_for(handler)
     assert c.get_blob("a/b", digest) == data
@@ -162,13 +170,17 @@ def test_the_token_stays_on_the_hub():
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
-@pytest.mark.parametrize("call", [
-    lambda c: c.repository("a/b"),
-    lambda c: c.search("x"),
-    lambda c: c.lineage("a/b", "v1"),
-    lambda c: c.get_chain("a/b", "v1"),
-    lambda c: c.query_frames("a/b", ["blake3:" + "0" * 64]),
-], ids=["repository", "search", "lineage", "chain", "frames-query"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.repository("a/b"),
+        lambda c: c.search("x"),
+        lambda c: c.lineage("a/b", "v1"),
+        lambda c: c.get_chain("a/b", "v1"),
+        lambda c: c.query_frames("a/b", ["blake3:" + "0" * 64]),
+    ],
+    ids=["repository", "search", "lineage", "chain", "frames-query"],
+)
 def test_deeply_nested_answer_is_a_typed_error(call):
     """Issue 16 item 5: a hostile hub's deep JSON is a HubError naming it, not an internal error."""
     c = client_for(lambda request: httpx.Response(200, content=DEEP, headers={"Content-Type": "application/json"}))

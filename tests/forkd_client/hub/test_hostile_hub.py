@@ -25,8 +25,9 @@ from .hubproxy import proxy
 TIB = 1 << 40
 
 
-def forging(inproc_hub, edit: Callable[[dict[str, Any], dict[str, Any]], None], blobs: dict[str, bytes],
-            asked: list[str]):
+def forging(
+    inproc_hub, edit: Callable[[dict[str, Any], dict[str, Any]], None], blobs: dict[str, bytes], asked: list[str]
+):
     """A tamper hook: ``edit(manifest, config)`` rewrites the chain's head link; ``blobs`` are served
     by digest; every blob GET is recorded in ``asked``."""
 
@@ -42,8 +43,11 @@ def forging(inproc_hub, edit: Callable[[dict[str, Any], dict[str, Any]], None], 
             manifest["config"]["digest"] = str(digest_bytes(config_bytes, "sha256"))
             manifest["config"]["size"] = len(config_bytes)
             manifest_bytes = canonical_json(manifest)
-            head.update(manifest=manifest_bytes.decode(), config=config_bytes.decode(),
-                        digest=str(digest_bytes(manifest_bytes, "sha256")))
+            head.update(
+                manifest=manifest_bytes.decode(),
+                config=config_bytes.decode(),
+                digest=str(digest_bytes(manifest_bytes, "sha256")),
+            )
             return httpx.Response(200, json=doc)
         if "/blobs/" in path:
             digest = path.rsplit("/", 1)[-1]
@@ -82,13 +86,20 @@ def test_a_vmstate_bomb_is_refused_by_its_declared_size(chain3, other_store, inp
     bomb, zeros = zero_bomb(1 << 30)
 
     def edit(manifest, config):
-        config["files"]["vmstate"] = {"size": 1 << 30, "digest": zeros, "sha256": "sha256:" + "0" * 64}  # refused by size first
+        config["files"]["vmstate"] = {
+            "size": 1 << 30,
+            "digest": zeros,
+            "sha256": "sha256:" + "0" * 64,
+        }  # refused by size first
         vm = next(layer for layer in manifest["layers"] if "vmstate" in layer["mediaType"])
         vm.update(digest=str(digest_bytes(bomb, "sha256")), size=len(bomb))
 
     asked: list[str] = []
-    client = HubClient("http://hub.test", token,
-                       http=proxy(inproc_hub, forging(inproc_hub, edit, {str(digest_bytes(bomb, "sha256")): bomb}, asked)))
+    client = HubClient(
+        "http://hub.test",
+        token,
+        http=proxy(inproc_hub, forging(inproc_hub, edit, {str(digest_bytes(bomb, "sha256")): bomb}, asked)),
+    )
     with pytest.raises(DigestInvalid, match="declares 1,073,741,824 bytes, over the 536,870,912-byte vmstate limit"):
         pull(other_store, client, ref, as_tag="py")
     assert str(digest_bytes(bomb, "sha256")) not in asked
@@ -103,14 +114,20 @@ def test_a_vmstate_inflating_past_its_declared_size_stops_in_bounded_memory(chai
     bomb, _ = zero_bomb(1 << 30)
 
     def edit(manifest, config):
-        config["files"]["vmstate"] = {"size": 8192, "digest": str(digest_bytes(bytes(8192))),
-                                     "sha256": str(digest_bytes(bytes(8192), "sha256"))}
+        config["files"]["vmstate"] = {
+            "size": 8192,
+            "digest": str(digest_bytes(bytes(8192))),
+            "sha256": str(digest_bytes(bytes(8192), "sha256")),
+        }
         vm = next(layer for layer in manifest["layers"] if "vmstate" in layer["mediaType"])
         vm.update(digest=str(digest_bytes(bomb, "sha256")), size=len(bomb))
 
     asked: list[str] = []
-    client = HubClient("http://hub.test", token,
-                       http=proxy(inproc_hub, forging(inproc_hub, edit, {str(digest_bytes(bomb, "sha256")): bomb}, asked)))
+    client = HubClient(
+        "http://hub.test",
+        token,
+        http=proxy(inproc_hub, forging(inproc_hub, edit, {str(digest_bytes(bomb, "sha256")): bomb}, asked)),
+    )
     tracemalloc.start()
     try:
         with pytest.raises(DigestInvalid, match="inflates past its declared 8,192 bytes"):

@@ -18,8 +18,7 @@ from forkd_client.hub.presigned import (
 def test_spans_merge_neighbours_within_the_gap_and_the_size_limit():
     batch = [(100, 10), (0, 10), (15, 5), (1000, 10), (1012, 8)]
     assert merge_spans(batch, gap=5, max_span=1 << 20) == [(0, 20), (100, 110), (1000, 1020)]
-    assert merge_spans(batch, gap=0, max_span=1 << 20) == [(0, 10), (15, 20), (100, 110), (1000, 1010),
-                                                           (1012, 1020)]
+    assert merge_spans(batch, gap=0, max_span=1 << 20) == [(0, 10), (15, 20), (100, 110), (1000, 1010), (1012, 1020)]
     assert merge_spans([(0, 10), (10, 10), (20, 10)], gap=0, max_span=20) == [(0, 20), (20, 30)]
 
 
@@ -56,12 +55,17 @@ def test_urls_without_a_stated_life_are_not_reused_and_forget_drops_one():
 
 # -- fetch plans (a recipe blob's bytes as ranges of pack objects) ---------------------------------
 
-PACKS = {"http://s3.test/p/a?X-Amz-Signature=1": bytes(range(256)) * 4,
-         "http://s3.test/p/b?X-Amz-Signature=2": bytes(reversed(range(256))) * 4}
+PACKS = {
+    "http://s3.test/p/a?X-Amz-Signature=1": bytes(range(256)) * 4,
+    "http://s3.test/p/b?X-Amz-Signature=2": bytes(reversed(range(256))) * 4,
+}
 A, B = PACKS
 # blob bytes [0, 100) = a[500:600], [100, 150) = b[10:60], [150, 300) = a[0:150]
-PLAN = {"digest": "sha256:" + "0" * 64, "sources": [A, B],
-        "segments": [[0, 100, 0, 500], [100, 50, 1, 10], [150, 150, 0, 0]]}
+PLAN = {
+    "digest": "sha256:" + "0" * 64,
+    "sources": [A, B],
+    "segments": [[0, 100, 0, 500], [100, 50, 1, 10], [150, 150, 0, 0]],
+}
 BLOB = PACKS[A][500:600] + PACKS[B][10:60] + PACKS[A][0:150]
 
 
@@ -69,6 +73,7 @@ def _get(calls: list[tuple[str, int, int]]):
     def get(url: str, start: int, end: int) -> memoryview:
         calls.append((url, start, end))
         return memoryview(PACKS[url][start:end])
+
     return get
 
 
@@ -82,15 +87,18 @@ def test_a_plan_is_fetched_from_its_sources_and_cut_back_into_the_ranges_asked()
     assert sorted(calls) == sorted([(A, 0, 600), (B, 10, 60)])
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"digest": "sha256:" + "1" * 64}, "not a plan for this blob"),
-    ({"sources": ["file:///etc/passwd", B]}, "not http"),
-    ({"segments": [[0, 100, 2, 0]]}, "malformed segment"),
-    ({"segments": [[0, 100, 0, 0], [50, 100, 0, 0]]}, "overlapping"),
-    ({"segments": [[0, 100, 0, 0], [101, 199, 0, 0]]}, "does not cover bytes 100-"),
-    ({"segments": [[0, 0, 0, 0]]}, "malformed segment"),
-    ({"segments": "all of it"}, "no segment list"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"digest": "sha256:" + "1" * 64}, "not a plan for this blob"),
+        ({"sources": ["file:///etc/passwd", B]}, "not http"),
+        ({"segments": [[0, 100, 2, 0]]}, "malformed segment"),
+        ({"segments": [[0, 100, 0, 0], [50, 100, 0, 0]]}, "overlapping"),
+        ({"segments": [[0, 100, 0, 0], [101, 199, 0, 0]]}, "does not cover bytes 100-"),
+        ({"segments": [[0, 0, 0, 0]]}, "malformed segment"),
+        ({"segments": "all of it"}, "no segment list"),
+    ],
+)
 def test_a_broken_plan_is_refused_naming_what_is_wrong(change, message):
     with pytest.raises(HubError, match=message):
         parse_plan({**PLAN, **change}, PLAN["digest"], [(0, 300)])

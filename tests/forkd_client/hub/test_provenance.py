@@ -26,9 +26,18 @@ NOW = "2026-12-01T03:00:00Z"
 
 
 def test_github_actions_facts_use_oci_keys_where_they_exist():
-    env = {"GITHUB_ACTIONS": "true", "GITHUB_SHA": "abc123", "GITHUB_REPOSITORY": "acme/envs",
-           "GITHUB_SERVER_URL": "https://ghe.example.com/", "GITHUB_RUN_ID": "99", "GITHUB_RUN_ATTEMPT": "2",
-           "GITHUB_WORKFLOW": "bake", "RUNNER_NAME": "r1", "CI": "true", "GITLAB_CI": "true"}
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_SHA": "abc123",
+        "GITHUB_REPOSITORY": "acme/envs",
+        "GITHUB_SERVER_URL": "https://ghe.example.com/",
+        "GITHUB_RUN_ID": "99",
+        "GITHUB_RUN_ATTEMPT": "2",
+        "GITHUB_WORKFLOW": "bake",
+        "RUNNER_NAME": "r1",
+        "CI": "true",
+        "GITLAB_CI": "true",
+    }
     assert ci_annotations(env, created=NOW) == {
         "dev.forkd.ci.system": "github-actions",
         "org.opencontainers.image.revision": "abc123",
@@ -42,23 +51,44 @@ def test_github_actions_facts_use_oci_keys_where_they_exist():
 
 
 def test_gitlab_generic_and_no_ci():
-    gitlab = ci_annotations({"GITLAB_CI": "true", "CI_COMMIT_SHA": "def", "CI_PROJECT_URL": "https://gl/acme/envs",
-                             "CI_PIPELINE_URL": "https://gl/acme/envs/-/pipelines/1", "CI_JOB_URL": "https://gl/j/2",
-                             "CI_RUNNER_DESCRIPTION": "shared", "CI_JOB_NAME": ""}, created=NOW)
+    gitlab = ci_annotations(
+        {
+            "GITLAB_CI": "true",
+            "CI_COMMIT_SHA": "def",
+            "CI_PROJECT_URL": "https://gl/acme/envs",
+            "CI_PIPELINE_URL": "https://gl/acme/envs/-/pipelines/1",
+            "CI_JOB_URL": "https://gl/j/2",
+            "CI_RUNNER_DESCRIPTION": "shared",
+            "CI_JOB_NAME": "",
+        },
+        created=NOW,
+    )
     assert gitlab["dev.forkd.ci.system"] == "gitlab-ci" and gitlab["org.opencontainers.image.revision"] == "def"
-    assert gitlab["dev.forkd.ci.run-url"].endswith("/pipelines/1") and gitlab["dev.forkd.ci.job-url"] == "https://gl/j/2"
+    assert (
+        gitlab["dev.forkd.ci.run-url"].endswith("/pipelines/1") and gitlab["dev.forkd.ci.job-url"] == "https://gl/j/2"
+    )
     assert "dev.forkd.ci.workflow" not in gitlab  # empty variables are left out
-    assert ci_annotations({"CI": "1"}, created=NOW) == {"dev.forkd.ci.system": "generic",
-                                                       "org.opencontainers.image.created": NOW}
+    assert ci_annotations({"CI": "1"}, created=NOW) == {
+        "dev.forkd.ci.system": "generic",
+        "org.opencontainers.image.created": NOW,
+    }
     assert ci_annotations({"CI": "false", "GITHUB_ACTIONS": "false"}) == {}
     assert ci_annotations({}) == {}
 
 
 def test_annotations_are_validated_and_a_later_key_wins():
     assert parse_annotations(["a.b=1", "org.example/team=ml", "a.b=2", "empty="]) == {
-        "a.b": "2", "org.example/team": "ml", "empty": ""}
-    for bad, message in (("novalue", "expected KEY=VALUE"), ("=v", "the key ''"), ("-x=1", "the key '-x'"),
-                         ("k=line\nbreak", "control character"), ("k=" + "x" * 4097, "over 4096")):
+        "a.b": "2",
+        "org.example/team": "ml",
+        "empty": "",
+    }
+    for bad, message in (
+        ("novalue", "expected KEY=VALUE"),
+        ("=v", "the key ''"),
+        ("-x=1", "the key '-x'"),
+        ("k=line\nbreak", "control character"),
+        ("k=" + "x" * 4097, "over 4096"),
+    ):
         with pytest.raises(UsageError, match=message):
             parse_annotations([bad])
     with pytest.raises(UsageError, match="at most 64"):
@@ -67,16 +97,27 @@ def test_annotations_are_validated_and_a_later_key_wins():
 
 def test_the_statement_names_the_head_and_its_parents():
     statement = provenance_statement(
-        subject_name="hub/acme/py:v1", subject_digest="sha256:" + "a" * 64, chain=["sha256:" + "b" * 64, "sha256:" + "a" * 64],
-        annotations={"org.opencontainers.image.source": "https://x/acme/envs", "org.opencontainers.image.revision": "c0",
-                     "dev.forkd.ci.system": "generic"},
-        user_annotations={"k": "v"}, started=NOW, finished=NOW, forkd_version="1")
+        subject_name="hub/acme/py:v1",
+        subject_digest="sha256:" + "a" * 64,
+        chain=["sha256:" + "b" * 64, "sha256:" + "a" * 64],
+        annotations={
+            "org.opencontainers.image.source": "https://x/acme/envs",
+            "org.opencontainers.image.revision": "c0",
+            "dev.forkd.ci.system": "generic",
+        },
+        user_annotations={"k": "v"},
+        started=NOW,
+        finished=NOW,
+        forkd_version="1",
+    )
     assert statement["_type"] == STATEMENT_TYPE and statement["predicateType"] == PREDICATE_TYPE
     assert statement["subject"] == [{"name": "hub/acme/py:v1", "digest": {"sha256": "a" * 64}}]
     build = statement["predicate"]["buildDefinition"]
     assert build["buildType"] == BUILD_TYPE and build["externalParameters"]["annotations"] == {"k": "v"}
-    assert build["resolvedDependencies"] == [{"uri": "git+https://x/acme/envs", "digest": {"gitCommit": "c0"}},
-                                             {"name": "parent layer", "digest": {"sha256": "b" * 64}}]
+    assert build["resolvedDependencies"] == [
+        {"uri": "git+https://x/acme/envs", "digest": {"gitCommit": "c0"}},
+        {"name": "parent layer", "digest": {"sha256": "b" * 64}},
+    ]
     assert statement["predicate"]["runDetails"]["builder"]["id"] == "urn:forkd-hub:builder:generic"
 
 
@@ -85,8 +126,16 @@ def test_provenance_is_a_verified_referrer_of_the_head(chain3, inproc_hub):
     client = inproc_hub.client(token)
     result = push(chain3, client, "head", Reference.parse("acme/py:v1"))
     chain = [link.digest for link in result.links]
-    attached = attach_provenance(client, "acme/py", "v1", chain, annotations=ci_annotations({"CI": "true"}, created=NOW),
-                                 user_annotations={"org.example.team": "ml"}, started=NOW, forkd_version="1")
+    attached = attach_provenance(
+        client,
+        "acme/py",
+        "v1",
+        chain,
+        annotations=ci_annotations({"CI": "true"}, created=NOW),
+        user_annotations={"org.example.team": "ml"},
+        started=NOW,
+        forkd_version="1",
+    )
     listed = list_referrers(client, "acme/py", result.digest)
     assert [r["digest"] for r in listed] == [attached["digest"]]
     assert listed[0]["artifactType"] == ARTIFACT_TYPE and listed[0]["annotations"] == attached["annotations"]

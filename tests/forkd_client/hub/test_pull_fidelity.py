@@ -56,8 +56,9 @@ def test_pulled_links_that_resize_memory(store, other_store, inproc_hub, tmp_pat
 
 
 def with_snapshot_json(src, doc: dict):
-    (src / "snapshot.json").write_text(json.dumps({"vmstate": "/elsewhere/vmstate", "memory": "/elsewhere/memory.bin",
-                                                   **doc}, indent=2))
+    (src / "snapshot.json").write_text(
+        json.dumps({"vmstate": "/elsewhere/vmstate", "memory": "/elsewhere/memory.bin", **doc}, indent=2)
+    )
     return src
 
 
@@ -67,23 +68,29 @@ def fields(directory) -> dict:
     return {k: v for k, v in doc.items() if k not in ("vmstate", "memory", "parent_tag", "parent_content_hash")}
 
 
-def test_every_snapshot_json_field_round_trips_push_pull_pack_unpack(store, other_store, inproc_hub, tmp_path,
-                                                                     rootfs_dirs):
+def test_every_snapshot_json_field_round_trips_push_pull_pack_unpack(
+    store, other_store, inproc_hub, tmp_path, rootfs_dirs
+):
     """volumes, rootfs (outside the directory: forkd's from-image cache; inside: the layer's own
     file) and unknown fields survive push → pull → pack → unpack, and forkd spawns every link."""
     image = rootfs_dirs / "python-3-12-slim.ext4"
     image.parent.mkdir(parents=True)
     image.write_bytes(os.urandom(8192))
     volume = {"host_path": "/var/lib/forkd/vol/pip.img", "guest_path": "/opt/cache", "read_only": True}
-    base = with_snapshot_json(make_base_source(tmp_path / "src-base", seed=1),
-                              {"volumes": [volume], "rootfs": str(image), "x_future": {"n": 1}})
-    head = with_snapshot_json(make_zeroing_link(tmp_path / "src-head", base / "memory.bin", seed=2),
-                              {"volumes": [], "x_note": "head"})
+    base = with_snapshot_json(
+        make_base_source(tmp_path / "src-base", seed=1),
+        {"volumes": [volume], "rootfs": str(image), "x_future": {"n": 1}},
+    )
+    head = with_snapshot_json(
+        make_zeroing_link(tmp_path / "src-head", base / "memory.bin", seed=2), {"volumes": [], "x_note": "head"}
+    )
     (head / "rootfs.ext4").write_bytes(os.urandom(4096) + bytes(8192))
     store.import_snapshot(base, "base")
     store.import_snapshot(head, "head", parent="base")
-    want = {"base": {"volumes": [volume], "rootfs": str(image), "x_future": {"n": 1}},
-            "head": {"volumes": [], "x_note": "head", "rootfs": str(store.path("head") / "rootfs.ext4")}}
+    want = {
+        "base": {"volumes": [volume], "rootfs": str(image), "x_future": {"n": 1}},
+        "head": {"volumes": [], "x_note": "head", "rootfs": str(store.path("head") / "rootfs.ext4")},
+    }
     assert {t: fields(store.path(t)) for t in want} == want
     assert_forkd_sees_every_link(store.snapshots_dir, ["base", "head"], tmp_path / "w0")  # as imported
 
@@ -109,8 +116,9 @@ def test_every_snapshot_json_field_round_trips_push_pull_pack_unpack(store, othe
 
     # forkd's own pull against our registry.json: the hub's pack keeps the fields too
     with SnapshotStore(tmp_path / "fourth") as fourth:
-        installed = pull_from_registry(fourth, "http://testserver.local/registry.json", "acme/f@v1",
-                                       http=inproc_hub.http)
+        installed = pull_from_registry(
+            fourth, "http://testserver.local/registry.json", "acme/f@v1", http=inproc_hub.http
+        )
         assert [s.tag for s in installed][-1] == "f"
         base_tag = installed[0].tag
         assert fields(fourth.path(base_tag)) == want["base"]

@@ -146,8 +146,9 @@ def test_two_pulls_racing_for_the_same_chain_both_succeed(chain3, other_store, i
     assert not list(other_store.staging_root.iterdir())  # our copies were dropped
 
 
-def test_a_flipped_byte_anywhere_in_a_pulled_chain_is_caught_by_the_deep_check(chain3, other_store, inproc_hub,
-                                                                              monkeypatch, capsys):
+def test_a_flipped_byte_anywhere_in_a_pulled_chain_is_caught_by_the_deep_check(
+    chain3, other_store, inproc_hub, monkeypatch, capsys
+):
     """``inspect --verify --deep`` hashes every file again in full: a byte flipped where no stat
     fingerprint shows it (the verified-content record made to vouch for the old digest, as
     bit rot below the filesystem would) is still reported, whatever the link and offset."""

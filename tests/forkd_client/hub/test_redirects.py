@@ -85,8 +85,11 @@ def test_pull_takes_every_data_byte_from_the_store_without_the_token(chain3, oth
     plans = [x for x in blob_gets if x.status == 200 and x.response_headers["content-type"].startswith(BLOB_PLAN)]
     assert plans, "no data blob was answered with a fetch plan"
     assert all(x.status == 307 or x in plans for x in blob_gets), [(x.target, x.status) for x in blob_gets]
-    assert all("octet-stream" not in x.response_headers.get("content-type", "")
-               and "byteranges" not in x.response_headers.get("content-type", "") for x in hub_side)
+    assert all(
+        "octet-stream" not in x.response_headers.get("content-type", "")
+        and "byteranges" not in x.response_headers.get("content-type", "")
+        for x in hub_side
+    )
 
     # ... so every data byte the pull fetched came from the store: ranges of the pack objects.
     store_side = _wire(capture)
@@ -129,8 +132,9 @@ def test_forkd_packs_are_redirected_to_the_store(chain3, s3_hub, capture):
     token = s3_hub.token("ci", "push:acme/*")
     push(chain3, s3_hub.client(token), "head", Reference.parse("acme/py:v1"))
     with httpx.Client(timeout=120) as http:
-        first = http.get(f"{s3_hub.url}/packs/acme/py/v1.forkd-snapshot.tar.zst",
-                         headers={"Authorization": f"Bearer {token}"})
+        first = http.get(
+            f"{s3_hub.url}/packs/acme/py/v1.forkd-snapshot.tar.zst", headers={"Authorization": f"Bearer {token}"}
+        )
         assert first.status_code == 307
         location = first.headers["location"]
         assert location.startswith(capture.url) and "X-Amz-Signature=" in location

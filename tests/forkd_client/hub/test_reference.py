@@ -47,8 +47,11 @@ def test_parse_rejects(text, fragment):
 def test_a_first_component_is_a_host_only_with_a_dot_a_colon_or_localhost(text):
     """Issue 16 item 10 (docker's rule): 'hub/acme/py' is a three-part name, not host 'hub'."""
     first = text.split("/")[0]
-    with pytest.raises(InvalidReference, match=rf"{first!r} is not a host \(a host has a '\.' or a ':' or is "
-                                               r"'localhost'\); the name must be namespace/repo"):
+    with pytest.raises(
+        InvalidReference,
+        match=rf"{first!r} is not a host \(a host has a '\.' or a ':' or is "
+        r"'localhost'\); the name must be namespace/repo",
+    ):
         Reference.parse(text)
 
 

@@ -25,8 +25,9 @@ def test_pull_by_digest_rejects_a_chain_ending_in_another_snapshot(chain3, other
     token = inproc_hub.token("ci", "push:acme/*")
     mid = push(chain3, inproc_hub.client(token), "mid", Reference.parse("acme/py:mid")).digest
     push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:head"))
-    head_chain = inproc_hub.http.get("/api/v1/repositories/acme/py/chain/head",
-                                     headers={"Authorization": f"Bearer {token}"}).content
+    head_chain = inproc_hub.http.get(
+        "/api/v1/repositories/acme/py/chain/head", headers={"Authorization": f"Bearer {token}"}
+    ).content
 
     def swap(request: httpx.Request) -> httpx.Response | None:
         if "/chain/" in request.url.path:  # a hostile hub answers a pinned digest with another snapshot
@@ -154,8 +155,12 @@ def test_a_garbled_chain_response_is_a_hub_error(body):
 
 
 def test_garbled_upload_and_query_responses_are_hub_errors():
-    client = _mock(lambda request: httpx.Response(202 if request.method == "POST" and "uploads" in request.url.path
-                                                  else 200, json={"found": {"blake3:00": {"blob": 1}}}))
+    client = _mock(
+        lambda request: httpx.Response(
+            202 if request.method == "POST" and "uploads" in request.url.path else 200,
+            json={"found": {"blake3:00": {"blob": 1}}},
+        )
+    )
     with pytest.raises(HubError, match="Location"):
         client.start_upload("acme/py")
     with pytest.raises(HubError, match="frames/query"):

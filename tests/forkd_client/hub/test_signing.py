@@ -133,7 +133,9 @@ def test_a_tampered_layer_blob_on_the_hub_installs_nothing(chain3, other_store, 
     pushed = push(chain3, client, "head", REF, sign=key)
     head, _ = client.get_manifest("team/py", pushed.digest)
     vmstate = json.loads(head)["layers"]
-    digest = next(layer["digest"] for layer in vmstate if layer["mediaType"].startswith("application/vnd.forkd.vmstate"))
+    digest = next(
+        layer["digest"] for layer in vmstate if layer["mediaType"].startswith("application/vnd.forkd.vmstate")
+    )
     algorithm, hexdigest = digest.split(":")
     path = tmp_path / "hub" / "blobs" / "blobs" / algorithm / hexdigest[:2] / hexdigest
     data = bytearray(path.read_bytes())
@@ -161,8 +163,9 @@ def test_trusted_keys_per_namespace_from_the_client_config(tmp_path: Path, key):
         trusted.for_namespace("team")
 
 
-def test_a_hub_that_lists_another_heads_signature_as_a_referrer_is_refused(chain3, other_store, inproc_hub, key,
-                                                                            tmp_path):
+def test_a_hub_that_lists_another_heads_signature_as_a_referrer_is_refused(
+    chain3, other_store, inproc_hub, key, tmp_path
+):
     """The referrer link is the hub's word: a hostile hub answers the referrers of B with A's genuine
     signature artifact. The artifact's own subject (A) gives it away."""
     client = inproc_hub.client(inproc_hub.token("ci", "push:team/*"))
@@ -170,13 +173,20 @@ def test_a_hub_that_lists_another_heads_signature_as_a_referrer_is_refused(chain
     other = make_link_source(tmp_path / "other", chain3.path("mid") / "memory.bin", seed=7)
     chain3.import_snapshot(other, "other", parent="mid")
     b = push(chain3, client, "other", Reference.parse("team/py:b"))
-    listing = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-                          "manifests": client.referrers("team/py", a.digest)}).encode()  # A's genuine referrers
+    listing = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": client.referrers("team/py", a.digest),
+        }
+    ).encode()  # A's genuine referrers
     assert a.signature in listing.decode()
 
     def tamper(request: httpx.Request):
         if request.url.path == f"/v2/team/py/referrers/{b.digest}":
-            return httpx.Response(200, content=listing, headers={"Content-Type": "application/vnd.oci.image.index.v1+json"})
+            return httpx.Response(
+                200, content=listing, headers={"Content-Type": "application/vnd.oci.image.index.v1+json"}
+            )
         return None
 
     hostile = HubClient("http://hub.test", client.token, http=proxy(inproc_hub, tamper))
@@ -195,8 +205,10 @@ def test_junk_referrers_do_not_hide_a_genuine_signature(chain3, other_store, cli
         artifact = signature_artifact(envelope, fingerprint(junk.public_key()), pushed.digest, len(head))
         client.finish_upload(client.upload_chunk(client.start_upload("team/py"), envelope, 0), artifact.envelope_digest)
         if i == 0:
-            client.finish_upload(client.upload_chunk(client.start_upload("team/py"), b"{}", 0),
-                                 "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
+            client.finish_upload(
+                client.upload_chunk(client.start_upload("team/py"), b"{}", 0),
+                "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+            )
         client.put_manifest("team/py", artifact.digest, artifact.manifest)
     genuine = push_signature(client, "team/py", pushed.digest, key)  # the newest, behind 40 junk ones
     assert verify_head(client, "team/py", pushed.digest, [key.public_key()]).artifact == genuine

@@ -45,7 +45,8 @@ def test_anonymous_may_pull_public_repositories_only(hub: Hub, pushed):
             assert expect_error(r, 401, "UNAUTHORIZED") == {"reason": "required"}, path
             assert r.headers["WWW-Authenticate"] == (
                 f'Bearer realm="http://testserver.local/v2/token",service="testserver.local",'
-                f'scope="repository:{repo}:pull"')
+                f'scope="repository:{repo}:pull"'
+            )
     assert hub.client.head(f"/v2/acme/private/blobs/{blob}").status_code == 401
 
 
@@ -82,12 +83,14 @@ def test_expired_and_revoked_tokens_get_401(hub: Hub, pushed):
         return await past.create("old", ["pull:acme/*"], timedelta(days=1))
 
     token = hub.call(expired_token)
-    assert expect_error(hub.client.get("/v2/acme/public/tags/list", headers=auth(token)), 401,
-                        "UNAUTHORIZED") == {"reason": "expired"}
+    assert expect_error(hub.client.get("/v2/acme/public/tags/list", headers=auth(token)), 401, "UNAUTHORIZED") == {
+        "reason": "expired"
+    }
     revoked = hub.token("gone", "pull:acme/*")
     hub.call(hub.client.app.state.tokens.revoke, "gone")
-    assert expect_error(hub.client.get("/v2/acme/public/tags/list", headers=auth(revoked)), 401,
-                        "UNAUTHORIZED") == {"reason": "revoked"}
+    assert expect_error(hub.client.get("/v2/acme/public/tags/list", headers=auth(revoked)), 401, "UNAUTHORIZED") == {
+        "reason": "revoked"
+    }
 
 
 def test_writes_need_their_scope(hub: Hub, pushed, images, tmp_path):
@@ -107,8 +110,9 @@ def test_writes_need_their_scope(hub: Hub, pushed, images, tmp_path):
         assert detail["repository"] == "acme/public"
     # the same for a private repository: no hint whether it exists
     expect_error(hub.client.put("/v2/acme/private/manifests/v2", content=layer.manifest), 401, "UNAUTHORIZED")
-    expect_error(hub.client.put("/v2/zzz/unknown/manifests/v2", content=layer.manifest, headers=auth(puller)), 403,
-                 "DENIED")
+    expect_error(
+        hub.client.put("/v2/zzz/unknown/manifests/v2", content=layer.manifest, headers=auth(puller)), 403, "DENIED"
+    )
 
 
 def test_blobs_are_served_only_through_repositories_that_link_them(hub: Hub, pushed):
@@ -116,8 +120,9 @@ def test_blobs_are_served_only_through_repositories_that_link_them(hub: Hub, pus
     admin = hub.token("root", "admin")
     hub.client.post("/v2/acme/empty/blobs/uploads/", headers=auth(admin))  # exists, links nothing
     expect_error(hub.client.get(f"/v2/acme/empty/blobs/{blob}", headers=auth(admin)), 404, "BLOB_UNKNOWN")
-    expect_error(hub.client.get(f"/v2/acme/empty/manifests/{layer.digest}", headers=auth(admin)), 404,
-                 "MANIFEST_UNKNOWN")
+    expect_error(
+        hub.client.get(f"/v2/acme/empty/manifests/{layer.digest}", headers=auth(admin)), 404, "MANIFEST_UNKNOWN"
+    )
 
 
 def test_the_access_log_names_the_caller(hub: Hub, pushed, caplog):

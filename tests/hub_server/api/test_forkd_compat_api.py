@@ -115,8 +115,10 @@ def test_packs_hold_the_pushed_files(hub: Hub, published, images, tmp_path):
     assert same_bytes(v1.links[0].directory / "memory.bin", images[0][0])
     assert (v1.links[0].directory / "vmstate").read_bytes() == images[0][1]
     assert json.loads((v1.links[0].directory / "snapshot.json").read_text()) == {
-        "vmstate": str(v1.links[0].directory / "vmstate"), "memory": str(v1.links[0].directory / "memory.bin"),
-        "volumes": []}
+        "vmstate": str(v1.links[0].directory / "vmstate"),
+        "memory": str(v1.links[0].directory / "memory.bin"),
+        "volumes": [],
+    }
 
     v2 = unpack(chain.content, tmp_path / "v2")
     assert v2.version == 2 and v2.tag == "vm" and len(v2.links) == 2
@@ -152,8 +154,9 @@ def test_pack_references(hub: Hub, published, tmp_path):
     expect_error(hub.client.get("/packs/acme/vm/@sha256:zz.forkd-snapshot.tar.zst"), 400, "DIGEST_INVALID")
 
     # a tag on a chain index packs the chain's head, the same bytes as the head's own tag
-    index = chain_index([Descriptor(mt.OCI_MANIFEST, x.digest, len(x.manifest), artifact_type=mt.LAYER_ARTIFACT)
-                         for x in layers])
+    index = chain_index(
+        [Descriptor(mt.OCI_MANIFEST, x.digest, len(x.manifest), artifact_type=mt.LAYER_ARTIFACT) for x in layers]
+    )
     hub.pusher(admin).put_manifest("acme/vm", "chain", index, media_type=mt.OCI_INDEX)
     entry = registry(hub)["acme/vm"]["versions"]["chain"]
     assert entry["sha256"] == hashlib.sha256(by_tag).hexdigest()

@@ -10,8 +10,12 @@ def test_every_api_operation_documents_its_errors(hub: Hub) -> None:
     schema = hub.client.get("/schema/openapi.json").json()
     envelope = schema["components"]["schemas"]["ErrorEnvelope"]
     assert envelope["required"] == ["errors"]
-    operations = [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()
-                  if path.startswith(("/v2", "/api/"))]
+    operations = [
+        (path, method, op)
+        for path, item in schema["paths"].items()
+        for method, op in item.items()
+        if path.startswith(("/v2", "/api/"))
+    ]
     assert len(operations) > 15
     for path, method, op in operations:
         for status in ("400", "401", "403", "404", "500", "503"):

@@ -15,22 +15,26 @@ from manifest.digest import digest_bytes
 from tests.hub_server.pushing import expect_error, parse_byteranges
 
 
-@pytest.mark.parametrize(("header", "expected"), [
-    ("bytes=0-9", [(0, 9)]),
-    ("bytes=5-", [(5, 99)]),
-    ("bytes=-10", [(90, 99)]),
-    ("bytes=-1000", [(0, 99)]),
-    ("bytes=90-200", [(90, 99)]),
-    ("bytes=0-0, 10-19 ,99-99", [(0, 0), (10, 19), (99, 99)]),
-    ("bytes=100-200,0-1", [(0, 1)]),  # unsatisfiable parts are dropped when others remain
-    ("BYTES=1-2", [(1, 2)]),
-])
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("bytes=0-9", [(0, 9)]),
+        ("bytes=5-", [(5, 99)]),
+        ("bytes=-10", [(90, 99)]),
+        ("bytes=-1000", [(0, 99)]),
+        ("bytes=90-200", [(90, 99)]),
+        ("bytes=0-0, 10-19 ,99-99", [(0, 0), (10, 19), (99, 99)]),
+        ("bytes=100-200,0-1", [(0, 1)]),  # unsatisfiable parts are dropped when others remain
+        ("BYTES=1-2", [(1, 2)]),
+    ],
+)
 def test_parse_range(header, expected):
     assert parse_range(header, 100, 256) == expected
 
 
-@pytest.mark.parametrize("header", ["bytes=100-", "bytes=-0", "items=0-1", "bytes=", "bytes=5-1", "bytes=a-b",
-                                    "bytes=1-2-3", "0-1"])
+@pytest.mark.parametrize(
+    "header", ["bytes=100-", "bytes=-0", "items=0-1", "bytes=", "bytes=5-1", "bytes=a-b", "bytes=1-2-3", "0-1"]
+)
 def test_unsatisfiable_or_malformed_ranges_are_416(header):
     with pytest.raises(HubError) as e:
         parse_range(header, 100, 256)
@@ -48,7 +52,7 @@ def test_multipart_length_is_exact():
     data = bytes(range(256)) * 4
 
     async def read(offset, length):
-        yield data[offset:offset + length]
+        yield data[offset : offset + length]
 
     async def collect() -> bytes:
         return b"".join([p async for p in multipart_body("b0und", "application/octet-stream", ranges, len(data), read)])
@@ -57,7 +61,7 @@ def test_multipart_length_is_exact():
     body = asyncio.run(collect())
     assert len(body) == multipart_length("b0und", "application/octet-stream", ranges, len(data))
     parts = parse_byteranges("multipart/byteranges; boundary=b0und", body)
-    assert [(a, b, d) for a, b, d in parts] == [(a, b, data[a:b + 1]) for a, b in ranges]
+    assert [(a, b, d) for a, b, d in parts] == [(a, b, data[a : b + 1]) for a, b in ranges]
 
 
 @pytest.fixture
@@ -66,10 +70,15 @@ def blob(make_hub):
     token = hub.token("admin", "admin")
     data = os.urandom(200_000)
     digest = str(digest_bytes(data))
-    hub.client.post("/v2/acme/vm/blobs/uploads/", params={"digest": digest}, content=data,
-                    headers={"Authorization": f"Bearer {token}"})
-    hub.client.patch("/api/v1/repositories/acme/vm", json={"public": True},
-                     headers={"Authorization": f"Bearer {token}"})
+    hub.client.post(
+        "/v2/acme/vm/blobs/uploads/",
+        params={"digest": digest},
+        content=data,
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    hub.client.patch(
+        "/api/v1/repositories/acme/vm", json={"public": True}, headers={"Authorization": f"Bearer {token}"}
+    )
     return hub, data, f"/v2/acme/vm/blobs/{digest}", digest
 
 
@@ -96,7 +105,7 @@ def test_several_ranges_are_multipart(blob):
     r = hub.client.get(url, headers={"Range": "bytes=" + ",".join(f"{a}-{b}" for a, b in spans)})
     assert r.status_code == 206 and int(r.headers["Content-Length"]) == len(r.content)
     parts = parse_byteranges(r.headers["Content-Type"], r.content)
-    assert parts == [(a, b, data[a:b + 1]) for a, b in spans]
+    assert parts == [(a, b, data[a : b + 1]) for a, b in spans]
 
 
 def test_range_errors_through_the_app(blob):

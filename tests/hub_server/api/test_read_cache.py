@@ -18,19 +18,30 @@ from tests.hub_server.pushing import auth, check, expect_error
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
-def push_image(http: httpx.Client, repo: str, ref: str, n: int, headers: dict[str, str], *,
-               public: bool = False) -> str:
+def push_image(
+    http: httpx.Client, repo: str, ref: str, n: int, headers: dict[str, str], *, public: bool = False
+) -> str:
     """Push a small OCI image (config + one layer, distinct for each ``n``) tagged ``ref``; its digest."""
     descriptors = []
-    for media_type, data in (("application/vnd.oci.image.config.v1+json", b'{"architecture":"amd64","os":"linux"}'),
-                             ("application/vnd.oci.image.layer.v1.tar", f"layer {n}".encode() * 50)):
+    for media_type, data in (
+        ("application/vnd.oci.image.config.v1+json", b'{"architecture":"amd64","os":"linux"}'),
+        ("application/vnd.oci.image.layer.v1.tar", f"layer {n}".encode() * 50),
+    ):
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         check(http.post(f"/v2/{repo}/blobs/uploads/", params={"digest": digest}, content=data, headers=headers), 201)
         descriptors.append({"mediaType": media_type, "digest": digest, "size": len(data)})
-    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptors[0],
-                       "layers": descriptors[1:]}).encode()
-    check(http.put(f"/v2/{repo}/manifests/{ref}", content=body, params={"public": "true"} if public else None,
-                   headers={**headers, "Content-Type": OCI_MANIFEST}), 201)
+    body = json.dumps(
+        {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descriptors[0], "layers": descriptors[1:]}
+    ).encode()
+    check(
+        http.put(
+            f"/v2/{repo}/manifests/{ref}",
+            content=body,
+            params={"public": "true"} if public else None,
+            headers={**headers, "Content-Type": OCI_MANIFEST},
+        ),
+        201,
+    )
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
@@ -73,8 +84,9 @@ def test_a_repository_made_private_is_refused_to_anonymous_callers_at_once(cache
     r = hub.client.get("/v2/acme/vm/manifests/v1")
     assert r.status_code == 401 and 'scope="repository:acme/vm:pull"' in r.headers["WWW-Authenticate"]
     reader = auth(hub.token("reader", "pull:acme/*"))
-    assert check(hub.client.get("/v2/acme/vm/manifests/v1", headers=reader), 200).headers[
-        "Docker-Content-Digest"] == first
+    assert (
+        check(hub.client.get("/v2/acme/vm/manifests/v1", headers=reader), 200).headers["Docker-Content-Digest"] == first
+    )
     other = auth(hub.token("other", "pull:other/*"))
     expect_error(hub.client.get("/v2/acme/vm/manifests/v1", headers=other), 404, "NAME_UNKNOWN")
 

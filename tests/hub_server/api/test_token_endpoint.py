@@ -42,8 +42,9 @@ def test_v2_accepts_basic_auth_and_the_api_token_as_bearer(hub: Hub):
 def test_the_challenge_uses_the_public_url_when_one_is_set(make_hub):
     hub = make_hub(public_url="https://hub.example.com")
     r = hub.client.get("/v2/acme/x/tags/list")
-    assert r.headers["WWW-Authenticate"] == ('Bearer realm="https://hub.example.com/v2/token",'
-                                             'service="hub.example.com",scope="repository:acme/x:pull"')
+    assert r.headers["WWW-Authenticate"] == (
+        'Bearer realm="https://hub.example.com/v2/token",service="hub.example.com",scope="repository:acme/x:pull"'
+    )
 
 
 def test_anonymous_writes_are_challenged_for_pull_and_push(hub: Hub):
@@ -59,8 +60,15 @@ def test_a_bad_token_is_told_invalid_token(hub: Hub):
 
 def test_token_endpoint_grants_the_requested_scopes_the_api_token_holds(hub: Hub, pushed):
     token = hub.token("reader", "pull:acme/*")
-    r = hub.client.get("/v2/token", params=[("service", "testserver.local"), ("scope", "repository:acme/private:pull"),
-                                            ("scope", "repository:acme/private:push")], headers=basic(token))
+    r = hub.client.get(
+        "/v2/token",
+        params=[
+            ("service", "testserver.local"),
+            ("scope", "repository:acme/private:pull"),
+            ("scope", "repository:acme/private:push"),
+        ],
+        headers=basic(token),
+    )
     assert r.status_code == 200 and r.headers["Cache-Control"] == "no-store"
     body = r.json()
     assert body["token"] == body["access_token"] and body["token"].startswith("fkr_")
@@ -82,8 +90,13 @@ def test_token_endpoint_takes_the_api_token_as_bearer_and_by_oauth2_password_gra
     r = hub.client.get("/v2/token", params={"scope": "repository:acme/new:pull,push"}, headers=auth(token))
     assert r.status_code == 200
     assert hub.client.post("/v2/acme/new/blobs/uploads/", headers=auth(r.json()["token"])).status_code == 202
-    form = {"grant_type": "password", "username": "x", "password": token, "service": "testserver.local",
-            "scope": "repository:acme/new:pull"}
+    form = {
+        "grant_type": "password",
+        "username": "x",
+        "password": token,
+        "service": "testserver.local",
+        "scope": "repository:acme/new:pull",
+    }
     r = hub.client.post("/v2/token", data=form)
     assert r.status_code == 200
     pull_only = auth(r.json()["token"])
@@ -96,8 +109,7 @@ def test_token_endpoint_takes_the_api_token_as_bearer_and_by_oauth2_password_gra
 
 def test_bad_credentials_at_the_token_endpoint_are_refused(hub: Hub):
     expect_error(hub.client.get("/v2/token", headers=basic("fkd_" + "y" * 43)), 401, "UNAUTHORIZED")
-    expect_error(hub.client.post("/v2/token", data={"grant_type": "password", "password": "nope"}), 401,
-                 "UNAUTHORIZED")
+    expect_error(hub.client.post("/v2/token", data={"grant_type": "password", "password": "nope"}), 401, "UNAUTHORIZED")
 
 
 def test_anonymous_token_reads_public_repositories_and_is_challenged_on_private_ones(hub: Hub, pushed):

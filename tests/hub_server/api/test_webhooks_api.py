@@ -14,8 +14,11 @@ def test_admin_adds_lists_reads_the_log_and_removes(make_hub, make_receiver, ima
     hub: Hub = make_hub(**FAST)
     admin = auth(hub.token("admin", "admin"))
     receiver: Receiver = make_receiver()
-    r = hub.client.post("/api/v1/namespaces/acme/webhooks", json={"url": receiver.url, "secret": SECRET,
-                                                                  "events": ["push"]}, headers=admin)
+    r = hub.client.post(
+        "/api/v1/namespaces/acme/webhooks",
+        json={"url": receiver.url, "secret": SECRET, "events": ["push"]},
+        headers=admin,
+    )
     assert r.status_code == 201, r.text
     created = r.json()
     assert SECRET not in r.text and created["events"] == ["push"] and created["namespace"] == "acme"
@@ -30,8 +33,9 @@ def test_admin_adds_lists_reads_the_log_and_removes(make_hub, make_receiver, ima
     log = hub.client.get(f"/api/v1/namespaces/acme/webhooks/{created['id']}/deliveries", headers=admin).json()
     assert [d["id"] for d in log] == [request.json["delivery"]]
 
-    expect_error(hub.client.delete(f"/api/v1/namespaces/other/webhooks/{created['id']}", headers=admin),
-                 404, "NOT_FOUND")
+    expect_error(
+        hub.client.delete(f"/api/v1/namespaces/other/webhooks/{created['id']}", headers=admin), 404, "NOT_FOUND"
+    )
     assert hub.client.delete(f"/api/v1/namespaces/acme/webhooks/{created['id']}", headers=admin).status_code == 204
     assert hub.client.get("/api/v1/namespaces/acme/webhooks", headers=admin).json() == []
     actions = [e["action"] for e in hub.call(hub.client.app.state.audit.query, actor="admin")]
@@ -41,21 +45,29 @@ def test_admin_adds_lists_reads_the_log_and_removes(make_hub, make_receiver, ima
 def test_only_admin_tokens_manage_webhooks(hub: Hub):
     pusher = auth(hub.token("ci", "push:acme/*", "delete:acme/*"))
     expect_error(hub.client.get("/api/v1/namespaces/acme/webhooks", headers=pusher), 403, "DENIED")
-    expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", json={"url": "http://127.0.0.1/", "secret": "x"},
-                                 headers=pusher), 403, "DENIED")
+    expect_error(
+        hub.client.post(
+            "/api/v1/namespaces/acme/webhooks", json={"url": "http://127.0.0.1/", "secret": "x"}, headers=pusher
+        ),
+        403,
+        "DENIED",
+    )
     expect_error(hub.client.get("/api/v1/namespaces/acme/webhooks"), 401, "UNAUTHORIZED")
 
 
 def test_bad_webhooks_are_invalid_requests(hub: Hub):
     admin = auth(hub.token("admin", "admin"))
-    for body, message in [({"url": "gopher://x/", "secret": "s"}, "must be http:// or https://"),
-                          ({"url": "http://127.0.0.1/", "secret": ""}, "secret"),
-                          ({"url": "http://127.0.0.1/", "secret": "s", "events": ["pull"]}, "unknown webhook event")]:
+    for body, message in [
+        ({"url": "gopher://x/", "secret": "s"}, "must be http:// or https://"),
+        ({"url": "http://127.0.0.1/", "secret": ""}, "secret"),
+        ({"url": "http://127.0.0.1/", "secret": "s", "events": ["pull"]}, "unknown webhook event"),
+    ]:
         r = hub.client.post("/api/v1/namespaces/acme/webhooks", json=body, headers=admin)
         expect_error(r, 400, "INVALID_REQUEST")
         assert message in r.json()["errors"][0]["message"]
-    expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", json={"secret": "s"}, headers=admin),
-                 400, "INVALID_REQUEST")
+    expect_error(
+        hub.client.post("/api/v1/namespaces/acme/webhooks", json={"secret": "s"}, headers=admin), 400, "INVALID_REQUEST"
+    )
 
 
 def test_a_webhook_body_is_read_only_after_authorization_and_deep_json_is_refused(hub: Hub):
@@ -63,10 +75,13 @@ def test_a_webhook_body_is_read_only_after_authorization_and_deep_json_is_refuse
     admin, and a deeply nested one is a typed 400 naming the body, not a 500."""
     deep = b"[" * 100_000 + b"]" * 100_000
     headers = {"Content-Type": "application/json"}
-    expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers=headers), 401, "UNAUTHORIZED")
+    expect_error(
+        hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers=headers), 401, "UNAUTHORIZED"
+    )
     pusher = auth(hub.token("ci", "push:acme/*"))
-    expect_error(hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers={**headers, **pusher}),
-                 403, "DENIED")
+    expect_error(
+        hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers={**headers, **pusher}), 403, "DENIED"
+    )
     admin = auth(hub.token("admin", "admin"))
     r = hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers={**headers, **admin})
     expect_error(r, 400, "INVALID_REQUEST")

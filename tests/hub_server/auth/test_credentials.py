@@ -32,8 +32,12 @@ def clock():
 
 
 def authenticator(sessions, clock: Clock, ttl: float) -> Authenticator:
-    return Authenticator(TokenService(sessions, clock=clock), RegistryTokenService(sessions, clock=clock),
-                         cache_ttl=ttl, clock=clock.seconds)
+    return Authenticator(
+        TokenService(sessions, clock=clock),
+        RegistryTokenService(sessions, clock=clock),
+        cache_ttl=ttl,
+        clock=clock.seconds,
+    )
 
 
 async def test_a_revoked_token_is_refused_once_the_ttl_has_passed(sessions, clock):

@@ -85,8 +85,7 @@ async def test_basic_auth_takes_any_user_and_the_api_token_as_password(auth):
     api_token = await auth.tokens.create("ci", ["pull:acme/*"], None)
     assert (await auth.principal(basic("whoever", api_token))).name == "ci"
     assert (await auth.api_token_principal(basic("", api_token))).name == "ci"
-    for header in (basic("ci", "wrong"), "Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode(),
-                   "Digest abc"):
+    for header in (basic("ci", "wrong"), "Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode(), "Digest abc"):
         with pytest.raises(Unauthorized):
             await auth.principal(header)
 
@@ -107,4 +106,5 @@ async def test_registry_tokens_are_not_exchanged_for_new_ones(auth):
 def test_the_challenge_lists_only_the_parameters_given():
     assert bearer_challenge("https://h/v2/token", "h") == 'Bearer realm="https://h/v2/token",service="h"'
     assert bearer_challenge("r", "s", "repository:a/b:pull", "invalid_token") == (
-        'Bearer realm="r",service="s",scope="repository:a/b:pull",error="invalid_token"')
+        'Bearer realm="r",service="s",scope="repository:a/b:pull",error="invalid_token"'
+    )

@@ -15,13 +15,16 @@ def test_parses_repeated_and_space_separated_scopes():
 
 def test_plugin_class_is_read_as_repository_and_malformed_scopes_are_skipped():
     assert parse_token_scopes(["repository(plugin):a/b:pull", "nonsense", "repository::pull", ":x:y"]) == [
-        TokenScope("repository", "a/b", ("pull",)), TokenScope("", "x", ("y",))]
+        TokenScope("repository", "a/b", ("pull",)),
+        TokenScope("", "x", ("y",)),
+    ]
 
 
 def test_grant_keeps_only_what_the_token_allows():
     principal = Principal.with_scopes("ci", ["push:acme/*", "pull:other/app"])
-    asked = parse_token_scopes(["repository:acme/app:pull,push,delete", "repository:other/app:pull,push",
-                                "repository:third/x:pull"])
+    asked = parse_token_scopes(
+        ["repository:acme/app:pull,push,delete", "repository:other/app:pull,push", "repository:third/x:pull"]
+    )
     assert grant(principal, asked) == ["pull:acme/app", "push:acme/app", "pull:other/app"]
 
 
@@ -40,6 +43,13 @@ def test_admin_gets_what_it_asks_for_and_the_catalog_everything_readable():
 
 def test_names_outside_our_grammar_and_anonymous_callers_get_nothing():
     admin = Principal.with_scopes("root", ["admin"])
-    assert grant(admin, parse_token_scopes(["repository:a/b/c:pull", "repository:A/b:pull", "repository:ab:pull",
-                                            "repository:a/*:pull"])) == []
+    assert (
+        grant(
+            admin,
+            parse_token_scopes(
+                ["repository:a/b/c:pull", "repository:A/b:pull", "repository:ab:pull", "repository:a/*:pull"]
+            ),
+        )
+        == []
+    )
     assert grant(Principal.anonymous(), parse_token_scopes(["repository:acme/app:pull"])) == []

@@ -20,8 +20,20 @@ from hub_server.db.schema import _scripts, head_revision, include_object, state,
 from hub_server.settings import Settings
 
 LEGACY_SQL = Path(__file__).with_name("legacy_v1_hub.sql")
-TABLES = {"repositories", "blobs", "repository_blobs", "manifests", "manifest_blobs", "repository_manifests",
-          "tags", "chunks", "uploads", "tokens", "audit_events", "alembic_version"}
+TABLES = {
+    "repositories",
+    "blobs",
+    "repository_blobs",
+    "manifests",
+    "manifest_blobs",
+    "repository_manifests",
+    "tags",
+    "chunks",
+    "uploads",
+    "tokens",
+    "audit_events",
+    "alembic_version",
+}
 
 
 def _tables(url: str) -> set[str]:
@@ -97,8 +109,11 @@ def test_revisions_build_exactly_the_models(empty_database):
             import_models()
             async with engine.connect() as conn:
                 return await conn.run_sync(
-                    lambda c: compare_metadata(MigrationContext.configure(c, opts={"compare_type": True, "include_object": include_object}),
-                                               SQLModel.metadata))
+                    lambda c: compare_metadata(
+                        MigrationContext.configure(c, opts={"compare_type": True, "include_object": include_object}),
+                        SQLModel.metadata,
+                    )
+                )
         finally:
             await engine.dispose()
 
@@ -142,7 +157,8 @@ def test_migrate_command_upgrades_a_pre_alembic_data_dir(tmp_path, capsys):
     settings = _legacy_data_dir(tmp_path)
     assert main(["migrate", "--data-dir", str(settings.data_dir)]) == 0
     assert f"schema revision {head_revision()}: applied revision(s) {', '.join(_pending_after('0001'))}" in (
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )
     assert main(["migrate", "--data-dir", str(settings.data_dir)]) == 0
     assert "already up to date" in capsys.readouterr().out
 
@@ -154,8 +170,11 @@ def test_an_older_schema_is_refused_unless_migrating_on_start(tmp_path, capsys, 
         async with open_hub(s) as hub:
             return hub.migrations_applied
 
-    with pytest.raises(HubStartError, match=r"schema is at revision 0001, this forkd-hub needs revision "
-                                            rf"{head_revision()}: run `forkd-hub migrate` first"):
+    with pytest.raises(
+        HubStartError,
+        match=r"schema is at revision 0001, this forkd-hub needs revision "
+        rf"{head_revision()}: run `forkd-hub migrate` first",
+    ):
         asyncio.run(go(replace(settings, migrate_on_start=False)))
     monkeypatch.setenv("FORKD_HUB_MIGRATE_ON_START", "false")
     assert main(["gc", "--data-dir", str(settings.data_dir)]) == 1

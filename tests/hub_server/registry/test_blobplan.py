@@ -37,8 +37,10 @@ def test_a_hub_that_cannot_presign_answers_a_plan_request_with_the_bytes(hub: Hu
     token = hub.token("admin", "admin")
     layers = hub.pusher(token).push_chain("acme/vm", images[:1], tmp_path / "p", "v1")
     digest, path = next(iter(layers[0].data_blobs.items()))
-    r = hub.client.get(f"/v2/acme/vm/blobs/{digest}", headers={
-        "Authorization": f"Bearer {token}", "Range": "bytes=10-99", "Accept": f"{BLOB_PLAN}, */*;q=0.5"})
+    r = hub.client.get(
+        f"/v2/acme/vm/blobs/{digest}",
+        headers={"Authorization": f"Bearer {token}", "Range": "bytes=10-99", "Accept": f"{BLOB_PLAN}, */*;q=0.5"},
+    )
     assert r.status_code == 206 and r.content == path.read_bytes()[10:100]
 
 

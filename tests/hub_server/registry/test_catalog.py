@@ -13,19 +13,23 @@ def catalog(hub: Hub, images, tmp_path):
     admin = hub.token("admin", "admin")
     pusher = hub.pusher(admin)
     layer = pusher.build_layer("acme/py-base", *images[0], tmp_path / "l")
-    for repo, public in [("acme/py-base", True), ("acme/py-numpy", True), ("beta/secret", False),
-                         ("gamma/tools", True)]:
+    for repo, public in [
+        ("acme/py-base", True),
+        ("acme/py-numpy", True),
+        ("beta/secret", False),
+        ("gamma/tools", True),
+    ]:
         pusher.push_layer(repo, layer, "v1", public=public, mount_from="acme/py-base")
-    hub.client.patch("/api/v1/repositories/acme/py-numpy", json={"description": "NumPy on top of py-base"},
-                     headers=auth(admin))
+    hub.client.patch(
+        "/api/v1/repositories/acme/py-numpy", json={"description": "NumPy on top of py-base"}, headers=auth(admin)
+    )
     return admin, layer
 
 
 def test_namespaces_and_repositories_are_filtered_by_visibility(hub: Hub, catalog):
     admin, _ = catalog
     assert hub.client.get("/api/v1/namespaces").json() == {"namespaces": ["acme", "gamma"]}
-    assert hub.client.get("/api/v1/namespaces", headers=auth(admin)).json() == {
-        "namespaces": ["acme", "beta", "gamma"]}
+    assert hub.client.get("/api/v1/namespaces", headers=auth(admin)).json() == {"namespaces": ["acme", "beta", "gamma"]}
     names = [r["name"] for r in hub.client.get("/api/v1/repositories").json()["repositories"]]
     assert names == ["acme/py-base", "acme/py-numpy", "gamma/tools"]
     first = hub.client.get("/api/v1/repositories").json()["repositories"][0]
@@ -77,15 +81,21 @@ def test_visibility_changes_need_push_or_admin(hub: Hub, catalog):
     owner = hub.token("owner", "push:beta/*")
     reader = hub.token("reader", "pull:beta/*")
     expect_error(hub.client.patch("/api/v1/repositories/beta/secret", json={"public": True}), 401, "UNAUTHORIZED")
-    expect_error(hub.client.patch("/api/v1/repositories/beta/secret", json={"public": True}, headers=auth(reader)),
-                 403, "DENIED")
+    expect_error(
+        hub.client.patch("/api/v1/repositories/beta/secret", json={"public": True}, headers=auth(reader)), 403, "DENIED"
+    )
     r = hub.client.patch("/api/v1/repositories/beta/secret", json={"public": True}, headers=auth(owner))
     assert r.status_code == 200 and r.json()["public"] is True
     assert hub.client.get("/v2/beta/secret/tags/list").status_code == 200
-    expect_error(hub.client.patch("/api/v1/repositories/beta/none", json={"public": True}, headers=auth(owner)),
-                 404, "NAME_UNKNOWN")
-    expect_error(hub.client.patch("/api/v1/repositories/beta/secret", json={"public": "yes"}, headers=auth(owner)),
-                 400, "INVALID_REQUEST")
+    expect_error(
+        hub.client.patch("/api/v1/repositories/beta/none", json={"public": True}, headers=auth(owner)),
+        404,
+        "NAME_UNKNOWN",
+    )
+    expect_error(
+        hub.client.patch("/api/v1/repositories/beta/secret", json={"public": "yes"}, headers=auth(owner)),
+        400,
+        "INVALID_REQUEST",
+    )
     events = hub.call(hub.registry.ctx.audit.query, action="visibility")
-    assert [(e["actor"], e["repository"], e["detail"]) for e in events] == [
-        ("owner", "beta/secret", {"public": True})]
+    assert [(e["actor"], e["repository"], e["detail"]) for e in events] == [("owner", "beta/secret", {"public": True})]

@@ -13,6 +13,7 @@ from tests.manifest.images import same_bytes
 def stored_pack_bytes(hub: Hub) -> int:
     async def total() -> int:
         return sum([(await hub.registry.ctx.store.stat(k)).size async for k in hub.registry.ctx.store.list("packs")])
+
     return hub.call(total)
 
 
@@ -28,8 +29,9 @@ def test_dedup_across_repositories_never_leaks_private_frames(hub: Hub, images, 
     assert stored == blob.size  # every frame once, in one pack
 
     # Alice's repository is private: Bob learns nothing about its frames, nor can he read its blob.
-    private = hub.client.post("/api/v1/repositories/bob/vm/frames/query", json={"digests": frames},
-                              headers=auth(bob)).json()
+    private = hub.client.post(
+        "/api/v1/repositories/bob/vm/frames/query", json={"digests": frames}, headers=auth(bob)
+    ).json()
     assert private == {"found": {}, "missing": len(frames)}
     expect_error(hub.client.get(f"/v2/bob/vm/blobs/{blob.digest}", headers=auth(bob)), 404, "NAME_UNKNOWN")
     # Referencing a frame he may not read fails exactly like referencing one that does not exist.
@@ -47,7 +49,7 @@ def test_dedup_across_repositories_never_leaks_private_frames(hub: Hub, images, 
     bobs.push_layer("bob/vm", same, "v1")
     assert bobs.transfer.frames_uploaded == len(frames) and bobs.transfer.frames_referenced == 0
     assert stored_pack_bytes(hub) == stored
-    (pulled, pulled_vmstate), = bobs.pull("bob/vm", "v1", tmp_path / "pull-bob")
+    ((pulled, pulled_vmstate),) = bobs.pull("bob/vm", "v1", tmp_path / "pull-bob")
     assert same_bytes(pulled, memory) and pulled_vmstate == vmstate
 
     # Once public, the same frames are reported to Carol, and her push uploads no frame.
@@ -70,15 +72,26 @@ def _recipe_referencing(pusher, repo, blob, frame_digest):
 
     data = blob.path.read_bytes()
     location = check(pusher.http.post(f"/v2/{repo}/blobs/uploads/", headers=pusher.headers), 202).headers["Location"]
-    payload = b"".join(data[f.offset:f.offset + f.length] for f in blob.frames[1:])
-    check(pusher.http.patch(location, content=payload, headers={
-        **pusher.headers, "Content-Range": f"0-{len(payload) - 1}", "Content-Type": "application/octet-stream"}), 202)
+    payload = b"".join(data[f.offset : f.offset + f.length] for f in blob.frames[1:])
+    check(
+        pusher.http.patch(
+            location,
+            content=payload,
+            headers={
+                **pusher.headers,
+                "Content-Range": f"0-{len(payload) - 1}",
+                "Content-Type": "application/octet-stream",
+            },
+        ),
+        202,
+    )
     frames = [[f.digest, f.chunk, f.raw_length, f.length, i > 0] for i, f in enumerate(blob.frames)]
     frames[0][0] = frame_digest
     recipe = {"mediaType": mt.RECIPE, "digest": blob.digest, "size": blob.size, "frames": frames}
     uuid = location.rstrip("/").rsplit("/", 1)[-1]
-    return pusher.http.post(f"/api/v1/repositories/{repo}/blobs/uploads/{uuid}/recipe", json=recipe,
-                            headers=pusher.headers)
+    return pusher.http.post(
+        f"/api/v1/repositories/{repo}/blobs/uploads/{uuid}/recipe", json=recipe, headers=pusher.headers
+    )
 
 
 def test_second_push_of_an_identical_layer_uploads_nothing(hub: Hub, admin_token, images, tmp_path):

@@ -51,8 +51,9 @@ def test_force_deletes_but_dependents_stay_pullable(hub: Hub, chain, images, tmp
     r = delete(hub, admin, layers[0].digest, force="true")
     assert r.status_code == 202
     assert r.json() == {"removed": [{"repository": "acme/vm", "digest": layers[0].digest, "tags": ["base"]}]}
-    expect_error(hub.client.get(f"/v2/acme/vm/manifests/{layers[0].digest}", headers=auth(admin)), 404,
-                 "MANIFEST_UNKNOWN")
+    expect_error(
+        hub.client.get(f"/v2/acme/vm/manifests/{layers[0].digest}", headers=auth(admin)), 404, "MANIFEST_UNKNOWN"
+    )
     expect_error(hub.client.get("/v2/acme/vm/manifests/base", headers=auth(admin)), 404, "MANIFEST_UNKNOWN")
     pulled = pusher.pull("acme/vm", "head", tmp_path / "pull")
     assert same_bytes(pulled[-1][0], images[2][0])

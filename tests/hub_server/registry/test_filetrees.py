@@ -50,8 +50,9 @@ def test_a_base_declaring_a_false_file_digest_is_refused(hub: Hub, admin_token, 
     pusher.push_layer("acme/vm", good, "v1")  # the true digest passes
 
 
-def test_sixteen_gib_of_zeros_with_a_false_digest_is_refused_without_reading_data(hub: Hub, admin_token, images,
-                                                                                  tmp_path):
+def test_sixteen_gib_of_zeros_with_a_false_digest_is_refused_without_reading_data(
+    hub: Hub, admin_token, images, tmp_path
+):
     """The issue's case: a map of no data chunks over 16 GiB declares a digest zeros do not produce."""
     good = hub.pusher(admin_token).build_layer("acme/vm", *images[0], tmp_path / "b")
     entries = tuple(e for e in good.chunk_map.entries if e.digest is None)[:1]

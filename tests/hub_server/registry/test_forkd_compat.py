@@ -93,13 +93,16 @@ def test_link_names_are_forkd_safe_and_unique():
         assert is_safe_pack_tag(name) and is_valid_cli_tag(name)
 
 
-@pytest.mark.parametrize(("created", "expected"), [
-    ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z"),
-    ("2026-03-04T05:06:07.891+02:00", "2026-03-04T03:06:07Z"),
-    ("2026-03-04T05:06:07", "2026-03-04T05:06:07Z"),
-    ("yesterday", "1970-01-01T00:00:00Z"),
-    ("1900-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),
-])
+@pytest.mark.parametrize(
+    ("created", "expected"),
+    [
+        ("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z"),
+        ("2026-03-04T05:06:07.891+02:00", "2026-03-04T03:06:07Z"),
+        ("2026-03-04T05:06:07", "2026-03-04T05:06:07Z"),
+        ("yesterday", "1970-01-01T00:00:00Z"),
+        ("1900-01-01T00:00:00Z", "1970-01-01T00:00:00Z"),
+    ],
+)
 def test_forkd_time(created, expected):
     assert forkd_time(created) == expected
 
@@ -119,7 +122,10 @@ def test_packs_are_built_once_and_rebuilt_byte_identical(hub: Hub, images, tmp_p
     layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head", public=True)
     forkd = service(hub)
     first = pack_bytes(hub, forkd, "acme/vm", "head")
-    assert stored_pack_keys(hub) == [pack_key("acme/vm", layers[-1].digest), pack_info_key("acme/vm", layers[-1].digest)]
+    assert stored_pack_keys(hub) == [
+        pack_key("acme/vm", layers[-1].digest),
+        pack_info_key("acme/vm", layers[-1].digest),
+    ]
     assert pack_bytes(hub, forkd, "acme/vm", f"@{layers[-1].digest}") == first  # served from the cache
 
     for key in stored_pack_keys(hub):  # lose the cache: a rebuild gives the very same bytes
@@ -157,13 +163,16 @@ def test_a_rootfs_and_config_metadata_reach_the_pack(hub: Hub, tmp_path):
     root1 = mutate_image(root0, tmp_path / "root1", rng, new_size=4 * MiB)
     pusher = hub.pusher(hub.token("admin", "admin"))
     base = push_rootfs_layer(pusher, "acme/py", mem0, root0, b"vm0", tmp_path / "b", None, tag="base")
-    push_rootfs_layer(pusher, "acme/py", mem1, root1, b"vm1", tmp_path / "c", (base, "py-base", mem0, root0),
-                      tag="numpy")
+    push_rootfs_layer(
+        pusher, "acme/py", mem1, root1, b"vm1", tmp_path / "c", (base, "py-base", mem0, root0), tag="numpy"
+    )
 
     unpacked = unpack(pack_bytes(hub, service(hub), "acme/py", "numpy", admin_principal()), tmp_path / "s")
     assert [link.tag for link in unpacked.links] == ["py-base", "py"]
     assert unpacked.description == "numpy on top" and unpacked.base_image == "python:3.12-slim"
-    for link, (memory, rootfs, vmstate) in zip(unpacked.links, [(mem0, root0, b"vm0"), (mem1, root1, b"vm1")], strict=True):
+    for link, (memory, rootfs, vmstate) in zip(
+        unpacked.links, [(mem0, root0, b"vm0"), (mem1, root1, b"vm1")], strict=True
+    ):
         assert same_bytes(link.directory / "memory.bin", memory)
         assert same_bytes(link.directory / "rootfs.ext4", rootfs)
         assert (link.directory / "vmstate").read_bytes() == vmstate
@@ -178,29 +187,55 @@ def admin_principal() -> Principal:
     return Principal.with_scopes("admin", ["admin"])
 
 
-def push_rootfs_layer(pusher, repo: str, memory: Path, rootfs: Path, vmstate: bytes, workdir: Path,
-                      parent: tuple[str, str, Path, Path] | None, *, tag: str) -> str:
+def push_rootfs_layer(
+    pusher,
+    repo: str,
+    memory: Path,
+    rootfs: Path,
+    vmstate: bytes,
+    workdir: Path,
+    parent: tuple[str, str, Path, Path] | None,
+    *,
+    tag: str,
+) -> str:
     """Build and push a layer carrying memory.bin and rootfs.ext4; returns its manifest digest."""
     builder = LayerBuilder(workdir / "blobs")
     files = {mt.VMSTATE_FILE: FileInfo(len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256")))}
-    for role, path, parent_path in ((mt.MEMORY_FILE, memory, parent and parent[2]),
-                                    (mt.ROOTFS_FILE, rootfs, parent and parent[3])):
+    for role, path, parent_path in (
+        (mt.MEMORY_FILE, memory, parent and parent[2]),
+        (mt.ROOTFS_FILE, rootfs, parent and parent[3]),
+    ):
         tree = file_chunk_tree(path, CHUNK)
-        builder.add_file(role, diff_files(parent_path, path, CHUNK), size=os.path.getsize(path), chunk_size=CHUNK,
-                         digest=tree, parent_digest=file_chunk_tree(parent_path, CHUNK) if parent_path else None)
+        builder.add_file(
+            role,
+            diff_files(parent_path, path, CHUNK),
+            size=os.path.getsize(path),
+            chunk_size=CHUNK,
+            digest=tree,
+            parent_digest=file_chunk_tree(parent_path, CHUNK) if parent_path else None,
+        )
         files[role] = FileInfo(os.path.getsize(path), tree, str(digest_file(path, ("sha256",))["sha256"]), CHUNK)
     maps, blobs = builder.finish()
     annotations = {mt.ANNOTATION_DESCRIPTION: "numpy on top", mt.ANNOTATION_BASE_IMAGE: "python:3.12-slim"}
-    config_bytes = LayerConfig("2026-02-03T04:05:06Z", files, ParentRef(parent[0], parent[1]) if parent else None,
-                               {"vmm": "qemu-microvm", "memMiB": 2}, annotations).to_json()
+    config_bytes = LayerConfig(
+        "2026-02-03T04:05:06Z",
+        files,
+        ParentRef(parent[0], parent[1]) if parent else None,
+        {"vmm": "qemu-microvm", "memMiB": 2},
+        annotations,
+    ).to_json()
     vm_blob = zstandard.ZstdCompressor(write_content_size=True).compress(vmstate)
     small = {config_bytes, vm_blob, *(m.to_json() for m in maps.values())}
     sizes = {b.digest: b.size for b in blobs}
     layers = [Descriptor.for_bytes(mt.VMSTATE, vm_blob)]
-    layers += [Descriptor.for_bytes(mt.CHUNK_MAP, maps[r].to_json(), **{mt.ANNOTATION_FILE: r})
-               for r in (mt.MEMORY_FILE, mt.ROOTFS_FILE)]
-    layers += [Descriptor(mt.DATA_BLOB, d, sizes[d]) for d in dict.fromkeys(
-        d for r in (mt.MEMORY_FILE, mt.ROOTFS_FILE) for d in maps[r].blobs)]
+    layers += [
+        Descriptor.for_bytes(mt.CHUNK_MAP, maps[r].to_json(), **{mt.ANNOTATION_FILE: r})
+        for r in (mt.MEMORY_FILE, mt.ROOTFS_FILE)
+    ]
+    layers += [
+        Descriptor(mt.DATA_BLOB, d, sizes[d])
+        for d in dict.fromkeys(d for r in (mt.MEMORY_FILE, mt.ROOTFS_FILE) for d in maps[r].blobs)
+    ]
     manifest = LayerManifest(Descriptor.for_bytes(mt.CONFIG, config_bytes), tuple(layers)).to_json()
     for blob in blobs:
         if not pusher.blob_exists(repo, blob.digest):
@@ -222,13 +257,12 @@ def test_frames_are_read_a_window_at_a_time(hub: Hub, images, tmp_path):
         return [frames(blob, e.offset, e.length) for e in entries]
 
     got = hub.call(anyio.to_thread.run_sync, read_all)
-    assert got == [data[e.offset:e.offset + e.length] for e in entries]
+    assert got == [data[e.offset : e.offset + e.length] for e in entries]
     assert 0 < frames.reads < len(entries)  # adjacent frames share one read
 
 
 def test_a_pack_over_the_limit_is_refused(hub: Hub, images, tmp_path):
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head",
-                                                              public=True)
+    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head", public=True)
     with pytest.raises(HubError) as caught:
         pack_bytes(hub, service(hub, max_pack_bytes=8 * MiB), "acme/vm", "head")
     assert caught.value.code is ErrorCode.TOO_LARGE and caught.value.detail["limit"] == 8 * MiB
@@ -239,8 +273,9 @@ def test_a_pack_over_the_limit_is_refused(hub: Hub, images, tmp_path):
 
 
 def test_a_damaged_chunk_fails_the_build_and_caches_nothing(hub: Hub, images, tmp_path):
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:2], tmp_path / "p", "head",
-                                                              public=True)
+    layers = hub.pusher(hub.token("admin", "admin")).push_chain(
+        "acme/vm", images[:2], tmp_path / "p", "head", public=True
+    )
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
     # the frame's last byte: its content (or its framing), where the hub stores it (its pack)
@@ -258,16 +293,18 @@ def test_a_damaged_build_is_marked_once_and_refused_from_the_mark(hub: Hub, imag
     """Issue 16 item 1: failures are cached too; the mark outlives a repair until it is cleared."""
     from hub_server.registry.damage import clear_marks, list_marks
 
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:2], tmp_path / "p", "head",
-                                                              public=True)
+    layers = hub.pusher(hub.token("admin", "admin")).push_chain(
+        "acme/vm", images[:2], tmp_path / "p", "head", public=True
+    )
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
     hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset)
     forkd = service(hub)
 
     async def together() -> list:
-        return await asyncio.gather(*(forkd.pack(Principal.anonymous(), "acme", "vm", "head") for _ in range(3)),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(forkd.pack(Principal.anonymous(), "acme", "vm", "head") for _ in range(3)), return_exceptions=True
+        )
 
     with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd_compat"):
         answers = [*hub.call(together), hub.call(together)[0]]
@@ -298,8 +335,9 @@ def test_prune_removes_packs_of_manifests_gone_from_their_repository(hub: Hub, i
     assert hub.client.delete("/v2/acme/vm/manifests/head", headers=auth(admin)).status_code == 202
     pruned = hub.call(forkd.prune)
     assert sorted(pruned) == sorted([pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)])
-    assert sorted(stored_pack_keys(hub)) == sorted([pack_key("acme/vm", layers[0].digest),
-                                                    pack_info_key("acme/vm", layers[0].digest)])
+    assert sorted(stored_pack_keys(hub)) == sorted(
+        [pack_key("acme/vm", layers[0].digest), pack_info_key("acme/vm", layers[0].digest)]
+    )
 
 
 def test_garbage_collection_prunes_packs_of_deleted_manifests(hub: Hub, images, tmp_path):
@@ -312,7 +350,9 @@ def test_garbage_collection_prunes_packs_of_deleted_manifests(hub: Hub, images, 
     assert hub.client.delete("/v2/acme/vm/manifests/head", headers=auth(admin)).status_code == 202
     gc = GarbageCollector(hub.registry.ctx)
     dry = hub.call(lambda: gc.run(dry_run=True))
-    assert sorted(dry.packs) == sorted([pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)])
+    assert sorted(dry.packs) == sorted(
+        [pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)]
+    )
     assert len(stored_pack_keys(hub)) == 2  # a dry run deletes nothing
     report = hub.call(lambda: gc.run())
     assert sorted(report.packs) == sorted(dry.packs)

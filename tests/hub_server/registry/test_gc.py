@@ -66,7 +66,7 @@ def test_gc_keeps_what_tags_reach_and_removes_the_rest(hub: Hub, garbage, images
     pusher, chain, untagged, orphan, stale, stray = garbage
     kept = {x.digest for x in chain}
     chain_blobs = kept | {b for x in chain for b in (*x.small_blobs, *x.data_blobs)}
-    untagged_only = ({untagged.digest, *untagged.small_blobs, *untagged.data_blobs} - chain_blobs)
+    untagged_only = {untagged.digest, *untagged.small_blobs, *untagged.data_blobs} - chain_blobs
 
     report = gc(hub, later=True)
 
@@ -90,8 +90,9 @@ def test_gc_keeps_what_tags_reach_and_removes_the_rest(hub: Hub, garbage, images
     # everything still pulls, base included (reachable only as a parent of the tagged head)
     for (memory, _), (original, _) in zip(pusher.pull("acme/vm", "head", tmp_path / "pull"), images, strict=True):
         assert same_bytes(memory, original)
-    expect_error(hub.client.get(f"/v2/acme/vm/manifests/{untagged.digest}", headers=pusher.headers), 404,
-                 "MANIFEST_UNKNOWN")
+    expect_error(
+        hub.client.get(f"/v2/acme/vm/manifests/{untagged.digest}", headers=pusher.headers), 404, "MANIFEST_UNKNOWN"
+    )
     assert gc(hub, later=True).blobs == []  # nothing left to collect
 
 

@@ -51,14 +51,18 @@ def test_a_pushed_chain_is_pullable_through_the_child_repository(hub: Hub, image
     reader = hub.token("reader", "pull:team/*")  # cannot read lib/base
     chain = hub.client.get("/api/v1/repositories/team/app/chain/v1", headers=auth(reader)).json()
     assert [(x["digest"], x["repository"]) for x in chain["chain"]] == [
-        (base.digest, "team/app"), (child.digest, "team/app")]
+        (base.digest, "team/app"),
+        (child.digest, "team/app"),
+    ]
     assert hub.pusher(reader).pull("team/app", "v1", tmp_path / "pull")
 
 
 def test_unknown_references(hub: Hub):
     admin = hub.token("admin", "admin")
     hub.client.post("/v2/acme/vm/blobs/uploads/", headers=auth(admin))
-    expect_error(hub.client.get("/api/v1/repositories/acme/vm/chain/nope", headers=auth(admin)), 404,
-                 "MANIFEST_UNKNOWN")
-    expect_error(hub.client.get("/api/v1/repositories/acme/vm/lineage/sha256:zz", headers=auth(admin)), 400,
-                 "DIGEST_INVALID")
+    expect_error(
+        hub.client.get("/api/v1/repositories/acme/vm/chain/nope", headers=auth(admin)), 404, "MANIFEST_UNKNOWN"
+    )
+    expect_error(
+        hub.client.get("/api/v1/repositories/acme/vm/lineage/sha256:zz", headers=auth(admin)), 400, "DIGEST_INVALID"
+    )

@@ -34,8 +34,12 @@ def upload_all(pusher, repo, layer) -> None:
 
 
 def put(hub: Hub, token: str, repo: str, ref: str, body: bytes, **params):
-    return hub.client.put(f"/v2/{repo}/manifests/{ref}", content=body, params=params,
-                          headers={**auth(token), "Content-Type": mt.OCI_MANIFEST})
+    return hub.client.put(
+        f"/v2/{repo}/manifests/{ref}",
+        content=body,
+        params=params,
+        headers={**auth(token), "Content-Type": mt.OCI_MANIFEST},
+    )
 
 
 @pytest.mark.parametrize("corruption", ["swapped-chunks", "flipped-byte", "trailing-bytes"])
@@ -52,7 +56,7 @@ def test_corrupted_data_blob_is_rejected_naming_the_chunk(hub: Hub, admin_token,
         bad = layer.rebuild(chunk_map=replace(cm, entries=tuple(entries)))
         victim = entries[a]
     else:
-        (_blob_digest, path), = layer.data_blobs.items()
+        ((_blob_digest, path),) = layer.data_blobs.items()
         raw = bytearray(path.read_bytes())
         if corruption == "flipped-byte":
             victim = entries[data[3]]
@@ -75,8 +79,9 @@ def test_corrupted_data_blob_is_rejected_naming_the_chunk(hub: Hub, admin_token,
     assert detail["chunk"] == victim.index and detail["offset"] == victim.offset
     assert detail["blob"] == bad.chunk_map.blobs[0] and detail["file"] == "memory.bin"
     assert count(hub, Manifest) == 0 and count(hub, Chunk) == 0
-    expect_error(hub.client.get(f"/v2/acme/vm/manifests/{bad.digest}", headers=auth(admin_token)), 404,
-                 "MANIFEST_UNKNOWN")
+    expect_error(
+        hub.client.get(f"/v2/acme/vm/manifests/{bad.digest}", headers=auth(admin_token)), 404, "MANIFEST_UNKNOWN"
+    )
     expect_error(hub.client.get("/v2/acme/vm/manifests/v1", headers=auth(admin_token)), 404, "MANIFEST_UNKNOWN")
 
 
@@ -136,8 +141,9 @@ def test_parent_must_exist_and_be_readable(hub: Hub, admin_token, images, tmp_pa
 def test_invalid_documents_are_named(hub: Hub, admin_token, images, tmp_path):
     pusher = hub.pusher(admin_token)
     expect_error(put(hub, admin_token, "acme/vm", "v1", b"not json"), 400, "MANIFEST_INVALID")
-    detail = expect_error(put(hub, admin_token, "acme/vm", "v1", b'{"schemaVersion": 2, "mediaType": "x"}'),
-                          400, "MANIFEST_INVALID")
+    detail = expect_error(
+        put(hub, admin_token, "acme/vm", "v1", b'{"schemaVersion": 2, "mediaType": "x"}'), 400, "MANIFEST_INVALID"
+    )
     assert detail == {"field": "mediaType"}  # Content-Type says OCI manifest, the body says otherwise
     base = pusher.build_layer("acme/vm", *images[0], tmp_path / "0")
     pusher.push_layer("acme/vm", base)
@@ -174,8 +180,7 @@ def test_digest_reference_must_match_the_bytes(hub: Hub, admin_token, images, tm
     pusher = hub.pusher(admin_token)
     layer = pusher.build_layer("acme/vm", *images[0], tmp_path / "0")
     upload_all(pusher, "acme/vm", layer)
-    detail = expect_error(put(hub, admin_token, "acme/vm", "sha256:" + "2" * 64, layer.manifest), 400,
-                          "DIGEST_INVALID")
+    detail = expect_error(put(hub, admin_token, "acme/vm", "sha256:" + "2" * 64, layer.manifest), 400, "DIGEST_INVALID")
     assert detail["actual"] == layer.digest
 
 
@@ -220,8 +225,9 @@ def test_first_push_creates_the_repository_private_unless_public(hub: Hub, admin
 def test_chain_index_keeps_the_chain_together(hub: Hub, admin_token, images, tmp_path):
     pusher = hub.pusher(admin_token)
     layers = pusher.push_chain("acme/vm", images, tmp_path / "push", "head")
-    descriptors = [Descriptor(mt.OCI_MANIFEST, x.digest, len(x.manifest), artifact_type=mt.LAYER_ARTIFACT)
-                   for x in layers]
+    descriptors = [
+        Descriptor(mt.OCI_MANIFEST, x.digest, len(x.manifest), artifact_type=mt.LAYER_ARTIFACT) for x in layers
+    ]
     index = chain_index(descriptors)
     r = pusher.put_manifest("acme/vm", "chain", index, media_type=mt.OCI_INDEX)
     assert r.headers["Docker-Content-Digest"] == str(digest_bytes(index, "sha256"))
@@ -231,12 +237,23 @@ def test_chain_index_keeps_the_chain_together(hub: Hub, admin_token, images, tmp
     assert [x["digest"] for x in chain["chain"]] == [x.digest for x in layers]
 
     out_of_order = chain_index(list(reversed(descriptors)))
-    expect_error(pusher.http.put("/v2/acme/vm/manifests/bad", content=out_of_order,
-                                 headers={**auth(admin_token), "Content-Type": mt.OCI_INDEX}), 400, "MANIFEST_INVALID")
+    expect_error(
+        pusher.http.put(
+            "/v2/acme/vm/manifests/bad",
+            content=out_of_order,
+            headers={**auth(admin_token), "Content-Type": mt.OCI_INDEX},
+        ),
+        400,
+        "MANIFEST_INVALID",
+    )
     unknown = chain_index([Descriptor(mt.OCI_MANIFEST, "blake3:" + "3" * 64, 10, artifact_type=mt.LAYER_ARTIFACT)])
-    detail = expect_error(pusher.http.put("/v2/acme/vm/manifests/bad", content=unknown,
-                                          headers={**auth(admin_token), "Content-Type": mt.OCI_INDEX}),
-                          400, "MANIFEST_BLOB_UNKNOWN")
+    detail = expect_error(
+        pusher.http.put(
+            "/v2/acme/vm/manifests/bad", content=unknown, headers={**auth(admin_token), "Content-Type": mt.OCI_INDEX}
+        ),
+        400,
+        "MANIFEST_BLOB_UNKNOWN",
+    )
     assert detail["blobs"] == ["blake3:" + "3" * 64]
 
 

@@ -21,8 +21,10 @@ def test_valid_repository_names(ns, name):
     assert check_repository(ns, name) == f"{ns}/{name}"
 
 
-@pytest.mark.parametrize(("ns", "name"), [("Acme", "x"), ("acme", "-x"), ("acme", "x--"), ("a" * 65, "b"),
-                                          ("acme", ""), ("ac me", "x"), ("acme", "x..y")])
+@pytest.mark.parametrize(
+    ("ns", "name"),
+    [("Acme", "x"), ("acme", "-x"), ("acme", "x--"), ("a" * 65, "b"), ("acme", ""), ("ac me", "x"), ("acme", "x..y")],
+)
 def test_invalid_repository_names(ns, name):
     with pytest.raises(HubError) as e:
         check_repository(ns, name)

@@ -40,9 +40,14 @@ def upload(hub: Hub, token: str, repo: str, data: bytes, algorithm: str = "sha25
 
 
 def artifact(subject: dict[str, object] | None = None, algorithm: str = "sha256", **fields: object) -> bytes:
-    body: dict[str, object] = {"schemaVersion": 2, "mediaType": mt.OCI_MANIFEST,
-                               "artifactType": "application/vnd.example.sig",
-                               "config": desc(EMPTY, b"{}", algorithm), "layers": [], **fields}
+    body: dict[str, object] = {
+        "schemaVersion": 2,
+        "mediaType": mt.OCI_MANIFEST,
+        "artifactType": "application/vnd.example.sig",
+        "config": desc(EMPTY, b"{}", algorithm),
+        "layers": [],
+        **fields,
+    }
     if subject is not None:
         body["subject"] = subject
     return dumps(body)
@@ -62,11 +67,13 @@ def test_structure_errors_name_the_field():
     assert doc.artifact_type == "application/vnd.example.sig" and doc.config is not None and doc.layers == ()
     image = {k: v for k, v in good.items() if k != "artifactType"}
     assert parse_oci_document(image, None).artifact_type == EMPTY  # the config's media type stands in
-    for change, field in [({"config": {**good["config"], "size": -1}}, "config"),
-                          ({"layers": [{"mediaType": "x", "digest": digest(b"a"), "size": 1}]}, "layers[0]"),
-                          ({"layers": [desc("a/b", b"x", urls="not a list")]}, "layers[0]"),
-                          ({"subject": "sha256:abc"}, "subject"),
-                          ({"config": desc(EMPTY, b"{}", data=base64.b64encode(b"{ }").decode())}, "config")]:
+    for change, field in [
+        ({"config": {**good["config"], "size": -1}}, "config"),
+        ({"layers": [{"mediaType": "x", "digest": digest(b"a"), "size": 1}]}, "layers[0]"),
+        ({"layers": [desc("a/b", b"x", urls="not a list")]}, "layers[0]"),
+        ({"subject": "sha256:abc"}, "subject"),
+        ({"config": desc(EMPTY, b"{}", data=base64.b64encode(b"{ }").decode())}, "config"),
+    ]:
         with pytest.raises(HubError) as info:
             parse_oci_document({**good, **change}, None)
         assert info.value.code == "MANIFEST_INVALID" and info.value.detail["field"] == field, change
@@ -81,8 +88,9 @@ def test_sha512_blobs_manifests_and_referrers(hub: Hub, admin_token: str):
     subject = {"mediaType": mt.OCI_MANIFEST, "digest": digest(b"subject", "sha512"), "size": 7}
     body = artifact(subject, "sha512")
     ref = digest(body, "sha512")
-    r = hub.client.put(f"/v2/acme/sha/manifests/{ref}", content=body, headers={**auth(admin_token),
-                                                                              "Content-Type": mt.OCI_MANIFEST})
+    r = hub.client.put(
+        f"/v2/acme/sha/manifests/{ref}", content=body, headers={**auth(admin_token), "Content-Type": mt.OCI_MANIFEST}
+    )
     assert r.status_code == 201 and r.headers["OCI-Subject"] == subject["digest"]
     assert hub.client.get(f"/v2/acme/sha/manifests/{ref}", headers=auth(admin_token)).content == body
     listed = hub.client.get(f"/v2/acme/sha/referrers/{subject['digest']}", headers=auth(admin_token)).json()
@@ -107,8 +115,10 @@ def test_gc_keeps_linked_generic_manifests_and_collects_deleted_ones(hub: Hub, a
     upload(hub, admin_token, "acme/gc", b"{}")
     kept, dropped = artifact(annotations={"n": "1"}), artifact(annotations={"n": "2"})
     for body in (kept, dropped):
-        assert hub.client.put(f"/v2/acme/gc/manifests/{digest(body)}", content=body,
-                              headers=auth(admin_token)).status_code == 201
+        assert (
+            hub.client.put(f"/v2/acme/gc/manifests/{digest(body)}", content=body, headers=auth(admin_token)).status_code
+            == 201
+        )
     assert hub.client.delete(f"/v2/acme/gc/manifests/{digest(dropped)}", headers=auth(admin_token)).status_code == 202
     report = hub.call(hub.registry.gc.run, grace=timedelta(0))
     assert report.manifests == [digest(dropped)] and digest(b"{}") not in report.blobs

@@ -26,13 +26,15 @@ def _layers(hub: Hub, token: str, images, tmp_path):
 
 
 def _put(hub: Hub, token: str, tag: str, body: bytes, **headers: str):
-    return hub.client.put(f"/v2/acme/py/manifests/{tag}", content=body,
-                          headers={**auth(token), "Content-Type": LAYER, **headers})
+    return hub.client.put(
+        f"/v2/acme/py/manifests/{tag}", content=body, headers={**auth(token), "Content-Type": LAYER, **headers}
+    )
 
 
 def _tag(hub: Hub, token: str, tag: str) -> str:
     return check(hub.client.head(f"/v2/acme/py/manifests/{tag}", headers=auth(token)), 200).headers[
-        "docker-content-digest"]
+        "docker-content-digest"
+    ]
 
 
 def _settings(hub: Hub, token: str, **body: object):
@@ -44,8 +46,12 @@ def test_an_immutable_tag_is_set_once_and_a_repush_of_its_digest_succeeds(hub: H
     check(_put(hub, admin_token, "v1", a.manifest), 201)  # movable before the policy
     check(_put(hub, admin_token, "v1", b.manifest), 201)
     policy = check(_settings(hub, admin_token, immutableTags=True), 200).json()["policy"]
-    assert policy == {"immutableTags": True, "immutableExempt": "latest", "immutableSource": "repository",
-                      "retention": None}
+    assert policy == {
+        "immutableTags": True,
+        "immutableExempt": "latest",
+        "immutableSource": "repository",
+        "retention": None,
+    }
 
     detail = expect_error(_put(hub, admin_token, "v1", a.manifest), 409, "TAG_IMMUTABLE")
     assert detail == {"tag": "v1", "actual": b.digest, "digest": a.digest}
@@ -89,9 +95,14 @@ def test_the_hub_default_applies_unless_the_repository_says_otherwise(make_hub, 
 def test_the_oci_manifest_put_is_held_too(hub: Hub, admin_token):
     upload(hub, admin_token, "acme/py", b"{}")
     first, second = artifact(annotations={"n": "1"}), artifact(annotations={"n": "2"})
+
     def put(body: bytes):
-        return hub.client.put("/v2/acme/py/manifests/sig", content=body,
-                              headers={**auth(admin_token), "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+        return hub.client.put(
+            "/v2/acme/py/manifests/sig",
+            content=body,
+            headers={**auth(admin_token), "Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+        )
+
     check(put(first), 201)
     check(_settings(hub, admin_token, immutableTags=True), 200)
     expect_error(put(second), 409, "TAG_IMMUTABLE")
@@ -139,8 +150,12 @@ def test_policy_changes_need_admin_and_a_bad_field_changes_nothing(hub: Hub, adm
     expect_error(_settings(hub, admin_token, immutableTags="yes"), 400, "INVALID_REQUEST")
     detail = check(hub.client.get("/api/v1/repositories/acme/py", headers=auth(admin_token)), 200).json()
     assert detail["description"] == "still fine"
-    assert detail["policy"] == {"immutableTags": False, "immutableExempt": "latest", "immutableSource": "hub",
-                                "retention": None}
+    assert detail["policy"] == {
+        "immutableTags": False,
+        "immutableExempt": "latest",
+        "immutableSource": "hub",
+        "retention": None,
+    }
     kept = check(_settings(hub, admin_token, retention={"keepLast": 3, "pattern": "nightly-*"}), 200).json()
     assert kept["policy"]["retention"] == {"keepLast": 3, "keepDays": None, "pattern": "nightly-*"}
     assert check(_settings(hub, admin_token, retention=None), 200).json()["policy"]["retention"] is None

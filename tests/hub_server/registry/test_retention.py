@@ -37,11 +37,13 @@ def test_select_expired_keeps_the_last_n_or_the_young_among_matching_tags():
 
 def _age_tags(hub: Hub, ages: dict[str, timedelta]) -> None:
     """Make the tags of acme/ci look set ``ages`` ago (pushes here happen within milliseconds)."""
+
     async def go():
         async with hub.registry.ctx.sessions() as session:
             for name, age in ages.items():
-                await session.exec(update(Tag).where(col(Tag.name) == name)
-                                   .values(updated_at=hub.registry.ctx.clock() - age))
+                await session.exec(
+                    update(Tag).where(col(Tag.name) == name).values(updated_at=hub.registry.ctx.clock() - age)
+                )
             await session.commit()
 
     hub.call(go)
@@ -64,20 +66,37 @@ def _nightlies(hub: Hub, token: str, images, tmp_path):
     lone = pusher.build_layer("acme/ci", other, b"lone", tmp_path / "lone")
     pusher.push_layer("acme/ci", lone, "nightly-0")
     pusher.push_layer("acme/ci", layers[0], "release")
-    _age_tags(hub, {"nightly-0": timedelta(days=9), "nightly-1": timedelta(days=8), "nightly-2": timedelta(days=7),
-                    "nightly-3": timedelta(days=1), "release": timedelta(days=30)})
+    _age_tags(
+        hub,
+        {
+            "nightly-0": timedelta(days=9),
+            "nightly-1": timedelta(days=8),
+            "nightly-2": timedelta(days=7),
+            "nightly-3": timedelta(days=1),
+            "release": timedelta(days=30),
+        },
+    )
     return pusher, layers, lone
 
 
 def test_retention_never_breaks_a_kept_chain_and_a_dry_run_removes_nothing(hub: Hub, admin_token, images, tmp_path):
     pusher, layers, lone = _nightlies(hub, admin_token, images, tmp_path)
-    check(hub.client.patch("/api/v1/repositories/acme/ci", json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
-                           headers=auth(admin_token)), 200)
+    check(
+        hub.client.patch(
+            "/api/v1/repositories/acme/ci",
+            json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
+            headers=auth(admin_token),
+        ),
+        200,
+    )
     before = (_tags(hub), digests(hub, Manifest, Manifest.digest))
 
     dry = gc(hub, dry_run=True, grace=timedelta(0))
     assert [(e["tag"], e["digest"]) for e in dry.retention] == [
-        ("nightly-0", lone.digest), ("nightly-1", layers[0].digest), ("nightly-2", layers[1].digest)]
+        ("nightly-0", lone.digest),
+        ("nightly-1", layers[0].digest),
+        ("nightly-2", layers[1].digest),
+    ]
     assert dry.retention_manifests == [lone.digest]  # nightly-1 and -2 are ancestors of the kept nightly-3
     assert (_tags(hub), digests(hub, Manifest, Manifest.digest)) == before
 
@@ -93,12 +112,15 @@ def test_retention_never_breaks_a_kept_chain_and_a_dry_run_removes_nothing(hub: 
     assert gc(hub, grace=timedelta(0)).retention == []  # nothing more to expire
 
 
-def test_keep_days_expires_old_tags_and_a_kept_tag_on_the_same_digest_holds_it(hub: Hub, admin_token, images,
-                                                                               tmp_path):
+def test_keep_days_expires_old_tags_and_a_kept_tag_on_the_same_digest_holds_it(hub: Hub, admin_token, images, tmp_path):
     pusher, layers, lone = _nightlies(hub, admin_token, images, tmp_path)
     pusher.push_layer("acme/ci", lone, "pinned")  # unmatched, names the same digest as nightly-0
-    check(hub.client.patch("/api/v1/repositories/acme/ci", json={"retention": {"keepDays": 3}},
-                           headers=auth(admin_token)), 200)
+    check(
+        hub.client.patch(
+            "/api/v1/repositories/acme/ci", json={"retention": {"keepDays": 3}}, headers=auth(admin_token)
+        ),
+        200,
+    )
     report = gc(hub, grace=timedelta(0))
     assert sorted(e["tag"] for e in report.retention) == ["nightly-0", "nightly-1", "nightly-2", "release"]
     assert _tags(hub) == {"nightly-3", "pinned"}
@@ -110,8 +132,14 @@ def test_a_tag_moved_after_planning_is_not_expired(hub: Hub, admin_token, images
     from hub_server.registry.retention import expire_tags, plan_retention
 
     pusher, layers, _ = _nightlies(hub, admin_token, images, tmp_path)
-    check(hub.client.patch("/api/v1/repositories/acme/ci", json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
-                           headers=auth(admin_token)), 200)
+    check(
+        hub.client.patch(
+            "/api/v1/repositories/acme/ci",
+            json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
+            headers=auth(admin_token),
+        ),
+        200,
+    )
     ctx = hub.registry.ctx
     planned = hub.call(plan_retention, ctx, ctx.clock())
     pusher.push_layer("acme/ci", layers[2], "nightly-0")  # moved meanwhile: now the newest
@@ -120,22 +148,32 @@ def test_a_tag_moved_after_planning_is_not_expired(hub: Hub, admin_token, images
     assert "nightly-0" in _tags(hub)
 
 
-
 def test_referrers_of_kept_manifests_stay(hub: Hub, admin_token, images, tmp_path):
     from tests.hub_server.registry.test_oci_content import artifact, upload
 
     pusher, layers, _ = _nightlies(hub, admin_token, images, tmp_path)
     upload(hub, admin_token, "acme/ci", b"{}")
     head = layers[2]
-    subject = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": head.digest,
-               "size": len(head.manifest)}
+    subject = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": head.digest,
+        "size": len(head.manifest),
+    }
     signature = artifact(subject=subject)
-    r = hub.client.put(f"/v2/acme/ci/manifests/sha256:{hashlib.sha256(signature).hexdigest()}",
-                       content=signature, headers={**auth(admin_token),
-                                                   "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    r = hub.client.put(
+        f"/v2/acme/ci/manifests/sha256:{hashlib.sha256(signature).hexdigest()}",
+        content=signature,
+        headers={**auth(admin_token), "Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+    )
     check(r, 201)
-    check(hub.client.patch("/api/v1/repositories/acme/ci", json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
-                           headers=auth(admin_token)), 200)
+    check(
+        hub.client.patch(
+            "/api/v1/repositories/acme/ci",
+            json={"retention": {"keepLast": 1, "pattern": "nightly-*"}},
+            headers=auth(admin_token),
+        ),
+        200,
+    )
     gc(hub, later=True)
     referrers = check(hub.client.get(f"/v2/acme/ci/referrers/{head.digest}", headers=auth(admin_token)), 200).json()
     assert [m["digest"] for m in referrers["manifests"]] == [r.headers["docker-content-digest"]]

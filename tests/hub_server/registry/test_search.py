@@ -14,8 +14,15 @@ from tests.hub_server.conftest import Hub
 
 NAMES = ["acme/py-base", "acme/py_x", "acme-x/y", "acmex/py-base", "beta/secret", "beta/s3", "gamma/tools", "a/b"]
 SCOPES = [
-    (), ("pull:acme/*",), ("push:beta/secret",), ("delete:*/tools",), ("pull:*/*",), ("admin",),
-    ("pull:acme/py_*",), ("pull:acme/py-*", "push:beta/s*"), ("pull:a*/*",),
+    (),
+    ("pull:acme/*",),
+    ("push:beta/secret",),
+    ("delete:*/tools",),
+    ("pull:*/*",),
+    ("admin",),
+    ("pull:acme/py_*",),
+    ("pull:acme/py-*", "push:beta/s*"),
+    ("pull:a*/*",),
 ]
 
 
@@ -47,8 +54,12 @@ def test_visible_clause_agrees_with_can_read(hub: Hub, repos: list[Repository], 
 def test_terms_and_segments() -> None:
     assert terms('NumPy "1.26" AND (x* OR -y) NEAR/3') == ["numpy", "1", "26", "and", "x", "or", "y", "near"]
     assert terms("") == [] and len(terms("a " * 50)) == 8
-    assert segments("py-\x02numpy\x03 and \x02np\x03") == [("py-", False), ("numpy", True), (" and ", False),
-                                                           ("np", True)]
+    assert segments("py-\x02numpy\x03 and \x02np\x03") == [
+        ("py-", False),
+        ("numpy", True),
+        (" and ", False),
+        ("np", True),
+    ]
     assert segments(None) == []
 
 
@@ -57,8 +68,11 @@ def test_bad_sort_and_page_are_typed_errors(hub: Hub) -> None:
         async with hub.registry.ctx.sessions() as session:
             await search_repositories(session, Principal.anonymous(), query)
 
-    for query, field in [(SearchQuery(sort="best"), "sort"), (SearchQuery(page=0), "page"),
-                         (SearchQuery(per_page=1000), "page")]:
+    for query, field in [
+        (SearchQuery(sort="best"), "sort"),
+        (SearchQuery(page=0), "page"),
+        (SearchQuery(per_page=1000), "page"),
+    ]:
         with pytest.raises(HubError) as e:
             hub.call(run, query)
         assert e.value.code == "INVALID_REQUEST" and e.value.detail == {"field": field}

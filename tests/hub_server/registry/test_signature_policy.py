@@ -49,8 +49,14 @@ def push_untagged(pusher: PushClient, repo: str, images, workdir: Path) -> Built
     return layers[-1]
 
 
-def push_signature(pusher: PushClient, repo: str, head: BuiltLayer, key: Ed25519PrivateKey,
-                   signed_repo: str | None = None, signed_digest: str | None = None) -> str:
+def push_signature(
+    pusher: PushClient,
+    repo: str,
+    head: BuiltLayer,
+    key: Ed25519PrivateKey,
+    signed_repo: str | None = None,
+    signed_digest: str | None = None,
+) -> str:
     envelope = sign_digest(key, signed_digest or head.digest, signed_repo or repo)
     artifact = signature_artifact(envelope, fingerprint(key.public_key()), head.digest, len(head.manifest))
     pusher.ensure_blob(repo, EMPTY_CONFIG_BYTES, EMPTY_CONFIG["digest"])
@@ -60,8 +66,11 @@ def push_signature(pusher: PushClient, repo: str, head: BuiltLayer, key: Ed25519
 
 
 def tag(pusher: PushClient, repo: str, name: str, head: BuiltLayer) -> httpx.Response:
-    return pusher.http.put(f"/v2/{repo}/manifests/{name}", content=head.manifest,
-                           headers={**pusher.headers, "Content-Type": mt.OCI_MANIFEST})
+    return pusher.http.put(
+        f"/v2/{repo}/manifests/{name}",
+        content=head.manifest,
+        headers={**pusher.headers, "Content-Type": mt.OCI_MANIFEST},
+    )
 
 
 @pytest.fixture
@@ -110,8 +119,11 @@ def test_the_policy_file_is_checked_at_start(tmp_path, keys):
     path = write_policy(tmp_path, team=[keys[0]])
     assert SignaturePolicy.load(path).describe() == {"team": [fingerprint(keys[0].public_key())]}
     assert load_settings(env={"FORKD_HUB_SIGNATURE_POLICY": str(path)}).signature_policy == path
-    for body, message in [("{}", "KeyError"), ('{"namespaces": {"team": {"keys": []}}}', "non-empty list"),
-                          ('{"namespaces": {"team": {"keys": ["missing.pub"]}}}', "missing.pub")]:
+    for body, message in [
+        ("{}", "KeyError"),
+        ('{"namespaces": {"team": {"keys": []}}}', "non-empty list"),
+        ('{"namespaces": {"team": {"keys": ["missing.pub"]}}}', "missing.pub"),
+    ]:
         path.write_text(body)
         with pytest.raises(SignaturePolicyError, match=message):
             SignaturePolicy.load(path)
@@ -123,8 +135,14 @@ def test_the_policy_file_is_checked_at_start(tmp_path, keys):
 
 def test_an_unusable_policy_stops_the_hub_with_one_line(tmp_path):
     (tmp_path / "bad.json").write_text("not json")
-    env = {**os.environ, "FORKD_HUB_DATA_DIR": str(tmp_path / "data"), "FORKD_HUB_SIGNATURE_POLICY": str(tmp_path / "bad.json")}
-    result = subprocess.run(forkd_hub("serve", "--port", "0"), env=env, check=False, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "FORKD_HUB_DATA_DIR": str(tmp_path / "data"),
+        "FORKD_HUB_SIGNATURE_POLICY": str(tmp_path / "bad.json"),
+    }
+    result = subprocess.run(
+        forkd_hub("serve", "--port", "0"), env=env, check=False, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0
     assert "FORKD_HUB_SIGNATURE_POLICY" in result.stderr and "bad.json" in result.stderr
     assert_no_traceback(result.stdout + result.stderr, "forkd-hub serve")

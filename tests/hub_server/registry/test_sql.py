@@ -15,14 +15,19 @@ def test_insert_ignore_inserts_many_rows_keeps_existing_ones_and_takes_rows_of_d
 
     async def run() -> dict[str, tuple[int, str | None]]:
         async with hub.registry.ctx.sessions() as session:
-            await insert_ignore(session, Blob, [{"digest": d, "size": 1, "media_type": "a", "created_at": now}
-                                                for d in digests[:1000]])
+            await insert_ignore(
+                session, Blob, [{"digest": d, "size": 1, "media_type": "a", "created_at": now} for d in digests[:1000]]
+            )
             await session.commit()
         async with hub.registry.ctx.sessions() as session:
-            await insert_ignore(session, Blob, [
-                *({"digest": d, "size": 2, "media_type": "b", "created_at": now} for d in digests[500:1200]),
-                *({"digest": d, "size": 3, "created_at": now} for d in digests[1200:]),  # no media_type key
-            ])
+            await insert_ignore(
+                session,
+                Blob,
+                [
+                    *({"digest": d, "size": 2, "media_type": "b", "created_at": now} for d in digests[500:1200]),
+                    *({"digest": d, "size": 3, "created_at": now} for d in digests[1200:]),  # no media_type key
+                ],
+            )
             await session.commit()
             rows = (await session.exec(select(Blob))).all()
         return {r.digest: (r.size, r.media_type) for r in rows}

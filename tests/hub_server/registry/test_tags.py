@@ -21,14 +21,17 @@ def _two_layers(hub: Hub, token: str, images, tmp_path):
 
 
 def _put(hub: Hub, token: str, layer, **headers: str):
-    return hub.client.put("/v2/acme/py/manifests/head", content=layer.manifest,
-                          headers={**auth(token), "Content-Type": "application/vnd.oci.image.manifest.v1+json",
-                                   **headers})
+    return hub.client.put(
+        "/v2/acme/py/manifests/head",
+        content=layer.manifest,
+        headers={**auth(token), "Content-Type": "application/vnd.oci.image.manifest.v1+json", **headers},
+    )
 
 
 def _tag(hub: Hub, token: str) -> str:
     return check(hub.client.head("/v2/acme/py/manifests/head", headers=auth(token)), 200).headers[
-        "docker-content-digest"]
+        "docker-content-digest"
+    ]
 
 
 def test_tag_moves_only_from_where_the_push_expected(hub: Hub, admin_token, images, tmp_path):
@@ -55,8 +58,15 @@ def test_concurrent_moves_of_one_tag_have_one_winner(hub: Hub, admin_token, imag
     async def race():
         async def one(layer):
             try:
-                await manifests.put(admin, "acme", "py", "head", layer.manifest,
-                                    "application/vnd.oci.image.manifest.v1+json", expect_tag=ABSENT)
+                await manifests.put(
+                    admin,
+                    "acme",
+                    "py",
+                    "head",
+                    layer.manifest,
+                    "application/vnd.oci.image.manifest.v1+json",
+                    expect_tag=ABSENT,
+                )
                 return layer.digest
             except HubError as e:
                 return e.code

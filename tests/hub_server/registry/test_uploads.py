@@ -53,8 +53,11 @@ def test_resumable_upload_reports_progress_and_continues(hub: Hub, admin_token: 
     expect_error(stale, 416, "RANGE_INVALID")
     assert stale.headers["Range"] == "0-99999" and stale.headers["Location"] == location
 
-    second = c.patch(location, content=data[100_000:200_000],
-                     headers={**auth(admin_token), "Content-Range": "bytes 100000-199999/300000"})
+    second = c.patch(
+        location,
+        content=data[100_000:200_000],
+        headers={**auth(admin_token), "Content-Range": "bytes 100000-199999/300000"},
+    )
     assert second.headers["Range"] == "0-199999"
     done = c.put(location, params={"digest": digest}, content=data[200_000:], headers=auth(admin_token))
     assert done.status_code == 201
@@ -86,8 +89,9 @@ def test_monolithic_upload_with_either_algorithm(hub: Hub, admin_token: str):
     for algorithm in ("blake3", "sha256"):
         data = os.urandom(5000)
         digest = str(digest_bytes(data, algorithm))
-        r = hub.client.post("/v2/acme/mono/blobs/uploads/", params={"digest": digest}, content=data,
-                            headers=auth(admin_token))
+        r = hub.client.post(
+            "/v2/acme/mono/blobs/uploads/", params={"digest": digest}, content=data, headers=auth(admin_token)
+        )
         assert r.status_code == 201 and r.headers["Docker-Content-Digest"] == digest
         assert hub.client.get(f"/v2/acme/mono/blobs/{digest}", headers=auth(admin_token)).content == data
     assert sorted(k.split("/")[1] for k in keys(hub, "blobs")) == ["blake3", "sha256"]
@@ -95,8 +99,12 @@ def test_monolithic_upload_with_either_algorithm(hub: Hub, admin_token: str):
 
 def test_a_failed_monolithic_upload_leaves_nothing(hub: Hub, admin_token: str):
     data = os.urandom(5000)
-    r = hub.client.post("/v2/acme/mono/blobs/uploads/", params={"digest": str(digest_bytes(b"other"))},
-                        content=data, headers=auth(admin_token))
+    r = hub.client.post(
+        "/v2/acme/mono/blobs/uploads/",
+        params={"digest": str(digest_bytes(b"other"))},
+        content=data,
+        headers=auth(admin_token),
+    )
     expect_error(r, 400, "DIGEST_INVALID")
     assert keys(hub, "uploads") == [] and keys(hub, "blobs") == [] and rows(hub, Upload) == []
 
@@ -105,8 +113,12 @@ def test_identical_blob_is_stored_once(hub: Hub, admin_token: str):
     data = os.urandom(5000)
     digest = str(digest_bytes(data))
     for repo in ("acme/one", "acme/two"):
-        assert hub.client.post(f"/v2/{repo}/blobs/uploads/", params={"digest": digest}, content=data,
-                               headers=auth(admin_token)).status_code == 201
+        assert (
+            hub.client.post(
+                f"/v2/{repo}/blobs/uploads/", params={"digest": digest}, content=data, headers=auth(admin_token)
+            ).status_code
+            == 201
+        )
     assert len(keys(hub, "blobs")) == 1 and keys(hub, "uploads") == []
 
 
@@ -124,8 +136,11 @@ def test_content_range_must_match_the_body(hub: Hub, admin_token: str):
     location = c.post("/v2/acme/blobs/blobs/uploads/", headers=auth(admin_token)).headers["Location"]
     r = c.patch(location, content=b"x" * 10, headers={**auth(admin_token), "Content-Range": "0-99"})
     expect_error(r, 400, "BLOB_UPLOAD_INVALID")
-    expect_error(c.patch(location, content=b"x", headers={**auth(admin_token), "Content-Range": "a-b"}),
-                 400, "BLOB_UPLOAD_INVALID")
+    expect_error(
+        c.patch(location, content=b"x", headers={**auth(admin_token), "Content-Range": "a-b"}),
+        400,
+        "BLOB_UPLOAD_INVALID",
+    )
     assert c.get(location, headers=auth(admin_token)).headers["Upload-Offset"] == "0"  # the bad append was undone
 
 
@@ -133,8 +148,9 @@ def test_blob_size_limit(make_hub):
     hub = make_hub(limits=replace(Limits(), blob_bytes=1000))
     token = hub.token("admin", "admin")
     location = hub.client.post("/v2/acme/big/blobs/uploads/", headers=auth(token)).headers["Location"]
-    detail = expect_error(hub.client.patch(location, content=b"x" * 1001, headers=auth(token)),
-                          400, "BLOB_UPLOAD_INVALID")
+    detail = expect_error(
+        hub.client.patch(location, content=b"x" * 1001, headers=auth(token)), 400, "BLOB_UPLOAD_INVALID"
+    )
     assert detail["limit"] == 1000
 
 
@@ -144,10 +160,10 @@ def test_sessions_are_scoped_to_their_repository_and_expire(hub: Hub, admin_toke
     upload_id = location.rsplit("/", 1)[1]
     expect_error(c.get(f"/v2/acme/two/blobs/uploads/{upload_id}", headers=auth(admin_token)), 404, "NAME_UNKNOWN")
     c.post("/v2/acme/two/blobs/uploads/", headers=auth(admin_token))
-    expect_error(c.get(f"/v2/acme/two/blobs/uploads/{upload_id}", headers=auth(admin_token)), 404,
-                 "BLOB_UPLOAD_UNKNOWN")
-    expect_error(c.get("/v2/acme/one/blobs/uploads/not-a-uuid", headers=auth(admin_token)), 404,
-                 "BLOB_UPLOAD_UNKNOWN")
+    expect_error(
+        c.get(f"/v2/acme/two/blobs/uploads/{upload_id}", headers=auth(admin_token)), 404, "BLOB_UPLOAD_UNKNOWN"
+    )
+    expect_error(c.get("/v2/acme/one/blobs/uploads/not-a-uuid", headers=auth(admin_token)), 404, "BLOB_UPLOAD_UNKNOWN")
 
     real_clock = hub.registry.ctx.clock
     hub.registry.ctx.clock = lambda: real_clock() + timedelta(hours=25)
@@ -157,17 +173,20 @@ def test_sessions_are_scoped_to_their_repository_and_expire(hub: Hub, admin_toke
 def test_cross_repository_mount_needs_read_access_to_the_source(hub: Hub, admin_token: str):
     data = os.urandom(4000)
     digest = str(digest_bytes(data))
-    hub.client.post("/v2/alice/private/blobs/uploads/", params={"digest": digest}, content=data,
-                    headers=auth(admin_token))
+    hub.client.post(
+        "/v2/alice/private/blobs/uploads/", params={"digest": digest}, content=data, headers=auth(admin_token)
+    )
     bob = hub.token("bob", "push:bob/*")
 
-    fallback = hub.client.post("/v2/bob/repo/blobs/uploads/", params={"mount": digest, "from": "alice/private"},
-                               headers=auth(bob))
+    fallback = hub.client.post(
+        "/v2/bob/repo/blobs/uploads/", params={"mount": digest, "from": "alice/private"}, headers=auth(bob)
+    )
     assert fallback.status_code == 202  # cannot read the source: an ordinary upload session instead
     expect_error(hub.client.get(f"/v2/bob/repo/blobs/{digest}", headers=auth(bob)), 404, "BLOB_UNKNOWN")
 
-    mounted = hub.client.post("/v2/acme/mine/blobs/uploads/", params={"mount": digest, "from": "alice/private"},
-                              headers=auth(admin_token))
+    mounted = hub.client.post(
+        "/v2/acme/mine/blobs/uploads/", params={"mount": digest, "from": "alice/private"}, headers=auth(admin_token)
+    )
     assert mounted.status_code == 201 and mounted.headers["Docker-Content-Digest"] == digest
     assert hub.client.get(f"/v2/acme/mine/blobs/{digest}", headers=auth(admin_token)).content == data
 

@@ -60,6 +60,7 @@ def test_verify_frames_reads_back_and_checks_every_frame(layer):
     async def run(raw: bytes):
         store = MemoryStore()
         await store.put(blob_key(blob.digest), raw)
+
         async def read(digest: str, offset: int, length: int) -> bytes:
             return await store.read(blob_key(digest), offset, length)
 
@@ -80,10 +81,13 @@ def test_verify_frames_reads_back_and_checks_every_frame(layer):
 def test_check_chunk_map_against_config_and_parent(layer):
     chunk_map, blob = layer
     desc = Descriptor(mt.CHUNK_MAP, "blake3:" + "c" * 64, 1, {mt.ANNOTATION_FILE: mt.MEMORY_FILE})
-    files = {mt.VMSTATE_FILE: FileInfo(1, "blake3:" + "d" * 64),
-             mt.MEMORY_FILE: FileInfo(chunk_map.size, chunk_map.digest, None, chunk_map.chunk_size)}
-    parent = LayerConfig("t", {mt.VMSTATE_FILE: files[mt.VMSTATE_FILE],
-                               mt.MEMORY_FILE: FileInfo(1, chunk_map.parent_digest)})
+    files = {
+        mt.VMSTATE_FILE: FileInfo(1, "blake3:" + "d" * 64),
+        mt.MEMORY_FILE: FileInfo(chunk_map.size, chunk_map.digest, None, chunk_map.chunk_size),
+    }
+    parent = LayerConfig(
+        "t", {mt.VMSTATE_FILE: files[mt.VMSTATE_FILE], mt.MEMORY_FILE: FileInfo(1, chunk_map.parent_digest)}
+    )
     config = LayerConfig("t", files)
     check_chunk_map(chunk_map, desc, config, parent, {blob.digest})
     bad_cases = [
@@ -101,8 +105,7 @@ def test_check_chunk_map_against_config_and_parent(layer):
 
 def test_shared_bytes(layer):
     chunk_map, _ = layer
-    changed = sum(min(chunk_map.chunk_size, chunk_map.size - e.index * chunk_map.chunk_size)
-                  for e in chunk_map.entries)
+    changed = sum(min(chunk_map.chunk_size, chunk_map.size - e.index * chunk_map.chunk_size) for e in chunk_map.entries)
     parent = LayerConfig("t", {mt.MEMORY_FILE: FileInfo(1, "blake3:" + "e" * 64)})
     assert shared_bytes([chunk_map], parent) == chunk_map.size - changed
     assert shared_bytes([chunk_map], None) == 0

@@ -63,8 +63,9 @@ def test_a_vmstate_declared_over_the_limit_is_refused(hub: Hub, admin_token, ima
 def test_a_vmstate_inflating_past_its_declared_size_is_refused(hub: Hub, admin_token, images, tmp_path, bomb):
     blob, _ = bomb
     pusher = hub.pusher(admin_token)
-    bad = with_vmstate(pusher.build_layer("acme/vm", *images[0], tmp_path / "b"), blob, 4096,
-                       str(digest_bytes(bytes(4096))))
+    bad = with_vmstate(
+        pusher.build_layer("acme/vm", *images[0], tmp_path / "b"), blob, 4096, str(digest_bytes(bytes(4096)))
+    )
     upload_all(pusher, "acme/vm", bad)
     r = put(hub, admin_token, "acme/vm", "v1", bad.manifest)
     detail = expect_error(r, 400, "DIGEST_INVALID")

@@ -120,12 +120,15 @@ async def test_missing_key_in_a_prefixed_store(store: S3Store):
         await store.read("nope")
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("s3", r"needs parameter\(s\) bucket"),
-    ("s3 bucket=b part_size=1MiB", "part_size must be between 5MiB and 5GiB"),
-    ("s3 bucket=b endpoint=localhost:8333", "endpoint must be an http:// or https:// URL"),
-    ("s3 bucket=b pool=0", "pool must be between 1 and 1024"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("s3", r"needs parameter\(s\) bucket"),
+        ("s3 bucket=b part_size=1MiB", "part_size must be between 5MiB and 5GiB"),
+        ("s3 bucket=b endpoint=localhost:8333", "endpoint must be an http:// or https:// URL"),
+        ("s3 bucket=b pool=0", "pool must be between 1 and 1024"),
+    ],
+)
 def test_bad_specs_name_the_parameter(spec, message):
     with pytest.raises(ValueError, match=message):
         create_store(spec)

@@ -35,8 +35,13 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, host: str = "127.0.0.1", statuses: list[int] | None = None, default: int = 200,
-                 tls: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        statuses: list[int] | None = None,
+        default: int = 200,
+        tls: tuple[str, str] | None = None,
+    ) -> None:
         """``tls``: (certificate file, key file) to serve HTTPS."""
         self.statuses = list(statuses or [])
         self.default = default
@@ -49,8 +54,9 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with receiver._lock:
                     status = receiver.statuses.pop(0) if receiver.statuses else receiver.default
-                    receiver.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                                      body, status))
+                    receiver.received.append(
+                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, status)
+                    )
                 self.send_response(status)
                 if status in (301, 302, 307, 308):
                     self.send_header("Location", "http://127.0.0.1:1/elsewhere")

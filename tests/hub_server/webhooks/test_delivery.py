@@ -74,8 +74,9 @@ def test_push_and_tag_are_delivered_signed_with_the_payload(hooked_hub, make_rec
     assert len(receiver.received) == 2  # delivered once each, never again
 
 
-def test_a_tag_move_carries_the_previous_digest_and_a_repush_sends_nothing(hooked_hub, make_receiver, pusher,
-                                                                          images, tmp_path):
+def test_a_tag_move_carries_the_previous_digest_and_a_repush_sends_nothing(
+    hooked_hub, make_receiver, pusher, images, tmp_path
+):
     first = pusher.build_layer("acme/vm", *images[0], tmp_path / "l0")
     second = pusher.build_layer("acme/vm", *images[1], tmp_path / "l1")
     pusher.push_layer("acme/vm", first, "latest")
@@ -116,7 +117,10 @@ def test_a_500_is_retried_with_the_same_body_then_succeeds(hooked_hub, make_rece
     (row,) = log_when(hooked_hub, settled)
     assert row["state"] == "delivered"
     assert [(a["attempt"], a["statusCode"], a["error"]) for a in row["attempts"]] == [
-        (1, 500, "HTTP 500"), (2, 503, "HTTP 503"), (3, 200, None)]
+        (1, 500, "HTTP 500"),
+        (2, 503, "HTTP 503"),
+        (3, 200, None),
+    ]
 
 
 def test_deliveries_give_up_after_the_last_attempt(make_hub, make_receiver, images, tmp_path):
@@ -156,13 +160,17 @@ def test_a_receiver_that_is_down_never_fails_the_push(hooked_hub, make_receiver,
     assert "ConnectError" in row["attempts"][0]["error"]
 
 
-@pytest.mark.parametrize(("host", "allow"), [
-    ("127.0.0.2", "127.0.0.1/32"),       # an address outside the list
-    ("localhost", "10.0.0.0/8"),         # a name resolving outside the list
-    ("127.0.0.1", ""),                   # the default: nothing allowed
-])
-def test_a_disallowed_destination_is_never_contacted_and_logged_refused(make_hub, make_receiver, images, tmp_path,
-                                                                        host, allow):
+@pytest.mark.parametrize(
+    ("host", "allow"),
+    [
+        ("127.0.0.2", "127.0.0.1/32"),  # an address outside the list
+        ("localhost", "10.0.0.0/8"),  # a name resolving outside the list
+        ("127.0.0.1", ""),  # the default: nothing allowed
+    ],
+)
+def test_a_disallowed_destination_is_never_contacted_and_logged_refused(
+    make_hub, make_receiver, images, tmp_path, host, allow
+):
     from tests.hub_server.webhooks.conftest import FAST
 
     hub = make_hub(**{**FAST, "webhook_allow": allow})
@@ -198,9 +206,14 @@ def test_refused_pushes_send_nothing(hooked_hub, make_receiver, pusher, images, 
     receiver = make_receiver()
     add(hooked_hub, receiver.url)
     layer = pusher.build_layer("acme/vm", *images[0], tmp_path / "l0")
-    r = hooked_hub.client.put(f"/v2/acme/vm/manifests/{layer.digest}", content=layer.manifest,
-                              headers={**auth(hooked_hub.token("reader", "pull:acme/*")),
-                                       "Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    r = hooked_hub.client.put(
+        f"/v2/acme/vm/manifests/{layer.digest}",
+        content=layer.manifest,
+        headers={
+            **auth(hooked_hub.token("reader", "pull:acme/*")),
+            "Content-Type": "application/vnd.oci.image.manifest.v1+json",
+        },
+    )
     assert r.status_code == 403
     time.sleep(0.3)
     assert receiver.received == [] and hooked_hub.call(webhooks(hooked_hub).deliveries) == []

@@ -37,17 +37,24 @@ def test_the_setting_is_validated_when_loaded():
 def test_an_address_inside_the_list_passes_and_is_the_one_connected_to():
     destination = check("http://127.0.0.1:9/hook", "127.0.0.0/30")
     assert (destination.scheme, destination.host, destination.port, destination.address) == (
-        "http", "127.0.0.1", 9, "127.0.0.1")
+        "http",
+        "127.0.0.1",
+        9,
+        "127.0.0.1",
+    )
 
 
-@pytest.mark.parametrize(("url", "allow"), [
-    ("http://127.0.0.2/", "127.0.0.1/32"),
-    ("http://[::1]/", "127.0.0.0/8"),
-    ("http://[::ffff:127.0.0.2]/", "127.0.0.1/32"),  # an IPv4-mapped address is its IPv4 address
-    ("http://localhost/", "10.0.0.0/8"),           # what a name resolves to is checked
-    ("http://localhost/", "hooks.example.com"),
-    ("http://127.0.0.1/", ""),
-])
+@pytest.mark.parametrize(
+    ("url", "allow"),
+    [
+        ("http://127.0.0.2/", "127.0.0.1/32"),
+        ("http://[::1]/", "127.0.0.0/8"),
+        ("http://[::ffff:127.0.0.2]/", "127.0.0.1/32"),  # an IPv4-mapped address is its IPv4 address
+        ("http://localhost/", "10.0.0.0/8"),  # what a name resolves to is checked
+        ("http://localhost/", "hooks.example.com"),
+        ("http://127.0.0.1/", ""),
+    ],
+)
 def test_outside_the_list_is_refused(url, allow):
     with pytest.raises(DestinationRefused, match=r"^refused: .*FORKD_HUB_WEBHOOK_ALLOW"):
         check(url, allow)

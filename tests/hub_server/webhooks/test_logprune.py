@@ -34,15 +34,35 @@ def _seed(hub) -> dict[str, list[str]]:
                     delivery_id = str(uuid.uuid4())
                     ids[hook_name].append(delivery_id)
                     at = now - timedelta(days=age)
-                    session.add(WebhookDelivery(id=delivery_id, webhook_id=hook.id, event="push", repository="acme/vm",
-                                                payload="{}", state=DeliveryState.DELIVERED, attempts=1,
-                                                next_attempt_at=at, created_at=at, finished_at=at))
+                    session.add(
+                        WebhookDelivery(
+                            id=delivery_id,
+                            webhook_id=hook.id,
+                            event="push",
+                            repository="acme/vm",
+                            payload="{}",
+                            state=DeliveryState.DELIVERED,
+                            attempts=1,
+                            next_attempt_at=at,
+                            created_at=at,
+                            finished_at=at,
+                        )
+                    )
                     await session.flush()
                     session.add(WebhookAttempt(delivery_id=delivery_id, attempt=1, at=at, status_code=200))
                 pending = str(uuid.uuid4())
                 ids[hook_name + "-pending"] = [pending]
-                session.add(WebhookDelivery(id=pending, webhook_id=hook.id, event="push", repository="acme/vm",
-                                            payload="{}", next_attempt_at=now, created_at=now - timedelta(days=90)))
+                session.add(
+                    WebhookDelivery(
+                        id=pending,
+                        webhook_id=hook.id,
+                        event="push",
+                        repository="acme/vm",
+                        payload="{}",
+                        next_attempt_at=now,
+                        created_at=now - timedelta(days=90),
+                    )
+                )
             await session.commit()
 
     hub.call(go)

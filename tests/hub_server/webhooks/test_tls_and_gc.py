@@ -25,18 +25,26 @@ def self_signed(directory: Path, name: str = "hooks.test") -> tuple[str, str]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=5))
-            .not_valid_after(now + timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_file, key_file = directory / f"{name}.pem", directory / f"{name}.key"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(cert_file), str(key_file)
 
 
@@ -45,8 +53,7 @@ def _push(hub, images, tmp_path, tag: str = "v1"):
     return pusher.push_layer("acme/vm", pusher.build_layer("acme/vm", *images[0], tmp_path / "l0"), tag)
 
 
-def test_an_https_delivery_reaches_a_receiver_trusted_through_the_ca_setting(make_hub, make_receiver, images,
-                                                                             tmp_path):
+def test_an_https_delivery_reaches_a_receiver_trusted_through_the_ca_setting(make_hub, make_receiver, images, tmp_path):
     cert, key = self_signed(tmp_path)
     receiver = make_receiver(tls=(cert, key))
     assert receiver.url.startswith("https://127.0.0.1:")
@@ -85,13 +92,21 @@ def test_retention_and_gc_send_delete_events(hooked_hub, make_receiver, images, 
     pusher.push_layer("acme/vm", other, "nightly-2")
     receiver = make_receiver()
     add(hooked_hub, receiver.url, events=["delete"])
-    check(hooked_hub.client.patch("/api/v1/repositories/acme/vm", json={"retention": {"keepLast": 1}},
-                                  headers=auth(admin)), 200)
+    check(
+        hooked_hub.client.patch(
+            "/api/v1/repositories/acme/vm", json={"retention": {"keepLast": 1}}, headers=auth(admin)
+        ),
+        200,
+    )
     report = hooked_hub.call(hooked_hub.registry.gc.run, grace=timedelta(0))
     assert [e["tag"] for e in report.retention] == ["nightly-1"] and report.manifests == [first.digest]
     events = sorted((r.json for r in receiver.wait_for(2)), key=lambda e: e["manifestRemoved"])
     untag, swept = events
     assert (untag["tags"], untag["digest"], untag["manifestRemoved"], untag["actor"]) == (
-        ["nightly-1"], first.digest, False, "gc")
+        ["nightly-1"],
+        first.digest,
+        False,
+        "gc",
+    )
     assert (swept["tags"], swept["digest"], swept["manifestRemoved"]) == ([], first.digest, True)
     assert all(r.signed_with(SECRET) for r in receiver.received)

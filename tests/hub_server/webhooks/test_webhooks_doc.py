@@ -26,18 +26,28 @@ def examples() -> dict[str, object]:
 
 
 def real(action: str, reference: str | None, digest: str | None, detail: dict) -> dict:
-    event = AuditEvent(at=datetime.now(UTC), actor="ci", action=action, repository="acme/vm", reference=reference,
-                       digest=digest, detail=json.dumps(detail))
+    event = AuditEvent(
+        at=datetime.now(UTC),
+        actor="ci",
+        action=action,
+        repository="acme/vm",
+        reference=reference,
+        digest=digest,
+        detail=json.dumps(detail),
+    )
     converted = event_fields(event)
     assert converted is not None
     return json.loads(body_bytes("id", *converted))
 
 
-@pytest.mark.parametrize(("name", "action", "reference", "digest", "detail"), [
-    ("push", "push", D1, D1, {}),
-    ("tag", "tag", "v1", D1, {"previous": D0}),
-    ("delete", "delete", "v1", D1, {"cascade": False, "force": False}),
-])
+@pytest.mark.parametrize(
+    ("name", "action", "reference", "digest", "detail"),
+    [
+        ("push", "push", D1, D1, {}),
+        ("tag", "tag", "v1", D1, {"previous": D0}),
+        ("delete", "delete", "v1", D1, {"cascade": False, "force": False}),
+    ],
+)
 def test_payload_examples_have_the_real_keys(name, action, reference, digest, detail):
     doc = examples()[name]
     sent = real(action, reference, digest, detail)

@@ -73,23 +73,33 @@ $$
 def upgrade() -> None:
     op.add_column("repositories", sa.Column("pull_count", sa.BigInteger(), nullable=False, server_default="0"))
     if op.get_bind().dialect.name == "sqlite":
-        op.execute("CREATE VIRTUAL TABLE repository_search USING fts5("
-                   "namespace, name, description, tags, annotations, tokenize = 'unicode61 remove_diacritics 2')")
+        op.execute(
+            "CREATE VIRTUAL TABLE repository_search USING fts5("
+            "namespace, name, description, tags, annotations, tokenize = 'unicode61 remove_diacritics 2')"
+        )
         for name, (when, repo) in _SQLITE_TRIGGERS.items():
-            op.execute(f"CREATE TRIGGER {name} {when} BEGIN "
-                       f"DELETE FROM repository_search WHERE rowid = {repo}; "
-                       f"{_SQLITE_DOCUMENTS} WHERE r.id = {repo}; END")
+            op.execute(
+                f"CREATE TRIGGER {name} {when} BEGIN "
+                f"DELETE FROM repository_search WHERE rowid = {repo}; "
+                f"{_SQLITE_DOCUMENTS} WHERE r.id = {repo}; END"
+            )
         op.execute(_SQLITE_DOCUMENTS)
         return
-    op.execute("CREATE TABLE repository_search (repository_id integer PRIMARY KEY "
-               "REFERENCES repositories (id) ON DELETE CASCADE, document tsvector NOT NULL)")
+    op.execute(
+        "CREATE TABLE repository_search (repository_id integer PRIMARY KEY "
+        "REFERENCES repositories (id) ON DELETE CASCADE, document tsvector NOT NULL)"
+    )
     op.execute("CREATE INDEX ix_repository_search_document ON repository_search USING GIN (document)")
     op.execute(_PG_REFRESH)
     op.execute(_PG_TRIGGER_FUNCTION)
-    op.execute("CREATE TRIGGER repository_search_repo AFTER INSERT OR UPDATE OF namespace, name, description "
-               "ON repositories FOR EACH ROW EXECUTE FUNCTION repository_search_trigger()")
-    op.execute("CREATE TRIGGER repository_search_tag AFTER INSERT OR UPDATE OR DELETE ON tags "
-               "FOR EACH ROW EXECUTE FUNCTION repository_search_trigger()")
+    op.execute(
+        "CREATE TRIGGER repository_search_repo AFTER INSERT OR UPDATE OF namespace, name, description "
+        "ON repositories FOR EACH ROW EXECUTE FUNCTION repository_search_trigger()"
+    )
+    op.execute(
+        "CREATE TRIGGER repository_search_tag AFTER INSERT OR UPDATE OR DELETE ON tags "
+        "FOR EACH ROW EXECUTE FUNCTION repository_search_trigger()"
+    )
     op.execute("SELECT repository_search_refresh(id) FROM repositories")
 
 
