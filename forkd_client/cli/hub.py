@@ -14,7 +14,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from manifest.signature import load_private_key
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from manifest.signature import SignatureError, load_private_key
 
 from ..errors import ClientError, Interrupted
 from ..hub.client import LOGIN_HINT, HubClient
@@ -232,7 +234,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
             f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
             f"e.g. {ref.name}:{ref.tag or 'latest'}"
         )
-    key = load_private_key(args.sign.expanduser()) if args.sign else None  # a bad key fails before any upload
+    key = _signing_key(args.sign) if args.sign else None  # a bad key fails before any upload
     user_annotations = parse_annotations(args.annotation)  # a malformed one is a usage error, before any transfer
     annotations = {} if args.no_provenance else ci_annotations(os.environ)
     started = now_rfc3339()
@@ -288,6 +290,14 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     if result.signature:
         ctx.print(f"signed: {result.signature} (a referrer of {result.digest[:19]}…)")
     return 0
+
+
+def _signing_key(path: Path) -> Ed25519PrivateKey:
+    """``--sign``'s key; an unreadable file is a SignatureError naming the option and the file."""
+    try:
+        return load_private_key(path.expanduser())
+    except OSError as e:
+        raise SignatureError(f"--sign {path}: {e.strerror or e}") from None
 
 
 def forkd_version() -> str:

@@ -46,6 +46,12 @@ def test_push_with_a_public_key_as_signing_key_is_a_clear_error(tmp_path: Path, 
     assert "not an unencrypted PEM private key" in capsys.readouterr().err
 
 
+def test_push_with_a_missing_signing_key_names_the_option_and_the_file(tmp_path: Path, capsys, home) -> None:
+    missing = tmp_path / "nope.key"
+    assert main(["push", "nothing", "127.0.0.1:9/team/py:v1", "--sign", str(missing)]) == 1
+    assert f"forkd: error: --sign {missing}: No such file or directory" in capsys.readouterr().err
+
+
 def test_verify_key_with_a_forkd_registry_pull_is_refused(tmp_path: Path, capsys, home) -> None:
     """forkd's registry.json packs are unsigned: a requested verification must not silently not happen."""
     assert main(["pull", "--hub", "http://127.0.0.1:9/registry.json", "acme/py", "--verify-key", "k.pub"]) == 2
