@@ -19,7 +19,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from hub_server.auth.errors import AuthError
 from hub_server.compose import HubServices, HubStartError, open_hub, redacted_url
+from hub_server.errors import HubError
 from hub_server.settings import DEFAULT_DATA_DIR, SettingsError, env_name, load_settings
+from hub_server.storage.errors import StorageError
 
 __all__ = ["STORE_FLAGS", "add_store_args", "cli_actor", "main_for_tests", "run_on_hub"]
 
@@ -64,8 +66,8 @@ def run_on_hub(
     hub (``create``: may it make a new one),
     run ``command`` on it once under ``asyncio.run`` and return its exit status.
 
-    Raises nothing: bad settings, a rejected request (``AuthError``, ``ValueError``, ``LookupError``), an
-    unusable data dir or database (``OSError``, ``HubStartError``, ``SQLAlchemyError``) print one line and
+    Raises nothing: bad settings, a rejected request (``AuthError``, ``HubError``, ``ValueError``, ``LookupError``), an
+    unusable data dir, store or database (``OSError``, ``StorageError``, ``HubStartError``, ``SQLAlchemyError``) print one line and
     return 1.
     """
     try:
@@ -80,8 +82,8 @@ def run_on_hub(
 
     try:
         return asyncio.run(go())
-    except (AuthError, ValueError, LookupError, OSError, HubStartError) as e:
-        print(f"forkd-hub: error: {e}", file=sys.stderr)
+    except (AuthError, HubError, StorageError, ValueError, LookupError, OSError, HubStartError) as e:
+        print(f"forkd-hub: error: {getattr(e, 'message', None) or e}", file=sys.stderr)
         return 1
     except SQLAlchemyError as e:
         print(f"forkd-hub: database error ({redacted_url(settings.database_url)}): {e}", file=sys.stderr)

@@ -11,17 +11,14 @@ Exit status: 0 success, 1 a rejected change (unknown repository, bad value: the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from typing import Any
 
 from hub_server.auth.scopes import Principal
-from hub_server.cli_common import STORE_FLAGS, add_store_args, cli_actor
-from hub_server.compose import HubStartError, open_hub
-from hub_server.errors import HubError
+from hub_server.cli_common import add_store_args, cli_actor, run_on_hub
+from hub_server.compose import HubServices
 from hub_server.registry.policy import UNCHANGED, EffectivePolicy, PolicyChange
-from hub_server.settings import SettingsError, load_settings
 
 __all__ = ["register"]
 
@@ -99,32 +96,25 @@ def describe(policy: EffectivePolicy) -> list[str]:
 
 def _policy(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings({name: getattr(args, name, None) for name in STORE_FLAGS})
         change = _change(args)
         namespace, _, name = args.repository.partition("/")
         if not name:
             raise ValueError(f"{args.repository!r} is not NS/REPO")
-    except (SettingsError, ValueError) as e:
+    except ValueError as e:  # SettingsError too: a bad tag pattern
         print(f"forkd-hub: error: {e}", file=sys.stderr)
         return 1
 
-    async def go() -> EffectivePolicy:
-        async with open_hub(settings, create=False) as hub:
-            operator = Principal.with_scopes(cli_actor(), ["admin"])
-            if change.empty:
-                detail = await hub.registry.catalog.repository(operator, namespace, name)
-            else:
-                detail = await hub.registry.catalog.update(operator, namespace, name, policy=change)
-            assert detail.policy is not None
-            return detail.policy
+    async def show_or_change(hub: HubServices) -> int:
+        operator = Principal.with_scopes(cli_actor(), ["admin"])
+        if change.empty:
+            detail = await hub.registry.catalog.repository(operator, namespace, name)
+        else:
+            detail = await hub.registry.catalog.update(operator, namespace, name, policy=change)
+        assert detail.policy is not None
+        if args.json:
+            print(json.dumps(detail.policy.to_json(), indent=2))
+        else:
+            print("\n".join(describe(detail.policy)))
+        return 0
 
-    try:
-        policy = asyncio.run(go())
-    except (HubError, HubStartError) as e:
-        print(f"forkd-hub: error: {getattr(e, 'message', e)}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(policy.to_json(), indent=2))
-    else:
-        print("\n".join(describe(policy)))
-    return 0
+    return run_on_hub(args, show_or_change, create=False)

@@ -12,18 +12,14 @@ Exit status: 0 everything verified, 3 problems found (reported, or quarantined w
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from hub_server.cli_common import add_store_args
-from hub_server.compose import HubStartError, open_hub, redacted_url
+from hub_server.cli_common import add_store_args, run_on_hub
+from hub_server.compose import HubServices
 from hub_server.registry.damage import clear_marks
 from hub_server.registry.scrub import Scrubber, ScrubReport
-from hub_server.settings import SettingsError, load_settings, parse_duration
-from hub_server.storage import StorageError
+from hub_server.settings import parse_duration
 from hub_server.units import human_size
 
 __all__ = ["PROBLEMS_FOUND", "register"]
@@ -52,30 +48,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     try:
-        settings = load_settings({name: getattr(args, name, None) for name in ("data_dir", "storage", "database_url")})
         grace = parse_duration(args.grace)
-    except (SettingsError, ValueError) as e:
+    except ValueError as e:
         print(f"forkd-hub: error: {e}", file=sys.stderr)
         return 1
 
-    async def go() -> tuple[int, ScrubReport]:
-        async with open_hub(settings, create=False) as hub:
-            cleared = await clear_marks(hub.registry.ctx) if args.clear_marks else 0
-            return cleared, await Scrubber(hub.registry.ctx, quarantine=args.quarantine, grace=grace).run()
+    async def scrub(hub: HubServices) -> int:
+        cleared = await clear_marks(hub.registry.ctx) if args.clear_marks else 0
+        report = await Scrubber(hub.registry.ctx, quarantine=args.quarantine, grace=grace).run()
+        if args.json:
+            print(json.dumps({**report.to_json(), "marksCleared": cleared}, indent=2))
+        else:
+            _print(report, cleared)
+        return 0 if report.clean else PROBLEMS_FOUND
 
-    try:
-        cleared, report = asyncio.run(go())
-    except (HubStartError, StorageError, OSError) as e:
-        print(f"forkd-hub: error: {e}", file=sys.stderr)
-        return 1
-    except SQLAlchemyError as e:
-        print(f"forkd-hub: database error ({redacted_url(settings.database_url)}): {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps({**report.to_json(), "marksCleared": cleared}, indent=2))
-    else:
-        _print(report, cleared)
-    return 0 if report.clean else PROBLEMS_FOUND
+    return run_on_hub(args, scrub, create=False)
 
 
 def _print(report: ScrubReport, cleared: int) -> None:
