@@ -55,6 +55,31 @@ def test_hello_resends_until_the_agent_answers() -> None:
     assert channel(guest).hello(timeout=10, resend_every=0.1) == "6.1.0-test"
 
 
+def test_reseed_resends_a_request_the_serial_line_lost_or_garbled() -> None:
+    """A restored TCG guest under load lost one reseed line (the agent answered "unknown op ''" to
+    what was left of it): reseeding is idempotent, so the host asks again with a new nonce."""
+    seen: list[str] = []
+
+    def guest(sock: socket.socket) -> None:
+        for n, (nonce, op, *_rest) in enumerate(requests(sock)):
+            seen.append(op)
+            if n == 0:
+                continue  # lost: no answer at all
+            if n == 1:
+                sock.sendall(frame(nonce, b"forkd-agent: unknown op ''\n", 127))  # arrived cut short
+                continue
+            sock.sendall(frame(nonce, b"", 0))
+
+    result = channel(guest).reseed(b"e" * 64, timeout=10, resend_every=0.1)
+    assert result.exit_code == 0 and seen == ["reseed", "reseed", "reseed"]
+
+
+def test_a_reseed_nobody_answers_times_out() -> None:
+    ch = channel(lambda sock: sock.makefile("rb").read())
+    with pytest.raises(GuestCommandTimeout, match="reseed"):
+        ch.reseed(timeout=0.3, resend_every=0.1)
+
+
 def test_silence_raises_guest_command_timeout() -> None:
     ch = channel(lambda sock: sock.makefile("rb").read())
     with pytest.raises(GuestCommandTimeout):

@@ -37,6 +37,7 @@ AGENT_VERSION = 1
 # Seconds the host waits beyond a command's own timeout (the guest kills it at the timeout).
 _GRACE_S = 5.0
 _B64_LINE = re.compile(rb"^[A-Za-z0-9+/=]*$")
+_UNKNOWN_OP = "forkd-agent: unknown op"  # the agent's answer to a request line that arrived garbled
 _SIGKILL_STATUS = 137  # what the guest shell reports for a command its timeout killed
 
 INIT_SCRIPT = r"""#!/bin/sh
@@ -131,13 +132,26 @@ class AgentChannel:
         assert reply is not None
         return reply
 
-    def reseed(self, entropy: bytes | None = None) -> ExecResult:
-        """Send 64 bytes of host entropy (or ``entropy``) for RNDADDENTROPY + RNDRESEEDCRNG."""
+    def reseed(self, entropy: bytes | None = None, timeout: float = 10.0, resend_every: float = 2.0) -> ExecResult:
+        """Send 64 bytes of host entropy (or ``entropy``) for RNDADDENTROPY + RNDRESEEDCRNG.
+
+        Reseeding is idempotent (more entropy is harmless), so a request whose bytes the guest's
+        serial line lost — no answer, or the agent's "unknown op" for a line that arrived cut
+        short — is re-sent with a new nonce every ``resend_every`` seconds, as ``hello`` is: a
+        freshly restored TCG guest under load has been seen to lose one. Raises
+        ``GuestCommandTimeout`` after ``timeout`` seconds.
+        """
         data = entropy if entropy is not None else os.urandom(64)
-        nonce = self._send("reseed", base64.b64encode(data[:256]).decode())
-        reply = self._await({nonce}, time.monotonic() + 10.0)
-        assert reply is not None
-        return reply
+        encoded = base64.b64encode(data[:256]).decode()
+        deadline = time.monotonic() + timeout
+        nonces: set[str] = set()
+        while True:
+            nonces.add(self._send("reseed", encoded))
+            reply = self._await(nonces, min(deadline, time.monotonic() + resend_every), quiet_timeout=True)
+            if reply is not None and not reply.output.startswith(_UNKNOWN_OP):
+                return reply
+            if time.monotonic() >= deadline:
+                raise GuestCommandTimeout(f"guest agent did not answer a reseed within {timeout:.0f}s")
 
     def close(self) -> None:
         """Close the console stream. Never raises."""
