@@ -3,6 +3,7 @@
 hub vs raw boto3 GETs of the same objects; push vs raw boto3 multipart uploads of the same objects.
 
 Usage: python bench/s3_pull.py [--mem-mib 512] [--data-fraction 0.5] [--dirty 0.03] [--dir DIR]
+                               [--client-fs {both,ext4,xfs}]
 
 The chain is the one of chain_pull_vs_skopeo.py: a base memory.bin of --mem-mib, half data
 (random 4 MiB blocks, alternately random and text-like), two links each rewriting --dirty of the
@@ -19,6 +20,13 @@ push   ``forkd push`` of the chain through the hub into an empty prefix, vs boto
        multipart upload (16 MiB parts, 4 threads) of the same objects from local files.
 local  the same push and pull against a third hub on its default filesystem store: the client's
        own work (diffing, compressing, verifying, assembling) without S3.
+
+Client filesystem (--client-fs): the pulling client's store (FORKD_HOME) and raw boto3's
+destination files live on the work directory's own filesystem ("ext4": ext4 on the bench machine,
+no reflink, so each link's parent image is copied before its changed chunks are written), on a
+loop-mounted XFS made with ``mkfs.xfs -m reflink=1`` ("xfs": links are reflink clones), or both,
+one set of pull rows each, each ratio against the raw GETs onto the same filesystem. The default
+is both when root (loop mounts need root), else ext4.
 
 Ratios: raw time / forkd time (1.0 = as fast as raw boto3). The forkd side includes process
 start-up, decompression, blake3 verification of every chunk and writing the three memory images.
@@ -38,13 +46,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chain_pull_vs_skopeo import import_chain, make_chain  # noqa: E402
+from chain_pull_vs_skopeo import import_chain, make_chain, xfs_mount  # noqa: E402
 from common import MACHINE_NOTE, MiB, human, mib_s, print_table, timed  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary  # noqa: E402
 
 from tests.services.seaweedfs import SeaweedFS  # noqa: E402
 
 PARALLEL = 4
+XFS_GIB = 6  # sparse image: three 512 MiB memory images, staging, and raw boto3's 234.5 MiB
 
 
 def objects(client, bucket: str, prefix: str) -> list[tuple[str, int]]:
@@ -71,6 +80,19 @@ def raw_get(client, bucket: str, keys: list[str], dest: Path) -> None:
         list(pool.map(one, enumerate(keys)))
 
 
+def pull_rows(where: Path, redirecting, proxying, client, bucket: str, keys: list[str]) -> dict:
+    """Seconds of a cold ``forkd pull`` through each hub with the client's store under ``where``,
+    then of raw boto3 GETs of ``keys`` into ``where/raw-get`` (kept: the raw push uploads them)."""
+    where.mkdir()
+    times = {}
+    for name, hub in (("redirected", redirecting), ("proxied", proxying)):
+        user = ForkdUser(where / f"puller-{name}", hub.url)
+        times[name] = timed(lambda: user.run("pull", "acme/chain:v1", "--as", "head"))  # noqa: B023
+        shutil.rmtree(user.root)
+    times["raw"] = timed(lambda: raw_get(client, bucket, keys, where / "raw-get"))
+    return times
+
+
 def raw_put(client, bucket: str, files: list[tuple[Path, str]]) -> None:
     from boto3.s3.transfer import TransferConfig
 
@@ -85,7 +107,15 @@ def main() -> None:
     ap.add_argument("--data-fraction", type=float, default=0.5)
     ap.add_argument("--dirty", type=float, default=0.03)
     ap.add_argument("--dir", type=Path, default=None, help="work directory (default: a temp dir)")
+    ap.add_argument(
+        "--client-fs",
+        choices=("both", "ext4", "xfs"),
+        default=None,
+        help="filesystem of the pulling client's store and of raw boto3's files: the work dir's own "
+        "(ext4), a loop-mounted XFS with reflink (xfs, needs root), or both (default: both when root, else ext4)",
+    )
     args = ap.parse_args()
+    client_fs = args.client_fs or ("both" if os.geteuid() == 0 else "ext4")
     root = Path(tempfile.mkdtemp(prefix="s3-pull-", dir=args.dir))
     weed = SeaweedFS()
     with contextlib.ExitStack() as stack:
@@ -113,21 +143,30 @@ def main() -> None:
         stored = objects(client, weed.bucket, prefix + "/blobs/") + objects(client, weed.bucket, prefix + "/packs/")
         stored_bytes = sum(size for _, size in stored)
 
-        pulls = {}
-        for name, hub in (("redirected", redirecting), ("proxied", proxying)):
-            user = ForkdUser(root / f"puller-{name}", hub.url)
-            pulls[name] = timed(lambda: user.run("pull", "acme/chain:v1", "--as", "head"))  # noqa: B023
-            shutil.rmtree(user.root)
-        raw_get_t = timed(lambda: raw_get(client, weed.bucket, [k for k, _ in stored], root / "raw-get"))
+        keys = [k for k, _ in stored]
+        client_dirs: dict[str, Path] = {}  # client filesystem -> where its store and raw GETs go
+        if client_fs in ("both", "ext4"):
+            client_dirs["ext4"] = root / "client-ext4"
+        if client_fs in ("both", "xfs"):
+            mnt, why_not = stack.enter_context(xfs_mount(root, XFS_GIB))  # unmounted on exit; image under root
+            if mnt is None:
+                sys.exit(f"s3_pull: --client-fs {client_fs} needs an XFS loop mount: {why_not}")
+            client_dirs["xfs"] = mnt / "client-xfs"
+        pulls = {
+            fs: pull_rows(where, redirecting, proxying, client, weed.bucket, keys) for fs, where in client_dirs.items()
+        }  # client filesystem -> contender -> seconds
+        first_fs = next(iter(pulls))
+        raw_dir = client_dirs[first_fs] / "raw-get"
+        raw_get_t = pulls[first_fs]["raw"]
 
         # the same client work without S3: a hub on its default filesystem store
         local = stack.enter_context(HubServer(root / "hub-fs", root / "hub-fs.log"))
         fs_pusher = ForkdUser(root / "pusher-fs", local.url, local.token("bench", "push:acme/*"), home=pusher.home)
         fs_push_t = timed(lambda: fs_pusher.run("push", "link2", "acme/chain:v1", "--public"))
-        fs_user = ForkdUser(root / "puller-fs", local.url)
+        fs_user = ForkdUser(client_dirs[first_fs] / "puller-fs", local.url)
         fs_pull_t = timed(lambda: fs_user.run("pull", "acme/chain:v1", "--as", "head"))
 
-        files = [(root / "raw-get" / f"o{i}", f"raw-put/{key}") for i, (key, _) in enumerate(stored)]
+        files = [(raw_dir / f"o{i}", f"raw-put/{key}") for i, (key, _) in enumerate(stored)]
         raw_put_t = timed(lambda: raw_put(client, weed.bucket, files))
         problems = log_summary(
             redirecting=root / "hub-r.log", proxied=root / "hub-p.log", filesystem=root / "hub-fs.log"
@@ -137,27 +176,24 @@ def main() -> None:
         f"s3_pull: 3-link chain, memory.bin {human(args.mem_mib * MiB)} each, {len(stored)} objects, "
         f"{human(stored_bytes)} stored on SeaweedFS; {MACHINE_NOTE}"
     )
-    rows = [
+    rows = []
+    for fs, times in pulls.items():
+        for label, key in (
+            ("forkd via 307 presigned redirects", "redirected"),
+            ("forkd proxied through the hub", "proxied"),
+            ("raw boto3 GETs of the same objects", "raw"),
+        ):
+            rows.append(
+                [
+                    f"pull to {fs}: {label}",
+                    f"{times[key]:.2f}",
+                    f"{mib_s(stored_bytes, times[key]):.0f}",
+                    f"{times['raw'] / times[key]:.2f}",
+                ]
+            )
+    rows += [
         [
-            "pull: forkd via 307 presigned redirects",
-            f"{pulls['redirected']:.2f}",
-            f"{mib_s(stored_bytes, pulls['redirected']):.0f}",
-            f"{raw_get_t / pulls['redirected']:.2f}",
-        ],
-        [
-            "pull: forkd proxied through the hub",
-            f"{pulls['proxied']:.2f}",
-            f"{mib_s(stored_bytes, pulls['proxied']):.0f}",
-            f"{raw_get_t / pulls['proxied']:.2f}",
-        ],
-        [
-            "pull: raw boto3 GETs of the same objects",
-            f"{raw_get_t:.2f}",
-            f"{mib_s(stored_bytes, raw_get_t):.0f}",
-            "1.00",
-        ],
-        [
-            "pull: forkd from a filesystem hub (no S3)",
+            f"pull to {first_fs}: forkd from a filesystem hub (no S3)",
             f"{fs_pull_t:.2f}",
             f"{mib_s(stored_bytes, fs_pull_t):.0f}",
             f"{raw_get_t / fs_pull_t:.2f}",
@@ -182,11 +218,12 @@ def main() -> None:
         ],
     ]
     print_table(["one run", "seconds", "MiB/s stored", "raw / this"], rows)
-    print(
-        f"redirected pull vs raw boto3: {raw_get_t / pulls['redirected']:.0%} of raw speed (goal >= 80%); "
-        f"redirected vs proxied: {pulls['proxied'] / pulls['redirected']:.2f}x; "
-        f"redirected vs the filesystem hub: {fs_pull_t / pulls['redirected']:.2f}x"
-    )
+    for fs, times in pulls.items():
+        print(
+            f"client on {fs}: redirected pull vs raw boto3: {times['raw'] / times['redirected']:.0%} of raw speed "
+            f"(goal >= 80%); redirected vs proxied: {times['proxied'] / times['redirected']:.2f}x"
+        )
+    print(f"client on {first_fs}: redirected vs the filesystem hub: {fs_pull_t / pulls[first_fs]['redirected']:.2f}x")
     print(problems)
 
 
