@@ -29,8 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -40,7 +39,7 @@ from manifest.assemble import FileAssembler
 from manifest.chunktree import ChunkList
 from manifest.digest import digest_file
 from manifest.errors import AssemblyError, DigestMismatch
-from manifest.model import ChunkMap, LayerConfig, LayerManifest
+from manifest.model import FileInfo, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
@@ -54,7 +53,9 @@ from .preflight import PullPlan, check_arguments, index_held_head, plan_pull
 from .progress import NullProgress, Progress
 from .pullstages import (
     RESUME_MARKER,
+    FetchedLink,
     LinkPulled,
+    ParentLink,
     ParsedLink,
     PullResult,
     check_chain,
@@ -67,6 +68,7 @@ from .pullstages import (
     marker_layer,
     parent_sha256,
     parse_link,
+    raise_failed_check,
     repository_of,
 )
 from .reference import Reference
@@ -117,8 +119,8 @@ class ChainPull:
         self.progress = progress or NullProgress()
         self.parsed: list[ParsedLink] = []  # the chain, base → head
         self.verified: Verified | None = None  # who signed the head, with ``verify_keys``
-        self.waiting: list[_Fetched] = []  # fetched links, base first, not installed yet
-        self.parent: _Parent | None = None  # the link below the next one
+        self.waiting: list[FetchedLink] = []  # fetched links, base first, not installed yet
+        self.parent: ParentLink | None = None  # the link below the next one
         self.lists: dict[str, ChunkList] = {}  # format v2: the parent link's chunk lists
         self.backlog: list[ParsedLink] = []  # reused links not in ``lists`` yet
 
@@ -188,7 +190,7 @@ class ChainPull:
             existing = None  # pulled again, and replaced on install
         if existing is not None:
             self.progress.log(f"{tag}: already present ({link.digest[:19]}…)")
-            self.parent = _Parent(self.store, tag, config)
+            self.parent = ParentLink(self.store, tag, config)
             self.backlog.append((link, manifest, config))
             return LinkPulled(tag, link.digest, reused=True)
         for old in self.backlog:  # the chunk maps of reused links, to know the parent's chunk lists
@@ -200,7 +202,7 @@ class ChainPull:
             # A failed check of an earlier link (its files removed under this one) is the
             # cause to report, not this link's missing parent: settle those checks first.
             if self.defer:
-                _raise_failed_check(self.waiting)
+                raise_failed_check(self.waiting)
             else:
                 self._install_checked(block=True)
             raise
@@ -210,7 +212,7 @@ class ChainPull:
         self.waiting.append(fetched)
         if not self.defer:
             self._install_checked(block=False)
-        self.parent = _Parent(self.store, tag, config, fetched)
+        self.parent = ParentLink(self.store, tag, config, fetched)
         return fetched.stats
 
     def _install_checked(self, *, block: bool) -> None:
@@ -226,7 +228,7 @@ class ChainPull:
                 (fetched.staged / RESUME_MARKER).unlink(missing_ok=True)
             raise
 
-    def _fetch_link(self, link: ChainLink, manifest: LayerManifest, config: LayerConfig, tag: str) -> _Fetched:
+    def _fetch_link(self, link: ChainLink, manifest: LayerManifest, config: LayerConfig, tag: str) -> FetchedLink:
         """Fetch one link's chunk maps and vmstate, stage its files on a clone of the parent's, write
         every changed chunk (verified on arrival), and hand the files to the verifier thread for the
         whole-file check. Raises DigestInvalid, DiskFull, HubError, OSError."""
@@ -236,27 +238,15 @@ class ChainPull:
         maps = fetch_maps(self.client, name, link, manifest, config)
         lists = chunk_lists(self.lists, maps) if manifest.version >= 2 else {}
         vm_info = config.files[mt.VMSTATE_FILE]
-        if vm_info.size > MAX_VMSTATE_BYTES:
-            raise DigestInvalid(
-                f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
-                f"{MAX_VMSTATE_BYTES:,}-byte vmstate limit"
-            )
-        vm_frame = self.client.get_blob(
-            name, manifest.vmstate.digest, manifest.vmstate.size, limit=max_vmstate_blob_bytes()
-        )
-
+        vm_frame = self._fetch_vmstate(name, link, manifest, vm_info)
         parent = self.parent
         parent_dir = parent.dir if parent is not None else None
         check_space(self.store, maps, parent_dir, link.digest)
         # The staged files are the pull's resume state: a killed pull leaves them (with the marker
         # naming the layer, written once they were set up), and the next attempt keeps every chunk
         # they hold that still hashes right.
-        staged = self.staging.enter_context(self.store.resumable_staging("pull-" + link.digest.split(":")[-1][:32]))
+        staged, resume = self._stage(link.digest)
         marker = staged / RESUME_MARKER
-        resume = marker_layer(marker) == link.digest
-        if not resume:
-            for leftover in staged.iterdir():
-                leftover.unlink()
         with open(staged / mt.VMSTATE_FILE, "wb") as out:  # inflated in bounded pieces, checked as it goes
             try:
                 inflate_vmstate(vm_frame, vm_info, f"layer {link.digest}: vmstate", out)
@@ -280,9 +270,31 @@ class ChainPull:
                 assembler.close()
             raise
         verification = self.verifier.submit(verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag, lists)
-        return _Fetched(tag, name, link, config, maps, stats, staged, parent, verification, lists)
+        return FetchedLink(tag, name, link, config, maps, stats, staged, parent, verification, lists)
 
-    def _install(self, fetched: _Fetched) -> None:
+    def _fetch_vmstate(self, name: str, link: ChainLink, manifest: LayerManifest, vm_info: FileInfo) -> bytes:
+        """The link's vmstate frame, refused before it is requested when it declares more than the
+        client's vmstate limit. Raises DigestInvalid, HubError."""
+        if vm_info.size > MAX_VMSTATE_BYTES:
+            raise DigestInvalid(
+                f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
+                f"{MAX_VMSTATE_BYTES:,}-byte vmstate limit"
+            )
+        return self.client.get_blob(
+            name, manifest.vmstate.digest, manifest.vmstate.size, limit=max_vmstate_blob_bytes()
+        )
+
+    def _stage(self, layer: str) -> tuple[Path, bool]:
+        """The layer's resumable staging directory, and whether it resumes an interrupted pull of
+        this very layer (else it is emptied). Raises OSError."""
+        staged = self.staging.enter_context(self.store.resumable_staging("pull-" + layer.split(":")[-1][:32]))
+        resume = marker_layer(staged / RESUME_MARKER) == layer
+        if not resume:
+            for leftover in staged.iterdir():
+                leftover.unlink()
+        return staged, resume
+
+    def _install(self, fetched: FetchedLink) -> None:
         """Wait for a fetched link's check, then install it as a forkd-compatible snapshot.
 
         Its files' blake3 digests are recorded (computed here, over these bytes). forkd's
@@ -347,52 +359,6 @@ class ChainPull:
         self.progress.log(
             f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})"
         )
-
-
-def _raise_failed_check(waiting: list[_Fetched]) -> None:
-    """Deferred installs: re-raise the first failed check of the waiting links (their staged files
-    are then not resumed), so it is reported rather than what it caused downstream."""
-    for fetched in waiting:
-        error = fetched.verification.exception()
-        if error is not None:
-            for later in waiting:
-                (later.staged / RESUME_MARKER).unlink(missing_ok=True)
-            raise error
-
-
-@dataclass
-class _Fetched:
-    """A link whose changed chunks are written into its staged files, waiting for the
-    verifier thread's whole-file check (``verification``: {role: digests}) and its install."""
-
-    tag: str
-    name: str
-    link: ChainLink
-    config: LayerConfig
-    maps: dict[str, ChunkMap]
-    stats: LinkPulled
-    staged: Path
-    parent: _Parent | None
-    verification: Future
-    lists: dict[str, ChunkList] = field(default_factory=dict)
-    installed: bool = False
-    origin_extra: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Parent:
-    """The link below the one being pulled: installed, or still staged and being checked."""
-
-    store: SnapshotStore
-    tag: str
-    config: LayerConfig
-    fetched: _Fetched | None = None
-
-    @property
-    def dir(self) -> Path:
-        if self.fetched is not None and not self.fetched.installed:
-            return self.fetched.staged
-        return self.store.path(self.tag)
 
 
 __all__ = ["RESUME_MARKER", "LinkPulled", "PullResult", "local_tag_for", "pull"]

@@ -1,6 +1,7 @@
 """The stages of ``forkd pull`` that need no pull state: the result types, parsing and checking the
-chain the hub answered, naming the local tags, and the per-link checks and records around a
-fill (disk space, the resume marker, indexing installed chunks). :class:`.pull.ChainPull` runs them.
+chain the hub answered, naming the local tags, and the per-link checks around a fill
+(disk space, the resume marker, indexing installed chunks), and the records of a link in
+flight (:class:`FetchedLink`, :class:`ParentLink`). :class:`.pull.ChainPull` runs them.
 
 Errors: forkd_client.hub.errors (DigestInvalid, DiskFull, HubError), OSError.
 """
@@ -10,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from manifest import mediatypes as mt
+from manifest.chunktree import ChunkList
 from manifest.digest import digest_bytes
 from manifest.errors import ManifestError
 from manifest.jsontext import loads as loads_json
@@ -197,6 +200,52 @@ def parent_sha256(store: SnapshotStore, parent_tag: str, parent_config: LayerCon
     return store.memory_sha256(parent_tag)
 
 
+def raise_failed_check(waiting: list[FetchedLink]) -> None:
+    """Deferred installs: re-raise the first failed check of the waiting links (their staged files
+    are then not resumed), so it is reported rather than what it caused downstream."""
+    for fetched in waiting:
+        error = fetched.verification.exception()
+        if error is not None:
+            for later in waiting:
+                (later.staged / RESUME_MARKER).unlink(missing_ok=True)
+            raise error
+
+
+@dataclass
+class FetchedLink:
+    """A link whose changed chunks are written into its staged files, waiting for the
+    verifier thread's whole-file check (``verification``: {role: digests}) and its install."""
+
+    tag: str
+    name: str
+    link: ChainLink
+    config: LayerConfig
+    maps: dict[str, ChunkMap]
+    stats: LinkPulled
+    staged: Path
+    parent: ParentLink | None
+    verification: Future
+    lists: dict[str, ChunkList] = field(default_factory=dict)
+    installed: bool = False
+    origin_extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ParentLink:
+    """The link below the one being pulled: installed, or still staged and being checked."""
+
+    store: SnapshotStore
+    tag: str
+    config: LayerConfig
+    fetched: FetchedLink | None = None
+
+    @property
+    def dir(self) -> Path:
+        if self.fetched is not None and not self.fetched.installed:
+            return self.fetched.staged
+        return self.store.path(self.tag)
+
+
 def head_tag_for(ref: Reference, as_tag: str | None) -> str:
     """The head's local tag: ``as_tag``, else the repository's name for ``latest``, else the
     repository's name plus the tag (or the pinned digest's first 12 hex digits)."""
@@ -209,7 +258,9 @@ def head_tag_for(ref: Reference, as_tag: str | None) -> str:
 
 __all__ = [
     "RESUME_MARKER",
+    "FetchedLink",
     "LinkPulled",
+    "ParentLink",
     "ParsedLink",
     "PullResult",
     "check_chain",
@@ -222,5 +273,6 @@ __all__ = [
     "marker_layer",
     "parent_sha256",
     "parse_link",
+    "raise_failed_check",
     "repository_of",
 ]
