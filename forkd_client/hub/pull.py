@@ -312,20 +312,7 @@ class ChainPull:
             "blake3": vm_info.digest,
             "sha256": str(digest_file(fetched.staged / mt.VMSTATE_FILE, ("sha256",))["sha256"]),
         }
-        parent_sha = parent_digest = None
-        if parent is not None:
-            parent_memory = parent.dir / mt.MEMORY_FILE
-            parent_digest = self.store.verified.digests(parent_memory, ("blake3",))["blake3"]
-            # v2 names the parent's file by its chunk tree (the parent layer's config; its bytes were
-            # checked against it), v1 by the blake3 of its bytes
-            holds = parent.config.files[mt.MEMORY_FILE].digest if config.version >= 2 else parent_digest
-            applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else holds
-            if applies_to != holds:
-                raise DigestInvalid(
-                    f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
-                    f"{applies_to}, but {parent.tag!r} holds {holds}"
-                )
-            parent_sha = parent_sha256(self.store, parent.tag, parent.config, parent_memory)
+        parent_sha, parent_digest = self._parent_hashes(fetched, parent) if parent is not None else (None, None)
         self.store.prepare(
             fetched.staged,
             tag,
@@ -360,5 +347,22 @@ class ChainPull:
             f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})"
         )
 
+    def _parent_hashes(self, fetched: FetchedLink, parent: ParentLink) -> tuple[str, str]:
+        """The sha256 (forkd's ``parent_content_hash``) and blake3 of the memory.bin of the link's
+        parent, which must be the content the link applies to. Raises DigestInvalid."""
+        link, config, tag = fetched.link, fetched.config, fetched.tag
+        parent_memory = parent.dir / mt.MEMORY_FILE
+        parent_digest = self.store.verified.digests(parent_memory, ("blake3",))["blake3"]
+        # v2 names the parent's file by its chunk tree (the parent layer's config; its bytes were
+        # checked against it), v1 by the blake3 of its bytes
+        holds = parent.config.files[mt.MEMORY_FILE].digest if config.version >= 2 else parent_digest
+        applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else holds
+        if applies_to != holds:
+            raise DigestInvalid(
+                f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
+                f"{applies_to}, but {parent.tag!r} holds {holds}"
+            )
+        return parent_sha256(self.store, parent.tag, parent.config, parent_memory), parent_digest
 
-__all__ = ["RESUME_MARKER", "LinkPulled", "PullResult", "local_tag_for", "pull"]
+
+__all__ = ["RESUME_MARKER", "ChainPull", "LinkPulled", "PullResult", "local_tag_for", "pull"]
