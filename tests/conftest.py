@@ -1,5 +1,6 @@
-"""Session fixtures that start real services once per test run: PostgreSQL and SeaweedFS (S3); and the
-traceback scan of every passing test's captured output and logs (issue 16, "Done means")."""
+"""Session fixtures that start real services once per test run: PostgreSQL and SeaweedFS (S3); every test
+outside the CI it may be running in; and the traceback scan of every passing test's captured output and logs
+(issue 16, "Done means")."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import pytest
 from tests.e2e.logscan import MARKER
 from tests.services.postgres import PostgresCluster, find_bin_dir
 from tests.services.seaweedfs import SeaweedFS, find_weed
+
+#: What makes ``forkd push`` record CI provenance (forkd_client/hub/provenance.py): a test sets them itself.
+CI_MARKERS = ("CI", "GITHUB_ACTIONS", "GITLAB_CI")
+
+
+@pytest.fixture(autouse=True)
+def _outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every test as outside CI, whatever CI runs the suite: a push there would attach a provenance
+    referrer (an extra manifest, webhook event, audit line) that a test did not ask for."""
+    for name in CI_MARKERS:
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(scope="session")
