@@ -52,4 +52,6 @@ def test_an_unsigned_layer_says_so(hub: Hub, images, tmp_path) -> None:
     pusher = hub.pusher(token)
     head = push_untagged(pusher, "acme/py", images, tmp_path / "w")
     assert tag(pusher, "acme/py", "v1", head).status_code == 201
-    assert "Not signed." in layer_page(hub, token, "/r/acme/py/t/v1")
+    html = layer_page(hub, token, "/r/acme/py/t/v1")
+    section = html.split('id="provenance-h"', 1)[1].split("</section>", 1)[0]
+    assert "Not signed, and no provenance attached" in section and "Signed by key" not in section

@@ -220,7 +220,7 @@ def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> No
     from manifest.digest import digest_bytes
     from tests.web.seeding import HOSTILE
 
-    assert "No provenance or signature attached" in page(hub, "/r/acme/py-numpy/t/1.26")
+    assert "Not signed, and no provenance attached" in page(hub, "/r/acme/py-numpy/t/1.26")
     pusher = hub.pusher(catalog.admin)
     numpy = catalog.layers["numpy"]
     statement = json.dumps({"_type": "https://in-toto.io/Statement/v1"}).encode()
@@ -262,5 +262,6 @@ def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> No
     assert "application/vnd.in-toto+json" in section and f'/v2/acme/py-numpy/manifests/{digest}"' in section
     assert "<dt>dev.forkd.ci.run-url</dt><dd>https://github.com/acme/envs/actions/runs/4242</dd>" in section
     assert "<dt>org.opencontainers.image.revision</dt><dd>0123abcd</dd>" in section
+    assert '<p class="empty">Not signed.</p>' in section and "no provenance attached" not in section
     assert dangers(html) == []
-    assert "No provenance or signature attached" in page(hub, "/r/acme/py-base/t/3.12")  # the parent has none
+    assert "Not signed, and no provenance attached" in page(hub, "/r/acme/py-base/t/3.12")  # the parent has none
