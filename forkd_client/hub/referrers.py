@@ -21,7 +21,7 @@ from manifest.digest import digest_bytes
 from .client import MANIFEST_TYPE, HubClient
 from .errors import HubError
 
-__all__ = ["EMPTY_CONFIG", "Document", "fetch_documents", "list_referrers", "push_referrer"]
+__all__ = ["EMPTY_CONFIG", "Document", "fetch_documents", "list_referrers", "push_referrer", "upload_blob"]
 
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG = b"{}"
@@ -37,7 +37,9 @@ class Document:
     data: bytes
 
 
-def _upload(client: HubClient, name: str, data: bytes) -> str:
+def upload_blob(client: HubClient, name: str, data: bytes) -> str:
+    """Upload the small blob ``data`` to ``name`` unless the hub holds it; return its sha256 digest.
+    Raises the HubError family."""
     digest = str(digest_bytes(data, "sha256"))
     if not client.blob_exists(name, digest):
         location = client.start_upload(name)
@@ -58,9 +60,13 @@ def push_referrer(
 ) -> str:
     """Push an artifact of ``artifact_type`` holding ``documents`` as a referrer of ``subject_digest``
     (an OCI image manifest of ``subject_size`` bytes in ``name``); return the artifact's digest."""
-    config = {"mediaType": EMPTY_MEDIA_TYPE, "digest": _upload(client, name, EMPTY_CONFIG), "size": len(EMPTY_CONFIG)}
+    config = {
+        "mediaType": EMPTY_MEDIA_TYPE,
+        "digest": upload_blob(client, name, EMPTY_CONFIG),
+        "size": len(EMPTY_CONFIG),
+    }
     layers = [
-        {"mediaType": d.media_type, "digest": _upload(client, name, d.data), "size": len(d.data)} for d in documents
+        {"mediaType": d.media_type, "digest": upload_blob(client, name, d.data), "size": len(d.data)} for d in documents
     ]
     manifest: dict[str, Any] = {
         "schemaVersion": 2,

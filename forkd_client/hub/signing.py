@@ -24,7 +24,6 @@ is unusable; a ValueError), OSError.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,9 +32,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from manifest.jsontext import loads as loads_json
 from manifest.signature import (
     ANNOTATION_KEY,
-    EMPTY_CONFIG,
     EMPTY_CONFIG_BYTES,
     MAX_ENVELOPE_BYTES,
     SIGNATURE_ARTIFACT,
@@ -51,6 +50,7 @@ from manifest.signature import (
 from .client import HubClient
 from .credentials import config_dir
 from .errors import DigestInvalid, NotFound, SignatureInvalid
+from .referrers import upload_blob
 
 __all__ = ["TrustedKeys", "Verified", "load_keys", "push_signature", "verify_head"]
 
@@ -65,15 +65,8 @@ def push_signature(client: HubClient, name: str, digest: str, key: Ed25519Privat
     media_type = _media_type(head)
     envelope = sign_digest(key, digest, name)
     artifact = signature_artifact(envelope, fingerprint(key.public_key()), digest, len(head), media_type)
-    blobs: list[tuple[bytes, str]] = [
-        (EMPTY_CONFIG_BYTES, str(EMPTY_CONFIG["digest"])),
-        (envelope, artifact.envelope_digest),
-    ]
-    for blob, blob_digest in blobs:
-        if not client.blob_exists(name, blob_digest):
-            location = client.start_upload(name)
-            location = client.upload_chunk(location, blob, 0)
-            client.finish_upload(location, blob_digest)
+    for blob in (EMPTY_CONFIG_BYTES, envelope):  # the artifact names them by their sha256 digests
+        upload_blob(client, name, blob)
     if not client.manifest_exists(name, artifact.digest):
         client.put_manifest(name, artifact.digest, artifact.manifest)
     return artifact.digest
@@ -81,8 +74,8 @@ def push_signature(client: HubClient, name: str, digest: str, key: Ed25519Privat
 
 def _media_type(manifest: bytes) -> str:
     try:
-        return str(json.loads(manifest).get("mediaType") or "application/vnd.oci.image.manifest.v1+json")
-    except (ValueError, AttributeError):
+        return str(loads_json(manifest).get("mediaType") or "application/vnd.oci.image.manifest.v1+json")
+    except (ValueError, AttributeError):  # JSONTooDeep is a ValueError too
         return "application/vnd.oci.image.manifest.v1+json"
 
 
@@ -147,7 +140,7 @@ class TrustedKeys:
     def for_namespace(self, namespace: str) -> list[Path]:
         """Key files trusted for ``namespace`` (its own list plus ``"*"``). Raises SignatureError."""
         try:
-            doc = json.loads(self.path.read_text())
+            doc = loads_json(self.path.read_text())
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as e:

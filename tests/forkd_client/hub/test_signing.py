@@ -161,6 +161,9 @@ def test_trusted_keys_per_namespace_from_the_client_config(tmp_path: Path, key):
     config.write_text('{"namespaces": {"team": "keys/team.pub"}}')
     with pytest.raises(SignatureError, match="namespace 'team' must list key file paths"):
         trusted.for_namespace("team")
+    config.write_text("[" * 100_000 + "]" * 100_000)  # nesting the parser cannot follow: a clear error
+    with pytest.raises(SignatureError, match="unreadable trusted-keys file"):
+        trusted.for_namespace("team")
 
 
 def test_a_hub_that_lists_another_heads_signature_as_a_referrer_is_refused(
