@@ -93,10 +93,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         parents=[vm_common],
         help="start N copy-on-write children of a snapshot (verified chain, compat checked)",
     )
-    p.add_argument("tag", metavar="TAG")
+    p.add_argument("tag", metavar="TAG", help="local snapshot tag; with --lazy, a hub REF (NS/REPO[:TAG|@DIGEST])")
     p.add_argument("-n", dest="count", type=_positive_int, default=1, metavar="N", help="children (default 1)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in every child")
     p.add_argument("--keep", action="store_true", help="leave the children running; print their pids and work dirs")
+    p.add_argument(
+        "--lazy",
+        action="store_true",
+        help="fork from a hub chain before it is downloaded: memory pages are fetched (and verified) as the "
+        "children touch them, the rest afterwards, then the chain is installed as `forkd pull` installs it "
+        "(docs/lazy-fork.md; needs --exec)",
+    )
+    p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="with --lazy: local tag to install the head as")
     p.set_defaults(func=run_fork)
 
 
@@ -160,6 +168,10 @@ def run_snapshot_diff(args: argparse.Namespace, ctx: Context) -> int:
 def run_fork(args: argparse.Namespace, ctx: Context) -> int:
     from ..vmops import fork
 
+    if args.lazy or args.as_tag:
+        from .lazycmds import run_lazy_fork
+
+        return run_lazy_fork(args, ctx, _print_fork)
     with ctx.store() as store:
         forked = fork(store, args.tag, args.count, vmm=args.vmm)
     try:

@@ -164,7 +164,7 @@ class ChainPull:
         first, each once its check passed; on any error what is not installed yet stays staged,
         and the next attempt resumes from it (a file that failed its check is removed)."""
         with contextlib.ExitStack() as self.staging:
-            self.index = LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
+            self.index = self._open_index()
             self.staging.callback(self.index.close)
             self.verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
             try:
@@ -174,6 +174,10 @@ class ChainPull:
             finally:
                 # checks in flight finish (and close their files) first; queued ones (Ctrl-C) never start
                 self.verifier.shutdown(wait=True, cancel_futures=True)
+
+    def _open_index(self) -> LocalChunkIndex:
+        """Where chunks local files hold are looked up (a lazy fork's install adds its staged image)."""
+        return LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
 
     def _pull_link(
         self, plan: PullPlan, link: ChainLink, manifest: LayerManifest, config: LayerConfig, tag: str

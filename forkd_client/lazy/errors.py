@@ -1,0 +1,74 @@
+"""Errors of a lazy fork: a chain that cannot be served lazily, and a chunk that could not be served.
+
+    ClientError (forkd_client.errors)
+    ├── LazyUnsupported          the chain cannot be served lazily (say why; ``forkd pull`` still works)
+    └── HubError (forkd_client.hub.errors)
+        ├── ChunkUnfetchable     a chunk's bytes could not be fetched (the read that needed it got EIO)
+        └── DigestInvalid
+            └── ChunkCorrupt     a chunk's bytes did not match its digest (the read got EIO; exit 6)
+
+Both chunk errors carry the :class:`ChunkFailure` records naming layer, chunk index, file offset
+and digest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ClientError
+from ..hub.errors import DigestInvalid, HubError
+
+
+@dataclass(frozen=True)
+class ChunkFailure:
+    """A chunk of the head's memory image that could not be served, and why."""
+
+    layer: str  # manifest digest of the layer whose chunk map lists it
+    index: int  # chunk index in the head's memory image
+    offset: int  # byte offset in the head's memory image
+    digest: str  # the chunk's digest
+    reason: str
+    corrupt: bool  # True: bytes arrived but did not verify; False: they could not be fetched
+
+    def describe(self) -> str:
+        return (
+            f"layer {self.layer}: memory.bin chunk {self.index} (offset {self.offset}, {self.digest}) "
+            f"{'is corrupt' if self.corrupt else 'could not be fetched'}: {self.reason}"
+        )
+
+    def to_obj(self) -> dict[str, object]:
+        return {
+            "layer": self.layer,
+            "index": self.index,
+            "offset": self.offset,
+            "digest": self.digest,
+            "reason": self.reason,
+            "corrupt": self.corrupt,
+        }
+
+
+class LazyUnsupported(ClientError):
+    """The chain cannot be forked lazily (the message says why); ``forkd pull`` then ``forkd fork`` works."""
+
+
+class ChunkUnfetchable(HubError):
+    """A chunk could not be fetched; ``failures`` names each."""
+
+    def __init__(self, failures: list[ChunkFailure]) -> None:
+        super().__init__("; ".join(f.describe() for f in failures), code="CHUNK_UNAVAILABLE")
+        self.failures = failures
+
+
+class ChunkCorrupt(DigestInvalid):
+    """A chunk did not verify against its digest; ``failures`` names each."""
+
+    def __init__(self, failures: list[ChunkFailure]) -> None:
+        super().__init__("; ".join(f.describe() for f in failures), code="DIGEST_INVALID")
+        self.failures = failures
+
+
+def chunk_error(failures: list[ChunkFailure]) -> HubError:
+    """The error to raise for ``failures``: ChunkCorrupt when any chunk was corrupt, else ChunkUnfetchable."""
+    if any(f.corrupt for f in failures):
+        return ChunkCorrupt(failures)
+    return ChunkUnfetchable(failures)

@@ -1,0 +1,101 @@
+"""``forkd fork REF --lazy``: children of a hub chain started before it has finished downloading.
+
+:func:`lazy_fork` opens a :class:`~.session.LazySession` (chain resolved and verified, head's
+memory image mounted lazily), checks the head's compat against this host, and starts ``n``
+copy-on-write children mapping the mounted image exactly as :func:`forkd_client.vmops.fork`
+maps a local one. The caller runs its command in them (:meth:`Forked.run`), then
+:meth:`LazyFork.finish`: when a chunk could not be served (the child that read it got EIO on a
+page fault and stopped) it raises ChunkCorrupt / ChunkUnfetchable naming each chunk and
+installs nothing; otherwise it fills the rest and installs the chain as ``forkd pull`` would.
+
+Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, VmSetupError, CompatibilityError,
+RestoreFailed, the errors of :mod:`forkd_client.hub.pull`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..hub.client import HubClient
+from ..hub.pullstages import PullResult
+from ..hub.reference import Reference
+from ..store import SnapshotStore
+from ..vmmcompat import check_host_compat
+from ..vmops.fork import Forked, _spawn
+from ..vmops.host import require_driver
+from .session import LazySession
+
+
+@dataclass
+class LazyFork:
+    """A lazy session and the children forked from it (see :func:`lazy_fork`)."""
+
+    session: LazySession
+    forked: Forked
+    open_ms: float
+    installed: PullResult | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def snapshot_stats(self) -> dict[str, int]:
+        image = self.session.image
+        return {
+            "chunks": image.plan.count,
+            "chunks_fetched": image.chunks_fetched,
+            "chunks_local": image.chunks_local,
+            "chunks_resumed": image.chunks_resumed,
+            "bytes_fetched": image.bytes_fetched,
+        }
+
+    def finish(self, *, install: bool = True) -> None:
+        """Stop the children (unless kept), then raise the chunk failures if any, else fill the
+        rest and (with ``install``) install the chain. The stats before the fill stay in ``stats``."""
+        self.stats = self.snapshot_stats()
+        if not self.forked.kept:
+            self.forked.kill()
+        self.session.raise_failures()
+        if install:
+            self.installed = self.session.fill_and_install(self.session.image.profile)
+
+    def to_obj(self) -> dict[str, object]:
+        return {
+            "reference": str(self.session.ref),
+            "digest": self.session.head_digest,
+            "tag": self.session.head_tag,
+            "open_ms": round(self.open_ms, 1),
+            "before_fill": self.stats or self.snapshot_stats(),
+            "failed_chunks": [f.to_obj() for f in self.session.image.failures.values()],
+            "installed": None if self.installed is None else self.installed.to_obj(),
+            **{k: v for k, v in self.forked.to_obj().items() if k not in ("tag",)},
+        }
+
+
+def lazy_fork(
+    store: SnapshotStore,
+    client: HubClient,
+    ref: Reference,
+    n: int,
+    *,
+    as_tag: str | None = None,
+    vmm: str | None = None,
+) -> LazyFork:
+    """Open a lazy session of ``ref`` and start ``n`` children of its head. On any error the
+    session is closed (its staged state kept). Raises what the module raises, ValueError (``n`` < 1)."""
+    if n < 1:
+        raise ValueError(f"fork needs at least one child, got {n}")
+    started = time.monotonic()
+    session = LazySession(store, client, ref, as_tag=as_tag)
+    try:
+        files = session.open()
+        open_ms = (time.monotonic() - started) * 1000
+        driver = require_driver(vmm or files.compat.vmm)
+        compat = session.head_compat
+        check_host_compat(compat, driver, memory=files.memory, what=f"{ref}")  # type: ignore[arg-type]
+        started = time.monotonic()
+        children = _spawn(driver, files, n)
+        chain = list(session.chain)
+        forked = Forked(session.head_tag, chain, 0.0, (time.monotonic() - started) * 1000, str(files.memory), children)
+    except BaseException:
+        session.close()
+        raise
+    return LazyFork(session, forked, open_ms)

@@ -1,0 +1,145 @@
+"""A read-only one-file FUSE filesystem exposing a :class:`~.image.LazyImage` as ``memory.bin``.
+
+The binding is mfusepy (ctypes over libfuse; chosen by measurement, docs/decisions/0010-lazy-fork-fuse.md).
+Opens for writing are accepted, because QEMU 7.2 opens its memory file O_RDWR even with
+``share=off`` (reference: vmm-qemu.md); writes and truncation are refused (EROFS): a
+``MAP_PRIVATE`` mapping never writes back. A read whose chunk could not be served answers EIO
+(the chunk is recorded on the image). The kernel keeps what was read in the page cache
+(``kernel_cache``), so every page crosses into this process at most once per mount.
+
+:class:`LazyMount` mounts on a directory and serves from a thread until :meth:`LazyMount.unmount`.
+
+Errors: LazyUnsupported (no FUSE on this host: /dev/fuse, libfuse or fusermount missing), OSError.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from manifest import mediatypes as mt
+
+from ..hub.errors import HubError
+from .errors import LazyUnsupported
+from .image import LazyImage
+
+FILE_NAME = mt.MEMORY_FILE
+MOUNT_TIMEOUT_S = 10.0
+
+
+def _fuse_module() -> Any:
+    """mfusepy, imported on first use (it loads libfuse). Raises LazyUnsupported."""
+    if not os.path.exists("/dev/fuse"):
+        raise LazyUnsupported("a lazy fork needs FUSE, and this host has no /dev/fuse")
+    try:
+        import mfusepy  # type: ignore[import-untyped]
+    except (ImportError, OSError) as e:
+        raise LazyUnsupported(
+            f"a lazy fork needs libfuse and the mfusepy package ({e}); install fuse3 (apt) and mfusepy (pip)"
+        ) from None
+    return mfusepy
+
+
+def _operations(image: LazyImage, fuse: Any) -> Any:
+    """The filesystem's operations (a class built on first use, mfusepy being imported lazily)."""
+
+    class LazyFile(fuse.Operations):
+        use_ns = True
+
+        def __init__(self) -> None:
+            now = time.time_ns()
+            self._times = {"st_atime": now, "st_mtime": now, "st_ctime": now}
+
+        def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
+            if path == "/":
+                return {"st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2, **self._times}
+            if path == "/" + FILE_NAME:
+                return {"st_mode": stat.S_IFREG | 0o644, "st_nlink": 1, "st_size": image.plan.size, **self._times}
+            raise fuse.FuseOSError(errno.ENOENT)
+
+        def readdir(self, path: str, fh: int) -> list[str]:
+            return [".", "..", FILE_NAME]
+
+        def open(self, path: str, flags: int) -> int:
+            if path != "/" + FILE_NAME:
+                raise fuse.FuseOSError(errno.ENOENT)
+            if flags & os.O_TRUNC:
+                raise fuse.FuseOSError(errno.EROFS)
+            return 0
+
+        def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+            try:
+                return image.read(offset, size)
+            except HubError:
+                raise fuse.FuseOSError(errno.EIO) from None  # the failure is recorded on the image
+
+        def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+            raise fuse.FuseOSError(errno.EROFS)
+
+        def truncate(self, path: str, length: int, fh: int | None = None) -> None:
+            if length != image.plan.size:
+                raise fuse.FuseOSError(errno.EROFS)
+
+        def create(self, path: str, mode: int, fi: Any = None) -> int:
+            raise fuse.FuseOSError(errno.EROFS)
+
+        def unlink(self, path: str) -> None:
+            raise fuse.FuseOSError(errno.EROFS)
+
+        def statfs(self, path: str) -> dict[str, int]:
+            return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": image.plan.size // 4096, "f_namemax": 255}
+
+    return LazyFile()
+
+
+class LazyMount:
+    """``image`` served as ``<mountpoint>/memory.bin`` from a background thread.
+
+    Raises LazyUnsupported (no FUSE here), OSError (the mount did not appear in time).
+    """
+
+    def __init__(self, image: LazyImage, mountpoint: Path) -> None:
+        fuse = _fuse_module()
+        self.mountpoint = Path(mountpoint)
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        self.path = self.mountpoint / FILE_NAME
+        self.error: BaseException | None = None
+        ops = _operations(image, fuse)
+
+        def serve() -> None:
+            try:
+                fuse.FUSE(
+                    ops,
+                    str(self.mountpoint),
+                    foreground=True,
+                    nothreads=False,
+                    kernel_cache=True,
+                    attr_timeout=3600,
+                    entry_timeout=3600,
+                    fsname="forkd-lazy",
+                )
+            except BaseException as e:  # noqa: BLE001 - reported by the mount wait / unmount
+                self.error = e
+
+        self._thread = threading.Thread(target=serve, name="forkd-lazy-fuse", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        while not os.path.ismount(self.mountpoint):
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.unmount()
+                raise OSError(f"the lazy memory image did not mount on {self.mountpoint}: {self.error or 'timeout'}")
+            time.sleep(0.01)
+
+    def unmount(self) -> None:
+        """Unmount (lazily: children still mapping the file keep their pages) and stop serving. Idempotent."""
+        if os.path.ismount(self.mountpoint):
+            tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
+            subprocess.run([tool, "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+        self._thread.join(timeout=10)

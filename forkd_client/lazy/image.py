@@ -1,0 +1,267 @@
+"""The head's memory image, staged in a local file and filled on demand (the heart of a lazy fork).
+
+:class:`LazyImage` keeps the staged file (the full size of the head's ``memory.bin``, sparse
+at first) and a present-bitmap next to it (``memory.bin.present``, one byte per chunk, written
+after the chunk's bytes). :meth:`LazyImage.read` serves a byte range: the chunks it touches
+that are not present are fetched first (:meth:`LazyImage.ensure`), then the bytes are read from
+the staged file. Chunks local snapshots hold are copied in first (:meth:`LazyImage.adopt_local`,
+from the local chunk index, re-hashed on read); a missing chunk comes from the hub as coalesced ranges of the layers'
+data blobs through :meth:`HubClient.read_ranges` (so presigned redirects and fetch plans work);
+every frame is decompressed and checked against its chunk digest before it is written.
+Concurrent reads of the same chunk fetch it once (the later ones wait for the first).
+
+A chunk that fails verification or cannot be fetched is recorded (:class:`ChunkFailure`) and
+every read that touches it raises ChunkCorrupt / ChunkUnfetchable: wrong bytes are never served.
+
+The first-read order of chunks is the page-access profile (:attr:`LazyImage.profile`);
+:meth:`LazyImage.fill` fetches the rest, in a given order first (a profile), then in file order.
+
+Errors: ChunkCorrupt, ChunkUnfetchable (forkd_client.lazy.errors), OSError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import blake3
+
+from manifest.assemble import decompress_chunk
+from manifest.errors import AssemblyError, DigestMismatch, ManifestError
+from manifest.fileops import punch_hole
+
+from ..hub.client import HubClient
+from ..hub.errors import HubError
+from ..hub.fill import MAX_RANGE_BYTES, PARALLEL_REQUESTS, tunable
+from .errors import ChunkFailure, chunk_error
+from .plan import ImagePlan, Request
+
+PRESENT_SUFFIX = ".present"
+FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
+
+#: a chunk's bytes from a local snapshot holding the same content (verified), or None
+LocalReader = Callable[[str], bytes | None]
+
+
+class LazyImage:
+    """The head's ``memory.bin`` at ``path``, filled on demand; see the module docstring.
+
+    ``resume``: keep the chunks a previous session left in ``path`` whose bytes still hash
+    right (the bitmap is a hint, never trusted).
+    """
+
+    def __init__(
+        self,
+        plan: ImagePlan,
+        path: Path,
+        client: HubClient,
+        *,
+        resume: bool = False,
+    ) -> None:
+        self.plan, self.path, self.client = plan, Path(path), client
+        self.bitmap_path = self.path.with_name(self.path.name + PRESENT_SUFFIX)
+        self.max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
+        self.parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
+        self.failures: dict[int, ChunkFailure] = {}
+        self.profile: list[int] = []  # chunk indexes in the order reads first touched them
+        self.bytes_fetched = 0  # frame bytes from the hub
+        self.chunks_fetched = self.chunks_local = self.chunks_resumed = 0
+        self._lock = threading.Lock()
+        self._inflight: dict[int, threading.Event] = {}
+        self._touched = bytearray(plan.count)
+        self._closed = False
+        fresh = not (resume and self.path.is_file() and self.path.stat().st_size == plan.size)
+        if fresh:
+            self.path.unlink(missing_ok=True)
+            self.bitmap_path.unlink(missing_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._bitmap_fd = os.open(self.bitmap_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.ftruncate(self._fd, plan.size)
+            hint = os.pread(self._bitmap_fd, plan.count, 0) if not fresh else b""
+            os.ftruncate(self._bitmap_fd, plan.count)
+            self.present = bytearray(plan.count)
+            for i, source in enumerate(plan.sources):
+                if source is None:
+                    if not fresh:  # a zero chunk is never written; make sure it reads as zeros
+                        punch_hole(self._fd, i * plan.chunk_size, plan.length(i))
+                    self.present[i] = 1
+                elif i < len(hint) and hint[i] and self._holds(i, source.digest):
+                    self.present[i] = 1
+                    self.chunks_resumed += 1
+            os.pwrite(self._bitmap_fd, bytes(self.present), 0)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def complete(self) -> bool:
+        return all(self.present)
+
+    @property
+    def missing(self) -> int:
+        return self.present.count(0)
+
+    def present_chunks(self) -> Iterable[tuple[str, int, int]]:
+        """``(digest, offset, length)`` of every present data chunk."""
+        cs = self.plan.chunk_size
+        for i, s in enumerate(self.plan.sources):
+            if s is not None and self.present[i]:
+                yield s.digest, i * cs, self.plan.length(i)
+
+    def close(self) -> None:
+        """Close the staged file and bitmap (what is present stays, for a later session). Idempotent."""
+        self._closed = True
+        for fd in (self._fd, self._bitmap_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._bitmap_fd = -1
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` (fewer at the end of the image), their chunks fetched and
+        verified first. Records the page-access profile. Raises ChunkCorrupt, ChunkUnfetchable."""
+        indexes = self.plan.covering(offset, size)
+        first = [i for i in indexes if not self._touched[i]]
+        if first:
+            with self._lock:
+                for i in first:
+                    if not self._touched[i]:
+                        self._touched[i] = 1
+                        self.profile.append(i)
+        self.ensure(indexes)
+        return os.pread(self._fd, max(0, min(size, self.plan.size - offset)), offset)
+
+    def ensure(self, indexes: Sequence[int]) -> None:
+        """Make ``indexes`` present: fetch those nobody fetches yet, wait for those in flight.
+        Raises ChunkCorrupt / ChunkUnfetchable naming every chunk of ``indexes`` that failed."""
+        mine: list[int] = []
+        waits: set[threading.Event] = set()
+        done = threading.Event()
+        with self._lock:
+            for i in indexes:
+                if self.present[i] or i in self.failures:
+                    continue
+                event = self._inflight.get(i)
+                if event is None:
+                    self._inflight[i] = done
+                    mine.append(i)
+                else:
+                    waits.add(event)
+        if mine:
+            try:
+                self._fetch(mine)
+            finally:
+                with self._lock:
+                    for i in mine:
+                        self._inflight.pop(i, None)
+                done.set()
+        for event in waits:
+            event.wait()
+        failed = [self.failures[i] for i in indexes if i in self.failures]
+        if failed:
+            raise chunk_error(failed)
+
+    def fill(self, first: Iterable[int] = (), stop: threading.Event | None = None) -> None:
+        """Fetch every chunk not present: ``first`` (a page-access profile) first, then the rest
+        in file order, ``parallel`` batches at a time, until done or ``stop`` is set. Chunks that
+        fail are recorded (see :attr:`failures`), not raised."""
+        order = list(dict.fromkeys([i for i in first if 0 <= i < self.plan.count] + list(range(self.plan.count))))
+        todo = [i for i in order if not self.present[i]]
+        batches = [todo[k : k + FILL_BATCH_CHUNKS] for k in range(0, len(todo), FILL_BATCH_CHUNKS)]
+
+        def one(batch: list[int]) -> None:
+            if stop is not None and stop.is_set():
+                return
+            with contextlib.suppress(HubError):  # recorded in self.failures
+                self.ensure(batch)
+
+        with ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="forkd-lazy-fill") as pool:
+            list(pool.map(one, batches))
+
+    def adopt_local(self, read: LocalReader, known: set[str]) -> int:
+        """Copy in the missing chunks whose digest is in ``known`` (held by local snapshots):
+        ``read(digest)`` gives their verified bytes or None. Returns how many were copied."""
+        copied = 0
+        for i, source in enumerate(self.plan.sources):
+            if source is None or self.present[i] or source.digest not in known:
+                continue
+            data = read(source.digest)
+            if data is not None and len(data) == self.plan.length(i):
+                self._put(i, data, local=True)
+                copied += 1
+        return copied
+
+    # -- fetching ---------------------------------------------------------------------------------
+
+    def _holds(self, index: int, digest: str) -> bool:
+        data = os.pread(self._fd, self.plan.length(index), index * self.plan.chunk_size)
+        return "blake3:" + blake3.blake3(data).hexdigest() == digest
+
+    def _put(self, index: int, data: bytes, *, local: bool = False) -> None:
+        """Write chunk ``index``'s verified bytes, then mark it present (bitmap after the data)."""
+        os.pwrite(self._fd, data, index * self.plan.chunk_size)
+        os.pwrite(self._bitmap_fd, b"\x01", index)
+        with self._lock:
+            self.present[index] = 1
+            if local:
+                self.chunks_local += 1
+            else:
+                self.chunks_fetched += 1
+
+    def _fail(self, index: int, reason: str, *, corrupt: bool) -> None:
+        s = self.plan.sources[index]
+        assert s is not None
+        with self._lock:
+            self.failures.setdefault(
+                index, ChunkFailure(s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt)
+            )
+
+    def _fetch(self, indexes: list[int]) -> None:
+        """Fetch and verify ``indexes`` (not present, owned by this caller); failures are recorded."""
+        requests, places = self.plan.requests(indexes, self.max_range)
+        if len(requests) == 1:
+            self._fetch_request(requests[0], places)
+            return
+        with ThreadPoolExecutor(max_workers=min(self.parallel, len(requests))) as pool:
+            list(pool.map(lambda r: self._fetch_request(r, places), requests))
+
+    def _fetch_request(self, request: Request, places: dict[tuple[str, int], list[int]]) -> None:
+        repository, blob, ranges = request
+        frames = sorted(offset for (b, offset) in places if b == blob)
+        try:
+            views = self.client.read_ranges(repository, blob, ranges)
+        except (HubError, OSError) as e:
+            for start, n in ranges:
+                for offset in frames:
+                    if start <= offset < start + n:
+                        for i in places[(blob, offset)]:
+                            self._fail(i, f"from blob {blob}: {e}", corrupt=False)
+            return
+        for (start, n), view in zip(ranges, views, strict=True):
+            for offset in frames:
+                if not start <= offset < start + n:
+                    continue
+                at = places[(blob, offset)]
+                source = self.plan.sources[at[0]]
+                assert source is not None
+                frame = view[offset - start : offset - start + source.length]
+                try:
+                    data = decompress_chunk(
+                        bytes(frame), self.plan.length(at[0]), source.digest, f"chunk {at[0]} ({source.digest})"
+                    )
+                except (DigestMismatch, AssemblyError, ManifestError) as e:
+                    for i in at:
+                        self._fail(i, f"frame at offset {offset} of blob {blob}: {e}", corrupt=True)
+                    continue
+                with self._lock:
+                    self.bytes_fetched += source.length
+                for i in at:
+                    self._put(i, data)

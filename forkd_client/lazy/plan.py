@@ -1,0 +1,119 @@
+"""Where each chunk of a chain head's memory image comes from, and which hub requests fetch a set of them.
+
+A chain's head image is the base's file with each link's changed chunks applied in order, so
+chunk ``i`` of the head is the entry for ``i`` in the last chunk map that lists it: a data chunk
+(a zstd frame at an offset of a layer's data blob, checked against its digest on arrival), a zero
+chunk, or, when no map lists it, zero (a base's unlisted chunk is a hole). :class:`ImagePlan`
+holds that table; :meth:`ImagePlan.requests` groups chunks into coalesced range requests, per
+repository and blob, with :func:`forkd_client.hub.fill.coalesce` (the same limits as a pull).
+
+Errors: LazyUnsupported (chunk geometry that changes along the chain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from manifest import mediatypes as mt
+from manifest.model import ChunkMap
+
+from ..hub.fill import Wanted, coalesce
+from .errors import LazyUnsupported
+
+
+@dataclass(frozen=True)
+class ChunkSource:
+    """A data chunk of the head's image: which layer lists it, and where its frame is."""
+
+    layer: str  # manifest digest of the layer
+    repository: str  # where the hub keeps the layer's blobs
+    blob: str
+    offset: int  # of the frame in the blob
+    length: int  # of the frame
+    digest: str  # of the chunk's bytes
+
+
+#: one hub request: (repository, blob, [(offset, length), …]) of whole frames
+Request = tuple[str, str, list[tuple[int, int]]]
+
+
+class ImagePlan:
+    """The head's memory image as a table of chunk sources (None: zero)."""
+
+    def __init__(self, size: int, chunk_size: int, sources: list[ChunkSource | None]) -> None:
+        self.size, self.chunk_size, self.sources = size, chunk_size, sources
+
+    @classmethod
+    def from_maps(cls, links: Sequence[tuple[str, str, ChunkMap | None]]) -> ImagePlan:
+        """``links``: base → head, ``(layer digest, repository, memory.bin chunk map or None when
+        the link leaves the file as it is)``. Raises LazyUnsupported when the file's size or chunk
+        size changes along the chain (a pull handles that; a lazy fork does not)."""
+        geometry: tuple[int, int] | None = None
+        sources: list[ChunkSource | None] = []
+        for layer, repository, chunk_map in links:
+            if chunk_map is None:
+                continue
+            if geometry is None:
+                geometry = (chunk_map.size, chunk_map.chunk_size)
+                sources = [None] * -(-chunk_map.size // chunk_map.chunk_size)
+            elif geometry != (chunk_map.size, chunk_map.chunk_size):
+                raise LazyUnsupported(
+                    f"layer {layer}: {mt.MEMORY_FILE} is {chunk_map.size:,} bytes in chunks of "
+                    f"{chunk_map.chunk_size:,}, its parent's {geometry[0]:,} in chunks of {geometry[1]:,}; "
+                    "a lazy fork needs one geometry along the chain (use forkd pull, then forkd fork)"
+                )
+            for e in chunk_map.entries:
+                if e.is_zero:
+                    sources[e.index] = None
+                else:
+                    blob = chunk_map.blobs[e.blob]
+                    sources[e.index] = ChunkSource(layer, repository, blob, e.offset, e.length, e.digest)  # type: ignore[arg-type]
+        if geometry is None:
+            raise LazyUnsupported(f"no layer of the chain has a {mt.MEMORY_FILE}: nothing to fork from")
+        return cls(geometry[0], geometry[1], sources)
+
+    @property
+    def count(self) -> int:
+        return len(self.sources)
+
+    def length(self, index: int) -> int:
+        return min(self.chunk_size, self.size - index * self.chunk_size)
+
+    def covering(self, offset: int, size: int) -> range:
+        """The chunk indexes a read of ``size`` bytes at ``offset`` touches (clipped to the image)."""
+        end = min(offset + size, self.size)
+        if offset >= end:
+            return range(0)
+        return range(offset // self.chunk_size, (end - 1) // self.chunk_size + 1)
+
+    def data_chunks(self) -> list[int]:
+        return [i for i, s in enumerate(self.sources) if s is not None]
+
+    def requests(
+        self, indexes: Iterable[int], max_range: int
+    ) -> tuple[list[Request], dict[tuple[str, int], list[int]]]:
+        """Coalesced hub requests for the data chunks ``indexes`` (zero chunks are skipped), and
+        for each ``(blob, frame offset)`` the chunk indexes that frame fills (the same frame may
+        fill several places of the image)."""
+        per_repo: dict[str, Wanted] = {}
+        places: dict[tuple[str, int], list[int]] = {}
+        for i in indexes:
+            s = self.sources[i]
+            if s is None:
+                continue
+            at = places.setdefault((s.blob, s.offset), [])
+            if not at:
+                per_repo.setdefault(s.repository, {}).setdefault(s.blob, {})[s.offset] = (
+                    s.length,
+                    s.digest,
+                    self.length(i),
+                    [],
+                )
+            at.append(i)
+        out = [
+            (repository, blob, ranges)
+            for repository, wanted in per_repo.items()
+            for blob, ranges in coalesce(wanted, max_range)
+        ]
+        return out, places

@@ -1,0 +1,182 @@
+"""A lazy session: a hub chain resolved and verified like a pull, its head's memory image served
+lazily from a FUSE mount, filled in the background, then installed exactly as ``forkd pull`` installs it.
+
+:meth:`LazySession.open`:
+
+1. resolves the chain (one request), checks it is one chain hanging off the head's digest, and
+   fetches and verifies every link's chunk maps: :class:`~forkd_client.hub.pull.ChainPull`'s own
+   stages (``parse_link``, ``check_chain``, ``fetch_maps``);
+2. stages the head's vmstate (checked against its digest as it is inflated) and the head's
+   memory image (:class:`~.image.LazyImage`) in a resumable staging directory keyed by the
+   head's digest (``<store>/.staging/resume-lazy-<hex>``): a killed session leaves the verified
+   chunks there, and the next lazy session of the same head keeps them;
+3. copies in the chunks local snapshots already hold (the local chunk index), then mounts the
+   image (:class:`~.fusefs.LazyMount`).
+
+:meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
+first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull whose local
+chunk index also reads the staged image (re-hashing each chunk): same verification, records and
+forkd-compatible layout as a pull, the chunks fetched once.
+
+Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, the errors of :mod:`forkd_client.hub.pull`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+
+import blake3
+
+from manifest import mediatypes as mt
+from manifest.errors import AssemblyError, DigestMismatch
+from manifest.vmstate import inflate_vmstate
+from vmm import SnapshotFiles
+
+from ..hub.client import HubClient
+from ..hub.errors import DigestInvalid
+from ..hub.linkcheck import fetch_maps
+from ..hub.localchunks import LocalChunkIndex
+from ..hub.pull import ChainPull
+from ..hub.pullstages import PullResult, check_chain, head_tag_for, repository_of
+from ..hub.reference import Reference
+from ..store import SnapshotStore
+from ..vmmcompat import from_manifest_compat
+from .errors import LazyUnsupported, chunk_error
+from .fusefs import LazyMount
+from .image import LazyImage
+from .plan import ImagePlan
+
+STATE_PREFIX = "lazy-"
+
+
+class StagedImageIndex(LocalChunkIndex):
+    """The local chunk index, plus the chunks present in a lazy session's staged image (each
+    re-hashed when read, like every local chunk)."""
+
+    def __init__(self, db_path: Path, store: SnapshotStore, image: LazyImage) -> None:
+        super().__init__(db_path, store.verified)
+        self._image = image
+        self._where = {digest: (offset, length) for digest, offset, length in image.present_chunks()}
+
+    def known(self, digests: Iterable[str]) -> set[str]:
+        wanted = list(digests)
+        return {d for d in wanted if d in self._where} | super().known(d for d in wanted if d not in self._where)
+
+    def read(self, digest: str) -> bytes | None:
+        where = self._where.get(digest)
+        if where is not None:
+            with open(self._image.path, "rb") as f:
+                f.seek(where[0])
+                data = f.read(where[1])
+            if "blake3:" + blake3.blake3(data).hexdigest() == digest:
+                return data
+        return super().read(digest)
+
+
+class LazyInstall(ChainPull):
+    """A pull of the lazy session's head (pinned by digest) that reads chunks from its staged image."""
+
+    def __init__(self, session: LazySession) -> None:
+        ref = dataclasses.replace(session.ref, digest=session.head_digest)
+        super().__init__(session.store, session.client, ref, as_tag=session.head_tag)
+        self.session = session
+
+    def _open_index(self) -> LocalChunkIndex:
+        return StagedImageIndex(self.store.root / "chunk-index.db", self.store, self.session.image)
+
+
+class LazySession:
+    """One lazily served chain head; use as a context manager (unmounts, keeps the staged state)."""
+
+    image: LazyImage
+    mount: LazyMount
+
+    def __init__(self, store: SnapshotStore, client: HubClient, ref: Reference, *, as_tag: str | None = None) -> None:
+        self.store, self.client, self.ref = store, client, ref
+        self.head_tag = head_tag_for(ref, as_tag)
+        self.head_digest = ""
+        self.head_compat: dict = {}
+        self.chain: list[str] = []  # layer digests, base → head
+        self.staged: Path | None = None
+        self.files: SnapshotFiles | None = None
+        self.chunks_local = 0
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> LazySession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unmount and close; the staged state stays for a later session or pull. Idempotent."""
+        self._stack.close()
+
+    def open(self) -> SnapshotFiles:
+        """Resolve, verify and mount; the files a driver forks from. Raises what the module raises."""
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> SnapshotFiles:
+        pull = ChainPull(self.store, self.client, self.ref)
+        pull._resolve()
+        parsed = pull.parsed
+        check_chain(self.client, self.ref, parsed)
+        head, head_manifest, head_config = parsed[-1]
+        self.head_digest, self.head_compat = head.digest, dict(head_config.compat or {})
+        self.chain = [link.digest for link, _, _ in parsed]
+        links = []
+        for link, manifest, config in parsed:
+            if mt.ROOTFS_FILE in config.files:
+                raise LazyUnsupported(
+                    f"layer {link.digest} has a {mt.ROOTFS_FILE}; a lazy fork serves memory images only "
+                    "(use forkd pull, then forkd fork)"
+                )
+            name = repository_of(link, self.ref)
+            maps = fetch_maps(self.client, name, link, manifest, config)
+            links.append((link.digest, name, maps.get(mt.MEMORY_FILE)))
+        plan = ImagePlan.from_maps(links)
+        key = STATE_PREFIX + head.digest.split(":")[-1][:32]
+        self.staged = staged = self._stack.enter_context(self.store.resumable_staging(key))
+        vm_info = head_config.files[mt.VMSTATE_FILE]
+        frame = pull._fetch_vmstate(repository_of(head, self.ref), head, head_manifest, vm_info)
+        with open(staged / mt.VMSTATE_FILE, "wb") as out:
+            try:
+                inflate_vmstate(frame, vm_info, f"layer {head.digest}: vmstate", out)
+            except (AssemblyError, DigestMismatch) as e:
+                raise DigestInvalid(str(e)) from None
+        self.image = LazyImage(plan, staged / mt.MEMORY_FILE, self.client, resume=True)
+        self._stack.callback(self.image.close)
+        index = LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
+        try:
+            wanted = {s.digest for s in plan.sources if s is not None}
+            self.chunks_local = self.image.adopt_local(index.read, index.known(wanted))
+        finally:
+            index.close()
+        self.mount = LazyMount(self.image, staged / "mnt")
+        self._stack.callback(self.mount.unmount)
+        self.files = SnapshotFiles(
+            memory=self.mount.path,
+            vmstate=staged / mt.VMSTATE_FILE,
+            compat=from_manifest_compat(head_config.compat),
+            rootfs=None,
+        )
+        return self.files
+
+    def raise_failures(self) -> None:
+        """Raise ChunkCorrupt / ChunkUnfetchable naming every chunk that could not be served, if any."""
+        if self.image.failures:
+            raise chunk_error(sorted(self.image.failures.values(), key=lambda f: f.index))
+
+    def fill_and_install(self, first: Iterable[int] = ()) -> PullResult:
+        """Fetch every missing chunk (``first`` first), then install the chain as a pull does.
+        Raises ChunkCorrupt / ChunkUnfetchable (nothing installed), the errors of a pull."""
+        self.image.fill(first)
+        self.raise_failures()
+        return LazyInstall(self).run()

@@ -1,0 +1,91 @@
+"""forkd_client.lazy.session over a real hub (in-process): a FUSE-mounted head image that fills
+on demand, verifies every chunk, and installs exactly what a pull installs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from forkd_client.hub.pull import pull
+from forkd_client.hub.push import push
+from forkd_client.hub.reference import Reference
+from forkd_client.lazy import ChunkCorrupt, LazySession
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse") or os.geteuid() != 0, reason="needs /dev/fuse as root")
+
+REF = Reference.parse("acme/py:v1")
+
+
+def _pushed(chain3, inproc_hub) -> str:
+    token = inproc_hub.token("ci", "push:acme/*")
+    push(chain3, inproc_hub.client(token), "head", REF)
+    return token
+
+
+def test_reads_through_the_mount_fetch_only_what_they_touch_and_equal_the_head(chain3, other_store, inproc_hub):
+    token = _pushed(chain3, inproc_hub)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        files = session.open()
+        assert files.vmstate.read_bytes() == (chain3.path("head") / "vmstate").read_bytes()
+        with open(files.memory, "rb") as f:
+            f.seek(len(want) // 2)
+            assert f.read(4096) == want[len(want) // 2 : len(want) // 2 + 4096]
+        image = session.image
+        assert 0 < image.chunks_fetched < image.plan.count // 4
+        assert image.profile == [len(want) // 2 // image.plan.chunk_size]
+        assert files.memory.read_bytes() == want  # every chunk, now
+        result = session.fill_and_install(image.profile)
+    assert result.tag == "py"
+    assert other_store.tags() == sorted(["py", *[s.tag for s in other_store.chain("py")[:-1]]])
+    assert (other_store.path("py") / "memory.bin").read_bytes() == want
+
+
+def test_install_after_a_lazy_fill_is_byte_identical_to_a_normal_pull(chain3, other_store, inproc_hub, tmp_path):
+    from forkd_client.store import SnapshotStore
+
+    token = _pushed(chain3, inproc_hub)
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        session.open()
+        session.fill_and_install()
+    with SnapshotStore(tmp_path / "plain") as plain:
+        pull(plain, inproc_hub.client(token), REF, as_tag="py")
+        lazy_chain, plain_chain = other_store.chain("py"), plain.chain("py")
+        assert [s.tag for s in lazy_chain] == [s.tag for s in plain_chain]
+        for a, b in zip(lazy_chain, plain_chain, strict=True):
+            for role in ("memory.bin", "vmstate", "snapshot.json"):
+                left, right = (a.dir / role).read_bytes(), (b.dir / role).read_bytes()
+                if role == "snapshot.json":  # absolute paths of each store
+                    left = left.replace(str(other_store.root).encode(), b"R")
+                    right = right.replace(str(plain.root).encode(), b"R")
+                assert left == right, (a.tag, role)
+            assert a.origin == b.origin
+
+
+def test_a_corrupt_chunk_answers_eio_names_the_chunk_and_installs_nothing(chain3, other_store, inproc_hub, tmp_path):
+    token = _pushed(chain3, inproc_hub)
+    packs = [p for p in (tmp_path / "hub" / "blobs" / "packs").rglob("*") if p.is_file()]
+    for pack in packs:  # every frame of every pack corrupted
+        raw = bytearray(pack.read_bytes())
+        for at in range(0, len(raw), 997):
+            raw[at] ^= 0xFF
+        pack.write_bytes(bytes(raw))
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        files = session.open()
+        chunk = session.image.plan.data_chunks()[-1]
+        offset = chunk * session.image.plan.chunk_size
+        with open(files.memory, "rb") as f:
+            f.seek(offset)
+            with pytest.raises(OSError, match="Input/output error") as caught:
+                f.read(4096)
+        assert caught.value.errno == 5  # EIO: never wrong bytes
+        with pytest.raises(
+            ChunkCorrupt, match=rf"layer sha256:[0-9a-f]+: memory\.bin chunk {chunk} \(offset {offset}, blake3:"
+        ):
+            session.raise_failures()
+        failure = session.image.failures[chunk]
+        assert failure.corrupt and failure.layer in session.chain
+        with pytest.raises(ChunkCorrupt):
+            session.fill_and_install()
+    assert other_store.tags() == []
