@@ -51,11 +51,20 @@ class LazyUnsupported(ClientError):
     """The chain cannot be forked lazily (the message says why); ``forkd pull`` then ``forkd fork`` works."""
 
 
+SHOWN_FAILURES = 3  # chunks named in an error's message (``failures`` holds them all)
+
+
+def _message(failures: list[ChunkFailure]) -> str:
+    text = "; ".join(f.describe() for f in failures[:SHOWN_FAILURES])
+    more = len(failures) - SHOWN_FAILURES
+    return text + (f" (and {more} more chunk{'s' if more > 1 else ''})" if more > 0 else "")
+
+
 class ChunkUnfetchable(HubError):
     """A chunk could not be fetched; ``failures`` names each."""
 
     def __init__(self, failures: list[ChunkFailure]) -> None:
-        super().__init__("; ".join(f.describe() for f in failures), code="CHUNK_UNAVAILABLE")
+        super().__init__(_message(failures), code="CHUNK_UNAVAILABLE")
         self.failures = failures
 
 
@@ -63,7 +72,7 @@ class ChunkCorrupt(DigestInvalid):
     """A chunk did not verify against its digest; ``failures`` names each."""
 
     def __init__(self, failures: list[ChunkFailure]) -> None:
-        super().__init__("; ".join(f.describe() for f in failures), code="DIGEST_INVALID")
+        super().__init__(_message(failures), code="DIGEST_INVALID")
         self.failures = failures
 
 

@@ -24,6 +24,7 @@ from ..store import SnapshotStore
 from ..vmmcompat import check_host_compat
 from ..vmops.fork import Forked, _spawn
 from ..vmops.host import require_driver
+from .errors import chunk_error
 from .session import LazySession
 
 
@@ -95,7 +96,10 @@ def lazy_fork(
         children = _spawn(driver, files, n)
         chain = list(session.chain)
         forked = Forked(session.head_tag, chain, 0.0, (time.monotonic() - started) * 1000, str(files.memory), children)
-    except BaseException:
+    except BaseException as e:
+        failures = session.image.failures if hasattr(session, "image") else {}
         session.close()
+        if failures and not isinstance(e, KeyboardInterrupt):  # a child stopped on a chunk it could not read
+            raise chunk_error(sorted(failures.values(), key=lambda f: f.index)) from e
         raise
     return LazyFork(session, forked, open_ms)

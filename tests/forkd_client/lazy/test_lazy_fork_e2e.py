@@ -1,0 +1,120 @@
+"""``forkd fork REF --lazy`` end to end: a real hub process, real QEMU children, the forkd CLI.
+
+A 128 MiB base and a link on it are snapshotted once per module and pushed; each test forks
+them lazily from a fresh store (its own FORKD_HOME).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forkd_client.store import SnapshotStore
+from forkd_client.vmops import snapshot_base, snapshot_diff
+from tests.e2e.hubproc import HubProcess, forkd
+from tests.e2e.logscan import assert_no_traceback
+
+from ..vmfixtures import needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
+
+MEM_MIB = 128
+
+
+def _env(root: Path, hub: HubProcess) -> dict[str, str]:
+    return {
+        **os.environ,
+        "FORKD_HOME": str(root / "home"),
+        "XDG_CONFIG_HOME": str(root / "cfg"),
+        "FORKD_HUB_URL": hub.url,
+    }
+
+
+def _forkd(env: dict[str, str], *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(forkd(*args), env=env, capture_output=True, text=True, input=input, timeout=600)
+    assert_no_traceback(result.stdout + result.stderr, f"forkd {' '.join(args)}")
+    return result
+
+
+def _push(store_root: Path, root: Path, hub: HubProcess) -> dict[str, str]:
+    env = {**_env(root, hub), "FORKD_HOME": str(store_root)}
+    token = hub.token("ci", "push:acme/*")
+    assert _forkd(env, "login", hub.url, "--token-stdin", input=token + "\n").returncode == 0
+    pushed = _forkd(env, "push", "link", "acme/vm:v1", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    return env
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A store holding base (``/root/m1`` = one) and link on it (``/root/m2`` = two)."""
+    root = tmp_path_factory.mktemp("lazy-src")
+    with SnapshotStore(root / "store") as store:
+        snapshot_base(store, "base", mem_mib=MEM_MIB, exec_cmd="echo one > /root/m1")
+        snapshot_diff(store, "base", "link", "echo two > /root/m2")
+    yield root / "store"
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[HubProcess]:
+    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log")
+    yield h
+    assert h.stop() == 0
+
+
+@needs_qemu
+def test_lazy_children_answer_and_the_filled_chain_is_what_a_pull_installs(built, hub, tmp_path):
+    alice = _push(built, tmp_path / "alice", hub)
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(
+        bob, "fork", "acme/vm:v1", "--lazy", "--as", "vm", "-n", "2", "--exec", "cat /root/m1 /root/m2", "--json"
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert [c["output"].split() for c in out["children"]] == [["one", "two"], ["one", "two"]]
+    before, chunks = out["before_fill"], out["before_fill"]["chunks"]
+    assert 0 < before["chunks_fetched"] < chunks  # the children did not need every chunk
+    assert out["failed_chunks"] == []
+    assert out["installed"]["tag"] == "vm" and out["installed"]["digest"] == out["digest"]
+
+    # byte-identical to a normal pull of the same reference
+    carol = _env(tmp_path / "carol", hub)
+    assert (
+        _forkd(carol, "login", hub.url, "--token-stdin", input=hub.token("carol", "pull:acme/*") + "\n").returncode == 0
+    )
+    assert _forkd(carol, "pull", "acme/vm:v1", "--as", "vm").returncode == 0
+    with SnapshotStore(tmp_path / "bob" / "home") as lazy, SnapshotStore(tmp_path / "carol" / "home") as plain:
+        assert [s.tag for s in lazy.chain("vm")] == [s.tag for s in plain.chain("vm")]
+        for a, b in zip(lazy.chain("vm"), plain.chain("vm"), strict=True):
+            for role in ("memory.bin", "vmstate"):
+                assert (a.dir / role).read_bytes() == (b.dir / role).read_bytes(), (a.tag, role)
+            assert a.origin == b.origin and a.compat == b.compat
+    # and later forks use it directly
+    again = _forkd(bob, "fork", "vm", "--exec", "cat /root/m2", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["children"][0]["output"].split() == ["two"]
+    assert alice  # the pusher's environment stayed usable
+
+
+@needs_qemu
+def test_a_chunk_corrupted_on_the_hub_stops_the_child_names_the_chunk_and_installs_nothing(built, hub, tmp_path):
+    _push(built, tmp_path / "alice", hub)
+    packs = [p for p in (hub.data_dir).rglob("*") if p.is_file() and "packs" in p.parts]
+    assert packs
+    for pack in packs:  # every frame the hub stores gets corrupted bytes
+        raw = bytearray(pack.read_bytes())
+        for at in range(0, len(raw), 997):
+            raw[at] ^= 0xFF
+        pack.write_bytes(bytes(raw))
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "fork", "acme/vm:v1", "--lazy", "-n", "1", "--exec", "cat /root/m2")
+    assert run.returncode == 6, (run.stdout, run.stderr)
+    assert "forkd: error: layer sha256:" in run.stderr
+    assert "memory.bin chunk " in run.stderr and "is corrupt" in run.stderr
+    listed = _forkd(bob, "images", "--json")
+    assert json.loads(listed.stdout) == []
