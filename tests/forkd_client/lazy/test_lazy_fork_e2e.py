@@ -49,13 +49,13 @@ def _push(store_root: Path, root: Path, hub: HubProcess) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store holding base (``/root/m1`` = one) and link on it (``/root/m2`` = two)."""
     root = tmp_path_factory.mktemp("lazy-src")
     with SnapshotStore(root / "store") as store:
         snapshot_base(store, "base", mem_mib=MEM_MIB, exec_cmd="echo one > /root/m1")
         snapshot_diff(store, "base", "link", "echo two > /root/m2")
-    yield root / "store"
+    return root / "store"
 
 
 @pytest.fixture
