@@ -25,7 +25,7 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
     """Raises UsageError (``--lazy`` without ``--exec``, ``--as`` without ``--lazy``), ChunkCorrupt,
     ChunkUnfetchable, LazyUnsupported, the errors of a pull and of a fork."""
     from ..hub.reference import Reference
-    from ..lazy import lazy_fork
+    from ..lazy.fork import lazy_fork
     from .hub import _client
 
     if not args.lazy:

@@ -43,6 +43,7 @@ from manifest.model import FileInfo, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
+from ..lazy.staged import open_index
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
@@ -176,8 +177,9 @@ class ChainPull:
                 self.verifier.shutdown(wait=True, cancel_futures=True)
 
     def _open_index(self) -> LocalChunkIndex:
-        """Where chunks local files hold are looked up (a lazy fork's install adds its staged image)."""
-        return LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
+        """Where chunks local files hold are looked up: installed snapshots, and the image a lazy
+        session of this head staged (``fork --lazy``, :mod:`forkd_client.lazy.staged`)."""
+        return open_index(self.store, self.parsed[-1][0].digest)
 
     def _pull_link(
         self, plan: PullPlan, link: ChainLink, manifest: LayerManifest, config: LayerConfig, tag: str

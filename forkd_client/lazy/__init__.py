@@ -5,21 +5,8 @@ downloading. See docs/lazy-fork.md.
 - :mod:`.image`: the staged image + present-bitmap, filled on demand, verified chunk by chunk;
 - :mod:`.fusefs`: the read-only FUSE file the VMM maps;
 - :mod:`.session`: resolve + verify like a pull, stage, mount, fill, install through ChainPull;
+- :mod:`.staged`: what a session leaves on disk, read by a later pull (resume);
 - :mod:`.fork`: the children; :mod:`.errors`: the error types.
+
+The package imports nothing on its own (``forkd pull`` imports :mod:`.staged`; the rest loads libfuse).
 """
-
-from __future__ import annotations
-
-from .errors import ChunkCorrupt, ChunkFailure, ChunkUnfetchable, LazyUnsupported
-from .fork import LazyFork, lazy_fork
-from .session import LazySession
-
-__all__ = [
-    "ChunkCorrupt",
-    "ChunkFailure",
-    "ChunkUnfetchable",
-    "LazyFork",
-    "LazySession",
-    "LazyUnsupported",
-    "lazy_fork",
-]

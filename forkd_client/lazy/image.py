@@ -39,8 +39,8 @@ from ..hub.errors import HubError
 from ..hub.fill import MAX_RANGE_BYTES, PARALLEL_REQUESTS, tunable
 from .errors import ChunkFailure, chunk_error
 from .plan import ImagePlan, Request
+from .staged import PRESENT_SUFFIX, write_chunk_list
 
-PRESENT_SUFFIX = ".present"
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
 
 #: a chunk's bytes from a local snapshot holding the same content (verified), or None
@@ -78,6 +78,7 @@ class LazyImage:
         if fresh:
             self.path.unlink(missing_ok=True)
             self.bitmap_path.unlink(missing_ok=True)
+        write_chunk_list(self.path, plan.chunk_size, [s.digest if s is not None else None for s in plan.sources])
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._bitmap_fd = os.open(self.bitmap_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
-
-import blake3
 
 from manifest import mediatypes as mt
 from manifest.errors import AssemblyError, DigestMismatch
@@ -48,44 +47,16 @@ from .errors import LazyUnsupported, chunk_error
 from .fusefs import LazyMount
 from .image import LazyImage
 from .plan import ImagePlan
-
-STATE_PREFIX = "lazy-"
-
-
-class StagedImageIndex(LocalChunkIndex):
-    """The local chunk index, plus the chunks present in a lazy session's staged image (each
-    re-hashed when read, like every local chunk)."""
-
-    def __init__(self, db_path: Path, store: SnapshotStore, image: LazyImage) -> None:
-        super().__init__(db_path, store.verified)
-        self._image = image
-        self._where = {digest: (offset, length) for digest, offset, length in image.present_chunks()}
-
-    def known(self, digests: Iterable[str]) -> set[str]:
-        wanted = list(digests)
-        return {d for d in wanted if d in self._where} | super().known(d for d in wanted if d not in self._where)
-
-    def read(self, digest: str) -> bytes | None:
-        where = self._where.get(digest)
-        if where is not None:
-            with open(self._image.path, "rb") as f:
-                f.seek(where[0])
-                data = f.read(where[1])
-            if "blake3:" + blake3.blake3(data).hexdigest() == digest:
-                return data
-        return super().read(digest)
+from .staged import state_key
 
 
 class LazyInstall(ChainPull):
-    """A pull of the lazy session's head (pinned by digest) that reads chunks from its staged image."""
+    """A pull of the lazy session's head, pinned by its digest: its local chunk index reads the
+    session's staged image (:func:`.staged.open_index`), so no chunk is fetched twice."""
 
     def __init__(self, session: LazySession) -> None:
         ref = dataclasses.replace(session.ref, digest=session.head_digest)
         super().__init__(session.store, session.client, ref, as_tag=session.head_tag)
-        self.session = session
-
-    def _open_index(self) -> LocalChunkIndex:
-        return StagedImageIndex(self.store.root / "chunk-index.db", self.store, self.session.image)
 
 
 class LazySession:
@@ -103,6 +74,7 @@ class LazySession:
         self.staged: Path | None = None
         self.files: SnapshotFiles | None = None
         self.chunks_local = 0
+        self.installed: PullResult | None = None  # then the staged state is removed on close
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> LazySession:
@@ -142,8 +114,8 @@ class LazySession:
             maps = fetch_maps(self.client, name, link, manifest, config)
             links.append((link.digest, name, maps.get(mt.MEMORY_FILE)))
         plan = ImagePlan.from_maps(links)
-        key = STATE_PREFIX + head.digest.split(":")[-1][:32]
-        self.staged = staged = self._stack.enter_context(self.store.resumable_staging(key))
+        self.staged = staged = self._stack.enter_context(self.store.resumable_staging(state_key(head.digest)))
+        self._stack.callback(self._drop_if_installed)  # runs after the unmount below
         vm_info = head_config.files[mt.VMSTATE_FILE]
         frame = pull._fetch_vmstate(repository_of(head, self.ref), head, head_manifest, vm_info)
         with open(staged / mt.VMSTATE_FILE, "wb") as out:
@@ -169,6 +141,10 @@ class LazySession:
         )
         return self.files
 
+    def _drop_if_installed(self) -> None:
+        if self.installed is not None and self.staged is not None:
+            shutil.rmtree(self.staged, ignore_errors=True)
+
     def raise_failures(self) -> None:
         """Raise ChunkCorrupt / ChunkUnfetchable naming every chunk that could not be served, if any."""
         if self.image.failures:
@@ -179,4 +155,5 @@ class LazySession:
         Raises ChunkCorrupt / ChunkUnfetchable (nothing installed), the errors of a pull."""
         self.image.fill(first)
         self.raise_failures()
-        return LazyInstall(self).run()
+        self.installed = LazyInstall(self).run()
+        return self.installed

@@ -10,7 +10,8 @@ import pytest
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.lazy import ChunkCorrupt, LazySession
+from forkd_client.lazy.errors import ChunkCorrupt
+from forkd_client.lazy.session import LazySession
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse") or os.geteuid() != 0, reason="needs /dev/fuse as root")
 
@@ -89,3 +90,31 @@ def test_a_corrupt_chunk_answers_eio_names_the_chunk_and_installs_nothing(chain3
         with pytest.raises(ChunkCorrupt):
             session.fill_and_install()
     assert other_store.tags() == []
+
+
+def test_a_stopped_session_leaves_verified_chunks_that_a_pull_and_a_session_resume_from(
+    chain3, other_store, inproc_hub
+):
+    token = _pushed(chain3, inproc_hub)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        files = session.open()
+        with open(files.memory, "rb") as f:
+            f.read(len(want) // 2)  # the first half, then the session ends as if killed
+        read_first = session.image.chunks_fetched
+        staged = session.image.path
+    assert staged.is_file() and other_store.tags() == []  # kept for a resume, nothing installed
+    # a tampered staged chunk is never trusted: re-hashed, and fetched again
+    with open(staged, "r+b") as f:
+        f.seek(0)
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 1]))
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        files = session.open()
+        assert 0 < session.image.chunks_resumed < read_first
+        assert files.memory.read_bytes() == want
+    result = pull(other_store, inproc_hub.client(token), REF, as_tag="py")
+    head = result.links[-1]
+    assert head.chunks_local >= head.chunks_fetched  # most of the head came from the staged image
+    assert (other_store.path("py") / "memory.bin").read_bytes() == want
