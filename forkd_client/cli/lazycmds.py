@@ -29,7 +29,7 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
     from .hub import _client
 
     if not args.lazy:
-        raise UsageError("--as names the local tag of a lazy fork's head; it needs --lazy")
+        raise UsageError("--as and --save-profile are options of a lazy fork; they need --lazy")
     if args.exec_cmd is None or args.keep:
         raise UsageError(
             "forkd fork --lazy needs --exec CMD (the children's memory is served by this process, which "
@@ -45,6 +45,8 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
                 lazy.forked.kill()
             failures = bool(lazy.session.image.failures)
             if not failures:
+                if args.save_profile:
+                    lazy.saved_profile = lazy.session.save_profile()
                 lazy.finish()
     if args.json:
         ctx.json(lazy.to_obj())
@@ -56,6 +58,9 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
             f"({human_size(before['bytes_fetched'])}) fetched while the children ran, "
             f"{before['chunks_local']} found locally"
         )
+        ctx.print(f"Working set: {lazy.session.profile_note or 'no access profile'}")
+        if lazy.saved_profile:
+            ctx.print(f"Saved this fork's access profile on the hub as {lazy.saved_profile}")
         if lazy.installed is not None:
             ctx.print(
                 f"Installed {plural(len(lazy.installed.links), 'layer', 'layers')} as {lazy.installed.tag} "

@@ -105,6 +105,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "(docs/lazy-fork.md; needs --exec)",
     )
     p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="with --lazy: local tag to install the head as")
+    p.add_argument(
+        "--save-profile",
+        action="store_true",
+        help="with --lazy: attach the order in which the children first read memory chunks to the head layer "
+        "on the hub (an access-profile referrer; needs push access), so later lazy forks fetch those chunks first",
+    )
     p.set_defaults(func=run_fork)
 
 
@@ -168,7 +174,7 @@ def run_snapshot_diff(args: argparse.Namespace, ctx: Context) -> int:
 def run_fork(args: argparse.Namespace, ctx: Context) -> int:
     from ..vmops import fork
 
-    if args.lazy or args.as_tag:
+    if args.lazy or args.as_tag or args.save_profile:
         from .lazycmds import run_lazy_fork
 
         return run_lazy_fork(args, ctx, _print_fork)

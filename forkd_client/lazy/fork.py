@@ -36,6 +36,7 @@ class LazyFork:
     forked: Forked
     open_ms: float
     installed: PullResult | None = None
+    saved_profile: str | None = None  # the access-profile referrer this fork attached
     stats: dict[str, int] = field(default_factory=dict)
 
     def snapshot_stats(self) -> dict[str, int]:
@@ -66,6 +67,7 @@ class LazyFork:
             "open_ms": round(self.open_ms, 1),
             "before_fill": self.stats or self.snapshot_stats(),
             "failed_chunks": [f.to_obj() for f in self.session.image.failures.values()],
+            "profile": {"used": self.session.profile_note, "saved": self.saved_profile},
             "installed": None if self.installed is None else self.installed.to_obj(),
             **{k: v for k, v in self.forked.to_obj().items() if k not in ("tag",)},
         }

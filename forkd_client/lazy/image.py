@@ -170,11 +170,12 @@ class LazyImage:
         if failed:
             raise chunk_error(failed)
 
-    def fill(self, first: Iterable[int] = (), stop: threading.Event | None = None) -> None:
-        """Fetch every chunk not present: ``first`` (a page-access profile) first, then the rest
-        in file order, ``parallel`` batches at a time, until done or ``stop`` is set. Chunks that
-        fail are recorded (see :attr:`failures`), not raised."""
-        order = list(dict.fromkeys([i for i in first if 0 <= i < self.plan.count] + list(range(self.plan.count))))
+    def fill(self, first: Iterable[int] = (), stop: threading.Event | None = None, *, rest: bool = True) -> None:
+        """Fetch every chunk not present: ``first`` (a page-access profile) first, then (with
+        ``rest``) the others in file order, ``parallel`` batches at a time, until done or ``stop``
+        is set. Chunks that fail are recorded (see :attr:`failures`), not raised."""
+        wanted = [i for i in first if 0 <= i < self.plan.count]
+        order = list(dict.fromkeys(wanted + list(range(self.plan.count)) if rest else wanted))
         todo = [i for i in order if not self.present[i]]
         batches = [todo[k : k + FILL_BATCH_CHUNKS] for k in range(0, len(todo), FILL_BATCH_CHUNKS)]
 

@@ -10,8 +10,9 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
    memory image (:class:`~.image.LazyImage`) in a resumable staging directory keyed by the
    head's digest (``<store>/.staging/resume-lazy-<hex>``): a killed session leaves the verified
    chunks there, and the next lazy session of the same head keeps them;
-3. copies in the chunks local snapshots already hold (the local chunk index), then mounts the
-   image (:class:`~.fusefs.LazyMount`).
+3. copies in the chunks local snapshots already hold (the local chunk index), mounts the image
+   (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the head
+   (:mod:`.profile`), fetches those chunks in the background at once.
 
 :meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
 first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull whose local
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from .errors import LazyUnsupported, chunk_error
 from .fusefs import LazyMount
 from .image import LazyImage
 from .plan import ImagePlan
+from .profile import attach_profile, fetch_profile
 from .staged import state_key
 
 
@@ -75,6 +78,11 @@ class LazySession:
         self.files: SnapshotFiles | None = None
         self.chunks_local = 0
         self.installed: PullResult | None = None  # then the staged state is removed on close
+        self.head_repository, self.head_manifest_size = ref.name, 0
+        self.hub_profile: list[int] = []  # the access profile the hub had for the head
+        self.profile_note = ""
+        self._stop = threading.Event()
+        self._prefetch: threading.Thread | None = None
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> LazySession:
@@ -102,6 +110,7 @@ class LazySession:
         check_chain(self.client, self.ref, parsed)
         head, head_manifest, head_config = parsed[-1]
         self.head_digest, self.head_compat = head.digest, dict(head_config.compat or {})
+        self.head_repository, self.head_manifest_size = repository_of(head, self.ref), len(head.manifest)
         self.chain = [link.digest for link, _, _ in parsed]
         links = []
         for link, manifest, config in parsed:
@@ -133,6 +142,16 @@ class LazySession:
             index.close()
         self.mount = LazyMount(self.image, staged / "mnt")
         self._stack.callback(self.mount.unmount)
+        self.hub_profile, self.profile_note = fetch_profile(
+            self.client, self.head_repository, head.digest, plan.chunk_size, plan.count
+        )
+        if self.hub_profile:  # the working set first, in the background, while children start
+            self._prefetch = threading.Thread(
+                target=self.image.fill, args=(self.hub_profile, self._stop), kwargs={"rest": False}, daemon=True
+            )
+            self._prefetch.start()
+            self._stack.callback(self._prefetch.join)
+            self._stack.callback(self._stop.set)
         self.files = SnapshotFiles(
             memory=self.mount.path,
             vmstate=staged / mt.VMSTATE_FILE,
@@ -150,10 +169,31 @@ class LazySession:
         if self.image.failures:
             raise chunk_error(sorted(self.image.failures.values(), key=lambda f: f.index))
 
+    def wait_for_working_set(self, timeout: float | None = None) -> bool:
+        """Wait until the hub profile's chunks were fetched (or failed); False on timeout."""
+        if self._prefetch is not None:
+            self._prefetch.join(timeout)
+            return not self._prefetch.is_alive()
+        return True
+
+    def save_profile(self) -> str:
+        """Attach this session's page-access profile to the head layer on the hub; its digest.
+        Raises the HubError family (Forbidden without push access)."""
+        plan = self.image.plan
+        return attach_profile(
+            self.client,
+            self.head_repository,
+            self.head_digest,
+            self.head_manifest_size,
+            plan.chunk_size,
+            list(self.image.profile),
+        )
+
     def fill_and_install(self, first: Iterable[int] = ()) -> PullResult:
-        """Fetch every missing chunk (``first`` first), then install the chain as a pull does.
-        Raises ChunkCorrupt / ChunkUnfetchable (nothing installed), the errors of a pull."""
-        self.image.fill(first)
+        """Fetch every missing chunk (``first``, then the hub's access profile, first), then
+        install the chain as a pull does. Raises ChunkCorrupt / ChunkUnfetchable (nothing
+        installed), the errors of a pull."""
+        self.image.fill([*first, *self.hub_profile])
         self.raise_failures()
         self.installed = LazyInstall(self).run()
         return self.installed

@@ -7,6 +7,7 @@ import pytest
 
 from forkd_client.lazy.errors import ChunkCorrupt, ChunkFailure, ChunkUnfetchable, LazyUnsupported, chunk_error
 from forkd_client.lazy.plan import ImagePlan
+from forkd_client.lazy.profile import parse_profile, profile_document
 from forkd_client.lazy.staged import present_chunks, write_chunk_list
 from manifest.model import ChunkEntry, ChunkMap
 
@@ -86,3 +87,24 @@ def test_chunk_errors_name_the_first_chunks_and_count_the_rest() -> None:
     assert str(error).endswith("(and 2 more chunks)")
     assert isinstance(chunk_error(failures[:1]), ChunkUnfetchable)
     assert "could not be fetched: boom" in str(chunk_error(failures[:1]))
+
+
+@pytest.mark.parametrize(
+    ("document", "why"),
+    [
+        (b'{"file": "rootfs.ext4", "chunkSize": 65536, "chunks": []}', "not an access profile of memory.bin"),
+        (b'{"file": "memory.bin", "chunkSize": 4096, "chunks": []}', "chunk size 4096 is not the image's 65536"),
+        (b'{"file": "memory.bin", "chunkSize": 65536}', "chunk list is missing"),
+        (b'{"file": "memory.bin", "chunkSize": 65536, "chunks": [0, 1, 2, 3, 4]}', "longer than the image"),
+        (b'{"file": "memory.bin", "chunkSize": 65536, "chunks": [3, -1]}', r"outside 0\.\.3"),
+        (b'{"file": "memory.bin", "chunkSize": 65536, "chunks": [true]}', r"outside 0\.\.3"),
+        (b"[]", "not an access profile"),
+    ],
+)
+def test_a_malformed_access_profile_is_refused_naming_why(document: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_profile(document, CS, 4)
+
+
+def test_an_access_profile_round_trips_without_repeats() -> None:
+    assert parse_profile(profile_document(CS, [3, 1, 3, 0]), CS, 4) == [3, 1, 0]

@@ -101,20 +101,64 @@ def test_a_stopped_session_leaves_verified_chunks_that_a_pull_and_a_session_resu
         files = session.open()
         with open(files.memory, "rb") as f:
             f.read(len(want) // 2)  # the first half, then the session ends as if killed
-        read_first = session.image.chunks_fetched
         staged = session.image.path
+        image = session.image
+        tamper = next(i for i in image.plan.data_chunks() if image.present[i]) * image.plan.chunk_size
     assert staged.is_file() and other_store.tags() == []  # kept for a resume, nothing installed
+    marked = staged.with_name("memory.bin.present").read_bytes()
+    kept = sum(1 for i in image.plan.data_chunks() if marked[i])  # (readahead may have added some)
+    assert 0 < kept < len(image.plan.data_chunks())
     # a tampered staged chunk is never trusted: re-hashed, and fetched again
     with open(staged, "r+b") as f:
-        f.seek(0)
+        f.seek(tamper)
         first = f.read(1)
-        f.seek(0)
+        f.seek(tamper)
         f.write(bytes([first[0] ^ 1]))
     with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
         files = session.open()
-        assert 0 < session.image.chunks_resumed < read_first
+        assert session.image.chunks_resumed == kept - 1  # all but the tampered one
         assert files.memory.read_bytes() == want
     result = pull(other_store, inproc_hub.client(token), REF, as_tag="py")
     head = result.links[-1]
     assert head.chunks_local >= head.chunks_fetched  # most of the head came from the staged image
     assert (other_store.path("py") / "memory.bin").read_bytes() == want
+
+
+def test_a_saved_access_profile_is_fetched_first_by_the_next_session(chain3, other_store, inproc_hub, tmp_path):
+    from forkd_client.hub.referrers import Document, push_referrer
+    from forkd_client.lazy.profile import ARTIFACT_TYPE
+    from forkd_client.store import SnapshotStore
+
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    with LazySession(other_store, client, REF, as_tag="py") as first:
+        files = first.open()
+        assert first.profile_note == "no access profile attached" and first.hub_profile == []
+        data, cs = first.image.plan.data_chunks(), first.image.plan.chunk_size
+        order = [data[-1], data[0], data[len(data) // 2]]
+        with open(files.memory, "rb") as f:
+            for index in order:
+                f.seek(index * cs)
+                f.read(100)
+        assert first.image.profile == order
+        saved = first.save_profile()
+    with SnapshotStore(tmp_path / "third") as third, LazySession(third, client, REF) as second:
+        second.open()
+        assert second.hub_profile == first.image.profile and second.profile_note == f"access profile {saved}"
+        assert second.wait_for_working_set(timeout=60)
+        wanted = {i for i in first.image.profile if second.image.plan.sources[i] is not None}
+        assert {i for i in wanted if second.image.present[i]} == wanted
+        assert second.image.chunks_fetched == len(wanted)  # the working set, nothing else
+    # a malformed profile is skipped (never used, never fatal): the sound one still is
+    push_referrer(
+        client,
+        "acme/py",
+        subject_digest=second.head_digest,
+        subject_size=second.head_manifest_size,
+        artifact_type=ARTIFACT_TYPE,
+        documents=[Document(ARTIFACT_TYPE, b'{"file": "memory.bin", "chunkSize": 65536, "chunks": [-1]}')],
+        annotations={"n": "2"},
+    )
+    with SnapshotStore(tmp_path / "fourth") as fourth, LazySession(fourth, client, REF) as third_session:
+        third_session.open()
+        assert third_session.hub_profile == first.image.profile

@@ -1,0 +1,83 @@
+"""The page-access profile: which chunks of a head's memory image children read first, in order.
+
+A lazy session records the order in which reads first touched each chunk
+(:attr:`~.image.LazyImage.profile`). ``forkd fork --lazy --save-profile`` attaches it to the head
+layer on the hub as an OCI referrer of artifact type :data:`ARTIFACT_TYPE` (one JSON document,
+``{"file": "memory.bin", "chunkSize": N, "chunks": [index, …]}``; needs push access); a later lazy
+session of the same head fetches the newest one first and fetches those chunks before anything
+else (working set first), then the rest in file order.
+
+A profile is only an ordering hint: a malformed one is ignored (:func:`fetch_profile` returns an
+empty list and says why), and it never changes which bytes are served.
+
+Errors: the HubError family (attaching).
+"""
+
+from __future__ import annotations
+
+import json
+
+from manifest import mediatypes as mt
+
+from ..hub.client import HubClient
+from ..hub.errors import HubError
+from ..hub.referrers import Document, fetch_documents, list_referrers, push_referrer
+
+ARTIFACT_TYPE = "application/vnd.forkd.access-profile.v1+json"
+MAX_PROFILE_CHUNKS = 1 << 22  # 256 GiB of 64 KiB chunks
+
+
+def profile_document(chunk_size: int, chunks: list[int]) -> bytes:
+    return json.dumps(
+        {"file": mt.MEMORY_FILE, "chunkSize": chunk_size, "chunks": chunks}, separators=(",", ":")
+    ).encode()
+
+
+def parse_profile(data: bytes, chunk_size: int, count: int) -> list[int]:
+    """The chunk indexes of a profile document for an image of ``count`` chunks of ``chunk_size``.
+    Raises ValueError naming what is wrong."""
+    obj = json.loads(data)
+    if not isinstance(obj, dict) or obj.get("file") != mt.MEMORY_FILE:
+        raise ValueError(f"not an access profile of {mt.MEMORY_FILE}")
+    if obj.get("chunkSize") != chunk_size:
+        raise ValueError(f"its chunk size {obj.get('chunkSize')!r} is not the image's {chunk_size}")
+    chunks = obj.get("chunks")
+    if not isinstance(chunks, list) or len(chunks) > min(count, MAX_PROFILE_CHUNKS):
+        raise ValueError("its chunk list is missing or longer than the image")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < count for i in chunks):
+        raise ValueError(f"it lists a chunk index outside 0..{count - 1}")
+    return list(dict.fromkeys(chunks))
+
+
+def attach_profile(
+    client: HubClient, name: str, head_digest: str, head_size: int, chunk_size: int, chunks: list[int]
+) -> str:
+    """Attach ``chunks`` (first-read order) to the head layer; return the referrer's digest.
+    Raises the HubError family (Forbidden without push access)."""
+    return push_referrer(
+        client,
+        name,
+        subject_digest=head_digest,
+        subject_size=head_size,
+        artifact_type=ARTIFACT_TYPE,
+        documents=[Document(ARTIFACT_TYPE, profile_document(chunk_size, chunks))],
+        annotations={},
+    )
+
+
+def fetch_profile(client: HubClient, name: str, head_digest: str, chunk_size: int, count: int) -> tuple[list[int], str]:
+    """The newest usable access profile of the head layer: ``(chunk indexes, note)``; the note says
+    which profile was used or why none was (none attached, malformed, unreadable)."""
+    try:
+        found = list_referrers(client, name, head_digest, ARTIFACT_TYPE)
+    except HubError as e:
+        return [], f"no access profile (listing referrers failed: {e})"
+    note = "no access profile attached"
+    for descriptor in reversed(found):
+        digest = str(descriptor.get("digest", ""))
+        try:
+            documents = fetch_documents(client, name, digest)
+            return parse_profile(documents[0].data, chunk_size, count), f"access profile {digest}"
+        except (HubError, ValueError, IndexError) as e:
+            note = f"access profile {digest} ignored: {e}"
+    return [], note
