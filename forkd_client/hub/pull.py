@@ -3,7 +3,8 @@
 1. One request returns the chain base → head (manifests + configs, digests verified).
 2. Links already installed from the same manifest are reused, while their files still hold
    what the layer describes (else InvalidSnapshotDir, or with ``force`` they are pulled again).
-3. For the others, chunk maps are fetched and verified. Each link's files are staged in a
+3. For the others, chunk maps (and vmstates) are fetched up front, all links at once
+   (:mod:`.prefetch`), and verified. Each link's files are staged in a
    resumable directory on a reflink/copy of the parent's file and filled by
    :func:`~forkd_client.hub.fill.fill_link`: chunks the staged file already holds (an
    interrupted attempt), chunks local snapshots hold, and the rest fetched and verified on
@@ -43,12 +44,14 @@ from manifest.model import FileInfo, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
+from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
 from .fill import fill_link
-from .linkcheck import chunk_lists, fetch_maps, still_intact, verify_files
+from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
+from .prefetch import LinkPrefetch
 from .preflight import PullPlan, check_arguments, index_held_head, plan_pull
 from .progress import NullProgress, Progress
 from .pullstages import (
@@ -102,6 +105,7 @@ class ChainPull:
     index: LocalChunkIndex
     staging: contextlib.ExitStack
     verifier: ThreadPoolExecutor
+    ahead: LinkPrefetch
 
     def __init__(
         self,
@@ -162,24 +166,34 @@ class ChainPull:
         """Links are pipelined: while one link's files are fsynced and hashed on the verifier
         thread, the next link is cloned from them and filled. Links are installed strictly base
         first, each once its check passed; on any error what is not installed yet stays staged,
-        and the next attempt resumes from it (a file that failed its check is removed)."""
+        and the next attempt resumes from it (a file that failed its check is removed). Which links
+        are reused is settled first, so every fetched link's chunk maps and vmstate are asked for
+        at once (:class:`.prefetch.LinkPrefetch`), not link by link."""
+        existing = [
+            self._existing(plan, link, config, tag)
+            for (link, _, config), tag in zip(self.parsed, plan.tags, strict=True)
+        ]
         with contextlib.ExitStack() as self.staging:
             self.index = LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
             self.staging.callback(self.index.close)
+            self.ahead = LinkPrefetch(
+                self.client,
+                [(repository_of(p[0], self.ref), p, e is None) for p, e in zip(self.parsed, existing, strict=True)],
+                lambda name, p: self._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
+            )
+            self.staging.callback(self.ahead.close)
             self.verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
             try:
-                for (link, manifest, config), tag in zip(self.parsed, plan.tags, strict=True):
-                    result.links.append(self._pull_link(plan, link, manifest, config, tag))
+                for (link, manifest, config), tag, held in zip(self.parsed, plan.tags, existing, strict=True):
+                    result.links.append(self._pull_link(plan, link, manifest, config, tag, held))
                 self._install_checked(block=True)
             finally:
                 # checks in flight finish (and close their files) first; queued ones (Ctrl-C) never start
                 self.verifier.shutdown(wait=True, cancel_futures=True)
 
-    def _pull_link(
-        self, plan: PullPlan, link: ChainLink, manifest: LayerManifest, config: LayerConfig, tag: str
-    ) -> LinkPulled:
-        """Reuse the link when installed from this layer and intact; else fetch it, queue it for
-        its check, and install the links whose check is done (unless deferred)."""
+    def _existing(self, plan: PullPlan, link: ChainLink, config: LayerConfig, tag: str) -> LocalSnapshot | None:
+        """The local snapshot to reuse for the link: installed from this layer and intact (a changed
+        one is refused, or with ``force`` pulled again). Raises InvalidSnapshotDir."""
         existing = installed_from(self.store, tag, link.digest) or plan.existing(tag)
         if existing is not None and not still_intact(self.store, existing, config):
             if not self.force:
@@ -188,13 +202,26 @@ class ChainPull:
                     f"since; remove it (forkd rmi {tag}) or pull with --force to replace it"
                 )
             existing = None  # pulled again, and replaced on install
+        return existing
+
+    def _pull_link(
+        self,
+        plan: PullPlan,
+        link: ChainLink,
+        manifest: LayerManifest,
+        config: LayerConfig,
+        tag: str,
+        existing: LocalSnapshot | None,
+    ) -> LinkPulled:
+        """Reuse the link when ``existing`` (:meth:`_existing`); else fetch it, queue it for its
+        check, and install the links whose check is done (unless deferred)."""
         if existing is not None:
             self.progress.log(f"{tag}: already present ({link.digest[:19]}…)")
             self.parent = ParentLink(self.store, tag, config)
             self.backlog.append((link, manifest, config))
             return LinkPulled(tag, link.digest, reused=True)
         for old in self.backlog:  # the chunk maps of reused links, to know the parent's chunk lists
-            self.lists = chunk_lists(self.lists, fetch_maps(self.client, repository_of(old[0], self.ref), *old))
+            self.lists = chunk_lists(self.lists, self.ahead.maps(repository_of(old[0], self.ref), old))
         self.backlog = []
         try:
             fetched = self._fetch_link(link, manifest, config, tag)
@@ -235,10 +262,10 @@ class ChainPull:
         # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
         # force-deleted here); it must be a well-formed name, and access is the hub's to check.
         name = repository_of(link, self.ref)
-        maps = fetch_maps(self.client, name, link, manifest, config)
+        maps = self.ahead.maps(name, (link, manifest, config))
         lists = chunk_lists(self.lists, maps) if manifest.version >= 2 else {}
         vm_info = config.files[mt.VMSTATE_FILE]
-        vm_frame = self._fetch_vmstate(name, link, manifest, vm_info)
+        vm_frame = self.ahead.vmstate(name, (link, manifest, config))
         parent = self.parent
         parent_dir = parent.dir if parent is not None else None
         check_space(self.store, maps, parent_dir, link.digest)
