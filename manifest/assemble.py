@@ -169,17 +169,25 @@ class FileAssembler:
         self.written += 1
 
     def finish(
-        self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = (), chunk_list: ChunkList | None = None
+        self,
+        *,
+        verify: bool = True,
+        extra_algorithms: tuple[str, ...] = (),
+        chunk_list: ChunkList | None = None,
+        hash_file: bool = True,
     ) -> AssembledFile:
         """Hash the whole file (blake3 of its bytes, plus ``extra_algorithms``), with ``verify``
         check it against the chunk map, and fsync it (its writeback starts first, and runs while
         it is hashed). ``chunk_list`` (format version 2): the file's chunk list, derived from the
-        parent's and the chunk map, whose digest is checked instead of re-reading the file."""
+        parent's and the chunk map, whose digest is checked instead of re-reading the file; then
+        ``hash_file=False`` reads nothing at all (``digests`` is empty: the file's digest is its
+        chunk tree, proven by construction)."""
         try:
             start_writeback(self._fd)
             algorithms = tuple(dict.fromkeys(("blake3", *extra_algorithms)))
+            by_tree = not hash_file and chunk_list is not None and self.chunk_map.version >= 2
             # mapped: this file is ours alone until it is renamed into place
-            digests = {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
+            digests = {} if by_tree else {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
             if self.chunk_map.version >= 2:
                 listed = (
                     chunk_list if chunk_list is not None else chunk_list_of_file(self.out, self.chunk_map.chunk_size)

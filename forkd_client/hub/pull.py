@@ -324,7 +324,10 @@ class ChainPull:
     def _install(self, fetched: FetchedLink) -> None:
         """Wait for a fetched link's check, then install it as a forkd-compatible snapshot.
 
-        Its files' blake3 digests are recorded (computed here, over these bytes). forkd's
+        Format v2: each chunked file's chunk-tree digest is recorded (proven by construction: every
+        new chunk was verified on arrival, every other one is the verified parent's; no byte of the
+        file is read again), and the link names its parent's memory.bin by its chunk tree too. v1:
+        the files' blake3 digests (computed on the verifier thread) are recorded. forkd's
         ``parent_content_hash`` (sha256 of the parent's memory.bin) is taken from what is known:
         the VerifiedRecord, else the sha256 the parent layer's config states (computed by its
         pusher over the bytes whose blake3 was just checked; forkd itself re-checks it at every
@@ -339,13 +342,19 @@ class ChainPull:
             "blake3": vm_info.digest,
             "sha256": str(digest_file(fetched.staged / mt.VMSTATE_FILE, ("sha256",))["sha256"]),
         }
-        parent_sha, parent_digest = self._parent_hashes(fetched, parent) if parent is not None else (None, None)
+        for role, chunk_map in fetched.maps.items():
+            if role in fetched.lists:  # the verifier checked the file's chunk tree against the map
+                self.store.verified.record_chunk_tree(fetched.staged / role, chunk_map.chunk_size, chunk_map.digest)
+        parent_sha, parent_digest, parent_tree = (
+            self._parent_hashes(fetched, parent) if parent is not None else (None, None, None)
+        )
         self.store.prepare(
             fetched.staged,
             tag,
             parent=parent.tag if parent else None,
             parent_content_hash=parent_sha,
             parent_digest=parent_digest,
+            parent_tree=parent_tree,
             compat=config.compat,
             annotations=config.annotations,
             created=config.created,
@@ -357,7 +366,7 @@ class ChainPull:
             },
             known_digests=known,
             snapshot_json=dict(config.forkd or {"volumes": []}),
-            algorithms=("blake3",),
+            algorithms=(),  # every file's digests are known: nothing is hashed here
         )
         try:
             self.store.commit([(fetched.staged, tag)], force=self.force)
@@ -374,22 +383,30 @@ class ChainPull:
             f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})"
         )
 
-    def _parent_hashes(self, fetched: FetchedLink, parent: ParentLink) -> tuple[str, str]:
-        """The sha256 (forkd's ``parent_content_hash``) and blake3 of the memory.bin of the link's
-        parent, which must be the content the link applies to. Raises DigestInvalid."""
+    def _parent_hashes(
+        self, fetched: FetchedLink, parent: ParentLink
+    ) -> tuple[str, str | None, tuple[int, str] | None]:
+        """The sha256 (forkd's ``parent_content_hash``) of the memory.bin of the link's parent, which
+        must be the content the link applies to, and how our chain checks name it: v1 its blake3
+        (hashed on the verifier thread), v2 its chunk tree (the parent layer's config; its file was
+        checked against it), plus its blake3 only where already recorded. Raises DigestInvalid."""
         link, config, tag = fetched.link, fetched.config, fetched.tag
         parent_memory = parent.dir / mt.MEMORY_FILE
-        parent_digest = self.store.verified.digests(parent_memory, ("blake3",))["blake3"]
-        # v2 names the parent's file by its chunk tree (the parent layer's config; its bytes were
-        # checked against it), v1 by the blake3 of its bytes
-        holds = parent.config.files[mt.MEMORY_FILE].digest if config.version >= 2 else parent_digest
+        parent_tree: tuple[int, str] | None = None
+        if config.version >= 2:
+            holds = parent.config.files[mt.MEMORY_FILE].digest
+            parent_digest = self.store.verified.cached(parent_memory).get("blake3")
+            if mt.MEMORY_FILE in fetched.maps:
+                parent_tree = (fetched.maps[mt.MEMORY_FILE].chunk_size, holds)
+        else:
+            parent_digest = holds = self.store.verified.digests(parent_memory, ("blake3",))["blake3"]
         applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else holds
         if applies_to != holds:
             raise DigestInvalid(
                 f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
                 f"{applies_to}, but {parent.tag!r} holds {holds}"
             )
-        return parent_sha256(self.store, parent.tag, parent.config, parent_memory), parent_digest
+        return parent_sha256(self.store, parent.tag, parent.config, parent_memory), parent_digest, parent_tree
 
 
 __all__ = ["RESUME_MARKER", "ChainPull", "LinkPulled", "PullResult", "local_tag_for", "pull"]
