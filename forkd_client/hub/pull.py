@@ -73,6 +73,7 @@ from .pullstages import (
     parse_link,
     raise_failed_check,
     repository_of,
+    when_all_ready,
 )
 from .reference import Reference
 from .signing import Verified, verify_head
@@ -281,14 +282,19 @@ class ChainPull:
                 raise DigestInvalid(str(e)) from None
         stats = LinkPulled(tag, link.digest, reused=False)
         assemblers: dict[str, FileAssembler] = {}
+        # the marker is written again once every staged file is whole (a clone on its thread is
+        # done): a pull killed while a clone runs leaves nothing that would be resumed
+        marker.unlink(missing_ok=True)
+        ready = when_all_ready(len(maps), lambda: marker.write_text(json.dumps({"layer": link.digest})))
         try:
             for role, chunk_map in maps.items():
                 parent_file = parent_dir / role if parent_dir is not None and (parent_dir / role).is_file() else None
                 if chunk_map.parent_digest is not None and parent_file is None:
                     raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
-                assemblers[role] = FileAssembler(chunk_map, staged / role, parent=parent_file, resume=resume)
-            if not resume:
-                marker.write_text(json.dumps({"layer": link.digest}))
+                # cloned on a thread of its own: the fetch starts meanwhile, writes wait for the clone
+                assemblers[role] = FileAssembler(
+                    chunk_map, staged / role, parent=parent_file, resume=resume, background=True, on_ready=ready
+                )
             counts = fill_link(self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress)
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched

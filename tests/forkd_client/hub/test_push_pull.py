@@ -249,3 +249,44 @@ def test_a_pull_that_cannot_fit_is_refused_before_writing(store, inproc_hub, tmp
             assert small.tags() == []
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_a_links_data_is_fetched_while_its_parent_is_still_being_cloned(chain3, other_store, inproc_hub, monkeypatch):
+    """The parent clone is off the critical path: each link's first data range is asked for while
+    the clone of its parent's file is still running (the clone is held until one arrives)."""
+    import threading
+
+    import httpx
+
+    from forkd_client.hub.client import HubClient
+
+    from .hubproxy import proxy
+
+    token = inproc_hub.token("ci", "push:acme/*")
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, inproc_hub.client(token), "head", ref)
+    ranges: list[str] = []
+    arrived = threading.Condition()
+
+    def count(request: httpx.Request) -> None:
+        if "range" in request.headers:
+            with arrived:
+                ranges.append(request.headers["range"])
+                arrived.notify_all()
+
+    real_clone = assemble_mod.clone_file
+    overlapped: list[bool] = []
+
+    def held_clone(src, dst):
+        with arrived:
+            before = len(ranges)
+            # a deadlock guard, not a timing assertion: without the overlap no range can arrive
+            overlapped.append(arrived.wait_for(lambda: len(ranges) > before, timeout=10))
+        return real_clone(src, dst)
+
+    monkeypatch.setattr(assemble_mod, "clone_file", held_clone)
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, count))
+    pull(other_store, client, ref, as_tag="py")
+    assert overlapped == [True, True]  # mid's clone of base, head's clone of mid
+    for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")], strict=True):
+        same_files(chain3, src, other_store, dst)
