@@ -20,6 +20,10 @@ push   ``forkd push`` of the chain through the hub into an empty prefix, vs boto
        multipart upload (16 MiB parts, 4 threads) of the same objects from local files.
 local  the same push and pull against a third hub on its default filesystem store: the client's
        own work (diffing, compressing, verifying, assembling) without S3.
+fair   a second, clearly labelled peer row per client filesystem: the same raw boto3 GETs, then
+       the three assembled memory images written (their data, holes kept, 8 MiB pwrites, one
+       thread per image) and fsynced, which a pull must do and raw GETs do not. The issue's own
+       peer (raw GETs alone) and its goal line are unchanged; the fair peer gets its own ratio line.
 
 Client filesystem (--client-fs): the pulling client's store (FORKD_HOME) and raw boto3's
 destination files live on the work directory's own filesystem ("ext4": ext4 on the bench machine,
@@ -50,6 +54,7 @@ from chain_pull_vs_skopeo import import_chain, make_chain, xfs_mount  # noqa: E4
 from common import MACHINE_NOTE, MiB, human, mib_s, print_table, timed  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary  # noqa: E402
 
+from manifest.fileops import data_ranges  # noqa: E402
 from tests.services.seaweedfs import SeaweedFS  # noqa: E402
 
 PARALLEL = 4
@@ -80,9 +85,29 @@ def raw_get(client, bucket: str, keys: list[str], dest: Path) -> None:
         list(pool.map(one, enumerate(keys)))
 
 
-def pull_rows(where: Path, redirecting, proxying, client, bucket: str, keys: list[str]) -> dict:
+def write_images(images: list[Path], dest: Path) -> None:
+    """The fair peer's second half: write each assembled memory image (its data regions, holes
+    kept, 8 MiB ``pwrite``s, one thread per image) to ``dest`` and fsync it, as a pull must."""
+
+    def one(index_src: tuple[int, Path]) -> None:
+        index, src = index_src
+        with open(src, "rb") as f, open(dest / f"image{index}", "wb") as out:
+            size = os.fstat(f.fileno()).st_size
+            out.truncate(size)
+            for start, length in data_ranges(f.fileno(), size):
+                for pos in range(start, start + length, 8 * MiB):
+                    os.pwrite(out.fileno(), os.pread(f.fileno(), min(8 * MiB, start + length - pos), pos), pos)
+            os.fsync(out.fileno())
+
+    dest.mkdir()
+    with ThreadPoolExecutor(len(images)) as pool:
+        list(pool.map(one, enumerate(images)))
+
+
+def pull_rows(where: Path, redirecting, proxying, client, bucket: str, keys: list[str], images: list[Path]) -> dict:
     """Seconds of a cold ``forkd pull`` through each hub with the client's store under ``where``,
-    then of raw boto3 GETs of ``keys`` into ``where/raw-get`` (kept: the raw push uploads them)."""
+    then of raw boto3 GETs of ``keys`` into ``where/raw-get`` (kept: the raw push uploads them),
+    then of the fair peer: the same GETs into ``where/fair-get`` plus ``images`` written and fsynced."""
     where.mkdir()
     times = {}
     for name, hub in (("redirected", redirecting), ("proxied", proxying)):
@@ -90,6 +115,14 @@ def pull_rows(where: Path, redirecting, proxying, client, bucket: str, keys: lis
         times[name] = timed(lambda: user.run("pull", "acme/chain:v1", "--as", "head"))  # noqa: B023
         shutil.rmtree(user.root)
     times["raw"] = timed(lambda: raw_get(client, bucket, keys, where / "raw-get"))
+
+    def fair() -> None:
+        raw_get(client, bucket, keys, where / "fair-get")
+        write_images(images, where / "fair-images")
+
+    times["fair"] = timed(fair)
+    shutil.rmtree(where / "fair-get")
+    shutil.rmtree(where / "fair-images")
     return times
 
 
@@ -144,6 +177,7 @@ def main() -> None:
         stored_bytes = sum(size for _, size in stored)
 
         keys = [k for k, _ in stored]
+        images = [src / "memory.bin" for src in chain.srcs]  # what the pull assembles, for the fair peer
         client_dirs: dict[str, Path] = {}  # client filesystem -> where its store and raw GETs go
         if client_fs in ("both", "ext4"):
             client_dirs["ext4"] = root / "client-ext4"
@@ -153,7 +187,8 @@ def main() -> None:
                 sys.exit(f"s3_pull: --client-fs {client_fs} needs an XFS loop mount: {why_not}")
             client_dirs["xfs"] = mnt / "client-xfs"
         pulls = {
-            fs: pull_rows(where, redirecting, proxying, client, weed.bucket, keys) for fs, where in client_dirs.items()
+            fs: pull_rows(where, redirecting, proxying, client, weed.bucket, keys, images)
+            for fs, where in client_dirs.items()
         }  # client filesystem -> contender -> seconds
         first_fs = next(iter(pulls))
         raw_dir = client_dirs[first_fs] / "raw-get"
@@ -182,6 +217,7 @@ def main() -> None:
             ("forkd via 307 presigned redirects", "redirected"),
             ("forkd proxied through the hub", "proxied"),
             ("raw boto3 GETs of the same objects", "raw"),
+            ("fair peer: raw GETs + write 3 images + fsync", "fair"),
         ):
             rows.append(
                 [
@@ -222,6 +258,11 @@ def main() -> None:
         print(
             f"client on {fs}: redirected pull vs raw boto3: {times['raw'] / times['redirected']:.0%} of raw speed "
             f"(goal >= 80%); redirected vs proxied: {times['proxied'] / times['redirected']:.2f}x"
+        )
+    for fs, times in pulls.items():
+        print(
+            f"client on {fs}: fair peer (raw GETs + images written and fsynced): redirected pull at "
+            f"{times['fair'] / times['redirected']:.0%} of its speed"
         )
     print(f"client on {first_fs}: redirected vs the filesystem hub: {fs_pull_t / pulls[first_fs]['redirected']:.2f}x")
     print(problems)

@@ -189,6 +189,7 @@ class StoreBase:
         parent: str | None = None,
         parent_content_hash: str | None = None,
         parent_digest: str | None = None,
+        parent_tree: tuple[int, str] | None = None,
         compat: Mapping[str, Any] | None = None,
         annotations: Mapping[str, str] | None = None,
         origin: Mapping[str, str] | None = None,
@@ -208,7 +209,9 @@ class StoreBase:
         unknown fields kept, paths pointing at the final directory; ``local_dirs`` as in
         :func:`~forkd_client.snapdir.snapshot_json_for`) and forkd-hub.json. A link records
         ``parent_digest``, the blake3 of its parent's memory.bin (given, else from the
-        VerifiedRecord), so that chain checks need no sha256. ``forkd_cli_tag`` admits tags
+        VerifiedRecord), so that chain checks need no sha256; or ``parent_tree``, its chunk-tree digest
+        ``(chunk size, digest)`` (a format v2 pull), and then no blake3 is looked for. A file whose
+        chunk-tree digest the VerifiedRecord holds (recorded by the caller) records it too. ``forkd_cli_tag`` admits tags
         forkd's CLI accepts (dots allowed: what ``forkd unpack`` installs) besides new-tag ones.
         Raises InvalidTag, InvalidSnapshotDir, OSError.
         """
@@ -227,7 +230,9 @@ class StoreBase:
             if known_digests and role in known_digests:
                 self.verified.record(path, known_digests[role])
             digests = {**self.verified.cached(path), **self.verified.digests(path, algorithms)}
-            files[role] = FileRecord(path.stat().st_size, digests.get("blake3"), digests.get("sha256"))
+            files[role] = FileRecord(
+                path.stat().st_size, digests.get("blake3"), digests.get("sha256"), self.verified.cached_tree(path)
+            )
         base = dict(snapshot_json) if snapshot_json is not None else read_json_object(staged / SNAPSHOT_JSON)
         doc = snapshot_json_for(
             self.snapshots_dir / tag,
@@ -238,7 +243,12 @@ class StoreBase:
             local_dirs=(staged, *local_dirs),
         )
         write_snapshot_json(staged, doc)
-        if parent is not None and parent_digest is None and (self.snapshots_dir / parent / MEMORY_FILE).is_file():
+        if (
+            parent is not None
+            and parent_digest is None
+            and parent_tree is None
+            and (self.snapshots_dir / parent / MEMORY_FILE).is_file()
+        ):
             parent_digest = self.verified.digests(self.snapshots_dir / parent / MEMORY_FILE, ("blake3",))["blake3"]
         meta = HubMeta(
             tag,
@@ -250,6 +260,7 @@ class StoreBase:
             files,
             dict(origin) if origin else None,
             parent_digest if parent is not None else None,
+            parent_tree if parent is not None else None,
         )
         write_hub_meta(staged, meta)
         if self.durable:

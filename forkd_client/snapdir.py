@@ -20,8 +20,15 @@ A snapshot directory is forkd-compatible first (see /work/shared/reference/forkd
      "compat": {...}, "annotations": {...},
      "files": {"memory.bin": {"size": 536870912, "digest": "blake3:<hex>", "sha256": "sha256:<hex>"}, ...},
      "origin": {"hub": "...", "reference": "...", "manifest_digest": "blake3:<hex>"},   (optional)
-     "parent_digest": "blake3:<hex>"}   (optional: blake3 of the parent's memory.bin this link
+     "parent_digest": "blake3:<hex>",   (optional: blake3 of the parent's memory.bin this link
                                          was made from; chain checks use it instead of sha256)
+     "parent_chunk_tree": {"chunk_size": 65536, "digest": "blake3:<hex>"}}   (optional: the
+                                         chunk-tree digest of that parent's memory.bin, format v2)
+
+A file may also record ``"chunk_tree": {"chunk_size": 65536, "digest": "blake3:<hex>"}``, its
+chunk-tree digest (:mod:`manifest.chunktree`): a format v2 pull records that instead of a blake3
+of the bytes (``digest`` null), because it is proven by construction (every new chunk verified on
+arrival, every other one the verified parent's) and needs no read of the file.
 
 ``snapshot.json`` is the source of truth for the parent (forkd's daemon reads it);
 ``forkd-hub.json`` repeats it for convenience. A file digest may be null (e.g. blake3 of an
@@ -92,9 +99,30 @@ class FileRecord:
     size: int
     digest: str | None = None
     sha256: str | None = None
+    chunk_tree: tuple[int, str] | None = None  # (chunk size, "blake3:<hex>"): its chunk-tree digest
 
     def to_obj(self) -> dict[str, Any]:
-        return {"size": self.size, "digest": self.digest, "sha256": self.sha256}
+        obj: dict[str, Any] = {"size": self.size, "digest": self.digest, "sha256": self.sha256}
+        if self.chunk_tree is not None:
+            obj["chunk_tree"] = tree_obj(self.chunk_tree)
+        return obj
+
+
+def tree_obj(tree: tuple[int, str]) -> dict[str, Any]:
+    """A chunk-tree digest as forkd-hub.json writes it."""
+    return {"chunk_size": tree[0], "digest": tree[1]}
+
+
+def parse_tree(obj: Any, what: str, where: str) -> tuple[int, str] | None:
+    """A chunk-tree digest as forkd-hub.json writes it (or null). Raises InvalidSnapshotDir."""
+    if obj is None:
+        return None
+    size, digest = (obj.get("chunk_size"), obj.get("digest")) if isinstance(obj, dict) else (None, None)
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise InvalidSnapshotDir(f"{where}: {what} needs a positive integer chunk_size")
+    if not (isinstance(digest, str) and digest.startswith("blake3:")):
+        raise InvalidSnapshotDir(f"{where}: {what} needs a blake3 digest")
+    return size, digest
 
 
 @dataclass(frozen=True)
@@ -110,6 +138,7 @@ class HubMeta:
     files: dict[str, FileRecord] = field(default_factory=dict)
     origin: dict[str, str] | None = None
     parent_digest: str | None = None  # blake3 of the parent's memory.bin this link was made from
+    parent_tree: tuple[int, str] | None = None  # chunk-tree digest of that memory.bin (format v2 pulls)
 
     def to_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
@@ -126,6 +155,8 @@ class HubMeta:
             obj["origin"] = dict(self.origin)
         if self.parent_digest:
             obj["parent_digest"] = self.parent_digest
+        if self.parent_tree is not None:
+            obj["parent_chunk_tree"] = tree_obj(self.parent_tree)
         return obj
 
     @classmethod
@@ -158,14 +189,19 @@ class HubMeta:
             size, digest, sha = f.get("size"), f.get("digest"), f.get("sha256")
             if not isinstance(size, int) or not all(isinstance(v, (str, type(None))) for v in (digest, sha)):
                 raise bad(f"files[{role!r}] needs an integer size and string digests")
-            files[role] = FileRecord(size, digest, sha)
+            files[role] = FileRecord(
+                size, digest, sha, parse_tree(f.get("chunk_tree"), f"files[{role!r}].chunk_tree", where)
+            )
         origin = obj.get("origin")
         if origin is not None and not isinstance(origin, dict):
             raise bad("origin must be an object")
         parent_digest = obj.get("parent_digest")
         if parent_digest is not None and not (isinstance(parent_digest, str) and parent_digest.startswith("blake3:")):
             raise bad("parent_digest must be a blake3 digest string")
-        return cls(tag, parent, created, chunk_size, dict(compat), dict(annotations), files, origin, parent_digest)
+        parent_tree = parse_tree(obj.get("parent_chunk_tree"), "parent_chunk_tree", where)
+        return cls(
+            tag, parent, created, chunk_size, dict(compat), dict(annotations), files, origin, parent_digest, parent_tree
+        )
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:
@@ -294,6 +330,7 @@ class LocalSnapshot:
     origin: dict[str, str] | None = None
     managed: bool = True  # has forkd-hub.json; False for snapshots made by forkd itself
     parent_digest: str | None = None  # blake3 of the parent's memory.bin at link time (ours, optional)
+    parent_tree: tuple[int, str] | None = None  # its chunk-tree digest at link time (format v2 pulls)
 
     @property
     def is_base(self) -> bool:
@@ -314,6 +351,7 @@ class LocalSnapshot:
             "origin": self.origin,
             "managed": self.managed,
             "parent_digest": self.parent_digest,
+            **({"parent_chunk_tree": tree_obj(self.parent_tree)} if self.parent_tree is not None else {}),
         }
 
 

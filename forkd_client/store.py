@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from manifest.chain import resolve_chain
+from manifest.chunktree import file_chunk_tree
 from manifest.digest import digest_file
 from manifest.errors import ChainCycle, ChainTooDeep, MissingParent
 from manifest.holes import unsafe_holes
@@ -105,6 +106,7 @@ class SnapshotStore(StoreBase):
                 size,
                 cached.get("blake3") or (recorded.digest if recorded else None),
                 cached.get("sha256") or (recorded.sha256 if recorded else None),
+                recorded.chunk_tree if recorded else None,
             )
         return LocalSnapshot(
             tag=tag,
@@ -121,6 +123,7 @@ class SnapshotStore(StoreBase):
             managed=meta is not None,
             # only while forkd's snapshot.json still names the parent the link was made from
             parent_digest=meta.parent_digest if meta and parent is not None and meta.parent_tag == parent else None,
+            parent_tree=meta.parent_tree if meta and parent is not None and meta.parent_tag == parent else None,
         )
 
     def list(self) -> list[LocalSnapshot]:
@@ -193,9 +196,9 @@ class SnapshotStore(StoreBase):
     def verify_chain(self, tag: str, *, forkd_hashes: bool = False) -> builtins.list[LocalSnapshot]:
         """Check every link against its parent's memory.bin; return the chain.
 
-        A link we made records the blake3 of the parent it was made from (``parent_digest``):
-        that is checked, plus forkd's ``parent_content_hash`` (sha256) when the parent's sha256
-        is already known. A link without it (made by forkd) is checked by sha256, as forkd does.
+        A link we made records the blake3 of the parent it was made from (``parent_digest``), or
+        (a format v2 pull) its chunk-tree digest (``parent_tree``): that is checked, plus forkd's
+        ``parent_content_hash`` (sha256) when the parent's sha256 is already known. A link without it (made by forkd) is checked by sha256, as forkd does.
         ``forkd_hashes`` checks every ``parent_content_hash`` as forkd will at spawn, hashing
         sha256 where it is not known yet, and that no link has a hole where its parent holds
         data (forkd would assemble the parent's bytes there). Parents verified before and
@@ -205,11 +208,16 @@ class SnapshotStore(StoreBase):
         chain = self.chain(tag)
         for parent, child in itertools.pairwise(chain):
             memory = parent.dir / MEMORY_FILE
-            if child.parent_digest is not None:
+            if child.parent_digest is not None or child.parent_tree is not None:
                 trusted = self.verified.cached(memory)  # one stat and one row when nothing changed
-                actual = trusted.get("blake3") or self.verified.digests(memory, ("blake3",))["blake3"]
-                if actual != child.parent_digest:
-                    raise ParentContentMismatch(child.tag, parent.tag, child.parent_digest, actual)
+                if child.parent_tree is not None:  # recorded at install: read only when the file changed
+                    size, wanted = child.parent_tree
+                    actual = self.verified.chunk_tree(memory, size)
+                else:
+                    wanted = child.parent_digest  # type: ignore[assignment]  # one of the two is set
+                    actual = trusted.get("blake3") or self.verified.digests(memory, ("blake3",))["blake3"]
+                if actual != wanted:
+                    raise ParentContentMismatch(child.tag, parent.tag, wanted, actual)
                 if not forkd_hashes and ("sha256" not in trusted or child.parent_content_hash is None):
                     continue
             actual = self.memory_sha256(parent.tag)
@@ -224,11 +232,17 @@ class SnapshotStore(StoreBase):
 
     def verify_files_deep(self, tag: str) -> builtins.list[LocalSnapshot]:
         """Hash every file of every link of ``tag``'s chain again, in full, trusting no record,
-        and compare with the digests its forkd-hub.json records (blake3, and sha256 where known).
-        Raises FileContentMismatch naming tag, file, expected and actual digest; OSError."""
+        and compare with the digests its forkd-hub.json records (blake3, and sha256 where known; the
+        chunk tree where a pull recorded it). Raises FileContentMismatch naming tag, file, expected
+        and actual digest; OSError."""
         chain = self.chain(tag)
         for snap in chain:
             for role, record in snap.files.items():
+                if record.chunk_tree is not None:
+                    size, tree = record.chunk_tree
+                    got_tree = file_chunk_tree(snap.dir / role, size)
+                    if got_tree != tree:
+                        raise FileContentMismatch(snap.tag, role, tree, got_tree)
                 wanted = {a: d for a, d in (("blake3", record.digest), ("sha256", record.sha256)) if d}
                 if not wanted:
                     continue

@@ -150,6 +150,39 @@ class VerifiedRecord:
             self._store(key, fp, known)
         return tree
 
+    def cached_tree(self, path: str | os.PathLike[str]) -> tuple[int, str] | None:
+        """The chunk-tree digest recorded for ``path`` as ``(chunk size, "blake3:…")``, while the row is
+        trusted, without reading the file; None when the file is gone, changed, racy or has no tree.
+        Raises nothing but ``sqlite3.Error``."""
+        key = _key(path)
+        try:
+            st = os.stat(key)
+        except OSError:
+            return None
+        row = self._row(key)
+        if row is None or row[0] != _fingerprint(st) or _is_racy(st.st_mtime_ns, row[1]) or _TREE not in row[2]:
+            return None
+        size, _, tree = row[2][_TREE].partition(" ")
+        return int(size), tree
+
+    def record_chunk_tree(self, path: str | os.PathLike[str], chunk_size: int, tree: str) -> None:
+        """Record the chunk-tree digest of ``path`` learned elsewhere (a pull derives it from the
+        parent's chunk list and the layer's chunk map, every new chunk verified on arrival).
+
+        The caller vouches for it, as for :meth:`record`; digests already recorded under the same
+        (non-racy) fingerprint are kept. Raises OSError (file missing), InvalidDigest (not blake3).
+        """
+        if parse_digest(tree).algorithm != "blake3":
+            raise InvalidDigest(f"chunk-tree digest {tree!r} is not a blake3 digest")
+        key = _key(path)
+        st = os.stat(key)
+        fp = _fingerprint(st)
+        row = self._row(key)
+        keep = row is not None and row[0] == fp and not _is_racy(st.st_mtime_ns, row[1])
+        merged = dict(row[2]) if keep and row is not None else {}
+        merged[_TREE] = f"{chunk_size} {tree}"
+        self._store(key, fp, merged)
+
     def digests(self, path: str | os.PathLike[str], algorithms: Iterable[str] = ("blake3",)) -> dict[str, str]:
         """``{algorithm: "algorithm:hex"}`` for ``path``, hashing only what is not already trusted.
 

@@ -104,7 +104,11 @@ class FileAssembler:
     the right size left by an interrupted assembly is kept as it is (``resumed`` is True) and
     :meth:`holds` tells which chunks it already has. :meth:`write` puts one chunk's verified
     bytes in place; :meth:`finish` fsyncs and checks the content digest. On any error, or
-    :meth:`abort`, ``out`` is removed.
+    :meth:`abort`, ``out`` is removed. With ``background``, a new ``out`` is cloned and set up on
+    a thread of its own, so the caller can fetch and verify chunks meanwhile: :meth:`write`,
+    :meth:`holds` and :meth:`finish` wait for it (and raise what setting it up raised).
+    ``on_ready`` is called once ``out`` is whole (cloned, sized, zero chunks written), before
+    any chunk is written into it (e.g. to mark it resumable only then).
 
     Errors: AssemblyError (no parent for a link, wrong chunk length), DigestMismatch, OSError.
     """
@@ -116,6 +120,8 @@ class FileAssembler:
         *,
         parent: str | os.PathLike[str] | None,
         resume: bool = False,
+        background: bool = False,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.chunk_map = chunk_map
         self.out = Path(out)
@@ -125,33 +131,76 @@ class FileAssembler:
         self.written = self.holes = 0
         self.resumed = False
         self._fd = -1
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
+        self._on_ready = on_ready
         try:
             if resume and self.out.is_file() and self.out.stat().st_size == chunk_map.size:
                 self._fd = os.open(self.out, os.O_RDWR)
                 self.resumed = True
+                self._zero_chunks(parent)
+                self._announce()
             else:
                 if resume:
                     self.out.unlink(missing_ok=True)
-                if parent is not None:
-                    self.clone_method = clone_file(parent, self.out)
-                    self._fd = os.open(self.out, os.O_RDWR)
-                else:
-                    self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-                os.ftruncate(self._fd, chunk_map.size)
-            for entry in chunk_map.entries:
-                if entry.is_zero:
-                    offset, length = entry.index * chunk_map.chunk_size, self.length(entry.index)
-                    if parent is None:
-                        punch_hole(self._fd, offset, length)
-                        self.holes += 1
-                    else:  # a link's hole would mean "the parent's bytes" to forkd
-                        write_zeros(self._fd, offset, length)
+                if background:
+                    threading.Thread(target=self._set_up, args=(parent,), name="forkd-clone", daemon=True).start()
+                    return
+                self._create(parent)
+                self._zero_chunks(parent)
+                self._announce()
+            self._ready.set()
         except BaseException:
+            self._ready.set()
             self.abort()
             raise
 
+    def _create(self, parent: str | os.PathLike[str] | None) -> None:
+        if parent is not None:
+            self.clone_method = clone_file(parent, self.out)
+            self._fd = os.open(self.out, os.O_RDWR)
+        else:
+            self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.ftruncate(self._fd, self.chunk_map.size)
+
+    def _zero_chunks(self, parent: str | os.PathLike[str] | None) -> None:
+        for entry in self.chunk_map.entries:
+            if entry.is_zero:
+                offset, length = entry.index * self.chunk_map.chunk_size, self.length(entry.index)
+                if parent is None:
+                    punch_hole(self._fd, offset, length)
+                    self.holes += 1
+                else:  # a link's hole would mean "the parent's bytes" to forkd
+                    write_zeros(self._fd, offset, length)
+
+    def _set_up(self, parent: str | os.PathLike[str] | None) -> None:
+        """The ``background`` thread: clone (or create) ``out``, size it, zero the zero chunks."""
+        try:
+            self._create(parent)
+            self._zero_chunks(parent)
+            self._announce()
+        except Exception as e:  # noqa: BLE001 - re-raised by whoever waits for the file next
+            self._failed = e
+            if self._fd >= 0:  # a half set-up file is never resumed: removed, as a failed constructor does
+                os.close(self._fd)
+                self._fd = -1
+            self.out.unlink(missing_ok=True)
+        finally:
+            self._ready.set()
+
+    def _announce(self) -> None:
+        if self._on_ready is not None:
+            self._on_ready()
+
+    def _wait(self) -> None:
+        """Wait for ``out`` to be set up; raise what setting it up raised."""
+        self._ready.wait()
+        if self._failed is not None:
+            raise self._failed
+
     def holds(self, index: int, digest: str) -> bool:
         """Whether chunk ``index`` already holds the bytes of ``digest`` (read and hashed now)."""
+        self._wait()
         data = os.pread(self._fd, self.length(index), index * self.chunk_map.chunk_size)
         return "blake3:" + blake3.blake3(data).hexdigest() == digest
 
@@ -165,21 +214,31 @@ class FileAssembler:
             raise AssemblyError(
                 f"{self.chunk_map.file} chunk {index}: {len(data)} bytes, expected {self.length(index)}"
             )
+        self._wait()
         os.pwrite(self._fd, data, index * self.chunk_map.chunk_size)
         self.written += 1
 
     def finish(
-        self, *, verify: bool = True, extra_algorithms: tuple[str, ...] = (), chunk_list: ChunkList | None = None
+        self,
+        *,
+        verify: bool = True,
+        extra_algorithms: tuple[str, ...] = (),
+        chunk_list: ChunkList | None = None,
+        hash_file: bool = True,
     ) -> AssembledFile:
         """Hash the whole file (blake3 of its bytes, plus ``extra_algorithms``), with ``verify``
         check it against the chunk map, and fsync it (its writeback starts first, and runs while
         it is hashed). ``chunk_list`` (format version 2): the file's chunk list, derived from the
-        parent's and the chunk map, whose digest is checked instead of re-reading the file."""
+        parent's and the chunk map, whose digest is checked instead of re-reading the file; then
+        ``hash_file=False`` reads nothing at all (``digests`` is empty: the file's digest is its
+        chunk tree, proven by construction)."""
         try:
+            self._wait()
             start_writeback(self._fd)
             algorithms = tuple(dict.fromkeys(("blake3", *extra_algorithms)))
+            by_tree = not hash_file and chunk_list is not None and self.chunk_map.version >= 2
             # mapped: this file is ours alone until it is renamed into place
-            digests = {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
+            digests = {} if by_tree else {a: str(d) for a, d in digest_file(self.out, algorithms, mapped=True).items()}
             if self.chunk_map.version >= 2:
                 listed = (
                     chunk_list if chunk_list is not None else chunk_list_of_file(self.out, self.chunk_map.chunk_size)
@@ -199,12 +258,14 @@ class FileAssembler:
 
     def close(self) -> None:
         """Close the file, keeping what was written (an interrupted assembly to resume). Idempotent."""
+        self._ready.wait()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def abort(self) -> None:
         """Close and remove the partial file. Idempotent."""
+        self._ready.wait()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

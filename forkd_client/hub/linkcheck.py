@@ -30,7 +30,8 @@ __all__ = ["chunk_lists", "fetch_maps", "still_intact", "verify_files"]
 
 def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig) -> bool:
     """Whether an installed link still holds the files its layer describes (VerifiedRecord:
-    no hashing unless a file changed since it was recorded)."""
+    no hashing unless a file changed since it was recorded; a v2 chunked file by the chunk tree
+    its install recorded, else by blake3)."""
     meta = read_hub_meta(snap.dir)
     for role, info in config.files.items():
         path = snap.dir / role
@@ -40,6 +41,12 @@ def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig)
         # at install (not ``snap.files``, which prefers the verified record's digest of the file as
         # it is now, and so would vouch for a file changed since)
         recorded = meta.files.get(role) if meta is not None else None
+        if config.version >= 2 and recorded is not None and recorded.chunk_tree is not None:
+            # a v2 pull recorded the file's chunk tree: compare that (read only if the file changed)
+            size, tree = recorded.chunk_tree
+            if tree != info.digest or store.verified.chunk_tree(path, size) != tree:
+                return False
+            continue
         want = (
             info.digest
             if config.version < 2 or role not in mt.CHUNKED_FILES
@@ -81,17 +88,19 @@ def chunk_lists(parent: dict[str, ChunkList], maps: dict[str, ChunkMap]) -> dict
 def verify_files(
     assemblers: dict[str, FileAssembler], vmstate: Path, layer: str, tag: str, lists: dict[str, ChunkList]
 ) -> dict[str, dict[str, str]]:
-    """On the verifier thread: check each assembled file (v2: its chunk tree from ``lists``; v1:
-    its whole-file blake3), hash its blake3 for the local record, and make the link's files
+    """On the verifier thread: check each assembled file (v2: its chunk tree from ``lists``, read
+    from nothing; v1: its whole-file blake3, kept for the local record), and make the link's files
     durable, their mtimes settled first (so installing them later writes nothing more).
-    Returns {role: {algorithm: digest}}; raises DigestInvalid (the files are removed)."""
+    Returns {role: {algorithm: digest}} (empty for a v2 chunked file: its record is its chunk
+    tree, see :meth:`.pull.ChainPull._install`); raises DigestInvalid (the files are removed)."""
     known: dict[str, dict[str, str]] = {}
     pending = dict(assemblers)
     try:
         for role, assembler in assemblers.items():
             del pending[role]
             settle_mtime(assembler.out)
-            known[role] = assembler.finish(chunk_list=lists.get(role)).digests
+            chunk_list = lists.get(role)  # v2: the file is its chunk tree, nothing to read
+            known[role] = assembler.finish(chunk_list=chunk_list, hash_file=chunk_list is None).digests
     except (DigestMismatch, AssemblyError) as e:
         raise DigestInvalid(f"layer {layer} ({tag}): {e}") from None
     finally:

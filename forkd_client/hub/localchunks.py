@@ -75,7 +75,7 @@ class LocalChunkIndex:
             "SELECT path, offset, length FROM chunks WHERE digest = ? LIMIT 8", (digest,)
         ).fetchall()
         for path, offset, length in rows:
-            if not self._verified.cached(path):
+            if not self._verified.cached(path) and self._verified.cached_tree(path) is None:
                 self._db.execute("DELETE FROM chunks WHERE path = ?", (path,))
                 continue
             try:

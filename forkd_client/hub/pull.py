@@ -3,7 +3,8 @@
 1. One request returns the chain base → head (manifests + configs, digests verified).
 2. Links already installed from the same manifest are reused, while their files still hold
    what the layer describes (else InvalidSnapshotDir, or with ``force`` they are pulled again).
-3. For the others, chunk maps are fetched and verified. Each link's files are staged in a
+3. For the others, chunk maps (and vmstates) are fetched up front, all links at once
+   (:mod:`.prefetch`), and verified. Each link's files are staged in a
    resumable directory on a reflink/copy of the parent's file and filled by
    :func:`~forkd_client.hub.fill.fill_link`: chunks the staged file already holds (an
    interrupted attempt), chunks local snapshots hold, and the rest fetched and verified on
@@ -44,12 +45,14 @@ from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blo
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
 from ..lazy.staged import open_index
+from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
 from .fill import fill_link
-from .linkcheck import chunk_lists, fetch_maps, still_intact, verify_files
+from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
+from .prefetch import LinkPrefetch
 from .preflight import PullPlan, check_arguments, index_held_head, plan_pull
 from .progress import NullProgress, Progress
 from .pullstages import (
@@ -71,6 +74,7 @@ from .pullstages import (
     parse_link,
     raise_failed_check,
     repository_of,
+    when_all_ready,
 )
 from .reference import Reference
 from .signing import Verified, verify_head
@@ -103,6 +107,7 @@ class ChainPull:
     index: LocalChunkIndex
     staging: contextlib.ExitStack
     verifier: ThreadPoolExecutor
+    ahead: LinkPrefetch
 
     def __init__(
         self,
@@ -163,14 +168,26 @@ class ChainPull:
         """Links are pipelined: while one link's files are fsynced and hashed on the verifier
         thread, the next link is cloned from them and filled. Links are installed strictly base
         first, each once its check passed; on any error what is not installed yet stays staged,
-        and the next attempt resumes from it (a file that failed its check is removed)."""
+        and the next attempt resumes from it (a file that failed its check is removed). Which links
+        are reused is settled first, so every fetched link's chunk maps and vmstate are asked for
+        at once (:class:`.prefetch.LinkPrefetch`), not link by link."""
+        existing = [
+            self._existing(plan, link, config, tag)
+            for (link, _, config), tag in zip(self.parsed, plan.tags, strict=True)
+        ]
         with contextlib.ExitStack() as self.staging:
             self.index = self._open_index()
             self.staging.callback(self.index.close)
+            self.ahead = LinkPrefetch(
+                self.client,
+                [(repository_of(p[0], self.ref), p, e is None) for p, e in zip(self.parsed, existing, strict=True)],
+                lambda name, p: self._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
+            )
+            self.staging.callback(self.ahead.close)
             self.verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
             try:
-                for (link, manifest, config), tag in zip(self.parsed, plan.tags, strict=True):
-                    result.links.append(self._pull_link(plan, link, manifest, config, tag))
+                for (link, manifest, config), tag, held in zip(self.parsed, plan.tags, existing, strict=True):
+                    result.links.append(self._pull_link(plan, link, manifest, config, tag, held))
                 self._install_checked(block=True)
             finally:
                 # checks in flight finish (and close their files) first; queued ones (Ctrl-C) never start
@@ -181,11 +198,9 @@ class ChainPull:
         session of this head staged (``fork --lazy``, :mod:`forkd_client.lazy.staged`)."""
         return open_index(self.store, self.parsed[-1][0].digest)
 
-    def _pull_link(
-        self, plan: PullPlan, link: ChainLink, manifest: LayerManifest, config: LayerConfig, tag: str
-    ) -> LinkPulled:
-        """Reuse the link when installed from this layer and intact; else fetch it, queue it for
-        its check, and install the links whose check is done (unless deferred)."""
+    def _existing(self, plan: PullPlan, link: ChainLink, config: LayerConfig, tag: str) -> LocalSnapshot | None:
+        """The local snapshot to reuse for the link: installed from this layer and intact (a changed
+        one is refused, or with ``force`` pulled again). Raises InvalidSnapshotDir."""
         existing = installed_from(self.store, tag, link.digest) or plan.existing(tag)
         if existing is not None and not still_intact(self.store, existing, config):
             if not self.force:
@@ -194,13 +209,26 @@ class ChainPull:
                     f"since; remove it (forkd rmi {tag}) or pull with --force to replace it"
                 )
             existing = None  # pulled again, and replaced on install
+        return existing
+
+    def _pull_link(
+        self,
+        plan: PullPlan,
+        link: ChainLink,
+        manifest: LayerManifest,
+        config: LayerConfig,
+        tag: str,
+        existing: LocalSnapshot | None,
+    ) -> LinkPulled:
+        """Reuse the link when ``existing`` (:meth:`_existing`); else fetch it, queue it for its
+        check, and install the links whose check is done (unless deferred)."""
         if existing is not None:
             self.progress.log(f"{tag}: already present ({link.digest[:19]}…)")
             self.parent = ParentLink(self.store, tag, config)
             self.backlog.append((link, manifest, config))
             return LinkPulled(tag, link.digest, reused=True)
         for old in self.backlog:  # the chunk maps of reused links, to know the parent's chunk lists
-            self.lists = chunk_lists(self.lists, fetch_maps(self.client, repository_of(old[0], self.ref), *old))
+            self.lists = chunk_lists(self.lists, self.ahead.maps(repository_of(old[0], self.ref), old))
         self.backlog = []
         try:
             fetched = self._fetch_link(link, manifest, config, tag)
@@ -241,10 +269,10 @@ class ChainPull:
         # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
         # force-deleted here); it must be a well-formed name, and access is the hub's to check.
         name = repository_of(link, self.ref)
-        maps = fetch_maps(self.client, name, link, manifest, config)
+        maps = self.ahead.maps(name, (link, manifest, config))
         lists = chunk_lists(self.lists, maps) if manifest.version >= 2 else {}
         vm_info = config.files[mt.VMSTATE_FILE]
-        vm_frame = self._fetch_vmstate(name, link, manifest, vm_info)
+        vm_frame = self.ahead.vmstate(name, (link, manifest, config))
         parent = self.parent
         parent_dir = parent.dir if parent is not None else None
         check_space(self.store, maps, parent_dir, link.digest)
@@ -260,14 +288,19 @@ class ChainPull:
                 raise DigestInvalid(str(e)) from None
         stats = LinkPulled(tag, link.digest, reused=False)
         assemblers: dict[str, FileAssembler] = {}
+        # the marker is written again once every staged file is whole (a clone on its thread is
+        # done): a pull killed while a clone runs leaves nothing that would be resumed
+        marker.unlink(missing_ok=True)
+        ready = when_all_ready(len(maps), lambda: marker.write_text(json.dumps({"layer": link.digest})))
         try:
             for role, chunk_map in maps.items():
                 parent_file = parent_dir / role if parent_dir is not None and (parent_dir / role).is_file() else None
                 if chunk_map.parent_digest is not None and parent_file is None:
                     raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
-                assemblers[role] = FileAssembler(chunk_map, staged / role, parent=parent_file, resume=resume)
-            if not resume:
-                marker.write_text(json.dumps({"layer": link.digest}))
+                # cloned on a thread of its own: the fetch starts meanwhile, writes wait for the clone
+                assemblers[role] = FileAssembler(
+                    chunk_map, staged / role, parent=parent_file, resume=resume, background=True, on_ready=ready
+                )
             counts = fill_link(self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress)
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
@@ -303,7 +336,10 @@ class ChainPull:
     def _install(self, fetched: FetchedLink) -> None:
         """Wait for a fetched link's check, then install it as a forkd-compatible snapshot.
 
-        Its files' blake3 digests are recorded (computed here, over these bytes). forkd's
+        Format v2: each chunked file's chunk-tree digest is recorded (proven by construction: every
+        new chunk was verified on arrival, every other one is the verified parent's; no byte of the
+        file is read again), and the link names its parent's memory.bin by its chunk tree too. v1:
+        the files' blake3 digests (computed on the verifier thread) are recorded. forkd's
         ``parent_content_hash`` (sha256 of the parent's memory.bin) is taken from what is known:
         the VerifiedRecord, else the sha256 the parent layer's config states (computed by its
         pusher over the bytes whose blake3 was just checked; forkd itself re-checks it at every
@@ -318,13 +354,19 @@ class ChainPull:
             "blake3": vm_info.digest,
             "sha256": str(digest_file(fetched.staged / mt.VMSTATE_FILE, ("sha256",))["sha256"]),
         }
-        parent_sha, parent_digest = self._parent_hashes(fetched, parent) if parent is not None else (None, None)
+        for role, chunk_map in fetched.maps.items():
+            if role in fetched.lists:  # the verifier checked the file's chunk tree against the map
+                self.store.verified.record_chunk_tree(fetched.staged / role, chunk_map.chunk_size, chunk_map.digest)
+        parent_sha, parent_digest, parent_tree = (
+            self._parent_hashes(fetched, parent) if parent is not None else (None, None, None)
+        )
         self.store.prepare(
             fetched.staged,
             tag,
             parent=parent.tag if parent else None,
             parent_content_hash=parent_sha,
             parent_digest=parent_digest,
+            parent_tree=parent_tree,
             compat=config.compat,
             annotations=config.annotations,
             created=config.created,
@@ -336,7 +378,7 @@ class ChainPull:
             },
             known_digests=known,
             snapshot_json=dict(config.forkd or {"volumes": []}),
-            algorithms=("blake3",),
+            algorithms=(),  # every file's digests are known: nothing is hashed here
         )
         try:
             self.store.commit([(fetched.staged, tag)], force=self.force)
@@ -353,22 +395,30 @@ class ChainPull:
             f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})"
         )
 
-    def _parent_hashes(self, fetched: FetchedLink, parent: ParentLink) -> tuple[str, str]:
-        """The sha256 (forkd's ``parent_content_hash``) and blake3 of the memory.bin of the link's
-        parent, which must be the content the link applies to. Raises DigestInvalid."""
+    def _parent_hashes(
+        self, fetched: FetchedLink, parent: ParentLink
+    ) -> tuple[str, str | None, tuple[int, str] | None]:
+        """The sha256 (forkd's ``parent_content_hash``) of the memory.bin of the link's parent, which
+        must be the content the link applies to, and how our chain checks name it: v1 its blake3
+        (hashed on the verifier thread), v2 its chunk tree (the parent layer's config; its file was
+        checked against it), plus its blake3 only where already recorded. Raises DigestInvalid."""
         link, config, tag = fetched.link, fetched.config, fetched.tag
         parent_memory = parent.dir / mt.MEMORY_FILE
-        parent_digest = self.store.verified.digests(parent_memory, ("blake3",))["blake3"]
-        # v2 names the parent's file by its chunk tree (the parent layer's config; its bytes were
-        # checked against it), v1 by the blake3 of its bytes
-        holds = parent.config.files[mt.MEMORY_FILE].digest if config.version >= 2 else parent_digest
+        parent_tree: tuple[int, str] | None = None
+        if config.version >= 2:
+            holds = parent.config.files[mt.MEMORY_FILE].digest
+            parent_digest = self.store.verified.cached(parent_memory).get("blake3")
+            if mt.MEMORY_FILE in fetched.maps:
+                parent_tree = (fetched.maps[mt.MEMORY_FILE].chunk_size, holds)
+        else:
+            parent_digest = holds = self.store.verified.digests(parent_memory, ("blake3",))["blake3"]
         applies_to = fetched.maps[mt.MEMORY_FILE].parent_digest if mt.MEMORY_FILE in fetched.maps else holds
         if applies_to != holds:
             raise DigestInvalid(
                 f"layer {link.digest} ({tag}): {mt.MEMORY_FILE} applies to parent content "
                 f"{applies_to}, but {parent.tag!r} holds {holds}"
             )
-        return parent_sha256(self.store, parent.tag, parent.config, parent_memory), parent_digest
+        return parent_sha256(self.store, parent.tag, parent.config, parent_memory), parent_digest, parent_tree
 
 
 __all__ = ["RESUME_MARKER", "ChainPull", "LinkPulled", "PullResult", "local_tag_for", "pull"]

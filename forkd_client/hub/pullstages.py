@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +202,22 @@ def parent_sha256(store: SnapshotStore, parent_tag: str, parent_config: LayerCon
     return store.memory_sha256(parent_tag)
 
 
+def when_all_ready(count: int, then: Callable[[], object]) -> Callable[[], None]:
+    """A callback to call ``count`` times, from any threads: the last call runs ``then`` (at once
+    when ``count`` is 0). For the resume marker, written once every staged file is set up."""
+    left, lock = [count], threading.Lock()
+    if count == 0:
+        then()
+
+    def one() -> None:
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                then()
+
+    return one
+
+
 def raise_failed_check(waiting: list[FetchedLink]) -> None:
     """Deferred installs: re-raise the first failed check of the waiting links (their staged files
     are then not resumed), so it is reported rather than what it caused downstream."""
@@ -275,4 +293,5 @@ __all__ = [
     "parse_link",
     "raise_failed_check",
     "repository_of",
+    "when_all_ready",
 ]

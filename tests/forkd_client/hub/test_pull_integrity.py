@@ -170,6 +170,8 @@ def test_a_flipped_byte_anywhere_in_a_pulled_chain_is_caught_by_the_deep_check(
     def flipped(link, where, bit):
         path = other_store.path(link) / "memory.bin"
         recorded = other_store.verified.digests(path, ("blake3",))
+        tree = other_store.get(link).files["memory.bin"].chunk_tree  # what the pull recorded (format v2)
+        assert tree is not None
         offset = int(where * path.stat().st_size)
         with open(path, "r+b") as f:
             f.seek(offset)
@@ -179,6 +181,7 @@ def test_a_flipped_byte_anywhere_in_a_pulled_chain_is_caught_by_the_deep_check(
         try:
             settle_mtime(path)  # an old mtime, so the record below is trusted (not racy)
             other_store.verified.record(path, recorded)  # the record now vouches for the old bytes
+            other_store.verified.record_chunk_tree(path, *tree)  # and for their chunk tree
             other_store.verify_chain("py")  # the record-based check cannot see it
             with pytest.raises(FileContentMismatch) as caught:
                 other_store.verify_files_deep("py")

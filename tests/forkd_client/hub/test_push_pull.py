@@ -13,6 +13,9 @@ from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 from forkd_client.store import SnapshotStore
+from manifest import assemble as assemble_mod
+from manifest import chunktree as chunktree_mod
+from manifest.chunktree import file_chunk_tree
 
 from ..snapshots import make_link_source, sha256_hex
 
@@ -41,9 +44,12 @@ def test_push_then_pull_a_three_link_chain(chain3, other_store, inproc_hub):
     assert len(chain) == 3
     for src, dst in zip(["base", "mid", "head"], [s.tag for s in chain], strict=True):
         same_files(chain3, src, other_store, dst)
-    # each link records the blake3 of the parent it was assembled on, and forkd's sha256
+    # each link records the chunk tree of the parent it was assembled on (format v2: proven by
+    # construction, no whole-file hash), which is the tree of the parent's bytes, and forkd's sha256
     for parent, child in itertools.pairwise(chain):
-        assert child.parent_digest == parent.files["memory.bin"].digest is not None
+        assert child.parent_tree == parent.files["memory.bin"].chunk_tree is not None
+        size, tree = child.parent_tree
+        assert tree == file_chunk_tree(other_store.path(parent.tag) / "memory.bin", size)
         assert child.parent_content_hash == sha256_hex(other_store.path(parent.tag) / "memory.bin")
     other_store.verify_chain("py", forkd_hashes=True)  # forkd's own check at spawn holds
 
@@ -62,7 +68,35 @@ def test_forking_a_pulled_chain_hashes_nothing(chain3, other_store, inproc_hub, 
         raise AssertionError("a verified file was hashed again")
 
     monkeypatch.setattr(verified_mod, "digest_file", no_hashing)
+    monkeypatch.setattr(chunktree_mod, "chunk_list_of_file", no_hashing)  # nor its chunk tree read again
     assert len(other_store.verify_chain("py")) == 3
+
+
+def test_a_v2_pull_reads_no_assembled_memory_image_back(chain3, other_store, inproc_hub, monkeypatch):
+    """Format v2: each memory.bin is proven by its chunk tree (every new chunk verified on arrival,
+    the rest the verified parent's), so no whole-file hash runs on the pull's critical path; the
+    tree is recorded, and a pull of the same chain again reads nothing to know it is intact."""
+    client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, client, "head", ref)
+    hashed: list[str] = []
+    real_digest_file = assemble_mod.digest_file
+
+    def recording(path, *args, **kwargs):
+        hashed.append(os.path.basename(path))
+        return real_digest_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(assemble_mod, "digest_file", recording)
+    monkeypatch.setattr(verified_mod, "digest_file", recording)
+    monkeypatch.setattr(chunktree_mod, "chunk_list_of_file", lambda *a: hashed.append("chunk list") or None)
+    pulled = pull(other_store, client, ref, as_tag="py")
+    assert "memory.bin" not in hashed and "chunk list" not in hashed
+    for link in pulled.links:
+        path = other_store.path(link.tag) / "memory.bin"
+        recorded = other_store.get(link.tag).files["memory.bin"].chunk_tree
+        assert recorded is not None and other_store.verified.cached_tree(path) == recorded
+    assert pull(other_store, client, ref, as_tag="py").up_to_date
+    assert hashed == []
 
 
 def test_second_push_of_the_same_chain_uploads_nothing(chain3, inproc_hub):
@@ -215,3 +249,44 @@ def test_a_pull_that_cannot_fit_is_refused_before_writing(store, inproc_hub, tmp
             assert small.tags() == []
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_a_links_data_is_fetched_while_its_parent_is_still_being_cloned(chain3, other_store, inproc_hub, monkeypatch):
+    """The parent clone is off the critical path: each link's first data range is asked for while
+    the clone of its parent's file is still running (the clone is held until one arrives)."""
+    import threading
+
+    import httpx
+
+    from forkd_client.hub.client import HubClient
+
+    from .hubproxy import proxy
+
+    token = inproc_hub.token("ci", "push:acme/*")
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, inproc_hub.client(token), "head", ref)
+    ranges: list[str] = []
+    arrived = threading.Condition()
+
+    def count(request: httpx.Request) -> None:
+        if "range" in request.headers:
+            with arrived:
+                ranges.append(request.headers["range"])
+                arrived.notify_all()
+
+    real_clone = assemble_mod.clone_file
+    overlapped: list[bool] = []
+
+    def held_clone(src, dst):
+        with arrived:
+            before = len(ranges)
+            # a deadlock guard, not a timing assertion: without the overlap no range can arrive
+            overlapped.append(arrived.wait_for(lambda: len(ranges) > before, timeout=10))
+        return real_clone(src, dst)
+
+    monkeypatch.setattr(assemble_mod, "clone_file", held_clone)
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, count))
+    pull(other_store, client, ref, as_tag="py")
+    assert overlapped == [True, True]  # mid's clone of base, head's clone of mid
+    for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")], strict=True):
+        same_files(chain3, src, other_store, dst)

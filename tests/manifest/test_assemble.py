@@ -1,0 +1,75 @@
+"""FileAssembler with ``background``: the parent is cloned on a thread while chunks are verified."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from manifest import assemble as assemble_mod
+from manifest.assemble import FileAssembler, blob_dir_frames
+from manifest.chunktree import ChunkList
+
+from .layers import build_layer
+
+CHUNK = 65536
+
+
+def _images(tmp_path: Path) -> tuple[Path, Path]:
+    parent, child = tmp_path / "parent.bin", tmp_path / "child.bin"
+    data = bytearray(os.urandom(16 * CHUNK))
+    parent.write_bytes(data)
+    data[3 * CHUNK : 4 * CHUNK] = os.urandom(CHUNK)
+    data[9 * CHUNK : 10 * CHUNK] = bytes(CHUNK)  # a chunk that becomes zero
+    child.write_bytes(data)
+    return parent, child
+
+
+def test_the_constructor_returns_before_the_clone_and_writes_wait_for_it(tmp_path, monkeypatch):
+    parent, child = _images(tmp_path)
+    chunk_map, _, _ = build_layer(parent, child, tmp_path / "blobs", CHUNK)
+    release, cloning = threading.Event(), threading.Event()
+    real_clone = assemble_mod.clone_file
+
+    def slow_clone(src, dst):
+        cloning.set()
+        assert release.wait(30), "never released"  # a deadlock guard, not a timing assertion
+        return real_clone(src, dst)
+
+    monkeypatch.setattr(assemble_mod, "clone_file", slow_clone)
+    assembler = FileAssembler(chunk_map, tmp_path / "out.bin", parent=parent, background=True)
+    assert cloning.wait(30)
+    assert not assembler._ready.is_set()  # back to the caller while the clone is still running
+    frames = blob_dir_frames(tmp_path / "blobs")
+    entry = next(e for e in chunk_map.entries if not e.is_zero)
+    chunk = assemble_mod._read_chunk(chunk_map, entry, assembler.length(entry.index), frames)
+    writer = threading.Thread(target=assembler.write, args=(entry.index, chunk))
+    writer.start()
+    writer.join(0.2)
+    assert writer.is_alive()  # the write waits for the clone
+    release.set()
+    writer.join(30)
+    assert not writer.is_alive()
+    done = assembler.finish(chunk_list=None)
+    assert done.path.read_bytes() == child.read_bytes()
+
+
+def test_a_failed_background_clone_is_raised_by_the_next_write_and_leaves_no_file(tmp_path, monkeypatch):
+    parent, child = _images(tmp_path)
+    chunk_map, _, _ = build_layer(parent, child, tmp_path / "blobs", CHUNK)
+
+    def failing_clone(src, dst):
+        Path(dst).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(assemble_mod, "clone_file", failing_clone)
+    out = tmp_path / "out.bin"
+    assembler = FileAssembler(chunk_map, out, parent=parent, background=True)
+    with pytest.raises(OSError, match="No space left"):
+        assembler.write(0, bytes(assembler.length(0)))
+    with pytest.raises(OSError, match="No space left"):
+        assembler.finish(chunk_list=ChunkList(chunk_map.size, CHUNK))
+    assembler.close()
+    assert not out.exists()  # never resumed from
