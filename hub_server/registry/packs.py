@@ -25,6 +25,7 @@ not match), storage errors. On any error the session and its bytes are deleted.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from hub_server.db.models import Blob, Chunk, Frame, Pack, RecipeFrame, Reposito
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import readable_linking
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.paths import pack_key, upload_key
+from hub_server.registry.paths import pack_key, session_pack_key, upload_key
 from hub_server.registry.recipes import MAX_FRAME_BYTES
 from hub_server.registry.sha256state import ResumableSha256
 from hub_server.registry.sql import batched, insert_ignore
@@ -225,10 +226,16 @@ def check_frames(hasher: Hasher | ResumableSha256, items: list[tuple[RecipeFrame
 
 
 async def ingest_recipe(
-    ctx: RegistryContext, principal: Principal, repository_id: int, upload_id: str, recipe: Recipe
+    ctx: RegistryContext,
+    principal: Principal,
+    repository_id: int,
+    upload_id: str,
+    recipe: Recipe,
+    staged: str | None = None,
 ) -> None:
-    """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring)."""
-    staged = upload_key(upload_id)
+    """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring);
+    the session's bytes are at ``staged`` (default ``uploads/<id>``)."""
+    staged = staged or upload_key(upload_id)
     async with ctx.sessions() as session:
         readable = await check_held(session, principal, recipe)
         stored = await _stored_frames(session, [f.digest for f in recipe.frames if f.inline])
@@ -269,7 +276,8 @@ async def ingest_recipe(
             {"expected": recipe.digest, "actual": got},
         )
 
-    pack = pack_key(upload_id.replace("-", "")) if new else None
+    own = session_pack_key(upload_id)  # a fresh key when the session is staged at its own already
+    pack = (own if staged != own or not duplicates else pack_key(uuid.uuid4().hex)) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
     await _commit(ctx, repository_id, recipe, pack, positions, new)
     ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
@@ -292,8 +300,8 @@ async def keep_frames(ctx: RegistryContext, repository_id: int, upload_id: str, 
         else:
             new[spec.digest] = (uploaded, spec)
         uploaded += spec.length
-    staged = upload_key(upload_id)
-    pack = pack_key(upload_id.replace("-", "")) if new else None
+    staged = session_pack_key(upload_id)
+    pack = (staged if not duplicates else pack_key(uuid.uuid4().hex)) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
     await _commit(ctx, repository_id, recipe, pack, positions, new)
     ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
@@ -312,7 +320,10 @@ async def _write_pack(
         await store.delete(staged)
         return {}
     if not duplicates:  # the session's bytes are exactly the new frames, in order: they become the pack
-        await store.move(staged, pack)
+        if pack == staged:  # staged where the pack lives: complete it (an S3 append is a multipart upload)
+            await store.read(pack, 0, 1)
+        else:
+            await store.move(staged, pack)
         return {d: at for d, (at, _) in new.items()}
     positions: dict[str, int] = {}
     async with store.writer(pack) as writer:

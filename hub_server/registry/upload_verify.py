@@ -29,6 +29,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -40,7 +41,7 @@ from hub_server.registry.packs import Recipe, RecipeFrameSpec, bad_upload, check
 from hub_server.registry.sha256state import AVAILABLE, ResumableSha256
 from hub_server.registry.sql import batched
 
-__all__ = ["MAX_CARRY", "FrameStream", "declare", "declared_stream", "new_state", "save_state"]
+__all__ = ["MAX_CARRY", "FrameStream", "declare", "declared_row", "declared_stream", "new_state", "save_state"]
 
 #: Bytes of a frame a PATCH may end inside and still be carried in the database.
 MAX_CARRY = 1 << 20
@@ -62,8 +63,9 @@ def _parsed(ctx: RegistryContext, row: UploadRecipe) -> Recipe:
 
 async def declare(
     ctx: RegistryContext, principal: Principal, upload_id: str, document: bytes, recipe: Recipe, size: int
-) -> None:
-    """Record ``recipe`` (parsed from ``document``) for the session, whose size is ``size``.
+) -> bool:
+    """Record ``recipe`` (parsed from ``document``) for the session, whose size is ``size``; True
+    when it was not declared before.
 
     Declaring the same recipe again is a no-op (a resumed push). Raises: HubError(BLOB_UPLOAD_INVALID)
     for a different recipe than the one declared, bytes uploaded before the declaration, or held
@@ -74,31 +76,39 @@ async def declare(
         if row is not None:
             if _parsed(ctx, row) != recipe:
                 raise bad_upload("a different recipe was declared for this upload", uuid=upload_id)
-            return
+            return False
         if size:
             raise bad_upload("declare the recipe before uploading frames", uuid=upload_id, size=size)
         await check_held(session, principal, recipe)
         session.add(new_state(upload_id, document))
         await session.commit()
     _RECIPES[upload_id] = recipe
+    return True
 
 
-async def declared_stream(ctx: RegistryContext, upload_id: str, size: int) -> tuple[Recipe, FrameStream | None] | None:
+async def declared_row(ctx: RegistryContext, upload_id: str) -> UploadRecipe | None:
+    """The session's declared recipe and verification state, if a recipe was declared."""
+    async with ctx.sessions() as session:
+        return await session.get(UploadRecipe, upload_id)
+
+
+async def declared_stream(
+    ctx: RegistryContext, upload_id: str, size: int, row: UploadRecipe | None = None
+) -> tuple[Recipe, FrameStream | None] | None:
     """The declared recipe and a stream continuing its verification at ``size`` session bytes;
     None without a declared recipe. The stream is None (and the state marked invalid) where the
     state cannot continue: the finish then verifies the whole session."""
-    async with ctx.sessions() as session:
-        row = await session.get(UploadRecipe, upload_id)
-        if row is None:
-            return None
-        recipe = _parsed(ctx, row)
-        if row.valid and row.consumed + len(row.carry) == size:
-            return recipe, FrameStream(ctx, recipe, row)
-        if row.valid:
-            row.valid = False
-            session.add(row)
+    row = row or await declared_row(ctx, upload_id)
+    if row is None:
+        return None
+    recipe = _parsed(ctx, row)
+    if row.valid and row.consumed + len(row.carry) == size:
+        return recipe, FrameStream(ctx, recipe, row)
+    if row.valid:
+        async with ctx.sessions() as session:
+            await session.exec(update(UploadRecipe).where(col(UploadRecipe.upload_id) == upload_id).values(valid=False))
             await session.commit()
-        return recipe, None
+    return recipe, None
 
 
 async def save_state(session: AsyncSession, upload_id: str, stream: FrameStream) -> None:

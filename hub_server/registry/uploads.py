@@ -35,9 +35,9 @@ from hub_server.registry.blobs import digest_object, publish_blob
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository, parse_digest
 from hub_server.registry.packs import ingest_recipe, keep_frames, parse_recipe
-from hub_server.registry.paths import upload_key
+from hub_server.registry.paths import session_pack_key, upload_key
 from hub_server.registry.sql import insert_ignore
-from hub_server.registry.upload_verify import FrameStream, declare, declared_stream, save_state
+from hub_server.registry.upload_verify import FrameStream, declare, declared_row, declared_stream, save_state
 from hub_server.storage import BlobInfo, BlobNotFound, BlobWriter
 
 __all__ = ["UPLOAD_LEASE", "BlobCommitted", "UploadService", "UploadStatus"]
@@ -156,8 +156,8 @@ class UploadService:
         want = parse_digest(digest)
         async with self.ctx.sessions() as session:
             repo, upload = await self._session(session, principal, namespace, name, upload_id)
-        key = upload_key(upload_id)
         async with self._exclusive(upload_id) as lease:
+            key = await self._staged_key(upload_id)
             if body is not None:
                 await self._append(upload, body, content_range, lease)
             got, size = await digest_object(self.ctx.store, key, want.algorithm)
@@ -200,10 +200,14 @@ class UploadService:
                     await declared[1].finish()
                     await keep_frames(self.ctx, repo.id, upload_id, parsed)  # type: ignore[arg-type]
                 else:
-                    await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed)  # type: ignore[arg-type]
-            finally:
+                    staged = session_pack_key(upload_id) if declared is not None else None
+                    await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed, staged)  # type: ignore[arg-type]
+            except BaseException:
                 with anyio.CancelScope(shield=True):
-                    await self._drop(upload_id)  # the session's bytes are a pack now, or deleted
+                    await self._drop(upload_id)  # the session and its bytes go
+                raise
+            with anyio.CancelScope(shield=True):
+                await self._drop(upload_id, keep_pack=True)  # the session's bytes are a pack now
         return BlobCommitted(parsed.digest, repo.full_name, parsed.size)
 
     async def declare_recipe(
@@ -221,7 +225,11 @@ class UploadService:
         async with self._exclusive(upload_id):
             try:
                 parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
-                await declare(self.ctx, principal, upload_id, document, parsed, await self._size(upload_id))
+                if await declare(self.ctx, principal, upload_id, document, parsed, await self._size(upload_id)):
+                    # from now on the frames are staged where their pack will be: never copied
+                    await self.ctx.store.put(session_pack_key(upload_id), b"")
+                    with suppress(BlobNotFound):
+                        await self.ctx.store.delete(upload_key(upload_id))
             except HubError:
                 with anyio.CancelScope(shield=True):
                     await self._drop(upload_id)
@@ -280,9 +288,13 @@ class UploadService:
             )
         return repo, upload
 
+    async def _staged_key(self, upload_id: str) -> str:
+        """Where the session's bytes are: its pack key once a recipe was declared, else ``uploads/<id>``."""
+        return session_pack_key(upload_id) if await declared_row(self.ctx, upload_id) else upload_key(upload_id)
+
     async def _size(self, upload_id: str) -> int:
         try:
-            return (await self.ctx.store.stat(upload_key(upload_id))).size
+            return (await self.ctx.store.stat(await self._staged_key(upload_id))).size
         except BlobNotFound:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data", {"uuid": upload_id}
@@ -291,8 +303,10 @@ class UploadService:
     async def _append(
         self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None, lease: str
     ) -> int:
+        state = await declared_row(self.ctx, upload.id)
+        key = session_pack_key(upload.id) if state is not None else upload_key(upload.id)
         try:
-            writer = await self.ctx.store.writer(upload_key(upload.id), append=True)
+            writer = await self.ctx.store.writer(key, append=True)
         except BlobNotFound:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload.id} has no staged data", {"uuid": upload.id}
@@ -305,7 +319,7 @@ class UploadService:
                     f"Content-Range starts at {content_range[0]}, the upload holds {start} bytes",
                     {"uuid": upload.id, "size": start},
                 )
-            declared = await declared_stream(self.ctx, upload.id, start)
+            declared = await declared_stream(self.ctx, upload.id, start, state) if state is not None else None
             stream = declared[1] if declared is not None else None
             try:
                 info = await self._receive(upload, body, content_range, lease, writer, stream)
@@ -365,9 +379,11 @@ class UploadService:
             await stream.settle()
         return await writer.commit()
 
-    async def _drop(self, upload_id: str) -> None:
-        with suppress(BlobNotFound):
-            await self.ctx.store.delete(upload_key(upload_id))
+    async def _drop(self, upload_id: str, *, keep_pack: bool = False) -> None:
+        """Delete the session and its staged bytes (but the pack they became, with ``keep_pack``)."""
+        for key in (upload_key(upload_id),) if keep_pack else (upload_key(upload_id), session_pack_key(upload_id)):
+            with suppress(BlobNotFound):
+                await self.ctx.store.delete(key)
         async with self.ctx.sessions() as session:
             row = await session.get(Upload, upload_id)
             if row is not None:

@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import select
 
 from hub_server.db.models import Blob, Frame, Pack, UploadRecipe
+from hub_server.registry.paths import session_pack_key
 from manifest import mediatypes as mt
 from manifest.layer import DataBlob
 from tests.hub_server.conftest import Hub
@@ -81,6 +82,13 @@ def _rows(hub: Hub, model) -> list:
     return hub.call(go)
 
 
+def _stored(hub: Hub) -> set[str]:
+    async def go():
+        return {k async for k in hub.registry.ctx.store.list("")}
+
+    return hub.call(go)
+
+
 def _inline_bytes(blob: DataBlob, held: frozenset[str] = frozenset()) -> bytes:
     data = blob.path.read_bytes()
     return b"".join(data[f.offset : f.offset + f.length] for f in blob.frames if f.digest not in held)
@@ -113,7 +121,16 @@ def test_declared_upload_is_verified_as_it_streams_and_never_read_back(
     session = Session(hub, admin_token)
     check(session.declare(_recipe(blob)), 202)
     check(session.declare(_recipe(blob)), 202)  # a resumed push declares again: the same recipe is fine
+    assert _stored(hub) == {session_pack_key(session.uuid)}  # nothing under uploads/ any more
     reads = _session_reads(hub, monkeypatch)
+    moves: list[tuple[str, str]] = []
+    real_move = hub.registry.ctx.store.move
+
+    async def spy_move(src, dst):
+        moves.append((src, dst))
+        await real_move(src, dst)
+
+    monkeypatch.setattr(hub.registry.ctx.store, "move", spy_move)
     # three PATCHes; the first ends inside a frame, so its start is carried to the next request
     first = blob.frames[1].offset + 100
     second = blob.frames[3].offset
@@ -124,6 +141,9 @@ def test_declared_upload_is_verified_as_it_streams_and_never_read_back(
     check(session.finish(_recipe(blob)), 201)
     assert not [key for key in reads if key.startswith("uploads/")]
     assert _rows(hub, UploadRecipe) == []
+    # staged where the pack lives from the declaration on: the pack is the session's object, not a copy
+    assert moves == [] and [p.key for p in _rows(hub, Pack)] == [session_pack_key(session.uuid)]
+    assert _stored(hub) == {session_pack_key(session.uuid)}
     assert [b.digest for b in _rows(hub, Blob)] == [blob.digest]
     assert hub.pusher(admin_token).blob("acme/vm", blob.digest) == blob.path.read_bytes()
 
@@ -143,7 +163,7 @@ def test_a_frame_that_does_not_match_its_digest_is_refused(hub: Hub, admin_token
         check(session.patch(bytes(payload)), 202)
         detail = expect_error(session.finish(_recipe(blob)), 400, "DIGEST_INVALID")
     assert detail["frame"] == victim and detail["expected"] == blob.frames[victim].digest
-    assert session.gone()
+    assert session.gone() and _stored(hub) == set()
     assert _rows(hub, Pack) == _rows(hub, Frame) == _rows(hub, Blob) == _rows(hub, UploadRecipe) == []
 
 
