@@ -122,7 +122,7 @@ class LayerBuilder:
         self._local = threading.local()
         threads = threads if threads is not None else min(4, os.cpu_count() or 1)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="zstd") if threads > 1 else None
-        self._inflight: deque[tuple[Future[bytes], list, str, int]] = deque()
+        self._inflight: deque[tuple[Future[tuple[bytes, str]], list, str, int]] = deque()
         self._seen: dict[str, list] = {}
         self._blobs: list[_OpenBlob] = []
         self._current: _OpenBlob | None = None
@@ -178,13 +178,18 @@ class LayerBuilder:
             )
         return compressor.compress(data)
 
+    def _frame(self, data: bytes) -> tuple[bytes, str]:
+        """Compress ``data`` and hash the frame (both in a worker thread when there is a pool)."""
+        frame = self._compress(data)
+        return frame, "blake3:" + blake3.blake3(frame).hexdigest()
+
     def _compress_later(self, data: bytes, chunk: str) -> list:
         """Queue ``data`` for compression; its slot is filled when the frame is appended."""
         slot: list = [None]
         if self._pool is None:
-            slot[0] = self._append_frame(self._compress(data), chunk, len(data))
+            slot[0] = self._append_frame(self._frame(data), chunk, len(data))
             return slot
-        self._inflight.append((self._pool.submit(self._compress, data), slot, chunk, len(data)))
+        self._inflight.append((self._pool.submit(self._frame, data), slot, chunk, len(data)))
         self._drain(COMPRESS_WINDOW)
         return slot
 
@@ -205,14 +210,15 @@ class LayerBuilder:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def _append_frame(self, frame: bytes, chunk: str, raw_length: int) -> tuple[object, int, int]:
+    def _append_frame(self, framed: tuple[bytes, str], chunk: str, raw_length: int) -> tuple[object, int, int]:
+        frame, frame_digest = framed
         blob = self._current
         if blob is None or (blob.size and blob.size + len(frame) > self._max_blob):
             blob = self._open_blob()
         offset = blob.size
         blob.handle.write(frame)  # type: ignore[attr-defined]
         blob.hasher.update(frame)
-        blob.frames.append(Frame(offset, len(frame), "blake3:" + blake3.blake3(frame).hexdigest(), chunk, raw_length))
+        blob.frames.append(Frame(offset, len(frame), frame_digest, chunk, raw_length))
         blob.size += len(frame)
         self.stats.new_stored_bytes += len(frame)
         return blob, offset, len(frame)

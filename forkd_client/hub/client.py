@@ -482,10 +482,20 @@ class HubClient:
                 ) from None
         return found & set(digests)
 
+    def declare_recipe(self, name: str, location: str, recipe: dict) -> bool:
+        """Declare a data blob's recipe on its (still empty) upload session, so the hub verifies each
+        frame as it arrives; False from a hub that predates this (it verifies at the finish)."""
+        r = self._request("PUT", _recipe_path(name, location), json=recipe, ok=(202, 405))
+        return r.status_code == 202
+
     def finish_recipe(self, name: str, location: str, recipe: dict) -> None:
         """Finish an upload session holding a data blob's new frames with the blob's recipe."""
-        upload_id = location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-        self._request("POST", f"/api/v1/repositories/{name}/blobs/uploads/{upload_id}/recipe", json=recipe, ok=(201,))
+        self._request("POST", _recipe_path(name, location), json=recipe, ok=(201,))
+
+
+def _recipe_path(name: str, location: str) -> str:
+    upload_id = location.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return f"/api/v1/repositories/{name}/blobs/uploads/{upload_id}/recipe"
 
 
 def _redirect_target(response: httpx.Response) -> str | None:

@@ -16,7 +16,9 @@ Errors: forkd_client.hub.errors (HubError family), ClientError from the store, O
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -296,31 +298,43 @@ class _RecipeUpload:
             if offset > size:
                 client.cancel_upload(self.location)  # type: ignore[arg-type]
                 self.location, offset = None, 0
-        if not self.location:
-            self.location = client.start_upload(name)
-            self._save(state)
-        progress.advance(offset)
-        part_size = upload_part_bytes()
-        sent = 0
-        with open(self.blob.path, "rb") as f:
-            while offset < size:
-                part = _read_spans(f, spans, offset, min(part_size, size - offset))
-                self.location = client.upload_chunk(self.location, part, offset)
-                self._save(state)
-                offset += len(part)
-                sent += len(part)
-                progress.advance(len(part))
         recipe = {
             "mediaType": mt.RECIPE,
             "digest": self.blob.digest,
             "size": self.blob.size,
             "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in self.inline] for f in self.blob.frames],
         }
+        if not self.location:
+            self.location = client.start_upload(name)
+            self._save(state)
+            client.declare_recipe(name, self.location, recipe)  # the hub verifies each part as it arrives
+        progress.advance(offset)
+        ends = list(itertools.accumulate(n for _, n in spans))
+        part_size = upload_part_bytes()
+        sent = 0
+        with open(self.blob.path, "rb") as f:
+            while offset < size:
+                part = _read_spans(f, spans, offset, _part_end(ends, offset, part_size) - offset)
+                self.location = client.upload_chunk(self.location, part, offset)
+                self._save(state)
+                offset += len(part)
+                sent += len(part)
+                progress.advance(len(part))
         try:
             client.finish_recipe(name, self.location, recipe)
         finally:
             state.delete(self.key)  # finished, or refused (the hub dropped the session): start over next time
         return sent
+
+
+def _part_end(ends: list[int], offset: int, part_size: int) -> int:
+    """Where the part from ``offset`` ends: at the last frame end within ``part_size`` bytes (the hub
+    then verifies whole frames per request and carries nothing over), or at the first frame end
+    when one frame is larger than a part."""
+    last = bisect.bisect_right(ends, offset + part_size) - 1
+    if last >= 0 and ends[last] > offset:
+        return ends[last]
+    return ends[bisect.bisect_right(ends, offset)]
 
 
 def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:

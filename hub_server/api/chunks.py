@@ -2,6 +2,9 @@
 
 - ``POST /api/v1/repositories/{ns}/{repo}/frames/query``: which zstd frames the hub already holds
   where the caller may read them;
+- ``PUT /api/v1/repositories/{ns}/{repo}/blobs/uploads/{uuid}/recipe``: declare the recipe of the
+  data blob whose new frames the (still empty) session will hold, so each PATCH verifies the
+  frames it carries (registry/upload_verify.py);
 - ``POST /api/v1/repositories/{ns}/{repo}/blobs/uploads/{uuid}/recipe``: finish an upload
   session holding a data blob's new frames, with the blob's recipe.
 """
@@ -11,13 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from litestar import Controller, Request, Response, post
+from litestar import Controller, Request, Response, post, put
 from litestar.di import NamedDependency
 from litestar.params import FromPath, RawBody
 
 from hub_server.api.deps import decode_json_body, json_body, read_limited
 from hub_server.api.schemas import FrameQuery, FrameQueryOut
-from hub_server.api.uploads import committed_headers
+from hub_server.api.uploads import committed_headers, upload_headers
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.service import Registry
@@ -64,10 +67,32 @@ class ChunkController(Controller):
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
     ) -> Response[None]:
-        body = await read_limited(request, MAX_RECIPE_BYTES, "recipe")
-        try:
-            recipe = loads_json(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"the recipe is not valid JSON: {e}", {}) from None
+        recipe = _recipe(await read_limited(request, MAX_RECIPE_BYTES, "recipe"))
         blob = await registry.uploads.finish_recipe(principal, ns, repo, uuid, recipe)
         return Response(b"", status_code=201, headers=committed_headers(ns, repo, blob))
+
+    @put(
+        "/blobs/uploads/{uuid:str}/recipe",
+        summary="Declare the data blob's recipe before uploading its new frames (verified as they arrive)",
+        status_code=202,
+        request_max_body_size=None,
+    )  # bounded below (413 TOO_LARGE)
+    async def declare_recipe(
+        self,
+        ns: FromPath[str],
+        repo: FromPath[str],
+        uuid: FromPath[str],
+        request: Request[Any, Any, Any],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> Response[None]:
+        body = await read_limited(request, MAX_RECIPE_BYTES, "recipe")
+        status = await registry.uploads.declare_recipe(principal, ns, repo, uuid, body, _recipe(body))
+        return Response(b"", status_code=202, headers=upload_headers(ns, repo, status.id, status.size))
+
+
+def _recipe(body: bytes) -> Any:
+    try:
+        return loads_json(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HubError(ErrorCode.BLOB_UPLOAD_INVALID, f"the recipe is not valid JSON: {e}", {}) from None

@@ -17,6 +17,9 @@
                                                                      a stored zstd frame, by the blake3 of its bytes
     recipe_frames     (blob_digest, offset, frame_digest, length)    a data blob stored as frames, in order
     uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until)
+    upload_recipes    (upload_id PK, recipe, next_frame, consumed, carry, sha256_state, hashed, valid)
+                                                                     a recipe declared before its frames, verified
+                                                                     as PATCHes stream in (revision 0011)
     gc_leases         (name, holder, expires_at)                     one GC sweeps at a time (replicas)
     gc_marks          (kind, digest, unreferenced_since)             when GC first saw an object unreferenced
     damage            (key PK, kind, reason, found_at, moved_to)     stored content found damaged: a forkd
@@ -35,7 +38,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Column, ForeignKey, Index, LargeBinary, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 # One timestamp type for every table (aware UTC in Python on SQLite and PostgreSQL alike).
@@ -60,6 +63,7 @@ __all__ = [
     "Tag",
     "UTCDateTime",
     "Upload",
+    "UploadRecipe",
     "utcnow",
 ]
 
@@ -246,6 +250,28 @@ class Upload(SQLModel, table=True):
     lease_owner: str | None = Field(default=None, sa_column=Column(String(36), nullable=True))
     """The request (any replica) working on this session now; see ``registry/uploads.py``."""
     lease_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+
+
+class UploadRecipe(SQLModel, table=True):
+    """A data blob's recipe declared when its upload session opened, and how far the frames that
+    streamed in since are verified (``registry/upload_verify.py``); any replica continues it."""
+
+    __tablename__ = "upload_recipes"
+
+    upload_id: str = Field(sa_column=Column(String(36), ForeignKey("uploads.id", ondelete="CASCADE"), primary_key=True))
+    recipe: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    """The recipe document as declared (JSON)."""
+    next_frame: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    """Frames before this one are verified and hashed."""
+    consumed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    """Session bytes those frames took; ``consumed + len(carry)`` is the session's size."""
+    carry: bytes = Field(default=b"", sa_column=Column(LargeBinary, nullable=False))
+    """The start of the next frame, when a PATCH ended inside it."""
+    sha256_state: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    hashed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    """Bytes of the blob hashed so far (uploaded and held frames)."""
+    valid: bool = Field(default=True, sa_column=Column(Boolean, nullable=False))
+    """False once the state fell behind the session's bytes: the finish verifies them all again."""
 
 
 class GcLease(SQLModel, table=True):

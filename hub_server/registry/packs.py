@@ -25,6 +25,7 @@ not match), storage errors. On any error the session and its bytes are deleted.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +40,9 @@ from hub_server.db.models import Blob, Chunk, Frame, Pack, RecipeFrame, Reposito
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import readable_linking
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.paths import pack_key, upload_key
+from hub_server.registry.paths import pack_key, session_pack_key, upload_key
 from hub_server.registry.recipes import MAX_FRAME_BYTES
+from hub_server.registry.sha256state import ResumableSha256
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.storage import BlobStore
 from manifest import mediatypes as mt
@@ -49,7 +51,17 @@ from manifest.chunking import MAX_CHUNK_SIZE
 from manifest.digest import Hasher, is_digest
 from manifest.errors import ManifestError
 
-__all__ = ["Recipe", "RecipeFrameSpec", "ingest_recipe", "parse_recipe", "readable_frames"]
+__all__ = [
+    "Recipe",
+    "RecipeFrameSpec",
+    "bad_upload",
+    "check_frames",
+    "check_held",
+    "ingest_recipe",
+    "keep_frames",
+    "parse_recipe",
+    "readable_frames",
+]
 
 #: Bytes of the blob handed to a worker thread at a time (frame checks and the sha256).
 _BATCH = 8 << 20
@@ -72,40 +84,40 @@ class Recipe:
     frames: tuple[RecipeFrameSpec, ...]
 
 
-def _bad(message: str, **detail: Any) -> HubError:
+def bad_upload(message: str, **detail: Any) -> HubError:
     return HubError(ErrorCode.BLOB_UPLOAD_INVALID, message, detail)
 
 
 def parse_recipe(obj: Any, max_size: int) -> Recipe:
     """Validate a recipe document (docs/http-api.md). Raises HubError(BLOB_UPLOAD_INVALID) naming the field."""
     if not isinstance(obj, dict) or obj.get("mediaType") != mt.RECIPE:
-        raise _bad(f"a recipe must be a JSON object with mediaType {mt.RECIPE!r}", field="mediaType")
+        raise bad_upload(f"a recipe must be a JSON object with mediaType {mt.RECIPE!r}", field="mediaType")
     digest, size, frames = obj.get("digest"), obj.get("size"), obj.get("frames")
     if not isinstance(digest, str) or not digest.startswith("sha256:") or not is_digest(digest):
-        raise _bad("recipe.digest must be a sha256 digest", field="digest")
+        raise bad_upload("recipe.digest must be a sha256 digest", field="digest")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= max_size:
-        raise _bad(f"recipe.size must be a positive byte count of at most {max_size}", field="size")
+        raise bad_upload(f"recipe.size must be a positive byte count of at most {max_size}", field="size")
     if not isinstance(frames, list) or not frames:
-        raise _bad("recipe.frames must be a non-empty list", field="frames")
+        raise bad_upload("recipe.frames must be a non-empty list", field="frames")
     out: list[RecipeFrameSpec] = []
     total = 0
     for i, item in enumerate(frames):
         where = f"recipe.frames[{i}]"
         if not isinstance(item, list) or len(item) != 5:
-            raise _bad(f"{where} must be [frameDigest, chunkDigest, rawLength, length, inline]", field=where)
+            raise bad_upload(f"{where} must be [frameDigest, chunkDigest, rawLength, length, inline]", field=where)
         fd, cd, raw, length, inline = item
         if not all(isinstance(d, str) and d.startswith("blake3:") and is_digest(d) for d in (fd, cd)):
-            raise _bad(f"{where}: frame and chunk digests must be blake3 digests", field=where)
+            raise bad_upload(f"{where}: frame and chunk digests must be blake3 digests", field=where)
         if not (isinstance(raw, int) and not isinstance(raw, bool) and 0 < raw <= MAX_CHUNK_SIZE):
-            raise _bad(f"{where}: rawLength must be in [1, {MAX_CHUNK_SIZE}]", field=where)
+            raise bad_upload(f"{where}: rawLength must be in [1, {MAX_CHUNK_SIZE}]", field=where)
         if not (isinstance(length, int) and not isinstance(length, bool) and 0 < length <= MAX_FRAME_BYTES):
-            raise _bad(f"{where}: length must be in [1, {MAX_FRAME_BYTES}]", field=where)
+            raise bad_upload(f"{where}: length must be in [1, {MAX_FRAME_BYTES}]", field=where)
         if not isinstance(inline, bool):
-            raise _bad(f"{where}: inline must be true or false", field=where)
+            raise bad_upload(f"{where}: inline must be true or false", field=where)
         out.append(RecipeFrameSpec(fd, cd, raw, length, inline))
         total += length
     if total != size:
-        raise _bad(f"the recipe's frames add up to {total} bytes, recipe.size says {size}", field="size")
+        raise bad_upload(f"the recipe's frames add up to {total} bytes, recipe.size says {size}", field="size")
     return Recipe(digest, size, tuple(out))
 
 
@@ -126,6 +138,30 @@ async def readable_frames(session: AsyncSession, principal: Principal, digests: 
             (f.digest, f) for f in (await session.exec(select(Frame).where(col(Frame.digest).in_(batch)))).all()
         )
     return found
+
+
+async def check_held(session: AsyncSession, principal: Principal, recipe: Recipe) -> dict[str, Frame]:
+    """The stored frames the recipe does not upload, each readable by ``principal`` and matching its
+    entry. Raises: HubError(BLOB_UPLOAD_INVALID) naming the frames that are not, or the first mismatch."""
+    referenced = [f.digest for f in recipe.frames if not f.inline]
+    readable = await readable_frames(session, principal, referenced)
+    missing = sorted({d for d in referenced if d not in readable})
+    if missing:
+        raise bad_upload(
+            f"{len(missing)} frame(s) of the recipe were neither uploaded nor found in a repository you "
+            "may read; upload them inline",
+            frames=missing[:50],
+        )
+    for index, spec in enumerate(recipe.frames):
+        if spec.inline:
+            continue
+        frame = readable[spec.digest]
+        if frame.length != spec.length or frame.raw_length != spec.raw_length or frame.chunk_digest != spec.chunk:
+            raise bad_upload(
+                f"recipe frame {index} ({spec.digest}) does not match the stored frame's lengths or chunk",
+                frame=index,
+            )
+    return readable
 
 
 async def _stored_frames(session: AsyncSession, digests: Sequence[str]) -> set[str]:
@@ -167,7 +203,7 @@ class _Sequential:
         return not await self.read(1)
 
 
-def _check_batch(hasher: Hasher, items: list[tuple[RecipeFrameSpec, bytes, int]]) -> None:
+def check_frames(hasher: Hasher | ResumableSha256, items: list[tuple[RecipeFrameSpec, bytes, int]]) -> None:
     """In a worker thread: check uploaded frames, and hash every frame into the blob's sha256."""
     for spec, data, index in items:
         if spec.inline:
@@ -190,21 +226,19 @@ def _check_batch(hasher: Hasher, items: list[tuple[RecipeFrameSpec, bytes, int]]
 
 
 async def ingest_recipe(
-    ctx: RegistryContext, principal: Principal, repository_id: int, upload_id: str, recipe: Recipe
+    ctx: RegistryContext,
+    principal: Principal,
+    repository_id: int,
+    upload_id: str,
+    recipe: Recipe,
+    staged: str | None = None,
 ) -> None:
-    """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring)."""
-    staged = upload_key(upload_id)
+    """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring);
+    the session's bytes are at ``staged`` (default ``uploads/<id>``)."""
+    staged = staged or upload_key(upload_id)
     async with ctx.sessions() as session:
-        referenced = [f.digest for f in recipe.frames if not f.inline]
-        readable = await readable_frames(session, principal, referenced)
+        readable = await check_held(session, principal, recipe)
         stored = await _stored_frames(session, [f.digest for f in recipe.frames if f.inline])
-    missing = sorted({d for d in referenced if d not in readable})
-    if missing:
-        raise _bad(
-            f"{len(missing)} frame(s) of the recipe were neither uploaded nor found in a repository you "
-            "may read; upload them inline",
-            frames=missing[:50],
-        )
 
     hasher = Hasher("sha256")
     new: dict[str, tuple[int, RecipeFrameSpec]] = {}  # frame digest → (offset in the session's bytes, spec)
@@ -217,7 +251,7 @@ async def ingest_recipe(
             if spec.inline:
                 data = await session_bytes.read(spec.length)
                 if len(data) != spec.length:
-                    raise _bad(f"the upload ends inside recipe frame {index}", frame=index, uploaded=uploaded)
+                    raise bad_upload(f"the upload ends inside recipe frame {index}", frame=index, uploaded=uploaded)
                 if spec.digest in stored or spec.digest in new:
                     duplicates = True
                 else:
@@ -225,24 +259,15 @@ async def ingest_recipe(
                 uploaded += spec.length
             else:
                 frame = readable[spec.digest]
-                if (
-                    frame.length != spec.length
-                    or frame.raw_length != spec.raw_length
-                    or frame.chunk_digest != spec.chunk
-                ):
-                    raise _bad(
-                        f"recipe frame {index} ({spec.digest}) does not match the stored frame's lengths or chunk",
-                        frame=index,
-                    )
                 data = await ctx.store.read(frame.pack_key, frame.pack_offset, frame.length)
             batch.append((spec, data, index))
             batch_bytes += len(data)
             if batch_bytes >= _BATCH:
-                await anyio.to_thread.run_sync(_check_batch, hasher, batch)
+                await anyio.to_thread.run_sync(check_frames, hasher, batch)
                 batch, batch_bytes = [], 0
-        await anyio.to_thread.run_sync(_check_batch, hasher, batch)
+        await anyio.to_thread.run_sync(check_frames, hasher, batch)
         if not await session_bytes.at_end():
-            raise _bad("the upload holds more bytes than the recipe's inline frames", uploaded=uploaded)
+            raise bad_upload("the upload holds more bytes than the recipe's inline frames", uploaded=uploaded)
     got = str(hasher.digest())
     if got != recipe.digest or hasher.size != recipe.size:
         raise HubError(
@@ -251,7 +276,32 @@ async def ingest_recipe(
             {"expected": recipe.digest, "actual": got},
         )
 
-    pack = pack_key(upload_id.replace("-", "")) if new else None
+    own = session_pack_key(upload_id)  # a fresh key when the session is staged at its own already
+    pack = (own if staged != own or not duplicates else pack_key(uuid.uuid4().hex)) if new else None
+    positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
+    await _commit(ctx, repository_id, recipe, pack, positions, new)
+    ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
+
+
+async def keep_frames(ctx: RegistryContext, repository_id: int, upload_id: str, recipe: Recipe) -> None:
+    """Steps 3 and 4 of :func:`ingest_recipe` for a session whose frames were verified as they
+    streamed in (registry/upload_verify.py): the positions come from the recipe, no byte is read
+    unless the pusher uploaded frames the hub already had."""
+    async with ctx.sessions() as session:
+        stored = await _stored_frames(session, [f.digest for f in recipe.frames if f.inline])
+    new: dict[str, tuple[int, RecipeFrameSpec]] = {}
+    uploaded = 0
+    duplicates = False
+    for spec in recipe.frames:
+        if not spec.inline:
+            continue
+        if spec.digest in stored or spec.digest in new:
+            duplicates = True
+        else:
+            new[spec.digest] = (uploaded, spec)
+        uploaded += spec.length
+    staged = session_pack_key(upload_id)
+    pack = (staged if not duplicates else pack_key(uuid.uuid4().hex)) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
     await _commit(ctx, repository_id, recipe, pack, positions, new)
     ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
@@ -270,7 +320,10 @@ async def _write_pack(
         await store.delete(staged)
         return {}
     if not duplicates:  # the session's bytes are exactly the new frames, in order: they become the pack
-        await store.move(staged, pack)
+        if pack == staged:  # staged where the pack lives: complete it (an S3 append is a multipart upload)
+            await store.read(pack, 0, 1)
+        else:
+            await store.move(staged, pack)
         return {d: at for d, (at, _) in new.items()}
     positions: dict[str, int] = {}
     async with store.writer(pack) as writer:

@@ -18,6 +18,9 @@
                                     a recipe has no object of its own, table ``recipe_frames``
                                     lists its frames in order (registry/packs.py, recipes.py).
                                     ``<id>`` is 32 lowercase hex (the upload session's uuid).
+                                    A session whose recipe was declared first stages its frames
+                                    here from the start (``session_pack_key``): verified as they
+                                    arrive, they become the pack where they lie, never copied.
     forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst|.json   forkd pack of manifest <alg>:<hex> and its {sha256, size}, built once (registry/forkd_compat.py)
     quarantine/<key>                an object ``forkd-hub verify --quarantine`` found damaged or
                                     orphaned, moved aside from ``<key>`` (never deleted by the hub;
@@ -48,6 +51,7 @@ __all__ = [
     "is_pack_key",
     "pack_key",
     "quarantine_key",
+    "session_pack_key",
     "upload_key",
 ]
 
@@ -91,6 +95,12 @@ def pack_key(pack_id: str) -> str:
     if not _PACK_ID.fullmatch(pack_id):
         raise ValueError(f"pack id {pack_id[:40]!r} is not 32 lowercase hex digits")
     return f"{FRAME_PACKS_PREFIX}/{pack_id[:2]}/{pack_id}"
+
+
+def session_pack_key(upload_id: str) -> str:
+    """The pack key of upload session ``upload_id`` (a uuid): where a declared recipe's frames are
+    staged, and the pack they become. Raises ValueError for an id that is not a uuid's hex."""
+    return pack_key(upload_id.replace("-", ""))
 
 
 def is_pack_key(key: str) -> bool:

@@ -34,10 +34,11 @@ from hub_server.registry.access import can_read, find_repository, readable_linki
 from hub_server.registry.blobs import digest_object, publish_blob
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.names import check_digest, check_repository, parse_digest
-from hub_server.registry.packs import ingest_recipe, parse_recipe
-from hub_server.registry.paths import upload_key
+from hub_server.registry.packs import ingest_recipe, keep_frames, parse_recipe
+from hub_server.registry.paths import session_pack_key, upload_key
 from hub_server.registry.sql import insert_ignore
-from hub_server.storage import BlobNotFound
+from hub_server.registry.upload_verify import FrameStream, declare, declared_row, declared_stream, save_state
+from hub_server.storage import BlobInfo, BlobNotFound, BlobWriter
 
 __all__ = ["UPLOAD_LEASE", "BlobCommitted", "UploadService", "UploadStatus"]
 
@@ -155,8 +156,8 @@ class UploadService:
         want = parse_digest(digest)
         async with self.ctx.sessions() as session:
             repo, upload = await self._session(session, principal, namespace, name, upload_id)
-        key = upload_key(upload_id)
         async with self._exclusive(upload_id) as lease:
+            key = await self._staged_key(upload_id)
             if body is not None:
                 await self._append(upload, body, content_range, lease)
             got, size = await digest_object(self.ctx.store, key, want.algorithm)
@@ -188,11 +189,52 @@ class UploadService:
             repo, _ = await self._session(session, principal, namespace, name, upload_id)
         async with self._exclusive(upload_id):
             try:
-                await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed)  # type: ignore[arg-type]
-            finally:
+                declared = await declared_stream(self.ctx, upload_id, await self._size(upload_id))
+                if declared is not None and declared[0] != parsed:
+                    raise HubError(
+                        ErrorCode.BLOB_UPLOAD_INVALID,
+                        "the recipe differs from the one declared for this upload; the upload was discarded",
+                        {"uuid": upload_id},
+                    )
+                if declared is not None and declared[1] is not None:  # verified as it streamed in
+                    await declared[1].finish()
+                    await keep_frames(self.ctx, repo.id, upload_id, parsed)  # type: ignore[arg-type]
+                else:
+                    staged = session_pack_key(upload_id) if declared is not None else None
+                    await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed, staged)  # type: ignore[arg-type]
+            except BaseException:
                 with anyio.CancelScope(shield=True):
-                    await self._drop(upload_id)  # the session's bytes are a pack now, or deleted
+                    await self._drop(upload_id)  # the session and its bytes go
+                raise
+            with anyio.CancelScope(shield=True):
+                await self._drop(upload_id, keep_pack=True)  # the session's bytes are a pack now
         return BlobCommitted(parsed.digest, repo.full_name, parsed.size)
+
+    async def declare_recipe(
+        self, principal: Principal, namespace: str, name: str, upload_id: str, document: bytes, recipe: object
+    ) -> UploadStatus:
+        """Declare the recipe of the data blob whose new frames the session will hold, before they are
+        uploaded: each PATCH then verifies the frames it carries (registry/upload_verify.py).
+
+        Raises: HubError(BLOB_UPLOAD_INVALID) for a malformed recipe, one differing from the recipe
+        declared already, a session holding bytes already, or held frames not readable or not matching
+        (the session and its bytes are deleted); HubError(BLOB_UPLOAD_UNKNOWN).
+        """
+        async with self.ctx.sessions() as session:
+            repo, _ = await self._session(session, principal, namespace, name, upload_id)
+        async with self._exclusive(upload_id):
+            try:
+                parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
+                if await declare(self.ctx, principal, upload_id, document, parsed, await self._size(upload_id)):
+                    # from now on the frames are staged where their pack will be: never copied
+                    await self.ctx.store.put(session_pack_key(upload_id), b"")
+                    with suppress(BlobNotFound):
+                        await self.ctx.store.delete(upload_key(upload_id))
+            except HubError:
+                with anyio.CancelScope(shield=True):
+                    await self._drop(upload_id)
+                raise
+        return UploadStatus(upload_id, repo.full_name, await self._size(upload_id))
 
     async def cancel(self, principal: Principal, namespace: str, name: str, upload_id: str) -> None:
         """Delete the session and its staged bytes."""
@@ -246,9 +288,13 @@ class UploadService:
             )
         return repo, upload
 
+    async def _staged_key(self, upload_id: str) -> str:
+        """Where the session's bytes are: its pack key once a recipe was declared, else ``uploads/<id>``."""
+        return session_pack_key(upload_id) if await declared_row(self.ctx, upload_id) else upload_key(upload_id)
+
     async def _size(self, upload_id: str) -> int:
         try:
-            return (await self.ctx.store.stat(upload_key(upload_id))).size
+            return (await self.ctx.store.stat(await self._staged_key(upload_id))).size
         except BlobNotFound:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data", {"uuid": upload_id}
@@ -257,9 +303,10 @@ class UploadService:
     async def _append(
         self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None, lease: str
     ) -> int:
-        limit = self.ctx.limits.blob_bytes
+        state = await declared_row(self.ctx, upload.id)
+        key = session_pack_key(upload.id) if state is not None else upload_key(upload.id)
         try:
-            writer = await self.ctx.store.writer(upload_key(upload.id), append=True)
+            writer = await self.ctx.store.writer(key, append=True)
         except BlobNotFound:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload.id} has no staged data", {"uuid": upload.id}
@@ -272,37 +319,71 @@ class UploadService:
                     f"Content-Range starts at {content_range[0]}, the upload holds {start} bytes",
                     {"uuid": upload.id, "size": start},
                 )
-            renewed = self.ctx.clock()
-            async for piece in body:
-                if self.ctx.clock() - renewed > UPLOAD_LEASE / 3:
-                    renewed = await self._renew(upload.id, lease)
-                if writer.size + len(piece) > limit:
-                    raise HubError(
-                        ErrorCode.BLOB_UPLOAD_INVALID,
-                        f"upload exceeds the blob size limit of {limit} bytes",
-                        {"uuid": upload.id, "limit": limit},
-                    )
-                await writer.write(piece)
-            if content_range is not None and writer.size - start != content_range[1] - content_range[0] + 1:
-                raise HubError(
-                    ErrorCode.BLOB_UPLOAD_INVALID,
-                    f"Content-Range {content_range[0]}-{content_range[1]} announces "
-                    f"{content_range[1] - content_range[0] + 1} bytes, the body had {writer.size - start}",
-                    {"uuid": upload.id, "size": start},
-                )
-            info = await writer.commit()
+            declared = await declared_stream(self.ctx, upload.id, start, state) if state is not None else None
+            stream = declared[1] if declared is not None else None
+            try:
+                info = await self._receive(upload, body, content_range, lease, writer, stream)
+            except HubError:
+                if stream is not None and stream.failed:  # a lying frame: nothing of the session is kept
+                    with anyio.CancelScope(shield=True):
+                        await writer.cancel()
+                        await self._drop(upload.id)
+                raise
+            finally:
+                if stream is not None:
+                    await stream.close()
         async with self.ctx.sessions() as session:
             row = await session.get(Upload, upload.id)
             if row is not None:
                 row.size = info.size
                 row.updated_at = self.ctx.clock()
                 session.add(row)
+                if stream is not None:
+                    await save_state(session, upload.id, stream)
                 await session.commit()
         return info.size
 
-    async def _drop(self, upload_id: str) -> None:
-        with suppress(BlobNotFound):
-            await self.ctx.store.delete(upload_key(upload_id))
+    async def _receive(
+        self,
+        upload: Upload,
+        body: AsyncIterator[bytes],
+        content_range: tuple[int, int] | None,
+        lease: str,
+        writer: BlobWriter,
+        stream: FrameStream | None,
+    ) -> BlobInfo:
+        """Write ``body`` (verifying it through ``stream`` when a recipe was declared) and commit it."""
+        limit = self.ctx.limits.blob_bytes
+        start = writer.size
+        renewed = self.ctx.clock()
+        async for piece in body:
+            if self.ctx.clock() - renewed > UPLOAD_LEASE / 3:
+                renewed = await self._renew(upload.id, lease)
+            if writer.size + len(piece) > limit:
+                raise HubError(
+                    ErrorCode.BLOB_UPLOAD_INVALID,
+                    f"upload exceeds the blob size limit of {limit} bytes",
+                    {"uuid": upload.id, "limit": limit},
+                )
+            await writer.write(piece)
+            if stream is not None:
+                await stream.feed(piece)
+        if content_range is not None and writer.size - start != content_range[1] - content_range[0] + 1:
+            raise HubError(
+                ErrorCode.BLOB_UPLOAD_INVALID,
+                f"Content-Range {content_range[0]}-{content_range[1]} announces "
+                f"{content_range[1] - content_range[0] + 1} bytes, the body had {writer.size - start}",
+                {"uuid": upload.id, "size": start},
+            )
+        if stream is not None:
+            await stream.settle()
+        return await writer.commit()
+
+    async def _drop(self, upload_id: str, *, keep_pack: bool = False) -> None:
+        """Delete the session and its staged bytes (but the pack they became, with ``keep_pack``)."""
+        for key in (upload_key(upload_id),) if keep_pack else (upload_key(upload_id), session_pack_key(upload_id)):
+            with suppress(BlobNotFound):
+                await self.ctx.store.delete(key)
         async with self.ctx.sessions() as session:
             row = await session.get(Upload, upload_id)
             if row is not None:

@@ -85,3 +85,26 @@ def test_damage_is_found_then_quarantined_never_deleted(stored_hub: Hub, images,
 
     after = {(p.kind, p.key) for p in scrub(hub).problems}  # the quarantined object is now a missing one
     assert ("missing", blob_key(config)) in after and ("orphan", orphan) not in after
+
+
+def test_an_open_declared_session_is_no_orphan_and_its_frames_become_the_pack(stored_hub: Hub, images, tmp_path):
+    """Staged at its future pack key (registry/upload_verify.py): not an orphan while open; finished,
+    that very object is the pack (on S3 the session's multipart upload completed in place)."""
+    from hub_server.registry.paths import session_pack_key
+    from tests.hub_server.registry.test_upload_verify import Session, _inline_bytes, _one_blob, _recipe
+
+    admin = stored_hub.token("admin", "admin")
+    blob = _one_blob(stored_hub, admin, images, tmp_path)
+    session = Session(stored_hub, admin)
+    assert session.declare(_recipe(blob)).status_code == 202
+    payload = _inline_bytes(blob)
+    cut = blob.frames[2].offset
+    assert session.patch(payload[:cut]).status_code == 202
+    report = scrub(stored_hub)
+    assert report.clean, report.problems
+    assert session.patch(payload[cut:]).status_code == 202
+    assert session.finish(_recipe(blob)).status_code == 201
+    report = scrub(stored_hub)
+    assert report.clean and report.packs == 1 and report.frames == len(blob.frames), report.problems
+    assert stored_hub.pusher(admin).blob("acme/vm", blob.digest) == blob.path.read_bytes()
+    assert stored_hub.call(stored_hub.registry.ctx.store.exists, session_pack_key(session.uuid))
