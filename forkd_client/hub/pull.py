@@ -43,6 +43,7 @@ from manifest.model import FileInfo, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
+from ..install import PrepareSpec
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
@@ -315,22 +316,24 @@ class ChainPull:
         parent_sha, parent_digest = self._parent_hashes(fetched, parent) if parent is not None else (None, None)
         self.store.prepare(
             fetched.staged,
-            tag,
-            parent=parent.tag if parent else None,
-            parent_content_hash=parent_sha,
-            parent_digest=parent_digest,
-            compat=config.compat,
-            annotations=config.annotations,
-            created=config.created,
-            origin={
-                "hub": self.client.base_url,
-                "reference": f"{fetched.name}@{link.digest}",
-                "manifest_digest": link.digest,
-                **fetched.origin_extra,
-            },
-            known_digests=known,
-            snapshot_json=dict(config.forkd or {"volumes": []}),
-            algorithms=("blake3",),
+            PrepareSpec(
+                tag,
+                parent=parent.tag if parent else None,
+                parent_content_hash=parent_sha,
+                parent_digest=parent_digest,
+                compat=config.compat,
+                annotations=config.annotations,
+                created=config.created,
+                origin={
+                    "hub": self.client.base_url,
+                    "reference": f"{fetched.name}@{link.digest}",
+                    "manifest_digest": link.digest,
+                    **fetched.origin_extra,
+                },
+                known_digests=known,
+                snapshot_json=dict(config.forkd or {"volumes": []}),
+                algorithms=("blake3",),
+            ),
         )
         try:
             self.store.commit([(fetched.staged, tag)], force=self.force)
