@@ -106,7 +106,8 @@ def test_mapped_digest_equals_the_read_one(tmp_path):
 
 def test_mapped_digest_across_windows(tmp_path, monkeypatch):
     """A file longer than one mapping window, its end not on a window boundary, hashes the same
-    mapped as read (data in the first, a middle and the last window; holes between)."""
+    mapped as read (data in the first, a middle and the last window, one data range across a
+    window boundary; holes between)."""
     import mmap
     import os
 
@@ -120,6 +121,8 @@ def test_mapped_digest_across_windows(tmp_path, monkeypatch):
         for offset in (10, 2 * window - 7, 5 * window + 100):
             f.seek(offset)
             f.write(os.urandom(23))
+        f.seek(window // 2 + 4096)  # one data range longer than a window, starting mid-window
+        f.write(os.urandom(window + window // 3))
     assert digest_module.digest_file(path, mapped=True) == digest_module.digest_file(path)
 
 
