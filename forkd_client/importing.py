@@ -22,7 +22,7 @@ from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import MEMORY_FILE, VMSTATE_FILE
 
 from .errors import InvalidSnapshotDir, InvalidTag, SnapshotExists, SnapshotNotFound
-from .install import BOTH_DIGESTS, clone_into
+from .install import BOTH_DIGESTS, PrepareSpec, clone_into
 from .snapdir import (
     FILE_ROLES,
     SNAPSHOT_JSON,
@@ -130,13 +130,15 @@ def import_snapshot(
                 fill_unsafe_holes(staged / MEMORY_FILE, store.path(parent) / MEMORY_FILE)
             store.prepare(
                 staged,
-                tag,
-                parent=parent,
-                parent_content_hash=parent_hash,
-                compat=merged_compat,
-                annotations=annotations,
-                snapshot_json=base_json,
-                local_dirs=(src,),
+                PrepareSpec(
+                    tag,
+                    parent=parent,
+                    parent_content_hash=parent_hash,
+                    compat=merged_compat,
+                    annotations=annotations,
+                    snapshot_json=base_json,
+                    local_dirs=(src,),
+                ),
             )
             installed = store.commit([(staged, tag)], force=force)[0]
         except BaseException:
@@ -242,16 +244,18 @@ def _install_clone(
             fill_unsafe_holes(staged / MEMORY_FILE, store.path(parent) / MEMORY_FILE)
         store.prepare(
             staged,
-            dst,
-            parent=parent,
-            parent_content_hash=parent_hash,
-            compat=compat,
-            annotations=annotations,
-            origin=origin,
-            created=created,
-            known_digests=known,
-            algorithms=BOTH_DIGESTS,
-            snapshot_json=base_json,
-            local_dirs=(source.dir,),
+            PrepareSpec(
+                dst,
+                parent=parent,
+                parent_content_hash=parent_hash,
+                compat=compat,
+                annotations=annotations,
+                origin=origin,
+                created=created,
+                known_digests=known,
+                algorithms=BOTH_DIGESTS,
+                snapshot_json=base_json,
+                local_dirs=(source.dir,),
+            ),
         )
         return store.commit([(staged, dst)])[0]

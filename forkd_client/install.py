@@ -31,6 +31,7 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
@@ -58,6 +59,38 @@ from .snapdir import (
 from .verified import VerifiedRecord
 
 BOTH_DIGESTS = ("blake3", "sha256")
+
+
+@dataclass(frozen=True)
+class PrepareSpec:
+    """What :meth:`StoreBase.prepare` records for one staged snapshot.
+
+    ``tag``: the snapshot's tag (new-tag rules; with ``forkd_cli_tag`` also the tags forkd's CLI
+    accepts, dots allowed: what ``forkd unpack`` installs). ``parent``, ``parent_content_hash``
+    (forkd's sha256 of the parent's memory.bin) and ``parent_digest`` (its blake3) or
+    ``parent_tree`` (its chunk-tree digest ``(chunk size, digest)``, a format v2 pull) for a link.
+    ``compat``, ``annotations``, ``origin`` and ``created`` go to forkd-hub.json.
+    ``known_digests`` ({role: {algorithm: digest}}, e.g. verified while streaming) are recorded
+    as trusted; ``algorithms`` are computed for every file role. ``snapshot_json`` replaces the
+    staged snapshot.json; ``local_dirs`` as in :func:`~forkd_client.snapdir.snapshot_json_for`.
+    """
+
+    tag: str
+    parent: str | None = None
+    parent_content_hash: str | None = None
+    parent_digest: str | None = None
+    parent_tree: tuple[int, str] | None = None
+    compat: Mapping[str, Any] | None = None
+    annotations: Mapping[str, str] | None = None
+    origin: Mapping[str, str] | None = None
+    created: str | None = None
+    known_digests: Mapping[str, Mapping[str, str]] | None = None
+    algorithms: Sequence[str] = BOTH_DIGESTS
+    snapshot_json: Mapping[str, Any] | None = None
+    local_dirs: tuple[Path, ...] = ()
+    forkd_cli_tag: bool = False
+
+
 SETTLE_NS = 3_000_000_000  # beyond VerifiedRecord's largest racy window (2 s)
 
 
@@ -181,41 +214,23 @@ class StoreBase:
 
     # ------------------------------------------------------------------ installing
 
-    def prepare(
-        self,
-        staged: Path,
-        tag: str,
-        *,
-        parent: str | None = None,
-        parent_content_hash: str | None = None,
-        parent_digest: str | None = None,
-        parent_tree: tuple[int, str] | None = None,
-        compat: Mapping[str, Any] | None = None,
-        annotations: Mapping[str, str] | None = None,
-        origin: Mapping[str, str] | None = None,
-        created: str | None = None,
-        known_digests: Mapping[str, Mapping[str, str]] | None = None,
-        algorithms: Sequence[str] = BOTH_DIGESTS,
-        snapshot_json: Mapping[str, Any] | None = None,
-        local_dirs: tuple[Path, ...] = (),
-        forkd_cli_tag: bool = False,
-    ) -> Path:
-        """Make the staged directory ``staged`` a complete snapshot ``tag``, ready for :meth:`commit`.
+    def prepare(self, staged: Path, spec: PrepareSpec) -> Path:
+        """Make the staged directory ``staged`` a complete snapshot ``spec.tag``, ready for :meth:`commit`.
 
-        Settles each file's mtime (see :func:`settle_mtime`), records ``known_digests``
-        ({role: {algorithm: digest}}, e.g. verified while streaming), computes
-        ``algorithms`` for every file role present (through the VerifiedRecord: only what is
-        not trusted yet), and writes snapshot.json (from ``snapshot_json`` or the staged one,
-        unknown fields kept, paths pointing at the final directory; ``local_dirs`` as in
-        :func:`~forkd_client.snapdir.snapshot_json_for`) and forkd-hub.json. A link records
-        ``parent_digest``, the blake3 of its parent's memory.bin (given, else from the
-        VerifiedRecord), so that chain checks need no sha256; or ``parent_tree``, its chunk-tree digest
-        ``(chunk size, digest)`` (a format v2 pull), and then no blake3 is looked for. A file whose
-        chunk-tree digest the VerifiedRecord holds (recorded by the caller) records it too. ``forkd_cli_tag`` admits tags
-        forkd's CLI accepts (dots allowed: what ``forkd unpack`` installs) besides new-tag ones.
+        Settles each file's mtime (see :func:`settle_mtime`), records ``spec.known_digests``,
+        computes ``spec.algorithms`` for every file role present (through the VerifiedRecord:
+        only what is not trusted yet), and writes snapshot.json (from ``spec.snapshot_json`` or
+        the staged one, unknown fields kept, paths pointing at the final directory) and
+        forkd-hub.json. A link records ``spec.parent_digest``, the blake3 of its parent's
+        memory.bin (given, else from the VerifiedRecord), so that chain checks need no sha256; or
+        ``spec.parent_tree``, its chunk-tree digest ``(chunk size, digest)`` (a format v2 pull), and
+        then no blake3 is looked for. A file whose chunk-tree digest the VerifiedRecord holds
+        (recorded by the caller) records it too. See :class:`PrepareSpec` for every field.
         Raises InvalidTag, InvalidSnapshotDir, OSError.
         """
-        (validate_existing_tag if forkd_cli_tag else validate_tag)(tag)
+        tag, parent, parent_digest, known_digests = spec.tag, spec.parent, spec.parent_digest, spec.known_digests
+        parent_tree = spec.parent_tree
+        (validate_existing_tag if spec.forkd_cli_tag else validate_tag)(tag)
         for role in (VMSTATE_FILE, MEMORY_FILE):
             if not (staged / role).is_file():
                 raise InvalidSnapshotDir(f"snapshot {tag!r} lacks {role}")
@@ -229,18 +244,18 @@ class StoreBase:
                 fsync_path(path)
             if known_digests and role in known_digests:
                 self.verified.record(path, known_digests[role])
-            digests = {**self.verified.cached(path), **self.verified.digests(path, algorithms)}
+            digests = {**self.verified.cached(path), **self.verified.digests(path, spec.algorithms)}
             files[role] = FileRecord(
                 path.stat().st_size, digests.get("blake3"), digests.get("sha256"), self.verified.cached_tree(path)
             )
-        base = dict(snapshot_json) if snapshot_json is not None else read_json_object(staged / SNAPSHOT_JSON)
+        base = dict(spec.snapshot_json) if spec.snapshot_json is not None else read_json_object(staged / SNAPSHOT_JSON)
         doc = snapshot_json_for(
             self.snapshots_dir / tag,
             base,
             parent_tag=parent,
-            parent_content_hash=parent_content_hash,
+            parent_content_hash=spec.parent_content_hash,
             has_rootfs=ROOTFS_FILE in files,
-            local_dirs=(staged, *local_dirs),
+            local_dirs=(staged, *spec.local_dirs),
         )
         write_snapshot_json(staged, doc)
         if (
@@ -253,12 +268,12 @@ class StoreBase:
         meta = HubMeta(
             tag,
             parent,
-            created or rfc3339(),
+            spec.created or rfc3339(),
             DEFAULT_CHUNK_SIZE,
-            dict(compat or {}),
-            dict(annotations or {}),
+            dict(spec.compat or {}),
+            dict(spec.annotations or {}),
             files,
-            dict(origin) if origin else None,
+            dict(spec.origin) if spec.origin else None,
             parent_digest if parent is not None else None,
             parent_tree if parent is not None else None,
         )

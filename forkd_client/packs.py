@@ -34,6 +34,7 @@ from manifest.mediatypes import ANNOTATION_BASE_IMAGE, ANNOTATION_DESCRIPTION, M
 from manifest.rootfs_sidecar import RootfsInfo, write_sidecar
 
 from .errors import ChainBroken, InvalidTag, ParentContentMismatch, SnapshotExists
+from .install import PrepareSpec
 from .rootfs import packed_rootfs, place_rootfs
 from .snapdir import (
     FILE_ROLES,
@@ -130,15 +131,17 @@ def unpack(
                 doc["rootfs"] = str(placed)  # where the image is on this host (forkd: target_path)
             store.prepare(
                 link.directory,
-                target,
-                parent=parent,
-                parent_content_hash=parent_hash,
-                annotations=annotations,
-                created=created,
-                known_digests=known,
-                algorithms=("sha256",),
-                snapshot_json=doc,
-                forkd_cli_tag=True,
+                PrepareSpec(
+                    target,
+                    parent=parent,
+                    parent_content_hash=parent_hash,
+                    annotations=annotations,
+                    created=created,
+                    known_digests=known,
+                    algorithms=("sha256",),
+                    snapshot_json=doc,
+                    forkd_cli_tag=True,
+                ),
             )
         return store.commit(
             [(link.directory, target) for link, target in zip(unpacked.links, targets, strict=False)],

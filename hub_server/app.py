@@ -30,6 +30,7 @@ import web
 from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES, reject_bad_token
 from hub_server.api.errors import EXCEPTION_HANDLERS
+from hub_server.api.fastpath import ManifestFastPath
 from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.api.openapi import document_errors
 from hub_server.compose import open_hub
@@ -120,7 +121,10 @@ def create_app(
     )
     document_errors(app)  # every API operation lists the error envelope per status, from the error table
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
-    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(app.asgi_handler))
+    # Cached manifest GETs are answered in front of Litestar, inside the log and the metrics.
+    fast_path = ManifestFastPath(app.asgi_handler, app.state)
+    app.state.manifest_fast_path = fast_path
+    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(fast_path))
     return app
 
 

@@ -12,7 +12,9 @@ Errors: :class:`~manifest.errors.InvalidDigest` for malformed strings,
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import mmap
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from typing import Protocol
 import blake3
 
 from .errors import DigestMismatch, InvalidDigest
+from .fileops import data_ranges
 
 DEFAULT_ALGORITHM = "blake3"
 ALGORITHMS = ("blake3", "sha256", "sha512")
@@ -30,6 +33,10 @@ ALGORITHMS = ("blake3", "sha256", "sha512")
 _HEX_LENGTH = {"blake3": 64, "sha256": 64, "sha512": 128}
 _HEX = re.compile(r"[0-9a-f]+")
 _READ_SIZE = 8 << 20
+#: Bytes of a file mapped at once by ``digest_file(mapped=True)`` (a multiple of any page size).
+_MAP_WINDOW = 64 << 20
+#: Bytes of zeros hashed at once for a hole by ``digest_file(mapped=True)``.
+_ZEROS_SIZE = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,45 @@ def digest_bytes(data: bytes | bytearray | memoryview, algorithm: str = DEFAULT_
     return h.digest()
 
 
+def _blake3_mapped(path: str | os.PathLike[str]) -> Digest:
+    """blake3 of a file on all cores: its data mapped one window at a time, its holes hashed
+    from a buffer of zeros (never read: no page cache spent on them). Raises OSError."""
+    b3 = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        position = 0
+        for start, length in data_ranges(fd, size):
+            _update_zeros(b3, start - position)
+            _update_mapped(b3, fd, start, length)
+            position = start + length
+        _update_zeros(b3, size - position)
+    return Digest("blake3", b3.hexdigest())
+
+
+def _update_mapped(b3: blake3.blake3, fd: int, start: int, length: int) -> None:
+    """Hash ``length`` bytes of ``fd`` at ``start``, mapped at most ``_MAP_WINDOW`` bytes at a time."""
+    end = start + length
+    while start < end:
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        span = min(end, base + _MAP_WINDOW) - base
+        with mmap.mmap(fd, span, offset=base, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            b3.update(view[start - base :])
+        start = base + span
+
+
+def _update_zeros(b3: blake3.blake3, length: int) -> None:
+    zeros = _zeros()
+    while length > 0:
+        b3.update(zeros[: min(length, _ZEROS_SIZE)])
+        length -= _ZEROS_SIZE
+
+
+@functools.cache
+def _zeros() -> memoryview:
+    return memoryview(bytes(_ZEROS_SIZE))
+
+
 def digest_file(
     path: str | os.PathLike[str], algorithms: tuple[str, ...] = (DEFAULT_ALGORITHM,), *, mapped: bool = False
 ) -> dict[str, Digest]:
@@ -124,15 +170,16 @@ def digest_file(
     ``mapped`` (blake3 alone) maps the file instead of reading it and hashes on all cores: no
     copy into a buffer, up to ~1.5x faster. Only for files nobody else can shrink meanwhile (the
     caller's own staged files): a mapping past a file's new end faults (SIGBUS), it does not raise.
+    It maps one window of ``_MAP_WINDOW`` bytes of data at a time, so the pages it touches leave
+    the process's RSS as it goes (one mapping of a 16 GiB memory.bin held 16 GiB resident), and
+    hashes holes (``SEEK_HOLE``) as zeros without reading them.
 
     With several algorithms, the others hash each block on a second thread while blake3 hashes
     it here (both release the GIL), so blake3 + sha256 costs about sha256 alone.
     Returns ``{algorithm: Digest}``. Raises OSError if the file cannot be read.
     """
     if mapped and tuple(algorithms) == ("blake3",):
-        b3 = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        b3.update_mmap(path)
-        return {"blake3": Digest("blake3", b3.hexdigest())}
+        return {"blake3": _blake3_mapped(path)}
     hashers = [Hasher(a) for a in algorithms]
     if len(hashers) == 1:
         with open(path, "rb", buffering=0) as f:

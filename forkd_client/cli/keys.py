@@ -13,11 +13,6 @@ import argparse
 import os
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from manifest.signature import fingerprint, public_key_pem
-
 from ..errors import ClientError
 from ..hub.credentials import config_dir
 from .output import Context
@@ -50,6 +45,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def write_key_pair(path: Path) -> tuple[Path, str]:
     """Write a new private key at ``path`` (0600) and its public key at ``path.pub``; return the
     public key's path and the key's fingerprint. Raises KeyExists (nothing written), OSError."""
+    # cryptography loads only when a key is made, not with every forkd command
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from manifest.signature import fingerprint, public_key_pem
+
     public_path = path.with_name(path.name + ".pub")
     for existing in (path, public_path):
         if existing.exists() or existing.is_symlink():

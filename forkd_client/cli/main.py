@@ -26,13 +26,13 @@ from manifest.errors import ManifestError
 from ..config import forkd_home
 from ..errors import ClientError, InvalidTag, UsageError
 from ..hub.errors import InvalidReference
-from . import guest, hub, images, keys, local, packs, vmcmds
+from . import guest, hub_commands, images, keys, local, packs, vmcmds
 from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from .helptext import HELP, document
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
-COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub, keys, vmcmds, guest)
+COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub_commands, keys, vmcmds, guest)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -171,6 +171,10 @@ class HubClient:
                 parts.append(part)
         finally:
             response.close()
+            # httpx binds the streamed response and its stream to each other (a cycle), and the
+            # response holds the request, whose body is a whole upload part: left to the cyclic
+            # GC, a push of a 16 GiB base kept a dozen or more parts (16 MiB each) alive. Break it.
+            response.stream = httpx.ByteStream(b"")
         return httpx.Response(
             response.status_code,
             headers=response.headers,

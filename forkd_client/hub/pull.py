@@ -44,6 +44,7 @@ from manifest.model import FileInfo, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
+from ..install import PrepareSpec
 from ..lazy.staged import open_index
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
@@ -362,23 +363,25 @@ class ChainPull:
         )
         self.store.prepare(
             fetched.staged,
-            tag,
-            parent=parent.tag if parent else None,
-            parent_content_hash=parent_sha,
-            parent_digest=parent_digest,
-            parent_tree=parent_tree,
-            compat=config.compat,
-            annotations=config.annotations,
-            created=config.created,
-            origin={
-                "hub": self.client.base_url,
-                "reference": f"{fetched.name}@{link.digest}",
-                "manifest_digest": link.digest,
-                **fetched.origin_extra,
-            },
-            known_digests=known,
-            snapshot_json=dict(config.forkd or {"volumes": []}),
-            algorithms=(),  # every file's digests are known: nothing is hashed here
+            PrepareSpec(
+                tag,
+                parent=parent.tag if parent else None,
+                parent_content_hash=parent_sha,
+                parent_digest=parent_digest,
+                parent_tree=parent_tree,
+                compat=config.compat,
+                annotations=config.annotations,
+                created=config.created,
+                origin={
+                    "hub": self.client.base_url,
+                    "reference": f"{fetched.name}@{link.digest}",
+                    "manifest_digest": link.digest,
+                    **fetched.origin_extra,
+                },
+                known_digests=known,
+                snapshot_json=dict(config.forkd or {"volumes": []}),
+                algorithms=(),  # every file's digests are known: nothing is hashed here
+            ),
         )
         try:
             self.store.commit([(fetched.staged, tag)], force=self.force)

@@ -34,6 +34,7 @@ from vmm import VM, Driver, ExecResult, SnapshotFiles
 from vmm.base import COMPAT_FILE
 
 from ..errors import DependentsExist, SnapshotExists
+from ..install import PrepareSpec
 from ..snapdir import LocalSnapshot, validate_tag
 from ..store import SnapshotStore
 from ..vmmcompat import to_manifest_compat
@@ -234,11 +235,13 @@ def _install(
     started = time.monotonic()
     store.prepare(
         staged,
-        tag,
-        parent=parent,
-        parent_content_hash=parent_hash,
-        compat=to_manifest_compat(snap.compat),
-        annotations={ANNOTATION_EXEC: exec_cmd} if exec_cmd is not None else None,
+        PrepareSpec(
+            tag,
+            parent=parent,
+            parent_content_hash=parent_hash,
+            compat=to_manifest_compat(snap.compat),
+            annotations={ANNOTATION_EXEC: exec_cmd} if exec_cmd is not None else None,
+        ),
     )
     installed = store.commit([(staged, tag)], force=force)[0]
     timings["install_ms"] = _ms_since(started)

@@ -102,3 +102,49 @@ def test_mapped_digest_equals_the_read_one(tmp_path):
         f.write(os.urandom(100_000))
     for path in (empty, sparse):
         assert digest_file(path, mapped=True) == digest_file(path)
+
+
+def test_mapped_digest_across_windows(tmp_path, monkeypatch):
+    """A file longer than one mapping window, its end not on a window boundary, hashes the same
+    mapped as read (data in the first, a middle and the last window, one data range across a
+    window boundary; holes between)."""
+    import mmap
+    import os
+
+    from manifest import digest as digest_module
+
+    window = 4 * mmap.ALLOCATIONGRANULARITY
+    monkeypatch.setattr(digest_module, "_MAP_WINDOW", window)
+    path = tmp_path / "long"
+    with open(path, "wb") as f:
+        f.truncate(5 * window + 123)
+        for offset in (10, 2 * window - 7, 5 * window + 100):
+            f.seek(offset)
+            f.write(os.urandom(23))
+        f.seek(window // 2 + 4096)  # one data range longer than a window, starting mid-window
+        f.write(os.urandom(window + window // 3))
+    assert digest_module.digest_file(path, mapped=True) == digest_module.digest_file(path)
+
+
+def test_mapped_digest_does_not_keep_the_file_resident(tmp_path):
+    """Hashing a 512 MiB file mapped leaves the process's peak RSS far below the file's size
+    (it maps one window at a time): a whole-file mapping held every page it touched."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "big"
+    with open(path, "wb") as f:
+        f.truncate(512 << 20)
+        f.seek(100 << 20)
+        f.write(b"x" * 4096)
+    probe = (
+        "import resource, sys\n"
+        "from manifest.digest import digest_file\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "digest_file(sys.argv[1], mapped=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+    )
+    grown_kib = int(
+        subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True).stdout
+    )
+    assert grown_kib < 256 << 10, f"peak RSS grew by {grown_kib} KiB while hashing a 512 MiB file"
