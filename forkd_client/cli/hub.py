@@ -118,6 +118,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         action="store_true",
         help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)",
     )
+    p.add_argument(
+        "--lazy",
+        action="store_true",
+        help="return once the head's memory image is mounted (a detached process fetches and verifies chunks as "
+        "they are read, fills the rest, then installs the chain as a plain pull does; docs/lazy-fork.md)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
         "--verify-key",
@@ -311,6 +317,10 @@ def forkd_version() -> str:
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    if args.lazy:
+        from .lazycmds import run_lazy_pull
+
+        return run_lazy_pull(args, ctx)
     if args.hub or args.ref.startswith(("http://", "https://")):
         if args.verify_key:  # forkd's registry has no signatures: never let a requested check pass silently
             ctx.error(

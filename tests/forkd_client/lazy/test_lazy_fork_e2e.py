@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +120,54 @@ def test_a_chunk_corrupted_on_the_hub_stops_the_child_names_the_chunk_and_instal
     assert "memory.bin chunk " in run.stderr and "is corrupt" in run.stderr
     listed = _forkd(bob, "images", "--json")
     assert json.loads(listed.stdout) == []
+
+
+def _wait(condition, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@needs_qemu
+def test_kept_lazy_children_outlive_the_cli_and_the_server_leaves_after_them(built, hub, tmp_path):
+    _push(built, tmp_path / "alice", hub)
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "fork", "acme/vm:v1", "--lazy", "--keep", "--as", "vm", "--exec", "cat /root/m2", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    child, server = out["children"][0]["pid"], out["server"]["pid"]
+    assert out["children"][0]["output"].split() == ["two"] and out["kept"]
+    assert not _gone(child) and not _gone(server)
+    result = Path(out["server"]["control"]) / "result.json"
+    _wait(result.exists)  # filled and installed while the child still runs
+    assert json.loads(result.read_text())["installed"]["tag"] == "vm"
+    assert not _gone(server)  # still serving the child's file
+    os.kill(child, signal.SIGKILL)
+    _wait(lambda: _gone(server), timeout=30)
+    assert not os.path.ismount(Path(out["memory_file"]).parent)
+    assert "vm" in {i["tag"] for i in json.loads(_forkd(bob, "images", "--json").stdout)}
+
+
+@needs_qemu
+def test_pull_lazy_returns_once_mounted_and_installs_in_the_background(built, hub, tmp_path):
+    _push(built, tmp_path / "alice", hub)
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "pull", "acme/vm:v1", "--lazy", "--as", "vm", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    want = (built / "snapshots" / "link" / "memory.bin").read_bytes()
+    assert Path(out["memory"]).read_bytes() == want  # readable through the mount, fetched as read
+    _wait(lambda: _gone(out["server"]["pid"]))
+    assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "vm"
+    assert (tmp_path / "bob" / "home" / "snapshots" / "vm" / "memory.bin").read_bytes() == want
