@@ -82,6 +82,9 @@ def test_lazy_children_answer_and_the_filled_chain_is_what_a_pull_installs(built
     assert 0 < before["chunks_fetched"] < chunks  # the children did not need every chunk
     assert out["failed_chunks"] == []
     assert out["installed"]["tag"] == "vm" and out["installed"]["digest"] == out["digest"]
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "lazy-fork.md").read_text()
+    example = json.loads(doc.split("<!-- lazy-json-example: fork -->")[1].split("```json")[1].split("```")[0])
+    assert set(example) == set(out) and set(example["before_fill"]) == set(before)  # the doc shows what it prints
 
     # byte-identical to a normal pull of the same reference
     carol = _env(tmp_path / "carol", hub)
