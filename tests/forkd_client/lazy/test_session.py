@@ -162,3 +162,34 @@ def test_a_saved_access_profile_is_fetched_first_by_the_next_session(chain3, oth
     with SnapshotStore(tmp_path / "fourth") as fourth, LazySession(fourth, client, REF) as third_session:
         third_session.open()
         assert third_session.hub_profile == first.image.profile
+
+
+def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_store, inproc_hub):
+    import httpx
+
+    from forkd_client.hub.client import HubClient
+    from forkd_client.lazy.errors import ChunkUnfetchable
+
+    from ..hub.hubproxy import proxy
+
+    token = _pushed(chain3, inproc_hub)
+    cut = {"on": False}
+
+    def drop_ranges(request: httpx.Request) -> httpx.Response | None:
+        if cut["on"] and "range" in request.headers:
+            raise httpx.ConnectError("connection refused", request=request)
+        return None
+
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, drop_ranges))
+    with LazySession(other_store, client, REF, as_tag="py") as session:
+        files = session.open()
+        chunk = session.image.plan.data_chunks()[0]
+        cut["on"] = True  # the hub goes away after the mount
+        with open(files.memory, "rb") as f:
+            f.seek(chunk * session.image.plan.chunk_size)
+            with pytest.raises(OSError, match="Input/output error"):
+                f.read(100)
+        with pytest.raises(ChunkUnfetchable, match=rf"memory\.bin chunk {chunk} .* could not be fetched: from blob"):
+            session.raise_failures()
+        assert not session.image.failures[chunk].corrupt
+    assert other_store.tags() == []
