@@ -110,6 +110,8 @@ class LazyMount:
     def __init__(self, image: LazyImage, mountpoint: Path) -> None:
         fuse = _fuse_module()
         self.mountpoint = Path(mountpoint)
+        if os.path.ismount(self.mountpoint):  # left by a killed session ("transport endpoint is not connected")
+            _fusermount_unmount(self.mountpoint)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self.path = self.mountpoint / FILE_NAME
         self.error: BaseException | None = None
@@ -149,6 +151,11 @@ class LazyMount:
     def unmount(self) -> None:
         """Unmount (lazily: children still mapping the file keep their pages) and stop serving. Idempotent."""
         if os.path.ismount(self.mountpoint):
-            tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
-            subprocess.run([tool, "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+            _fusermount_unmount(self.mountpoint)
         self._thread.join(timeout=10)
+
+
+def _fusermount_unmount(mountpoint: Path) -> None:
+    """Unmount lazily (a mapping still in use keeps its pages); never raises."""
+    tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
+    subprocess.run([tool, "-u", "-z", str(mountpoint)], capture_output=True, check=False)

@@ -193,3 +193,42 @@ def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_s
             session.raise_failures()
         assert not session.image.failures[chunk].corrupt
     assert other_store.tags() == []
+
+
+def test_chunks_an_installed_parent_holds_come_from_local_disk(chain3, other_store, inproc_hub):
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    push(chain3, client, "mid", Reference.parse("acme/py:mid"))
+    pull(other_store, client, Reference.parse("acme/py:mid"), as_tag="mid")
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, client, REF, as_tag="py") as session:
+        files = session.open()
+        image = session.image
+        held = image.chunks_local
+        assert held > 0 and image.chunks_fetched == 0  # copied in before the mount, from the parent
+        assert files.memory.read_bytes() == want
+        assert image.chunks_fetched <= len(image.plan.data_chunks()) - held  # only the head's own chunks
+
+
+def test_a_mount_left_by_a_killed_session_is_cleared_before_mounting_again(chain3, other_store, inproc_hub):
+    import subprocess
+    import sys
+
+    token = _pushed(chain3, inproc_hub)
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        files = session.open()
+        mountpoint = files.memory.parent
+    # a process that mounted the same directory and was SIGKILLed leaves a dead mount behind
+    script = (
+        "import os, signal, sys, mfusepy\n"
+        "class Ops(mfusepy.Operations):\n    use_ns = True\n"
+        f"pid = os.fork()\nif pid == 0:\n    mfusepy.FUSE(Ops(), {str(mountpoint)!r}, foreground=True)\n    sys.exit(0)\n"
+        f"import time\nwhile not os.path.ismount({str(mountpoint)!r}): time.sleep(0.01)\n"
+        "os.kill(pid, signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert os.path.ismount(mountpoint)
+    with LazySession(other_store, inproc_hub.client(token), REF) as again:
+        files = again.open()
+        assert files.memory.read_bytes() == (chain3.path("head") / "memory.bin").read_bytes()
+    assert not os.path.ismount(mountpoint)
