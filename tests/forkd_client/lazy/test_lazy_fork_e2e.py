@@ -174,3 +174,34 @@ def test_pull_lazy_returns_once_mounted_and_installs_in_the_background(built, hu
     _wait(lambda: _gone(out["server"]["pid"]))
     assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "vm"
     assert (tmp_path / "bob" / "home" / "snapshots" / "vm" / "memory.bin").read_bytes() == want
+
+
+@pytest.mark.slow
+def test_a_killed_lazy_server_leaves_chunks_a_later_pull_resumes_from(hub, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    memory = os.urandom(8 << 20) + bytes(8 << 20)
+    (src / "memory.bin").write_bytes(memory)
+    (src / "vmstate").write_bytes(b"state" * 100)
+    alice = _env(tmp_path / "alice", hub)
+    assert _forkd(alice, "import", str(src), "img").returncode == 0
+    assert _forkd(alice, "login", hub.url, "--token-stdin", input=hub.token("ci", "push:acme/*") + "\n").returncode == 0
+    assert _forkd(alice, "push", "img", "acme/img:v1").returncode == 0
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "pull", "acme/img:v1", "--lazy", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    with open(out["memory"], "rb") as f:
+        assert f.read(4 << 20) == memory[: 4 << 20]  # half the data, fetched and verified
+    os.kill(out["server"]["pid"], signal.SIGKILL)
+    _wait(lambda: _gone(out["server"]["pid"]), timeout=30)
+    mountpoint = Path(out["memory"]).parent
+    assert os.path.ismount(mountpoint)  # dead ("transport endpoint is not connected") until a session clears it
+    subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=True)
+    pulled = _forkd(bob, "pull", "acme/img:v1", "--as", "img", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    link = json.loads(pulled.stdout)["links"][-1]
+    assert link["chunks_local"] >= 64 - 16  # 4 MiB of 64 KiB chunks (readahead may have added some)
+    assert link["chunks_local"] + link["chunks_fetched"] == 128
+    assert (tmp_path / "bob" / "home" / "snapshots" / "img" / "memory.bin").read_bytes() == memory
