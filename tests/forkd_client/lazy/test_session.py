@@ -232,3 +232,42 @@ def test_a_mount_left_by_a_killed_session_is_cleared_before_mounting_again(chain
         files = again.open()
         assert files.memory.read_bytes() == (chain3.path("head") / "memory.bin").read_bytes()
     assert not os.path.ismount(mountpoint)
+
+
+def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc_hub, monkeypatch):
+    import threading
+    import time
+
+    from forkd_client.hub.client import HubClient
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", "0")
+    token = _pushed(chain3, inproc_hub)
+    asked: list[tuple[str, list]] = []
+    gate = threading.Event()
+
+    class Counting(HubClient):
+        def read_ranges(self, name, digest, ranges):  # the hub answers only once every reader is waiting
+            asked.append((digest, list(ranges)))
+            gate.wait(10)
+            return super().read_ranges(name, digest, ranges)
+
+    client = Counting(str(inproc_hub.http.base_url), token, http=inproc_hub.http)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, client, REF) as session:
+        session.open()
+        image, cs = session.image, session.image.plan.chunk_size
+        chunk = image.plan.data_chunks()[0]
+        got: list[bytes] = []
+        readers = [
+            threading.Thread(target=lambda k=k: got.append(image.read(chunk * cs + k * 4096, 4096))) for k in range(8)
+        ]
+        for reader in readers:
+            reader.start()
+        while not image._inflight:
+            pass
+        time.sleep(0.5)  # the other readers reach the chunk while its fetch is held (so they wait on it)
+        gate.set()
+        for reader in readers:
+            reader.join(30)
+        assert len(asked) == 1 and image.chunks_fetched == 1
+        assert sorted(got) == sorted(want[chunk * cs + k * 4096 : chunk * cs + (k + 1) * 4096] for k in range(8))
