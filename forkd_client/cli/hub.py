@@ -201,6 +201,10 @@ def forkd_version() -> str:
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    if args.lazy:
+        from .lazycmds import run_lazy_pull
+
+        return run_lazy_pull(args, ctx)
     if args.hub or args.ref.startswith(("http://", "https://")):
         if args.verify_key:  # forkd's registry has no signatures: never let a requested check pass silently
             ctx.error(

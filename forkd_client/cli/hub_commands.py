@@ -111,6 +111,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         action="store_true",
         help="quiet: no progress, no hub line; print only the digest (errors and warnings still go to stderr)",
     )
+    p.add_argument(
+        "--lazy",
+        action="store_true",
+        help="return once the head's memory image is mounted (a detached process fetches and verifies chunks as "
+        "they are read, fills the rest, then installs the chain as a plain pull does; docs/lazy-fork.md)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
         "--verify-key",

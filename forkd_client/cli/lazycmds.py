@@ -10,8 +10,10 @@ installing nothing.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..units import plural
@@ -30,11 +32,15 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
 
     if not args.lazy:
         raise UsageError("--as and --save-profile are options of a lazy fork; they need --lazy")
-    if args.exec_cmd is None or args.keep:
+    if args.keep:
+        return _run_detached_fork(args, ctx, print_fork)
+    if args.exec_cmd is None:
         raise UsageError(
-            "forkd fork --lazy needs --exec CMD (the children's memory is served by this process, which "
-            "ends with them); --keep is not supported with --lazy yet: pull first, then fork --keep"
+            "forkd fork --lazy needs --exec CMD (the children's memory is then served by this process, "
+            "which ends with them) or --keep (served by a detached process until they exit)"
         )
+    if args.save_profile and args.keep:
+        raise UsageError("--save-profile records what --exec reads; it does not combine with --keep")
     ref = Reference.parse(args.tag)
     with ctx.store() as store, _client(ref, ctx=None if args.json else ctx) as client:
         lazy = lazy_fork(store, client, ref, args.count, as_tag=args.as_tag, vmm=args.vmm)
@@ -69,3 +75,104 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
     if failures:
         lazy.session.raise_failures()
     return 1 if lazy.forked.failed else 0
+
+
+def _run_detached_fork(
+    args: argparse.Namespace, ctx: Context, print_fork: Callable[[Context, Forked, bool], None]
+) -> int:
+    """``--lazy --keep``: a detached server serves the image until the children exit (and installs
+    the chain once filled); this process starts the children and returns."""
+    import time
+
+    from vmm import SnapshotFiles
+
+    from ..vmmcompat import check_host_compat, from_manifest_compat
+    from ..vmops.fork import Forked, _spawn
+    from ..vmops.host import require_driver
+
+    if args.save_profile:
+        raise UsageError("--save-profile records what --exec reads in this process; it does not combine with --keep")
+    from ..lazy.serve import ServerFailed
+
+    try:
+        server, control, ready = _start_server(args, ctx, children=True)
+    except ServerFailed as e:
+        ctx.error(str(e))
+        return e.exit_code
+    pids: list[int] = []
+    try:
+        files = SnapshotFiles(
+            Path(ready["memory"]), Path(ready["vmstate"]), from_manifest_compat(ready["compat"]), rootfs=None
+        )
+        driver = require_driver(args.vmm or files.compat.vmm)
+        check_host_compat(ready["compat"], driver, memory=files.memory, what=args.tag)  # type: ignore[arg-type]
+        started = time.monotonic()
+        children = _spawn(driver, files, args.count)
+        forked = Forked(
+            ready["tag"], list(ready["chain"]), 0.0, (time.monotonic() - started) * 1000, str(files.memory), children
+        )
+        try:
+            if args.exec_cmd is not None:
+                forked.run(args.exec_cmd, args.exec_timeout)
+            forked.measure()
+            forked.detach()
+        finally:
+            if not forked.kept:
+                forked.kill()
+        pids = [c.vm.pid for c in forked.children]
+    finally:
+        _write_children(control, pids)  # the server goes on (fill, install) either way
+    if args.json:
+        ctx.json({**forked.to_obj(), "server": {"pid": server.pid, "control": str(control)}})
+    else:
+        print_fork(ctx, forked, args.exec_cmd is not None)
+        ctx.print(
+            f"Memory served lazily by pid {server.pid} until the children exit; the chain is installed as "
+            f"{ready['tag']} once filled (log: {control / 'server.log'})"
+        )
+    return 1 if forked.failed else 0
+
+
+def run_lazy_pull(args: argparse.Namespace, ctx: Context) -> int:
+    """``forkd pull REF --lazy``: a detached server mounts the head's image and fills it in the background,
+    installing the chain once filled; returns once the image is mounted."""
+    if args.verify_key or args.hub:
+        raise UsageError("pull --lazy takes a hub reference, without --verify-key or --hub")
+    from ..lazy.serve import ServerFailed
+
+    try:
+        server, control, ready = _start_server(args, ctx, children=False)
+    except ServerFailed as e:
+        ctx.error(str(e))
+        return e.exit_code
+    if args.json:
+        ctx.json({**ready, "server": {"pid": server.pid, "control": str(control)}})
+    else:
+        ctx.print(
+            f"{args.ref}: memory image mounted at {ready['memory']}; filling in the background (pid {server.pid}), "
+            f"installed as {ready['tag']} when complete (log: {control / 'server.log'})"
+        )
+    return 0
+
+
+def _start_server(args: argparse.Namespace, ctx: Context, *, children: bool) -> tuple[Any, Path, dict[str, Any]]:
+    """Start the detached server and wait until it mounted the image. Raises ServerFailed."""
+    import tempfile
+
+    from ..hub.reference import Reference
+    from ..lazy.serve import start_server, wait_ready
+    from .hub import _client
+
+    ref = Reference.parse(args.ref if hasattr(args, "ref") else args.tag)
+    with ctx.store() as store, _client(ref, ctx=None if args.json else ctx) as client:
+        control = Path(tempfile.mkdtemp(prefix="forkd-lazy-"))
+        server = start_server(
+            str(ref), client.base_url, client.token, store.root, control, as_tag=args.as_tag, children=children
+        )
+    return server, control, wait_ready(server, control)
+
+
+def _write_children(control: Path, pids: list[int]) -> None:
+    from manifest.fileops import write_atomically
+
+    write_atomically(control / "children.json", json.dumps({"pids": pids}))

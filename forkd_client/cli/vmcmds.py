@@ -102,7 +102,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         action="store_true",
         help="fork from a hub chain before it is downloaded: memory pages are fetched (and verified) as the "
         "children touch them, the rest afterwards, then the chain is installed as `forkd pull` installs it "
-        "(docs/lazy-fork.md; needs --exec)",
+        "(docs/lazy-fork.md; with --exec, or --keep: then a detached process serves them until they exit)",
     )
     p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="with --lazy: local tag to install the head as")
     p.add_argument(

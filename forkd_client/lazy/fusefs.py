@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import threading
@@ -31,6 +32,7 @@ from .errors import LazyUnsupported
 from .image import LazyImage
 
 FILE_NAME = mt.MEMORY_FILE
+_FUSE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # libfuse installs handlers where these have the default action
 MOUNT_TIMEOUT_S = 10.0
 
 
@@ -108,6 +110,8 @@ class LazyMount:
     def __init__(self, image: LazyImage, mountpoint: Path) -> None:
         fuse = _fuse_module()
         self.mountpoint = Path(mountpoint)
+        if os.path.ismount(self.mountpoint):  # left by a killed session ("transport endpoint is not connected")
+            _fusermount_unmount(self.mountpoint)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self.path = self.mountpoint / FILE_NAME
         self.error: BaseException | None = None
@@ -128,6 +132,8 @@ class LazyMount:
             except BaseException as e:  # noqa: BLE001 - reported by the mount wait / unmount
                 self.error = e
 
+        main = threading.current_thread() is threading.main_thread()
+        before = {sig: signal.getsignal(sig) for sig in _FUSE_SIGNALS} if main else {}
         self._thread = threading.Thread(target=serve, name="forkd-lazy-fuse", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + MOUNT_TIMEOUT_S
@@ -136,10 +142,20 @@ class LazyMount:
                 self.unmount()
                 raise OSError(f"the lazy memory image did not mount on {self.mountpoint}: {self.error or 'timeout'}")
             time.sleep(0.01)
+        # libfuse took over the signals that had their default action (SIGTERM, SIGHUP: "unmount and
+        # go on"); give them back, so they end this process as they would without a mount
+        for sig, handler in before.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
     def unmount(self) -> None:
         """Unmount (lazily: children still mapping the file keep their pages) and stop serving. Idempotent."""
         if os.path.ismount(self.mountpoint):
-            tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
-            subprocess.run([tool, "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+            _fusermount_unmount(self.mountpoint)
         self._thread.join(timeout=10)
+
+
+def _fusermount_unmount(mountpoint: Path) -> None:
+    """Unmount lazily (a mapping still in use keeps its pages); never raises."""
+    tool = shutil.which("fusermount3") or shutil.which("fusermount") or "fusermount"
+    subprocess.run([tool, "-u", "-z", str(mountpoint)], capture_output=True, check=False)

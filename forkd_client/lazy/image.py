@@ -8,7 +8,9 @@ the staged file. Chunks local snapshots hold are copied in first (:meth:`LazyIma
 from the local chunk index, re-hashed on read); a missing chunk comes from the hub as coalesced ranges of the layers'
 data blobs through :meth:`HubClient.read_ranges` (so presigned redirects and fetch plans work);
 every frame is decompressed and checked against its chunk digest before it is written.
-Concurrent reads of the same chunk fetch it once (the later ones wait for the first).
+Concurrent reads of the same chunk fetch it once (the later ones wait for the first). A read that
+misses also fetches the missing chunks of the next FORKD_LAZY_READAHEAD_BYTES (1 MiB; 0 turns it
+off) in the same requests, without waiting on them or failing for them.
 
 A chunk that fails verification or cannot be fetched is recorded (:class:`ChunkFailure`) and
 every read that touches it raises ChunkCorrupt / ChunkUnfetchable: wrong bytes are never served.
@@ -42,6 +44,7 @@ from .plan import ImagePlan, Request
 from .staged import PRESENT_SUFFIX, write_chunk_list
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
+READAHEAD_BYTES = 1 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
 
 #: a chunk's bytes from a local snapshot holding the same content (verified), or None
 LocalReader = Callable[[str], bytes | None]
@@ -66,6 +69,8 @@ class LazyImage:
         self.bitmap_path = self.path.with_name(self.path.name + PRESENT_SUFFIX)
         self.max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
         self.parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
+        #: chunks after a missing read fetched with it (FORKD_LAZY_READAHEAD_BYTES, default 1 MiB)
+        self.readahead = tunable("FORKD_LAZY_READAHEAD_BYTES", READAHEAD_BYTES, 0) // plan.chunk_size
         self.failures: dict[int, ChunkFailure] = {}
         self.profile: list[int] = []  # chunk indexes in the order reads first touched them
         self.bytes_fetched = 0  # frame bytes from the hub
@@ -137,12 +142,17 @@ class LazyImage:
                     if not self._touched[i]:
                         self._touched[i] = 1
                         self.profile.append(i)
-        self.ensure(indexes)
+        ahead: list[int] = []
+        if self.readahead and indexes and not all(self.present[i] for i in indexes):
+            end = min(indexes[-1] + 1 + self.readahead, self.plan.count)
+            ahead = [j for j in range(indexes[-1] + 1, end) if not self.present[j]]
+        self.ensure(indexes, ahead)
         return os.pread(self._fd, max(0, min(size, self.plan.size - offset)), offset)
 
-    def ensure(self, indexes: Sequence[int]) -> None:
-        """Make ``indexes`` present: fetch those nobody fetches yet, wait for those in flight.
-        Raises ChunkCorrupt / ChunkUnfetchable naming every chunk of ``indexes`` that failed."""
+    def ensure(self, indexes: Sequence[int], ahead: Sequence[int] = ()) -> None:
+        """Make ``indexes`` present: fetch those nobody fetches yet (with ``ahead``, chunks fetched in
+        the same requests but not waited for), wait for those in flight. Raises ChunkCorrupt /
+        ChunkUnfetchable naming every chunk of ``indexes`` (not of ``ahead``) that failed."""
         mine: list[int] = []
         waits: set[threading.Event] = set()
         done = threading.Event()
@@ -156,6 +166,11 @@ class LazyImage:
                     mine.append(i)
                 else:
                     waits.add(event)
+            if mine:
+                for j in ahead:
+                    if not self.present[j] and j not in self.failures and j not in self._inflight:
+                        self._inflight[j] = done
+                        mine.append(j)
         if mine:
             try:
                 self._fetch(mine)

@@ -15,9 +15,10 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
    (:mod:`.profile`), fetches those chunks in the background at once.
 
 :meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
-first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull whose local
-chunk index also reads the staged image (re-hashing each chunk): same verification, records and
-forkd-compatible layout as a pull, the chunks fetched once.
+first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull of the head
+pinned by digest, whose local chunk index (:func:`.staged.open_index`) also reads the staged image
+(re-hashing each chunk): same verification, records and forkd-compatible layout as a pull, the
+chunks fetched once.
 
 Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, the errors of :mod:`forkd_client.hub.pull`.
 """

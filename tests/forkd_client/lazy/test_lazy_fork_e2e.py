@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +82,9 @@ def test_lazy_children_answer_and_the_filled_chain_is_what_a_pull_installs(built
     assert 0 < before["chunks_fetched"] < chunks  # the children did not need every chunk
     assert out["failed_chunks"] == []
     assert out["installed"]["tag"] == "vm" and out["installed"]["digest"] == out["digest"]
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "lazy-fork.md").read_text()
+    example = json.loads(doc.split("<!-- lazy-json-example: fork -->")[1].split("```json")[1].split("```")[0])
+    assert set(example) == set(out) and set(example["before_fill"]) == set(before)  # the doc shows what it prints
 
     # byte-identical to a normal pull of the same reference
     carol = _env(tmp_path / "carol", hub)
@@ -118,3 +123,85 @@ def test_a_chunk_corrupted_on_the_hub_stops_the_child_names_the_chunk_and_instal
     assert "memory.bin chunk " in run.stderr and "is corrupt" in run.stderr
     listed = _forkd(bob, "images", "--json")
     assert json.loads(listed.stdout) == []
+
+
+def _wait(condition, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@needs_qemu
+def test_kept_lazy_children_outlive_the_cli_and_the_server_leaves_after_them(built, hub, tmp_path):
+    _push(built, tmp_path / "alice", hub)
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "fork", "acme/vm:v1", "--lazy", "--keep", "--as", "vm", "--exec", "cat /root/m2", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    child, server = out["children"][0]["pid"], out["server"]["pid"]
+    assert out["children"][0]["output"].split() == ["two"] and out["kept"]
+    assert not _gone(child) and not _gone(server)
+    result = Path(out["server"]["control"]) / "result.json"
+    _wait(result.exists)  # filled and installed while the child still runs
+    assert json.loads(result.read_text())["installed"]["tag"] == "vm"
+    assert not _gone(server)  # still serving the child's file
+    os.kill(child, signal.SIGKILL)
+    _wait(lambda: _gone(server), timeout=30)
+    assert not os.path.ismount(Path(out["memory_file"]).parent)
+    assert "vm" in {i["tag"] for i in json.loads(_forkd(bob, "images", "--json").stdout)}
+
+
+@needs_qemu
+def test_pull_lazy_returns_once_mounted_and_installs_in_the_background(built, hub, tmp_path):
+    _push(built, tmp_path / "alice", hub)
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "pull", "acme/vm:v1", "--lazy", "--as", "vm", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    want = (built / "snapshots" / "link" / "memory.bin").read_bytes()
+    assert Path(out["memory"]).read_bytes() == want  # readable through the mount, fetched as read
+    _wait(lambda: _gone(out["server"]["pid"]))
+    assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "vm"
+    assert (tmp_path / "bob" / "home" / "snapshots" / "vm" / "memory.bin").read_bytes() == want
+
+
+@pytest.mark.slow
+def test_a_killed_lazy_server_leaves_chunks_a_later_pull_resumes_from(hub, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    memory = os.urandom(8 << 20) + bytes(8 << 20)
+    (src / "memory.bin").write_bytes(memory)
+    (src / "vmstate").write_bytes(b"state" * 100)
+    alice = _env(tmp_path / "alice", hub)
+    assert _forkd(alice, "import", str(src), "img").returncode == 0
+    assert _forkd(alice, "login", hub.url, "--token-stdin", input=hub.token("ci", "push:acme/*") + "\n").returncode == 0
+    assert _forkd(alice, "push", "img", "acme/img:v1").returncode == 0
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "pull", "acme/img:v1", "--lazy", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    with open(out["memory"], "rb") as f:
+        assert f.read(4 << 20) == memory[: 4 << 20]  # half the data, fetched and verified
+    os.kill(out["server"]["pid"], signal.SIGKILL)
+    _wait(lambda: _gone(out["server"]["pid"]), timeout=30)
+    mountpoint = Path(out["memory"]).parent
+    assert os.path.ismount(mountpoint)  # dead ("transport endpoint is not connected") until a session clears it
+    subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=True)
+    pulled = _forkd(bob, "pull", "acme/img:v1", "--as", "img", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    link = json.loads(pulled.stdout)["links"][-1]
+    assert link["chunks_local"] >= 64 - 16  # 4 MiB of 64 KiB chunks (readahead may have added some)
+    assert link["chunks_local"] + link["chunks_fetched"] == 128
+    assert (tmp_path / "bob" / "home" / "snapshots" / "img" / "memory.bin").read_bytes() == memory

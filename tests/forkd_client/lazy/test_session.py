@@ -162,3 +162,112 @@ def test_a_saved_access_profile_is_fetched_first_by_the_next_session(chain3, oth
     with SnapshotStore(tmp_path / "fourth") as fourth, LazySession(fourth, client, REF) as third_session:
         third_session.open()
         assert third_session.hub_profile == first.image.profile
+
+
+def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_store, inproc_hub):
+    import httpx
+
+    from forkd_client.hub.client import HubClient
+    from forkd_client.lazy.errors import ChunkUnfetchable
+
+    from ..hub.hubproxy import proxy
+
+    token = _pushed(chain3, inproc_hub)
+    cut = {"on": False}
+
+    def drop_ranges(request: httpx.Request) -> httpx.Response | None:
+        if cut["on"] and "range" in request.headers:
+            raise httpx.ConnectError("connection refused", request=request)
+        return None
+
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, drop_ranges))
+    with LazySession(other_store, client, REF, as_tag="py") as session:
+        files = session.open()
+        chunk = session.image.plan.data_chunks()[0]
+        cut["on"] = True  # the hub goes away after the mount
+        with open(files.memory, "rb") as f:
+            f.seek(chunk * session.image.plan.chunk_size)
+            with pytest.raises(OSError, match="Input/output error"):
+                f.read(100)
+        with pytest.raises(ChunkUnfetchable, match=rf"memory\.bin chunk {chunk} .* could not be fetched: from blob"):
+            session.raise_failures()
+        assert not session.image.failures[chunk].corrupt
+    assert other_store.tags() == []
+
+
+def test_chunks_an_installed_parent_holds_come_from_local_disk(chain3, other_store, inproc_hub):
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    push(chain3, client, "mid", Reference.parse("acme/py:mid"))
+    pull(other_store, client, Reference.parse("acme/py:mid"), as_tag="mid")
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, client, REF, as_tag="py") as session:
+        files = session.open()
+        image = session.image
+        held = image.chunks_local
+        assert held > 0 and image.chunks_fetched == 0  # copied in before the mount, from the parent
+        assert files.memory.read_bytes() == want
+        assert image.chunks_fetched <= len(image.plan.data_chunks()) - held  # only the head's own chunks
+
+
+def test_a_mount_left_by_a_killed_session_is_cleared_before_mounting_again(chain3, other_store, inproc_hub):
+    import subprocess
+    import sys
+
+    token = _pushed(chain3, inproc_hub)
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        files = session.open()
+        mountpoint = files.memory.parent
+    # a process that mounted the same directory and was SIGKILLed leaves a dead mount behind
+    script = (
+        "import os, signal, sys, mfusepy\n"
+        "class Ops(mfusepy.Operations):\n    use_ns = True\n"
+        f"pid = os.fork()\nif pid == 0:\n    mfusepy.FUSE(Ops(), {str(mountpoint)!r}, foreground=True)\n    sys.exit(0)\n"
+        f"import time\nwhile not os.path.ismount({str(mountpoint)!r}): time.sleep(0.01)\n"
+        "os.kill(pid, signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert os.path.ismount(mountpoint)
+    with LazySession(other_store, inproc_hub.client(token), REF) as again:
+        files = again.open()
+        assert files.memory.read_bytes() == (chain3.path("head") / "memory.bin").read_bytes()
+    assert not os.path.ismount(mountpoint)
+
+
+def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc_hub, monkeypatch):
+    import threading
+    import time
+
+    from forkd_client.hub.client import HubClient
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", "0")
+    token = _pushed(chain3, inproc_hub)
+    asked: list[tuple[str, list]] = []
+    gate = threading.Event()
+
+    class Counting(HubClient):
+        def read_ranges(self, name, digest, ranges):  # the hub answers only once every reader is waiting
+            asked.append((digest, list(ranges)))
+            gate.wait(10)
+            return super().read_ranges(name, digest, ranges)
+
+    client = Counting(str(inproc_hub.http.base_url), token, http=inproc_hub.http)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, client, REF) as session:
+        session.open()
+        image, cs = session.image, session.image.plan.chunk_size
+        chunk = image.plan.data_chunks()[0]
+        got: list[bytes] = []
+        readers = [
+            threading.Thread(target=lambda k=k: got.append(image.read(chunk * cs + k * 4096, 4096))) for k in range(8)
+        ]
+        for reader in readers:
+            reader.start()
+        while not image._inflight:
+            pass
+        time.sleep(0.5)  # the other readers reach the chunk while its fetch is held (so they wait on it)
+        gate.set()
+        for reader in readers:
+            reader.join(30)
+        assert len(asked) == 1 and image.chunks_fetched == 1
+        assert sorted(got) == sorted(want[chunk * cs + k * 4096 : chunk * cs + (k + 1) * 4096] for k in range(8))
