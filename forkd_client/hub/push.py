@@ -6,10 +6,13 @@ function of the snapshot, so every hub gets the same digests), upload every blob
 lacks with resumable uploads, and PUT the manifest by digest. Finally tag the head. A data
 blob is sent as a recipe: the hub is asked which of its frames it already holds where this
 user may read them (``frames/query``), only the others are uploaded, and the recipe (every
-frame in order, each marked uploaded or held) lets the hub rebuild and verify the blob.
-Interrupted at any point, running the same command again resumes: built blobs are rebuilt
-byte-identically and each upload continues from the offset the hub committed (a recipe
-upload keeps the frame selection it started with).
+frame in order, each marked uploaded or held) lets the hub rebuild and verify the blob. The
+new frames go up while the layer is still being built (:mod:`.streaming`, declaring the recipe
+in parts so the hub verifies each PATCH as it arrives); ``FORKD_PUSH_STREAM=0``, or a hub that
+predates declared recipes, uploads them after the build instead. Interrupted at any point,
+running the same command again resumes: built blobs are rebuilt byte-identically and each
+upload continues from the offset the hub committed (a recipe upload keeps the frame selection
+it started with; a blob streamed during the build is streamed again from its first frame).
 
 Errors: forkd_client.hub.errors (HubError family), ClientError from the store, OSError.
 """
@@ -45,6 +48,7 @@ from .progress import NullProgress, Progress
 from .reference import Reference
 from .signing import push_signature
 from .state import TransferState
+from .streaming import FrameUploader, StreamedBlob
 
 UPLOAD_PART = 16 << 20
 
@@ -214,8 +218,27 @@ def _push_link(
     try:
         progress.log(f"{snap.tag}: computing layer against {parent.tag if parent else 'nothing (base)'}")
         progress.busy(f"{snap.tag}: computing layer")  # piped: "still working" lines on a big layer
-        layer = build_layer(snap, parent, parent_digest, work, digests, chunk_tree, chunk_size=chunk_size)
-        uploaded, new_frames, held_frames, held_bytes = _upload_blobs(client, state, name, layer, progress, snap.tag)
+        # new frames go to the hub while the layer is still being built (.streaming)
+        uploader = FrameUploader(client, name, upload_part_bytes()) if _streaming() else None
+        try:
+            layer = build_layer(
+                snap,
+                parent,
+                parent_digest,
+                work,
+                digests,
+                chunk_tree,
+                chunk_size=chunk_size,
+                on_frame=uploader.frame if uploader is not None else None,
+            )
+        except BaseException:
+            if uploader is not None:
+                uploader.abort()
+            raise
+        streamed = uploader.close() if uploader is not None else {}
+        uploaded, new_frames, held_frames, held_bytes = _upload_blobs(
+            client, state, name, layer, progress, snap.tag, streamed
+        )
         if not client.manifest_exists(name, layer.digest):
             client.put_manifest(name, layer.digest, layer.manifest, public=public)
         return LinkPushed(
@@ -232,27 +255,63 @@ def _push_link(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _streaming() -> bool:
+    """Upload frames while building (the default); ``FORKD_PUSH_STREAM=0`` uploads after the build."""
+    return os.environ.get("FORKD_PUSH_STREAM", "1").strip() not in ("0", "false", "no")
+
+
 def _upload_blobs(
-    client: HubClient, state: TransferState, name: str, layer: BuiltLayer, progress: Progress, tag: str
+    client: HubClient,
+    state: TransferState,
+    name: str,
+    layer: BuiltLayer,
+    progress: Progress,
+    tag: str,
+    streamed: dict[int, StreamedBlob],
 ) -> tuple[int, int, int, int]:
-    """Upload what the hub lacks; return (bytes sent, frames uploaded, frames the hub already held,
-    bytes of those held frames)."""
-    missing = [d for d in layer.blobs if not client.blob_exists(name, d)]
+    """Finish the data blobs streamed during the build and upload what else the hub lacks; return
+    (bytes sent, frames uploaded, frames the hub already held, bytes of those held frames)."""
+    done: dict[str, StreamedBlob] = {}
+    for number, digest in enumerate(layer.data_blobs):
+        blob, stream = layer.data_blobs[digest], streamed.get(number)
+        if stream is not None and stream.declared == len(blob.frames):
+            done[digest] = stream
+        elif stream is not None:  # cannot happen with a whole build; start that blob over
+            client.cancel_upload(stream.location)
+    missing = [d for d in layer.blobs if d not in done and not client.blob_exists(name, d)]
     recipes = {
         d: _RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing if d in layer.data_blobs
     }
     total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
-    progress.task(f"push {tag}", total)
+    progress.task(f"push {tag}", total + sum(s.sent for s in done.values()))
     sent = 0
+    for digest, stream in done.items():
+        blob = layer.data_blobs[digest]
+        client.finish_recipe(name, stream.location, _recipe_document(blob, stream.inline))
+        sent += stream.sent
+        progress.advance(stream.sent)
     for digest in missing:
         if digest in recipes:
             sent += recipes[digest].send(client, state, name, progress)
         else:
             sent += _upload_one(client, state, name, digest, layer.blobs[digest], progress)
-    new = sum(len(r.inline) for r in recipes.values())
-    held = sum(len(r.blob.frames) - len(r.inline) for r in recipes.values())
-    held_bytes = sum(f.length for r in recipes.values() for f in r.blob.frames if f.digest not in r.inline)
+    uploads = [(r.blob, r.inline) for r in recipes.values()] + [
+        (layer.data_blobs[d], s.inline) for d, s in done.items()
+    ]
+    new = sum(len(inline) for _, inline in uploads)
+    held = sum(len(blob.frames) - len(inline) for blob, inline in uploads)
+    held_bytes = sum(f.length for blob, inline in uploads for f in blob.frames if f.digest not in inline)
     return sent, new, held, held_bytes
+
+
+def _recipe_document(blob: DataBlob, inline: set[str]) -> dict:
+    """The recipe of ``blob`` (docs/http-api.md): every frame in order, marked uploaded or held."""
+    return {
+        "mediaType": mt.RECIPE,
+        "digest": blob.digest,
+        "size": blob.size,
+        "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in inline] for f in blob.frames],
+    }
 
 
 @dataclass
@@ -298,12 +357,7 @@ class _RecipeUpload:
             if offset > size:
                 client.cancel_upload(self.location)  # type: ignore[arg-type]
                 self.location, offset = None, 0
-        recipe = {
-            "mediaType": mt.RECIPE,
-            "digest": self.blob.digest,
-            "size": self.blob.size,
-            "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in self.inline] for f in self.blob.frames],
-        }
+        recipe = _recipe_document(self.blob, self.inline)
         if not self.location:
             self.location = client.start_upload(name)
             self._save(state)
