@@ -76,11 +76,11 @@ def _parsed(ctx: RegistryContext, row: UploadRecipe) -> Recipe:
     key = (row.upload_id, len(row.recipe))
     recipe = _RECIPES.get(key)
     if recipe is None:
-        doc = json.loads(row.recipe)
-        if "digest" in doc:
-            recipe = parse_recipe(doc, ctx.limits.blob_bytes)
-        else:
-            recipe = Recipe("", 0, parse_frames(doc["frames"]))
+        if row.recipe.startswith(b"{"):
+            recipe = parse_recipe(json.loads(row.recipe), ctx.limits.blob_bytes)
+        else:  # declared in parts: one JSON list of frames per line, appended as they came
+            frames = [item for line in row.recipe.splitlines() for item in json.loads(line)]
+            recipe = Recipe("", 0, parse_frames(frames))
         _remember(key, recipe)
     return recipe
 
@@ -139,11 +139,14 @@ async def declare(ctx: RegistryContext, principal: Principal, upload_id: str, do
             raise bad_upload("declare the recipe before uploading frames", uuid=upload_id, size=size)
         await check_held(session, principal, recipe)
         frames = have + recipe.frames
-        document = json.dumps(
-            {"mediaType": mt.RECIPE, "digest": recipe.digest, "size": recipe.size, "frames": _frames_json(frames)}
-            if not partial
-            else {"mediaType": mt.RECIPE, "frames": _frames_json(frames)}
-        ).encode()
+        if partial:  # appended, not rewritten: a part costs its own size
+            document = (
+                (row.recipe if row is not None else b"") + json.dumps(_frames_json(recipe.frames)).encode() + b"\n"
+            )
+        else:
+            document = json.dumps(
+                {"mediaType": mt.RECIPE, "digest": recipe.digest, "size": recipe.size, "frames": _frames_json(frames)}
+            ).encode()
         if row is None:
             row = new_state(upload_id, document)
         else:
