@@ -7,9 +7,10 @@ lacks with resumable uploads, and PUT the manifest by digest. Finally tag the he
 blob is sent as a recipe: the hub is asked which of its frames it already holds where this
 user may read them (``frames/query``), only the others are uploaded, and the recipe (every
 frame in order, each marked uploaded or held) lets the hub rebuild and verify the blob. The
-new frames go up while the layer is still being built (:mod:`.streaming`, declaring the recipe
-in parts so the hub verifies each PATCH as it arrives); ``FORKD_PUSH_STREAM=0``, or a hub that
-predates declared recipes, uploads them after the build instead. Interrupted at any point,
+recipe is declared before the frames go up, so the hub verifies each PATCH as it arrives (a hub
+that predates that verifies at the finish). With ``FORKD_PUSH_STREAM=1`` the new frames go up
+while the layer is still being built (:mod:`.streaming`, declaring the recipe in parts).
+Interrupted at any point,
 running the same command again resumes: built blobs are rebuilt byte-identically and each
 upload continues from the offset the hub committed (a recipe upload keeps the frame selection
 it started with; a blob streamed during the build is streamed again from its first frame).
@@ -256,8 +257,9 @@ def _push_link(
 
 
 def _streaming() -> bool:
-    """Upload frames while building (the default); ``FORKD_PUSH_STREAM=0`` uploads after the build."""
-    return os.environ.get("FORKD_PUSH_STREAM", "1").strip() not in ("0", "false", "no")
+    """``FORKD_PUSH_STREAM=1``: upload frames while building. Off by default: on the 2 shared cores
+    where it was measured it was slower (docs/benchmarks.md, "Hub: chunk upload…")."""
+    return os.environ.get("FORKD_PUSH_STREAM", "0").strip() in ("1", "true", "yes")
 
 
 def _upload_blobs(

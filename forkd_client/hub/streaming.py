@@ -7,7 +7,10 @@ That thread, per data blob, opens an upload session and, for each part's worth o
 the session (``PUT …/blobs/uploads/<id>/recipe`` with ``from``: the recipe in parts, docs/http-api.md)
 and PATCHes the bytes of the others, which the hub verifies as they stream in. So compressing,
 uploading and the hub's verification overlap. When the build is done the blobs' digests are known
-and :mod:`.push` finishes each session with the whole recipe.
+and :mod:`.push` finishes each session with the whole recipe. Opt-in (``FORKD_PUSH_STREAM=1``):
+with client and hub on the same two shared cores it was slower than uploading after the build
+(both sides are CPU-bound there; docs/benchmarks.md), it is meant for a client and a hub on
+machines of their own.
 
 A hub that predates declared recipes (405 on the first declaration) stops the streaming: the
 blobs are then uploaded after the build, as before. An interrupted streamed upload is not

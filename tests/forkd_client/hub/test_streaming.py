@@ -1,4 +1,5 @@
-"""forkd push uploads new frames while the layer is still being built, into a real (in-process) hub."""
+"""forkd push with FORKD_PUSH_STREAM=1 uploads new frames while the layer is still being built, into a real
+(in-process) hub."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def test_frames_go_up_while_the_layer_is_built(store, other_store, inproc_hub, t
         f.write(os.urandom(2 << 20))
     (source / "vmstate").write_bytes(os.urandom(3000))
     store.import_snapshot(source, "base")
+    monkeypatch.setenv("FORKD_PUSH_STREAM", "1")
     monkeypatch.setenv("FORKD_UPLOAD_PART_BYTES", str(64 << 10))  # a part per frame or two
     patched = threading.Event()
     real_upload, real_finish = client_mod.HubClient.upload_chunk, layer_mod.LayerBuilder.finish
@@ -48,6 +50,7 @@ def test_frames_go_up_while_the_layer_is_built(store, other_store, inproc_hub, t
 
 def test_streamed_and_after_the_build_push_the_same_layers(chain3, inproc_hub, monkeypatch):
     token = inproc_hub.token("ci", "push:acme/*")
+    monkeypatch.setenv("FORKD_PUSH_STREAM", "1")
     streamed = push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/a:v1"))
     monkeypatch.setenv("FORKD_PUSH_STREAM", "0")
     later = push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/b:v1"))
@@ -70,6 +73,7 @@ def test_a_hub_without_declared_recipes_gets_the_frames_after_the_build(chain3, 
         return real(self, method, path, *args, **kwargs)
 
     monkeypatch.setattr(client_mod.HubClient, "_request", older_hub)
+    monkeypatch.setenv("FORKD_PUSH_STREAM", "1")  # the streamer falls back too
     token = inproc_hub.token("ci", "push:acme/*")
     ref = Reference.parse("acme/py:v1")
     pushed = push(chain3, inproc_hub.client(token), "head", ref)
