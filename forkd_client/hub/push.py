@@ -20,9 +20,7 @@ Errors: forkd_client.hub.errors (HubError family), ClientError from the store, O
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -30,39 +28,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from manifest import mediatypes as mt
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.chunktree import file_chunk_tree
-from manifest.layer import DataBlob
 from manifest.signature import fingerprint
 
 from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
+from .blobupload import RecipeUpload, recipe_document, upload_blob, upload_part_bytes
 from .client import ANYWHERE, HubClient
-from .errors import DigestInvalid, HubError, NotFound
 from .layers import BuiltLayer, build_layer
 from .progress import NullProgress, Progress
 from .reference import Reference
 from .signing import push_signature
 from .state import TransferState
 from .streaming import FrameUploader, StreamedBlob
-
-UPLOAD_PART = 16 << 20
-
-
-def upload_part_bytes() -> int:
-    """Bytes per upload request: each is committed by the hub, so a resume repeats at most one.
-    ``FORKD_UPLOAD_PART_BYTES`` overrides the 16 MiB default (minimum 64 KiB)."""
-    raw = os.environ.get("FORKD_UPLOAD_PART_BYTES")
-    if raw is None:
-        return UPLOAD_PART
-    if not raw.strip().isdigit():
-        raise HubError(f"FORKD_UPLOAD_PART_BYTES={raw!r} is not a whole number of bytes")
-    return max(64 << 10, int(raw))
 
 
 @dataclass
@@ -281,22 +263,20 @@ def _upload_blobs(
         elif stream is not None:  # cannot happen with a whole build; start that blob over
             client.cancel_upload(stream.location)
     missing = [d for d in layer.blobs if d not in done and not client.blob_exists(name, d)]
-    recipes = {
-        d: _RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing if d in layer.data_blobs
-    }
+    recipes = {d: RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing if d in layer.data_blobs}
     total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
     progress.task(f"push {tag}", total + sum(s.sent for s in done.values()))
     sent = 0
     for digest, stream in done.items():
         blob = layer.data_blobs[digest]
-        client.finish_recipe(name, stream.location, _recipe_document(blob, stream.inline))
+        client.finish_recipe(name, stream.location, recipe_document(blob, stream.inline))
         sent += stream.sent
         progress.advance(stream.sent)
     for digest in missing:
         if digest in recipes:
             sent += recipes[digest].send(client, state, name, progress)
         else:
-            sent += _upload_one(client, state, name, digest, layer.blobs[digest], progress)
+            sent += upload_blob(client, state, name, digest, layer.blobs[digest], progress)
     uploads = [(r.blob, r.inline) for r in recipes.values()] + [
         (layer.data_blobs[d], s.inline) for d, s in done.items()
     ]
@@ -306,170 +286,4 @@ def _upload_blobs(
     return sent, new, held, held_bytes
 
 
-def _recipe_document(blob: DataBlob, inline: set[str]) -> dict:
-    """The recipe of ``blob`` (docs/http-api.md): every frame in order, marked uploaded or held."""
-    return {
-        "mediaType": mt.RECIPE,
-        "digest": blob.digest,
-        "size": blob.size,
-        "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest in inline] for f in blob.frames],
-    }
-
-
-@dataclass
-class _RecipeUpload:
-    """A data blob pushed as its new frames plus its recipe (docs/http-api.md, "Push, step by step")."""
-
-    blob: DataBlob
-    key: str
-    location: str | None
-    inline: set[str]
-
-    @property
-    def inline_bytes(self) -> int:
-        return sum(f.length for f in self.blob.frames if f.digest in self.inline)
-
-    @classmethod
-    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> _RecipeUpload:
-        """Resume the selection of an interrupted upload, or ask the hub which frames it holds."""
-        key = f"recipe|{client.base_url}|{name}|{blob.digest}"
-        saved = state.get(key)
-        if saved:
-            try:
-                doc = json.loads(saved)
-                return cls(blob, key, str(doc["location"]), set(doc["inline"]))
-            except (ValueError, KeyError, TypeError):
-                state.delete(key)
-        held = client.query_frames(name, [f.digest for f in blob.frames])
-        return cls(blob, key, None, {f.digest for f in blob.frames if f.digest not in held})
-
-    def _save(self, state: TransferState) -> None:
-        state.set(self.key, json.dumps({"location": self.location, "inline": sorted(self.inline)}))
-
-    def send(self, client: HubClient, state: TransferState, name: str, progress: Progress) -> int:
-        """Upload the inline frames (resuming at the hub's offset), then finish with the recipe."""
-        spans = [(f.offset, f.length) for f in self.blob.frames if f.digest in self.inline]
-        size = sum(n for _, n in spans)
-        offset = 0
-        if self.location:
-            try:
-                offset = client.upload_offset(self.location)
-            except NotFound:
-                self.location = None
-            if offset > size:
-                client.cancel_upload(self.location)  # type: ignore[arg-type]
-                self.location, offset = None, 0
-        recipe = _recipe_document(self.blob, self.inline)
-        if not self.location:
-            self.location = client.start_upload(name)
-            self._save(state)
-            client.declare_recipe(name, self.location, recipe)  # the hub verifies each part as it arrives
-        progress.advance(offset)
-        ends = list(itertools.accumulate(n for _, n in spans))
-        part_size = upload_part_bytes()
-        sent = 0
-        with open(self.blob.path, "rb") as f:
-            while offset < size:
-                part = _read_spans(f, spans, offset, _part_end(ends, offset, part_size) - offset)
-                self.location = client.upload_chunk(self.location, part, offset)
-                self._save(state)
-                offset += len(part)
-                sent += len(part)
-                progress.advance(len(part))
-        try:
-            client.finish_recipe(name, self.location, recipe)
-        finally:
-            state.delete(self.key)  # finished, or refused (the hub dropped the session): start over next time
-        return sent
-
-
-def _part_end(ends: list[int], offset: int, part_size: int) -> int:
-    """Where the part from ``offset`` ends: at the last frame end within ``part_size`` bytes (the hub
-    then verifies whole frames per request and carries nothing over), or at the first frame end
-    when one frame is larger than a part."""
-    last = bisect.bisect_right(ends, offset + part_size) - 1
-    if last >= 0 and ends[last] > offset:
-        return ends[last]
-    return ends[bisect.bisect_right(ends, offset)]
-
-
-def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:
-    """``length`` bytes at ``offset`` of the concatenation of the file's ``spans``."""
-    out = bytearray()
-    position = 0
-    for start, n in spans:
-        if position + n <= offset:
-            position += n
-            continue
-        if len(out) >= length:
-            break
-        skip = max(0, offset - position)
-        take = min(n - skip, length - len(out))
-        f.seek(start + skip)
-        out += f.read(take)
-        position += n
-    return bytes(out)
-
-
-def _upload_one(
-    client: HubClient, state: TransferState, name: str, digest: str, source: bytes | Path, progress: Progress
-) -> int:
-    key = f"upload|{client.base_url}|{name}|{digest}"
-    size = len(source) if isinstance(source, bytes) else source.stat().st_size
-    location = state.get(key)
-    offset = 0
-    if location:
-        try:
-            offset = client.upload_offset(location)
-        except NotFound:
-            location = None
-        if offset > size:
-            client.cancel_upload(location)  # type: ignore[arg-type]
-            location, offset = None, 0
-    if not location:
-        location = client.start_upload(name)
-        state.set(key, location)
-    progress.advance(offset)
-    part_size = upload_part_bytes()
-    sent = 0
-    with open(source, "rb") if isinstance(source, Path) else _BytesReader(source) as f:
-        f.seek(offset)
-        while offset < size:
-            part = f.read(min(part_size, size - offset))
-            location = client.upload_chunk(location, part, offset)
-            state.set(key, location)
-            offset += len(part)
-            sent += len(part)
-            progress.advance(len(part))
-    try:
-        client.finish_upload(location, digest)
-    except DigestInvalid:
-        # the hub holds bytes that are not this blob (a changed file, a torn resume): start over
-        # next time instead of resuming the same bad session forever
-        state.delete(key)
-        client.cancel_upload(location)
-        raise
-    state.delete(key)
-    return sent
-
-
-class _BytesReader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def __enter__(self) -> _BytesReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def seek(self, pos: int) -> None:
-        self.pos = pos
-
-    def read(self, n: int) -> bytes:
-        out = self.data[self.pos : self.pos + n]
-        self.pos += len(out)
-        return out
-
-
-__all__ = ["LinkPushed", "PushResult", "push"]
+__all__ = ["LinkPushed", "PushResult", "push", "upload_part_bytes"]

@@ -233,9 +233,13 @@ class FrameStream:
         self.failed = False
 
     async def feed(self, data: bytes) -> None:
+        """Take the next bytes of a PATCH. Raises as :meth:`settle` as soon as they go beyond the
+        frames declared (the hub never buffers more than a frame and a batch)."""
         self._buffer += data
         if len(self._buffer) >= _BATCH:
             await self._advance(final=False)
+            if self._index >= len(self._recipe.frames) and self._buffer:
+                await self.settle()
 
     async def settle(self) -> None:
         """Check every complete frame received; refuse bytes beyond the recipe's uploaded frames."""
