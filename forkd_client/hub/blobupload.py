@@ -2,9 +2,9 @@
 
 :class:`RecipeUpload` asks the hub which frames of a data blob it holds (``frames/query``),
 opens a session, declares the recipe on it (so the hub verifies each part as it arrives;
-docs/http-api.md), uploads the other frames in parts cut at frame ends, and finishes with the
-recipe; :func:`upload_blob` uploads any other blob. Both resume an interrupted upload from the
-offset the hub committed (a recipe upload keeps the frame selection it started with), keeping
+docs/http-api.md), uploads the other frames in parts, and finishes with the recipe;
+:func:`upload_blob` uploads any other blob. Both resume an interrupted upload from the offset
+the hub committed (a recipe upload keeps the frame selection it started with), keeping
 their place in the transfer state.
 
 Errors: forkd_client.hub.errors (HubError family), OSError.
@@ -12,8 +12,6 @@ Errors: forkd_client.hub.errors (HubError family), OSError.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -103,12 +101,13 @@ class RecipeUpload:
             self._save(state)
             client.declare_recipe(name, self.location, recipe)  # the hub verifies each part as it arrives
         progress.advance(offset)
-        ends = list(itertools.accumulate(n for _, n in spans))
         part_size = upload_part_bytes()
         sent = 0
         with open(self.blob.path, "rb") as f:
             while offset < size:
-                part = _read_spans(f, spans, offset, _part_end(ends, offset, part_size) - offset)
+                # whole parts, not cut at frame ends: an object store keeps appends in parts of this
+                # size (S3 multipart), and the hub carries a frame a part ends inside to the next one
+                part = _read_spans(f, spans, offset, min(part_size, size - offset))
                 self.location = client.upload_chunk(self.location, part, offset)
                 self._save(state)
                 offset += len(part)
@@ -119,16 +118,6 @@ class RecipeUpload:
         finally:
             state.delete(self.key)  # finished, or refused (the hub dropped the session): start over next time
         return sent
-
-
-def _part_end(ends: list[int], offset: int, part_size: int) -> int:
-    """Where the part from ``offset`` ends: at the last frame end within ``part_size`` bytes (the hub
-    then verifies whole frames per request and carries nothing over), or at the first frame end
-    when one frame is larger than a part."""
-    last = bisect.bisect_right(ends, offset + part_size) - 1
-    if last >= 0 and ends[last] > offset:
-        return ends[last]
-    return ends[bisect.bisect_right(ends, offset)]
 
 
 def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:
