@@ -19,7 +19,9 @@ The limit of each direction is the slowest of its three (push: PUT, disk write, 
 pull: GET, disk write, decompress+hash); "vs limit" is forkd against it (issue 15: >= 0.5x).
 
 Then ``forkd push`` of the base into a fresh hub (new data dir each run, so nothing dedups
-against an earlier run) and ``forkd pull`` of it into an empty store, both as real CLI
+against an earlier run; once as it comes, frames sent after the layer is built, and once with
+``FORKD_PUSH_STREAM=1``, frames sent while it builds) and ``forkd pull`` of it into an
+empty store, both as real CLI
 processes (their start-up included). MiB/s are of data bytes; ratios are hub / raw. Wire bytes
 come from one extra, untimed push and pull through a byte-counting TCP proxy.
 """
@@ -235,6 +237,13 @@ def main() -> None:
         )
         pulled = pullers[0].home / "snapshots" / "mem" / "memory.bin"
         identical = sha256_file(pulled) == sha256_file(src / "memory.bin")
+        # the same push uploading frames while the layer is built (FORKD_PUSH_STREAM=1, opt-in)
+        while_building = {"FORKD_PUSH_STREAM": "1"}
+        streamed_t = timed_runs(
+            lambda i: live["user"].json("push", "base", "acme/mem:v1", "--public", env=while_building),
+            args.repeat,
+            before=lambda i: fresh_hub(100 + i),
+        )
 
         # wire bytes: one untimed push and pull through a counting proxy in front of a fresh hub
         fresh_hub(args.repeat)
@@ -278,6 +287,7 @@ def main() -> None:
     rows.append(row(f"zstd-3 + blake3 + sha256 ({cores} threads)", comp, None, None))
     rows.append(row(f"unzstd + blake3 ({cores} threads)", decomp, None, None))
     rows.append(row("forkd push base (CLI, fresh hub)", push_t, "put", "dw", "push"))
+    rows.append(row("  same, frames sent while building", streamed_t, "put", "dw", "push"))
     rows.append(row("forkd pull into an empty store (CLI)", pull_t, "get", "dr", "pull"))
 
     print(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,8 +114,13 @@ class LayerBuilder:
         max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
         level: int = DEFAULT_ZSTD_LEVEL,
         threads: int | None = None,
+        on_frame: Callable[[int, Frame, bytes], None] | None = None,
     ) -> None:
+        """``on_frame(blob number, frame, bytes)`` is called for every frame as it is appended to
+        the number-th data blob (in order, on the thread calling ``add_file``): a push uploads
+        frames while the layer is still being built. What it raises stops the build."""
         self.out_dir = Path(out_dir)
+        self._on_frame = on_frame
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._max_blob = max_blob_bytes
         self._level = level
@@ -220,6 +225,8 @@ class LayerBuilder:
         blob.hasher.update(frame)
         blob.frames.append(Frame(offset, len(frame), frame_digest, chunk, raw_length))
         blob.size += len(frame)
+        if self._on_frame is not None:
+            self._on_frame(len(self._blobs) - 1, blob.frames[-1], frame)
         self.stats.new_stored_bytes += len(frame)
         return blob, offset, len(frame)
 

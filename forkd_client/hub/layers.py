@@ -23,7 +23,7 @@ import zstandard
 from manifest import mediatypes as mt
 from manifest.diff import ChunkChange, diff_files
 from manifest.digest import digest_bytes
-from manifest.layer import DataBlob, LayerBuilder, LayerStats
+from manifest.layer import DataBlob, Frame, LayerBuilder, LayerStats
 from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
 
 from ..snapdir import LocalSnapshot, carried_fields
@@ -80,15 +80,19 @@ def build_layer(
     chunk_trees: ChunkTrees,
     *,
     chunk_size: int,
+    on_frame: Callable[[int, Frame, bytes], None] | None = None,
 ) -> BuiltLayer:
-    """Build the layer of ``snap`` on ``parent`` (whose pushed manifest digest is ``parent_manifest``)."""
+    """Build the layer of ``snap`` on ``parent`` (whose pushed manifest digest is ``parent_manifest``).
+
+    ``on_frame`` sees every new frame as it is appended to a data blob (:class:`LayerBuilder`); the
+    data blobs in ``BuiltLayer.data_blobs`` are in the order of its blob numbers."""
     chunked = [role for role in mt.CHUNKED_FILES if (snap.dir / role).is_file()]
     changes = {}
     for role in chunked:
         parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
         changes[role] = (parent_file, _changed_indexes(parent_file, snap.dir / role, chunk_size))
 
-    builder = LayerBuilder(work_dir)
+    builder = LayerBuilder(work_dir, on_frame=on_frame)
     files: dict[str, FileInfo] = {}
     try:
         for role in chunked:

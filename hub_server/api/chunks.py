@@ -86,8 +86,8 @@ class ChunkController(Controller):
         principal: NamedDependency[Principal],
         registry: NamedDependency[Registry],
     ) -> Response[None]:
-        body = await read_limited(request, MAX_RECIPE_BYTES, "recipe")
-        status = await registry.uploads.declare_recipe(principal, ns, repo, uuid, body, _recipe(body))
+        recipe = _recipe(await read_limited(request, MAX_RECIPE_BYTES, "recipe"))
+        status = await registry.uploads.declare_recipe(principal, ns, repo, uuid, recipe)
         return Response(b"", status_code=202, headers=upload_headers(ns, repo, status.id, status.size))
 
 

@@ -260,7 +260,7 @@ class UploadRecipe(SQLModel, table=True):
 
     upload_id: str = Field(sa_column=Column(String(36), ForeignKey("uploads.id", ondelete="CASCADE"), primary_key=True))
     recipe: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
-    """The recipe document as declared (JSON)."""
+    """The recipe as declared: its JSON document, or, declared in parts, one JSON list of frames per line."""
     next_frame: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
     """Frames before this one are verified and hashed."""
     consumed: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))

@@ -59,6 +59,7 @@ __all__ = [
     "check_held",
     "ingest_recipe",
     "keep_frames",
+    "parse_frames",
     "parse_recipe",
     "readable_frames",
 ]
@@ -97,11 +98,20 @@ def parse_recipe(obj: Any, max_size: int) -> Recipe:
         raise bad_upload("recipe.digest must be a sha256 digest", field="digest")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= max_size:
         raise bad_upload(f"recipe.size must be a positive byte count of at most {max_size}", field="size")
+    out = parse_frames(frames)
+    total = sum(f.length for f in out)
+    if total != size:
+        raise bad_upload(f"the recipe's frames add up to {total} bytes, recipe.size says {size}", field="size")
+    return Recipe(digest, size, out)
+
+
+def parse_frames(frames: Any, first: int = 0) -> tuple[RecipeFrameSpec, ...]:
+    """Validate a recipe's ``frames`` list (numbered from ``first`` in messages). Raises
+    HubError(BLOB_UPLOAD_INVALID) naming the field."""
     if not isinstance(frames, list) or not frames:
         raise bad_upload("recipe.frames must be a non-empty list", field="frames")
     out: list[RecipeFrameSpec] = []
-    total = 0
-    for i, item in enumerate(frames):
+    for i, item in enumerate(frames, first):
         where = f"recipe.frames[{i}]"
         if not isinstance(item, list) or len(item) != 5:
             raise bad_upload(f"{where} must be [frameDigest, chunkDigest, rawLength, length, inline]", field=where)
@@ -115,10 +125,7 @@ def parse_recipe(obj: Any, max_size: int) -> Recipe:
         if not isinstance(inline, bool):
             raise bad_upload(f"{where}: inline must be true or false", field=where)
         out.append(RecipeFrameSpec(fd, cd, raw, length, inline))
-        total += length
-    if total != size:
-        raise bad_upload(f"the recipe's frames add up to {total} bytes, recipe.size says {size}", field="size")
-    return Recipe(digest, size, tuple(out))
+    return tuple(out)
 
 
 async def readable_frames(session: AsyncSession, principal: Principal, digests: Sequence[str]) -> dict[str, Frame]:

@@ -28,6 +28,7 @@ import contextlib
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import update
 from sqlmodel import col, select
@@ -37,53 +38,127 @@ from hub_server.auth.scopes import Principal
 from hub_server.db.models import Frame, UploadRecipe
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.packs import Recipe, RecipeFrameSpec, bad_upload, check_frames, check_held, parse_recipe
+from hub_server.registry.packs import (
+    Recipe,
+    RecipeFrameSpec,
+    bad_upload,
+    check_frames,
+    check_held,
+    parse_frames,
+    parse_recipe,
+)
 from hub_server.registry.sha256state import AVAILABLE, ResumableSha256
 from hub_server.registry.sql import batched
+from manifest import mediatypes as mt
 
-__all__ = ["MAX_CARRY", "FrameStream", "declare", "declared_row", "declared_stream", "new_state", "save_state"]
+__all__ = [
+    "MAX_CARRY",
+    "FrameStream",
+    "declare",
+    "declared_row",
+    "declared_stream",
+    "matches",
+    "new_state",
+    "save_state",
+]
 
 #: Bytes of a frame a PATCH may end inside and still be carried in the database.
 MAX_CARRY = 1 << 20
 #: Bytes handed to a worker thread at a time; one batch is checked while the next arrives.
 _BATCH = 4 << 20
-_RECIPES: OrderedDict[str, Recipe] = OrderedDict()
+_RECIPES: OrderedDict[tuple[str, int], Recipe] = OrderedDict()
 _RECIPES_KEPT = 16
 
 
 def _parsed(ctx: RegistryContext, row: UploadRecipe) -> Recipe:
-    """The session's declared recipe (immutable once declared), parsed once per process."""
-    recipe = _RECIPES.get(row.upload_id)
+    """The session's declared recipe, parsed once per process and declaration. A recipe declared in
+    parts (frames appended as they are built) has no digest yet: ``Recipe("", 0, frames so far)``."""
+    key = (row.upload_id, len(row.recipe))
+    recipe = _RECIPES.get(key)
     if recipe is None:
-        recipe = _RECIPES[row.upload_id] = parse_recipe(json.loads(row.recipe), ctx.limits.blob_bytes)
-        while len(_RECIPES) > _RECIPES_KEPT:
-            _RECIPES.popitem(last=False)
+        if row.recipe.startswith(b"{"):
+            recipe = parse_recipe(json.loads(row.recipe), ctx.limits.blob_bytes)
+        else:  # declared in parts: one JSON list of frames per line, appended as they came
+            frames = [item for line in row.recipe.splitlines() for item in json.loads(line)]
+            recipe = Recipe("", 0, parse_frames(frames))
+        _remember(key, recipe)
     return recipe
 
 
-async def declare(
-    ctx: RegistryContext, principal: Principal, upload_id: str, document: bytes, recipe: Recipe, size: int
-) -> bool:
-    """Record ``recipe`` (parsed from ``document``) for the session, whose size is ``size``; True
-    when it was not declared before.
+def _remember(key: tuple[str, int], recipe: Recipe) -> None:
+    _RECIPES[key] = recipe
+    while len(_RECIPES) > _RECIPES_KEPT:
+        _RECIPES.popitem(last=False)
 
-    Declaring the same recipe again is a no-op (a resumed push). Raises: HubError(BLOB_UPLOAD_INVALID)
-    for a different recipe than the one declared, bytes uploaded before the declaration, or held
-    frames the pusher may not read or that do not match (as :func:`packs.check_held`).
+
+def matches(declared: Recipe, final: Recipe) -> bool:
+    """Whether the finish's recipe is the one declared (all of its frames, when declared in parts)."""
+    if declared.digest:
+        return declared == final
+    return declared.frames == final.frames
+
+
+async def declare(ctx: RegistryContext, principal: Principal, upload_id: str, doc: Any, size: int) -> bool:
+    """Record the recipe ``doc`` declares for the session, whose size is ``size``; True when the
+    session had no recipe before.
+
+    ``doc`` is a whole recipe (docs/http-api.md), or a part of one: ``{"mediaType", "from": n,
+    "frames": [...]}`` appends frames ``n…`` to those declared (a client uploading while it still
+    builds the blob); the finish then brings the digest and size. Declaring what was declared
+    already is a no-op (a resumed push). Raises: HubError(BLOB_UPLOAD_INVALID) for a malformed
+    declaration, one that contradicts what was declared, a first one after bytes were uploaded,
+    or held frames the pusher may not read or that do not match (as :func:`packs.check_held`).
     """
+    partial = isinstance(doc, dict) and "from" in doc
+    if partial:
+        if doc.get("mediaType") != mt.RECIPE:
+            raise bad_upload(f"a recipe must be a JSON object with mediaType {mt.RECIPE!r}", field="mediaType")
+        first = doc["from"]
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise bad_upload("recipe.from must be a frame index", field="from")
+        recipe = Recipe("", 0, parse_frames(doc.get("frames"), first))
+    else:
+        first, recipe = 0, parse_recipe(doc, ctx.limits.blob_bytes)
     async with ctx.sessions() as session:
         row = await session.get(UploadRecipe, upload_id)
-        if row is not None:
-            if _parsed(ctx, row) != recipe:
+        declared = _parsed(ctx, row) if row is not None else None
+        if declared is not None and not partial:
+            if declared != recipe:
                 raise bad_upload("a different recipe was declared for this upload", uuid=upload_id)
             return False
-        if size:
+        if declared is not None and (declared.digest or first > len(declared.frames)):
+            raise bad_upload(
+                f"recipe.from is {first}, {len(declared.frames)} frames are declared", uuid=upload_id, field="from"
+            )
+        have = declared.frames if declared is not None else ()
+        if have[first : first + len(recipe.frames)] == recipe.frames:
+            return False  # declared already
+        if first != len(have):
+            raise bad_upload("a different recipe was declared for this upload", uuid=upload_id)
+        if row is None and (size or first):
             raise bad_upload("declare the recipe before uploading frames", uuid=upload_id, size=size)
         await check_held(session, principal, recipe)
-        session.add(new_state(upload_id, document))
+        frames = have + recipe.frames
+        if partial:  # appended, not rewritten: a part costs its own size
+            document = (
+                (row.recipe if row is not None else b"") + json.dumps(_frames_json(recipe.frames)).encode() + b"\n"
+            )
+        else:
+            document = json.dumps(
+                {"mediaType": mt.RECIPE, "digest": recipe.digest, "size": recipe.size, "frames": _frames_json(frames)}
+            ).encode()
+        if row is None:
+            row = new_state(upload_id, document)
+        else:
+            row.recipe = document
+        session.add(row)
         await session.commit()
-    _RECIPES[upload_id] = recipe
-    return True
+    _remember((upload_id, len(document)), Recipe(recipe.digest, recipe.size, frames))
+    return declared is None
+
+
+def _frames_json(frames: tuple[RecipeFrameSpec, ...]) -> list[list[Any]]:
+    return [[f.digest, f.chunk, f.raw_length, f.length, f.inline] for f in frames]
 
 
 async def declared_row(ctx: RegistryContext, upload_id: str) -> UploadRecipe | None:
@@ -158,9 +233,13 @@ class FrameStream:
         self.failed = False
 
     async def feed(self, data: bytes) -> None:
+        """Take the next bytes of a PATCH. Raises as :meth:`settle` as soon as they go beyond the
+        frames declared (the hub never buffers more than a frame and a batch)."""
         self._buffer += data
         if len(self._buffer) >= _BATCH:
             await self._advance(final=False)
+            if self._index >= len(self._recipe.frames) and self._buffer:
+                await self.settle()
 
     async def settle(self) -> None:
         """Check every complete frame received; refuse bytes beyond the recipe's uploaded frames."""
@@ -178,8 +257,10 @@ class FrameStream:
         row.hashed = self._hasher.size
         row.valid = len(self._buffer) <= MAX_CARRY
 
-    async def finish(self) -> None:
-        """Hash the trailing held frames; check the upload is complete and the blob's digest."""
+    async def finish(self, final: Recipe) -> None:
+        """Hash the trailing held frames; check the upload is complete and the blob's digest
+        (``final``'s: a recipe declared in parts learns its digest at the finish)."""
+        self._recipe = final
         await self._advance(final=True)
         await self._wait()
         frames = self._recipe.frames

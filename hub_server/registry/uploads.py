@@ -37,7 +37,14 @@ from hub_server.registry.names import check_digest, check_repository, parse_dige
 from hub_server.registry.packs import ingest_recipe, keep_frames, parse_recipe
 from hub_server.registry.paths import session_pack_key, upload_key
 from hub_server.registry.sql import insert_ignore
-from hub_server.registry.upload_verify import FrameStream, declare, declared_row, declared_stream, save_state
+from hub_server.registry.upload_verify import (
+    FrameStream,
+    declare,
+    declared_row,
+    declared_stream,
+    matches,
+    save_state,
+)
 from hub_server.storage import BlobInfo, BlobNotFound, BlobWriter
 
 __all__ = ["UPLOAD_LEASE", "BlobCommitted", "UploadService", "UploadStatus"]
@@ -190,14 +197,14 @@ class UploadService:
         async with self._exclusive(upload_id):
             try:
                 declared = await declared_stream(self.ctx, upload_id, await self._size(upload_id))
-                if declared is not None and declared[0] != parsed:
+                if declared is not None and not matches(declared[0], parsed):
                     raise HubError(
                         ErrorCode.BLOB_UPLOAD_INVALID,
                         "the recipe differs from the one declared for this upload; the upload was discarded",
                         {"uuid": upload_id},
                     )
                 if declared is not None and declared[1] is not None:  # verified as it streamed in
-                    await declared[1].finish()
+                    await declared[1].finish(parsed)
                     await keep_frames(self.ctx, repo.id, upload_id, parsed)  # type: ignore[arg-type]
                 else:
                     staged = session_pack_key(upload_id) if declared is not None else None
@@ -211,7 +218,7 @@ class UploadService:
         return BlobCommitted(parsed.digest, repo.full_name, parsed.size)
 
     async def declare_recipe(
-        self, principal: Principal, namespace: str, name: str, upload_id: str, document: bytes, recipe: object
+        self, principal: Principal, namespace: str, name: str, upload_id: str, recipe: object
     ) -> UploadStatus:
         """Declare the recipe of the data blob whose new frames the session will hold, before they are
         uploaded: each PATCH then verifies the frames it carries (registry/upload_verify.py).
@@ -224,8 +231,7 @@ class UploadService:
             repo, _ = await self._session(session, principal, namespace, name, upload_id)
         async with self._exclusive(upload_id):
             try:
-                parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
-                if await declare(self.ctx, principal, upload_id, document, parsed, await self._size(upload_id)):
+                if await declare(self.ctx, principal, upload_id, recipe, await self._size(upload_id)):
                     # from now on the frames are staged where their pack will be: never copied
                     await self.ctx.store.put(session_pack_key(upload_id), b"")
                     with suppress(BlobNotFound):

@@ -312,3 +312,49 @@ def test_a_state_behind_the_session_falls_back_to_verifying_at_the_finish(hub: H
             assert detail["frame"] == 3
         else:
             check(session.finish(_recipe(blob)), 201)
+
+
+def _part(blob: DataBlob, first: int, last: int) -> dict:
+    frames = _recipe(blob)["frames"][first:last]
+    return {"mediaType": mt.RECIPE, "from": first, "frames": frames}
+
+
+def test_a_recipe_declared_in_parts_while_the_blob_is_built(hub: Hub, admin_token, images, tmp_path, monkeypatch):
+    """A client uploading as it builds declares frames as they come (``from``), PATCHes their bytes,
+    and gives the digest and size only at the finish: verified all along, never read back."""
+    blob = _one_blob(hub, admin_token, images, tmp_path)
+    data = blob.path.read_bytes()
+    session = Session(hub, admin_token)
+    reads = _session_reads(hub, monkeypatch)
+    cut = 2
+    check(session.declare(_part(blob, 0, cut)), 202)
+    check(session.declare(_part(blob, 0, cut)), 202)  # again: a no-op
+    check(session.patch(data[: blob.frames[cut].offset]), 202)
+    check(session.declare(_part(blob, cut, len(blob.frames))), 202)
+    check(session.patch(data[blob.frames[cut].offset :]), 202)
+    check(session.finish(_recipe(blob)), 201)
+    assert not [key for key in reads if key.startswith("uploads/")]
+    assert hub.pusher(admin_token).blob("acme/vm", blob.digest) == data
+
+
+def test_declared_parts_must_follow_each_other_and_agree(hub: Hub, admin_token, images, tmp_path):
+    blob = _one_blob(hub, admin_token, images, tmp_path)
+    data = blob.path.read_bytes()
+    gap = Session(hub, admin_token)
+    check(gap.declare(_part(blob, 0, 1)), 202)
+    detail = expect_error(gap.declare(_part(blob, 2, 3)), 400, "BLOB_UPLOAD_INVALID")
+    assert detail["field"] == "from" and gap.gone()
+    ahead = Session(hub, admin_token)
+    check(ahead.declare(_part(blob, 0, 1)), 202)
+    expect_error(ahead.patch(data[: blob.frames[2].offset]), 400, "BLOB_UPLOAD_INVALID")  # frame 1 undeclared
+    assert ahead.gone()
+    other = Session(hub, admin_token)
+    check(other.declare(_part(blob, 0, 2)), 202)
+    changed = _part(blob, 1, 2)
+    changed["frames"][0][3] += 1
+    expect_error(other.declare(changed), 400, "BLOB_UPLOAD_INVALID")
+    short = Session(hub, admin_token)
+    check(short.declare(_part(blob, 0, 2)), 202)
+    check(short.patch(data[: blob.frames[2].offset]), 202)
+    expect_error(short.finish(_recipe(blob)), 400, "BLOB_UPLOAD_INVALID")  # the finish names frames never declared
+    assert short.gone()
