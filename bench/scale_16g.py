@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A 16 GiB base pushed and pulled end to end, against 32x the same for a 512 MiB base, in one run.
 
-Usage: python bench/scale_16g.py [--sizes-mib 512,16384] [--data-fraction 0.25] [--rss-limit-mib 300] [--dir DIR]
+Usage: python bench/scale_16g.py [--sizes-mib 512,16384] [--data-fraction 0.25] [--repeat-small 3]
+                                 [--rss-limit-mib 300] [--dir DIR]
 
 For each size, a sparse ``memory.bin`` with --data-fraction of it as data (random 4 MiB blocks,
 alternately random and text-like bytes, zstd ratio ~1.8: bench/images.py) is imported into a
@@ -9,7 +10,8 @@ forkd store, pushed with ``forkd push`` (a real CLI process) into a fresh ``fork
 process, and pulled with ``forkd pull`` into an empty store. Measured per step: wall time, the
 client's peak RSS (``ru_maxrss`` of the waited-for process, from ``wait4``) and the hub's peak
 RSS during that step (``VmHWM`` of the hub process, reset before the step by writing 5 to
-``/proc/PID/clear_refs``). Ratios: each larger size's time against (its size / the first
+``/proc/PID/clear_refs``). The smallest size runs --repeat-small times (median time, highest
+RSS): a few seconds each, so one run is at the mercy of the machine's load. Ratios: each larger size's time against (its size / the first
 size) x the first size's time (issue 15: <= 1.2x), and every RSS against --rss-limit-mib
 (issue 15: < 300 MiB). The pulled file is compared with the source. Scratch data (about 4x the
 data bytes of the largest size) is removed afterwards.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +45,7 @@ class Step:
     seconds: float
     client_rss: int  # bytes
     hub_rss: int  # bytes
+    runs: str = ""  # each run's seconds, when repeated
 
 
 def hub_hwm(pid: int) -> int:
@@ -101,6 +105,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes-mib", default="512,16384", help="memory.bin apparent sizes, smallest first")
     ap.add_argument("--data-fraction", type=float, default=0.25, help="share of memory.bin that is data")
+    ap.add_argument("--repeat-small", type=int, default=3, help="runs of the smallest size (median time, peak RSS)")
     ap.add_argument("--rss-limit-mib", type=int, default=300, help="the RSS each process must stay under")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = ap.parse_args()
@@ -111,9 +116,23 @@ def main() -> None:
     notes = []
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="scale-16g-") as tmp:
         for size in sizes:
-            done, identical, logs = one_size(Path(tmp), size, args.data_fraction)
-            steps += done
-            notes.append(f"{human(size)}: pulled memory.bin identical: {identical}; {logs}")
+            runs: list[Step] = []
+            for _ in range(args.repeat_small if size == sizes[0] else 1):
+                done, identical, logs = one_size(Path(tmp), size, args.data_fraction)
+                runs += done
+                notes.append(f"{human(size)}: pulled memory.bin identical: {identical}; {logs}")
+            for name in ("push", "pull"):
+                mine = [r for r in runs if r.name == name]
+                steps.append(
+                    Step(
+                        size,
+                        name,
+                        statistics.median(r.seconds for r in mine),
+                        max(r.client_rss for r in mine),
+                        max(r.hub_rss for r in mine),
+                        "/".join(f"{r.seconds:.1f}" for r in mine),
+                    )
+                )
 
     base = {s.name: s for s in steps if s.size == sizes[0]}
     rows = []
@@ -124,6 +143,7 @@ def main() -> None:
             [
                 f"{human(s.size)} {s.name}",
                 f"{s.size // (64 * 1024):,}",
+                s.runs,
                 f"{s.seconds:.1f}",
                 f"{expected:.1f}" if s.size != sizes[0] else "",
                 f"{s.seconds / expected:.2f}x" if s.size != sizes[0] else "",
@@ -142,6 +162,7 @@ def main() -> None:
         [
             "step",
             "chunks",
+            "runs (s)",
             "seconds",
             f"scaled {human(sizes[0])} s",
             "time ratio",
@@ -152,7 +173,9 @@ def main() -> None:
         ],
         rows,
     )
-    print("time ratio: seconds / (size ratio x the smallest size's seconds), goal <= 1.2x; RSS: peak, goal < 1.00x")
+    print(
+        "time ratio: seconds / (size ratio x the smallest size's median seconds), goal <= 1.2x; RSS: peak, goal < 1.00x"
+    )
     for note in notes:
         print(note)
 

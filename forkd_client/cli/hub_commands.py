@@ -1,7 +1,7 @@
 """The parsers of the hub commands: ``login``, ``logout``, ``push``, ``pull``, ``search``, ``delete``.
 
 What they run lives in :mod:`.hub` and is imported only when one of them runs, so that
-``forkd --help`` and the local commands (``fork``, ``import``, ``ls`` ...) never load httpx,
+``forkd --help`` and the local commands (``fork``, ``import``, ``images`` ...) never load httpx,
 cryptography or the push/pull machinery (tests/forkd_client/test_cli_imports.py).
 """
 
