@@ -199,6 +199,7 @@ class StoreBase:
         snapshot_json: Mapping[str, Any] | None = None,
         local_dirs: tuple[Path, ...] = (),
         forkd_cli_tag: bool = False,
+        files_durable: bool = False,
     ) -> Path:
         """Make the staged directory ``staged`` a complete snapshot ``tag``, ready for :meth:`commit`.
 
@@ -213,6 +214,8 @@ class StoreBase:
         ``(chunk size, digest)`` (a format v2 pull), and then no blake3 is looked for. A file whose
         chunk-tree digest the VerifiedRecord holds (recorded by the caller) records it too. ``forkd_cli_tag`` admits tags
         forkd's CLI accepts (dots allowed: what ``forkd unpack`` installs) besides new-tag ones.
+        ``files_durable``: the caller fsynced every file after its last write (its mtime settled
+        first), so they are not fsynced again; the metadata and the directory still are.
         Raises InvalidTag, InvalidSnapshotDir, OSError.
         """
         (validate_existing_tag if forkd_cli_tag else validate_tag)(tag)
@@ -225,7 +228,7 @@ class StoreBase:
             if not path.is_file():
                 continue
             settle_mtime(path)
-            if self.durable:
+            if self.durable and not files_durable:
                 fsync_path(path)
             if known_digests and role in known_digests:
                 self.verified.record(path, known_digests[role])
