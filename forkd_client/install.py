@@ -89,6 +89,7 @@ class PrepareSpec:
     snapshot_json: Mapping[str, Any] | None = None
     local_dirs: tuple[Path, ...] = ()
     forkd_cli_tag: bool = False
+    files_durable: bool = False
 
 
 SETTLE_NS = 3_000_000_000  # beyond VerifiedRecord's largest racy window (2 s)
@@ -225,7 +226,9 @@ class StoreBase:
         memory.bin (given, else from the VerifiedRecord), so that chain checks need no sha256; or
         ``spec.parent_tree``, its chunk-tree digest ``(chunk size, digest)`` (a format v2 pull), and
         then no blake3 is looked for. A file whose chunk-tree digest the VerifiedRecord holds
-        (recorded by the caller) records it too. See :class:`PrepareSpec` for every field.
+        (recorded by the caller) records it too. ``spec.files_durable``: the caller fsynced every
+        file after its last write (its mtime settled first), so they are not fsynced again; the
+        metadata and the directory still are. See :class:`PrepareSpec` for every field.
         Raises InvalidTag, InvalidSnapshotDir, OSError.
         """
         tag, parent, parent_digest, known_digests = spec.tag, spec.parent, spec.parent_digest, spec.known_digests
@@ -240,7 +243,7 @@ class StoreBase:
             if not path.is_file():
                 continue
             settle_mtime(path)
-            if self.durable:
+            if self.durable and not spec.files_durable:
                 fsync_path(path)
             if known_digests and role in known_digests:
                 self.verified.record(path, known_digests[role])

@@ -381,6 +381,7 @@ class ChainPull:
                 known_digests=known,
                 snapshot_json=dict(config.forkd or {"volumes": []}),
                 algorithms=(),  # every file's digests are known: nothing is hashed here
+                files_durable=True,  # the verifier fsynced every file (verify_files)
             ),
         )
         try:

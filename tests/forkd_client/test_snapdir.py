@@ -98,3 +98,26 @@ def test_hub_meta_round_trip_and_validation(tmp_path: Path) -> None:
     (tmp_path / "forkd-hub.json").write_text(json.dumps({"tag": 3}))
     with pytest.raises(InvalidSnapshotDir, match=r"forkd-hub.json"):
         read_hub_meta(tmp_path)
+
+
+def test_hub_meta_chunk_trees_round_trip_and_are_checked(tmp_path: Path) -> None:
+    """What a format v2 pull records: each file's chunk tree and the parent's, read back as written."""
+    from forkd_client.snapdir import FileRecord
+
+    tree = (65536, "blake3:" + "ab" * 32)
+    meta = HubMeta(
+        "t",
+        "p",
+        "2026-06-14T10:00:00Z",
+        65536,
+        files={"memory.bin": FileRecord(4096, None, None, tree)},
+        parent_tree=(65536, "blake3:" + "cd" * 32),
+    )
+    obj = meta.to_obj()
+    assert obj["files"]["memory.bin"]["chunk_tree"] == {"chunk_size": 65536, "digest": tree[1]}
+    (tmp_path / "forkd-hub.json").write_text(json.dumps(obj))
+    assert read_hub_meta(tmp_path) == meta
+    for bad in ({"chunk_size": 0, "digest": tree[1]}, {"chunk_size": 65536, "digest": "sha256:00"}, "x"):
+        (tmp_path / "forkd-hub.json").write_text(json.dumps({**obj, "parent_chunk_tree": bad}))
+        with pytest.raises(InvalidSnapshotDir, match=r"parent_chunk_tree"):
+            read_hub_meta(tmp_path)

@@ -201,3 +201,24 @@ def test_a_record_from_before_chunk_trees_gains_the_column(tmp_path: Path, old_f
         digests = old.digests(old_file, ("blake3",))
         assert old.chunk_tree(old_file, 65536).startswith("blake3:")
         assert old.digests(old_file, ("blake3",)) == digests
+
+
+def test_a_recorded_chunk_tree_is_trusted_until_the_file_changes(
+    record: VerifiedRecord, old_file: Path, monkeypatch
+) -> None:
+    """What a pull records (the tree it proved by construction) is served without reading the
+    file, kept beside other digests, and dropped once the file changes."""
+    from manifest.chunktree import file_chunk_tree
+
+    tree = file_chunk_tree(old_file, 65536)
+    assert record.cached_tree(old_file) is None
+    record.record_chunk_tree(old_file, 65536, tree)
+    record.record(old_file, {"sha256": "sha256:" + hashlib.sha256(old_file.read_bytes()).hexdigest()})
+    monkeypatch.setattr(verified_mod, "digest_file", no_hashing)
+    assert record.cached_tree(old_file) == (65536, tree)
+    assert record.chunk_tree(old_file, 65536, no_hashing) == tree
+    assert "sha256" in record.cached(old_file)
+    with pytest.raises(InvalidDigest):
+        record.record_chunk_tree(old_file, 65536, "sha256:" + "00" * 32)
+    scribble(old_file)
+    assert record.cached_tree(old_file) is None

@@ -290,3 +290,25 @@ def test_a_links_data_is_fetched_while_its_parent_is_still_being_cloned(chain3, 
     assert overlapped == [True, True]  # mid's clone of base, head's clone of mid
     for src, dst in zip(["base", "mid", "head"], [s.tag for s in other_store.chain("py")], strict=True):
         same_files(chain3, src, other_store, dst)
+
+
+def test_the_install_does_not_fsync_again_what_the_verifier_made_durable(chain3, other_store, inproc_hub, monkeypatch):
+    """Each pulled file is fsynced once, by the verifier after its check; the install then
+    fsyncs only the metadata and the directories."""
+    from forkd_client import install as install_mod
+
+    client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, client, "head", ref)
+    synced: list[str] = []
+    real_fsync_path = install_mod.fsync_path
+
+    def recording(path):
+        synced.append(os.path.basename(path))
+        real_fsync_path(path)
+
+    monkeypatch.setattr(install_mod, "fsync_path", recording)
+    pull(other_store, client, ref, as_tag="py")
+    assert synced  # the directories still are
+    assert not {"memory.bin", "vmstate"} & set(synced)
+    other_store.verify_chain("py", forkd_hashes=True)
