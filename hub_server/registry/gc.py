@@ -75,7 +75,6 @@ from hub_server.registry.paths import (
     blob_key,
     digest_from_blob_key,
     is_pack_key,
-    session_pack_key,
     upload_key,
 )
 from hub_server.registry.retention import ExpiredTag, expire_tags, plan_retention
@@ -264,7 +263,6 @@ class GarbageCollector:
             freed += await self._delete_object(blob_key(digest))
         for upload_id in report.uploads:
             freed += await self._delete_object(upload_key(upload_id))
-            freed += await self._delete_staged_pack(upload_id)
         for key in report.orphan_objects:
             freed += await self._delete_object(key)
         report.bytes_freed = freed
@@ -277,7 +275,6 @@ class GarbageCollector:
         """Stored objects without a row, last written before ``cutoff``."""
         out: list[str] = []
         store = self.ctx.store
-        staging = {session_pack_key(u) for u in upload_rows}  # open sessions staging where their pack will be
         for prefix in (BLOBS_PREFIX, UPLOADS_PREFIX, FRAME_PACKS_PREFIX):
             async for key in store.list(prefix):
                 if prefix == BLOBS_PREFIX:
@@ -285,7 +282,7 @@ class GarbageCollector:
                     if digest is not None and digest in blob_rows:
                         continue
                 elif prefix == FRAME_PACKS_PREFIX:
-                    if not is_pack_key(key) or key in pack_rows or key in staging:
+                    if not is_pack_key(key) or key in pack_rows:
                         continue
                 elif key.rsplit("/", 1)[-1] in upload_rows:
                     continue
@@ -354,15 +351,6 @@ class GarbageCollector:
                 await session.exec(delete(Pack).where(col(Pack.key).in_(batch)))
             await session.commit()
         return sorted(dead)
-
-    async def _delete_staged_pack(self, upload_id: str) -> int:
-        """Delete the frames a stale session with a declared recipe staged at its pack key, unless that
-        session finished meanwhile and they are its pack now."""
-        key = session_pack_key(upload_id)
-        async with self.ctx.sessions() as session:
-            if await session.get(Pack, key) is not None:
-                return 0
-        return await self._delete_object(key)
 
     async def _delete_object(self, key: str) -> int:
         """Delete one object; return how many bytes that freed (0 if it was already gone)."""

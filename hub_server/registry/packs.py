@@ -25,7 +25,6 @@ not match), storage errors. On any error the session and its bytes are deleted.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,7 @@ from hub_server.db.models import Blob, Chunk, Frame, Pack, RecipeFrame, Reposito
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import readable_linking
 from hub_server.registry.context import RegistryContext
-from hub_server.registry.paths import pack_key, session_pack_key, upload_key
+from hub_server.registry.paths import session_pack_key, upload_key
 from hub_server.registry.recipes import MAX_FRAME_BYTES
 from hub_server.registry.sha256state import ResumableSha256
 from hub_server.registry.sql import batched, insert_ignore
@@ -283,8 +282,7 @@ async def ingest_recipe(
             {"expected": recipe.digest, "actual": got},
         )
 
-    own = session_pack_key(upload_id)  # a fresh key when the session is staged at its own already
-    pack = (own if staged != own or not duplicates else pack_key(uuid.uuid4().hex)) if new else None
+    pack = session_pack_key(upload_id) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
     await _commit(ctx, repository_id, recipe, pack, positions, new)
     ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
@@ -293,7 +291,8 @@ async def ingest_recipe(
 async def keep_frames(ctx: RegistryContext, repository_id: int, upload_id: str, recipe: Recipe) -> None:
     """Steps 3 and 4 of :func:`ingest_recipe` for a session whose frames were verified as they
     streamed in (registry/upload_verify.py): the positions come from the recipe, no byte is read
-    unless the pusher uploaded frames the hub already had."""
+    unless the pusher uploaded frames the hub already had (the session's bytes are moved to
+    become the pack, as in :func:`ingest_recipe`)."""
     async with ctx.sessions() as session:
         stored = await _stored_frames(session, [f.digest for f in recipe.frames if f.inline])
     new: dict[str, tuple[int, RecipeFrameSpec]] = {}
@@ -307,8 +306,8 @@ async def keep_frames(ctx: RegistryContext, repository_id: int, upload_id: str, 
         else:
             new[spec.digest] = (uploaded, spec)
         uploaded += spec.length
-    staged = session_pack_key(upload_id)
-    pack = (staged if not duplicates else pack_key(uuid.uuid4().hex)) if new else None
+    staged = upload_key(upload_id)
+    pack = session_pack_key(upload_id) if new else None
     positions = await _write_pack(ctx.store, staged, pack, new, uploaded, duplicates)
     await _commit(ctx, repository_id, recipe, pack, positions, new)
     ctx.metrics.record_chunks(stored=len(new), deduplicated=len(recipe.frames) - len(new))
@@ -327,10 +326,7 @@ async def _write_pack(
         await store.delete(staged)
         return {}
     if not duplicates:  # the session's bytes are exactly the new frames, in order: they become the pack
-        if pack == staged:  # staged where the pack lives: complete it (an S3 append is a multipart upload)
-            await store.read(pack, 0, 1)
-        else:
-            await store.move(staged, pack)
+        await store.move(staged, pack)
         return {d: at for d, (at, _) in new.items()}
     positions: dict[str, int] = {}
     async with store.writer(pack) as writer:

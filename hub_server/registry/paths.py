@@ -18,9 +18,6 @@
                                     a recipe has no object of its own, table ``recipe_frames``
                                     lists its frames in order (registry/packs.py, recipes.py).
                                     ``<id>`` is 32 lowercase hex (the upload session's uuid).
-                                    A session whose recipe was declared first stages its frames
-                                    here from the start (``session_pack_key``): verified as they
-                                    arrive, they become the pack where they lie, never copied.
     forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst|.json   forkd pack of manifest <alg>:<hex> and its {sha256, size}, built once (registry/forkd_compat.py)
     quarantine/<key>                an object ``forkd-hub verify --quarantine`` found damaged or
                                     orphaned, moved aside from ``<key>`` (never deleted by the hub;
@@ -98,8 +95,8 @@ def pack_key(pack_id: str) -> str:
 
 
 def session_pack_key(upload_id: str) -> str:
-    """The pack key of upload session ``upload_id`` (a uuid): where a declared recipe's frames are
-    staged, and the pack they become. Raises ValueError for an id that is not a uuid's hex."""
+    """The key of the pack upload session ``upload_id`` (a uuid) becomes. Raises ValueError for an
+    id that is not a uuid's hex."""
     return pack_key(upload_id.replace("-", ""))
 
 

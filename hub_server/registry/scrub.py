@@ -33,7 +33,7 @@ from typing import Any
 import anyio.to_thread
 from sqlmodel import col, select
 
-from hub_server.db.models import Blob, Frame, Pack, RecipeFrame, Upload
+from hub_server.db.models import Blob, Frame, Pack, RecipeFrame
 from hub_server.registry.context import RegistryContext
 from hub_server.registry.damage import mark
 from hub_server.registry.paths import (
@@ -43,7 +43,6 @@ from hub_server.registry.paths import (
     digest_from_blob_key,
     is_pack_key,
     quarantine_key,
-    session_pack_key,
 )
 from hub_server.registry.recipes import iter_blob_range
 from hub_server.storage import BlobNotFound, InvalidRange
@@ -127,8 +126,6 @@ class Scrubber:
             blobs = list((await session.exec(select(Blob.digest, Blob.size).order_by(col(Blob.digest)))).all())
             recipes = set((await session.exec(select(RecipeFrame.blob_digest).distinct())).all())
             packs = list((await session.exec(select(Pack.key, Pack.size).order_by(col(Pack.key)))).all())
-            # open sessions with a declared recipe stage their frames at their future pack key
-            staging = {session_pack_key(u) for u in (await session.exec(select(Upload.id))).all()}
         for digest, size in blobs:
             if digest in recipes:
                 report.recipes += 1
@@ -139,7 +136,7 @@ class Scrubber:
         for key, size in packs:
             report.packs += 1
             await self._check_pack(report, key, size)
-        await self._check_orphans(report, {d for d, _ in blobs}, {k for k, _ in packs} | staging, cutoff)
+        await self._check_orphans(report, {d for d, _ in blobs}, {k for k, _ in packs}, cutoff)
         return report
 
     # -- checks ------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ PATCH of that session verifies the frames it carries while it streams: each uplo
 blake3 and that it decompresses to its chunk, in a worker thread while the next bytes arrive,
 and every frame of the blob, uploaded or held, goes into the blob's sha256. A frame that does
 not match is refused at that PATCH (the session and its bytes are deleted), not at the finish.
+A client uploading while it still builds the blob declares the recipe in parts (``from``: the
+frames so far, appended; the digest and size come with the finish).
 
 The verification state lives with the session in the database (``upload_recipes``: the next
 frame, the session bytes consumed, the start of a frame a PATCH ended inside, the sha256's

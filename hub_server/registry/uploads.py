@@ -4,7 +4,9 @@ A session stages bytes at ``uploads/<id>`` (``paths.upload_key``) and grows by a
 requests; the store's object size is the committed size a client resumes from. ``finish``
 re-hashes the whole staged object (in worker threads), moves it to its content address only
 if it matches, and links it to the repository; on a mismatch the staged bytes and the session
-are deleted. At most one request works on a session at a time, whichever replica it reaches: it
+are deleted. A data blob's session may declare its recipe first (``declare_recipe``): its
+PATCHes then verify the frames as they stream in (registry/upload_verify.py) and
+``finish_recipe`` only commits. At most one request works on a session at a time, whichever replica it reaches: it
 takes a lease on the session's row (``uploads.lease_owner``/``lease_until``, one conditional
 ``UPDATE``), renews it while a long body streams in, and gives it back at the end; a lease left
 by a crashed replica expires after :data:`UPLOAD_LEASE`.
@@ -163,8 +165,8 @@ class UploadService:
         want = parse_digest(digest)
         async with self.ctx.sessions() as session:
             repo, upload = await self._session(session, principal, namespace, name, upload_id)
+        key = upload_key(upload_id)
         async with self._exclusive(upload_id) as lease:
-            key = await self._staged_key(upload_id)
             if body is not None:
                 await self._append(upload, body, content_range, lease)
             got, size = await digest_object(self.ctx.store, key, want.algorithm)
@@ -207,8 +209,7 @@ class UploadService:
                     await declared[1].finish(parsed)
                     await keep_frames(self.ctx, repo.id, upload_id, parsed)  # type: ignore[arg-type]
                 else:
-                    staged = session_pack_key(upload_id) if declared is not None else None
-                    await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed, staged)  # type: ignore[arg-type]
+                    await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed)  # type: ignore[arg-type]
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self._drop(upload_id)  # the session and its bytes go
@@ -231,11 +232,7 @@ class UploadService:
             repo, _ = await self._session(session, principal, namespace, name, upload_id)
         async with self._exclusive(upload_id):
             try:
-                if await declare(self.ctx, principal, upload_id, recipe, await self._size(upload_id)):
-                    # from now on the frames are staged where their pack will be: never copied
-                    await self.ctx.store.put(session_pack_key(upload_id), b"")
-                    with suppress(BlobNotFound):
-                        await self.ctx.store.delete(upload_key(upload_id))
+                await declare(self.ctx, principal, upload_id, recipe, await self._size(upload_id))
             except HubError:
                 with anyio.CancelScope(shield=True):
                     await self._drop(upload_id)
@@ -294,13 +291,9 @@ class UploadService:
             )
         return repo, upload
 
-    async def _staged_key(self, upload_id: str) -> str:
-        """Where the session's bytes are: its pack key once a recipe was declared, else ``uploads/<id>``."""
-        return session_pack_key(upload_id) if await declared_row(self.ctx, upload_id) else upload_key(upload_id)
-
     async def _size(self, upload_id: str) -> int:
         try:
-            return (await self.ctx.store.stat(await self._staged_key(upload_id))).size
+            return (await self.ctx.store.stat(upload_key(upload_id))).size
         except BlobNotFound:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id} has no staged data", {"uuid": upload_id}
@@ -310,9 +303,8 @@ class UploadService:
         self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None, lease: str
     ) -> int:
         state = await declared_row(self.ctx, upload.id)
-        key = session_pack_key(upload.id) if state is not None else upload_key(upload.id)
         try:
-            writer = await self.ctx.store.writer(key, append=True)
+            writer = await self.ctx.store.writer(upload_key(upload.id), append=True)
         except BlobNotFound:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload.id} has no staged data", {"uuid": upload.id}

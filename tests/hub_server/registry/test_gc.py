@@ -179,24 +179,3 @@ def test_one_replica_sweeps_at_a_time(hub: Hub, garbage):
     assert gc(hub, dry_run=True).dry_run  # a dry run deletes nothing and needs no lease
     hub.call(hold, "replica-b:123:abcd", hub.registry.ctx.clock() - timedelta(hours=2))  # it died: lease expired
     assert not gc(hub).dry_run
-
-
-def test_a_declared_recipes_staged_frames_are_kept_while_open_and_go_with_a_stale_session(hub: Hub, images, tmp_path):
-    """A session with a declared recipe stages its frames at its future pack key (registry/upload_verify.py):
-    GC must not take them for an orphan pack while the session is open, and deletes them with it when stale."""
-    from hub_server.registry.paths import session_pack_key
-    from tests.hub_server.registry.test_upload_verify import Session, _inline_bytes, _one_blob, _recipe
-
-    admin = hub.token("admin", "admin")
-    blob = _one_blob(hub, admin, images, tmp_path)
-    session = Session(hub, admin)
-    session.declare(_recipe(blob))
-    assert session.patch(_inline_bytes(blob)[: blob.frames[1].offset]).status_code == 202
-    staged = session_pack_key(session.uuid)
-    assert staged in stored_keys(hub)
-    # past the grace period, within the upload lifetime: the staged frames are no orphan
-    report = gc(hub, now=hub.registry.ctx.clock() + timedelta(hours=2))
-    assert report.orphan_objects == [] and report.uploads == [] and staged in stored_keys(hub)
-    report = gc(hub, later=True)  # past the lifetime: the session and its frames go
-    assert report.uploads == [session.uuid] and staged not in stored_keys(hub)
-    assert digests(hub, Upload, Upload.id) == set() and digests(hub, Pack, Pack.key) == set()

@@ -87,9 +87,9 @@ def test_damage_is_found_then_quarantined_never_deleted(stored_hub: Hub, images,
     assert ("missing", blob_key(config)) in after and ("orphan", orphan) not in after
 
 
-def test_an_open_declared_session_is_no_orphan_and_its_frames_become_the_pack(stored_hub: Hub, images, tmp_path):
-    """Staged at its future pack key (registry/upload_verify.py): not an orphan while open; finished,
-    that very object is the pack (on S3 the session's multipart upload completed in place)."""
+def test_a_declared_session_is_no_orphan_and_its_frames_become_the_pack(stored_hub: Hub, images, tmp_path):
+    """A session whose recipe was declared (registry/upload_verify.py), verified part by part: no
+    orphan while open; finished, its frames are a pack that verifies (filesystem and S3)."""
     from hub_server.registry.paths import session_pack_key
     from tests.hub_server.registry.test_upload_verify import Session, _inline_bytes, _one_blob, _recipe
 
