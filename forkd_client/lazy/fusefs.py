@@ -7,7 +7,9 @@ Opens for writing are accepted, because QEMU 7.2 opens its memory file O_RDWR ev
 (the chunk is recorded on the image). The kernel keeps what was read in the page cache
 (``kernel_cache``), so every page crosses into this process at most once per mount.
 
-:class:`LazyMount` mounts on a directory and serves from a thread until :meth:`LazyMount.unmount`.
+:class:`LazyMount` mounts on a directory and serves from a thread until :meth:`LazyMount.unmount`;
+``handles`` counts the file's open handles (a mapping keeps one until it is unmapped, so a server
+can tell when nothing uses the file any more).
 
 Errors: LazyUnsupported (no FUSE on this host: /dev/fuse, libfuse or fusermount missing), OSError.
 """
@@ -49,7 +51,19 @@ def _fuse_module() -> Any:
     return mfusepy
 
 
-def _operations(image: LazyImage, fuse: Any) -> Any:
+class OpenCount:
+    """How many open handles (an mmap holds one until it is unmapped) the file has."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.value += n
+
+
+def _operations(image: LazyImage, fuse: Any, handles: OpenCount) -> Any:
     """The filesystem's operations (a class built on first use, mfusepy being imported lazily)."""
 
     class LazyFile(fuse.Operations):
@@ -74,6 +88,11 @@ def _operations(image: LazyImage, fuse: Any) -> Any:
                 raise fuse.FuseOSError(errno.ENOENT)
             if flags & os.O_TRUNC:
                 raise fuse.FuseOSError(errno.EROFS)
+            handles.add(1)
+            return 0
+
+        def release(self, path: str, fh: int) -> int:
+            handles.add(-1)
             return 0
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
@@ -115,7 +134,8 @@ class LazyMount:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self.path = self.mountpoint / FILE_NAME
         self.error: BaseException | None = None
-        ops = _operations(image, fuse)
+        self.handles = OpenCount()  # open handles of memory.bin, mappings included
+        ops = _operations(image, fuse, self.handles)
 
         def serve() -> None:
             try:

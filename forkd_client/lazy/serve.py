@@ -141,7 +141,8 @@ def serve(args: argparse.Namespace) -> int:
                     _write(control / RESULT, {"error": str(e), "exit_code": exit_code_for(e)})
                     print(f"forkd lazy server: {e}", file=sys.stderr)
                     code = exit_code_for(e)
-                while any(_alive(pid) for pid in pids):
+                # nothing may lose its file: not the children, not any other process that opened or mapped it
+                while any(_alive(pid) for pid in pids) or session.mount.handles.value > 0:
                     time.sleep(0.5)
                 return code
     except Exception as e:  # noqa: BLE001 - a detached process: the log and error.json are all there is

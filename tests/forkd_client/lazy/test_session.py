@@ -271,3 +271,25 @@ def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc
             reader.join(30)
         assert len(asked) == 1 and image.chunks_fetched == 1
         assert sorted(got) == sorted(want[chunk * cs + k * 4096 : chunk * cs + (k + 1) * 4096] for k in range(8))
+
+
+def test_the_mount_counts_open_handles_and_refuses_writes(chain3, other_store, inproc_hub):
+    import time
+
+    token = _pushed(chain3, inproc_hub)
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        files = session.open()
+        handles = session.mount.handles
+        assert handles.value == 0
+        fd = os.open(files.memory, os.O_RDWR)  # as QEMU opens it
+        try:
+            assert handles.value == 1
+            with pytest.raises(OSError, match="Read-only file system"):
+                os.write(fd, b"x")
+            assert os.pread(fd, 4, 0) == (chain3.path("head") / "memory.bin").read_bytes()[:4]
+        finally:
+            os.close(fd)
+        deadline = time.monotonic() + 5  # release is asynchronous
+        while handles.value and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert handles.value == 0
