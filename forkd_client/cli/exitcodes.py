@@ -24,7 +24,7 @@ from __future__ import annotations
 from manifest.errors import DigestMismatch
 
 from ..errors import DependentsExist, InvalidTag, SnapshotExists, UsageError, VerificationFailed
-from ..hub.errors import Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
+from ..hub.errors import GATEWAY_STATUSES, Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
 
 __all__ = [
     "EXIT_AUTH",
@@ -47,9 +47,6 @@ EXIT_NETWORK = 5
 EXIT_VERIFICATION = 6
 EXIT_INTERRUPTED = 130
 
-#: HTTP answers that mean "something between us and the hub failed", not "the hub refused"
-_GATEWAY_STATUSES = frozenset({502, 503, 504})
-
 
 def exit_code_for(error: BaseException) -> int:
     """The exit code for ``error`` (see the module docstring); EXIT_ERROR for anything unclassified."""
@@ -70,6 +67,6 @@ def exit_code_for(error: BaseException) -> int:
             return EXIT_AUTH
         if error.status == 409:
             return EXIT_CONFLICT
-        if error.status in _GATEWAY_STATUSES:
+        if error.status in GATEWAY_STATUSES:
             return EXIT_NETWORK
     return EXIT_ERROR

@@ -33,6 +33,10 @@ class HubError(ClientError):
         self.detail = detail
 
 
+#: HTTP answers that mean "something between us and the hub failed", not "the hub refused"
+GATEWAY_STATUSES = frozenset({502, 503, 504})
+
+
 class HubUnreachable(HubError):
     """No answer from the hub (connection refused, DNS failure, timeout)."""
 

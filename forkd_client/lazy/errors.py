@@ -4,6 +4,8 @@
     ├── LazyUnsupported          the chain cannot be served lazily (say why; ``forkd pull`` still works)
     └── HubError (forkd_client.hub.errors)
         ├── ChunkUnfetchable     a chunk's bytes could not be fetched (the read that needed it got EIO)
+        │   └── ChunksUnreachable  ... because the hub or its store did not answer (also a
+        │                          HubUnreachable: exit 5, network; retrying later may help)
         └── DigestInvalid
             └── ChunkCorrupt     a chunk's bytes did not match its digest (the read got EIO; exit 6)
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ClientError
-from ..hub.errors import DigestInvalid, HubError
+from ..hub.errors import DigestInvalid, HubError, HubUnreachable
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class ChunkFailure:
     digest: str  # the chunk's digest
     reason: str
     corrupt: bool  # True: bytes arrived but did not verify; False: they could not be fetched
+    unreachable: bool = False  # not fetched because nothing answered (no connection, timeout, a gateway 5xx)
 
     def describe(self) -> str:
         return (
@@ -68,6 +71,10 @@ class ChunkUnfetchable(HubError):
         self.failures = failures
 
 
+class ChunksUnreachable(ChunkUnfetchable, HubUnreachable):
+    """Chunks could not be fetched because the hub or its object store did not answer."""
+
+
 class ChunkCorrupt(DigestInvalid):
     """A chunk did not verify against its digest; ``failures`` names each."""
 
@@ -77,7 +84,10 @@ class ChunkCorrupt(DigestInvalid):
 
 
 def chunk_error(failures: list[ChunkFailure]) -> HubError:
-    """The error to raise for ``failures``: ChunkCorrupt when any chunk was corrupt, else ChunkUnfetchable."""
+    """The error to raise for ``failures``: ChunkCorrupt when any chunk was corrupt; else
+    ChunksUnreachable when nothing answered for any of them; else ChunkUnfetchable."""
     if any(f.corrupt for f in failures):
         return ChunkCorrupt(failures)
+    if all(f.unreachable for f in failures):
+        return ChunksUnreachable(failures)
     return ChunkUnfetchable(failures)

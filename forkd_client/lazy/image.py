@@ -37,7 +37,7 @@ from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.fileops import punch_hole
 
 from ..hub.client import HubClient
-from ..hub.errors import HubError
+from ..hub.errors import GATEWAY_STATUSES, HubError, HubUnreachable
 from ..hub.fill import MAX_RANGE_BYTES, PARALLEL_REQUESTS, tunable
 from .errors import ChunkFailure, chunk_error
 from .plan import ImagePlan, Request
@@ -233,13 +233,12 @@ class LazyImage:
             else:
                 self.chunks_fetched += 1
 
-    def _fail(self, index: int, reason: str, *, corrupt: bool) -> None:
+    def _fail(self, index: int, reason: str, *, corrupt: bool, unreachable: bool = False) -> None:
         s = self.plan.sources[index]
         assert s is not None
+        failure = ChunkFailure(s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt, unreachable)
         with self._lock:
-            self.failures.setdefault(
-                index, ChunkFailure(s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt)
-            )
+            self.failures.setdefault(index, failure)
 
     def _fetch(self, indexes: list[int]) -> None:
         """Fetch and verify ``indexes`` (not present, owned by this caller); failures are recorded."""
@@ -256,11 +255,12 @@ class LazyImage:
         try:
             views = self.client.read_ranges(repository, blob, ranges)
         except (HubError, OSError) as e:
+            unreachable = isinstance(e, HubUnreachable | OSError) or e.status in GATEWAY_STATUSES
             for start, n in ranges:
                 for offset in frames:
                     if start <= offset < start + n:
                         for i in places[(blob, offset)]:
-                            self._fail(i, f"from blob {blob}: {e}", corrupt=False)
+                            self._fail(i, f"from blob {blob}: {e}", corrupt=False, unreachable=unreachable)
             return
         for (start, n), view in zip(ranges, views, strict=True):
             for offset in frames:

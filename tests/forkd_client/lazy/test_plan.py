@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from forkd_client.lazy.errors import ChunkCorrupt, ChunkFailure, ChunkUnfetchable, LazyUnsupported, chunk_error
+from forkd_client.cli.exitcodes import EXIT_ERROR, EXIT_NETWORK, EXIT_VERIFICATION, exit_code_for
+from forkd_client.hub.errors import HubUnreachable
+from forkd_client.lazy.errors import (
+    ChunkCorrupt,
+    ChunkFailure,
+    ChunksUnreachable,
+    ChunkUnfetchable,
+    LazyUnsupported,
+    chunk_error,
+)
 from forkd_client.lazy.plan import ImagePlan
 from forkd_client.lazy.profile import parse_profile, profile_document
 from forkd_client.lazy.staged import present_chunks, write_chunk_list
@@ -87,6 +96,20 @@ def test_chunk_errors_name_the_first_chunks_and_count_the_rest() -> None:
     assert str(error).endswith("(and 2 more chunks)")
     assert isinstance(chunk_error(failures[:1]), ChunkUnfetchable)
     assert "could not be fetched: boom" in str(chunk_error(failures[:1]))
+    assert exit_code_for(chunk_error(failures[:1])) == EXIT_ERROR  # e.g. a 404: the hub answered
+    assert exit_code_for(error) == EXIT_VERIFICATION
+
+
+def test_chunks_nobody_answered_for_exit_with_the_network_class() -> None:
+    gone = [
+        ChunkFailure("L", i, i * CS, _digest(i), "connection refused", corrupt=False, unreachable=True)
+        for i in range(2)
+    ]
+    error = chunk_error(gone)
+    assert isinstance(error, ChunksUnreachable) and isinstance(error, HubUnreachable)
+    assert exit_code_for(error) == EXIT_NETWORK
+    mixed = [*gone, ChunkFailure("L", 9, 9 * CS, _digest(9), "404", corrupt=False)]
+    assert exit_code_for(chunk_error(mixed)) == EXIT_ERROR
 
 
 @pytest.mark.parametrize(
