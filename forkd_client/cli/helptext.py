@@ -97,6 +97,7 @@ HELP: HelpTable = {
             "forkd pull acme/python:numpy",
             "forkd pull acme/python@blake3:<digest> --as py-pinned",
             "forkd pull team/python:numpy --verify-key ci-signing.key.pub",
+            "forkd pull acme/python:numpy --lazy",
         ],
     ),
     "keygen": (
@@ -132,7 +133,11 @@ HELP: HelpTable = {
         "Start N copy-on-write children of a snapshot (chain verified, host compatibility checked), "
         "optionally running a command in each.",
         {"tag": "local snapshot to fork"},
-        ["forkd fork py-numpy -n 10 --exec 'python -c \"import numpy\"'", "forkd fork py-base --keep"],
+        [
+            "forkd fork py-numpy -n 10 --exec 'python -c \"import numpy\"'",
+            "forkd fork py-base --keep",
+            "forkd fork acme/python:numpy --lazy -n 4 --exec 'python -c \"import numpy\"'",
+        ],
     ),
     "guest": (
         "Manage the default guest image (kernel + busybox initramfs) used by snapshot.",
