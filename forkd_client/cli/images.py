@@ -174,7 +174,11 @@ def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> N
     for key, value in sorted(snap.annotations.items()):
         ctx.print(f"  {key}: {value}")
     ctx.print("Files:")
-    rows = [[role, str(rec.size), rec.digest or "-", rec.sha256 or "-"] for role, rec in snap.files.items()]
+    rows = [
+        # a format v2 pull records the chunk tree, not a blake3 of the bytes
+        [role, str(rec.size), rec.digest or (f"tree {rec.chunk_tree[1]}" if rec.chunk_tree else "-"), rec.sha256 or "-"]
+        for role, rec in snap.files.items()
+    ]
     ctx.table(["FILE", "SIZE", "DIGEST", "SHA256"], rows, right=("SIZE",))
 
 

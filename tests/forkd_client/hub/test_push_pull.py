@@ -312,3 +312,18 @@ def test_the_install_does_not_fsync_again_what_the_verifier_made_durable(chain3,
     assert synced  # the directories still are
     assert not {"memory.bin", "vmstate"} & set(synced)
     other_store.verify_chain("py", forkd_hashes=True)
+
+
+def test_inspect_shows_the_chunk_tree_a_v2_pull_recorded(chain3, other_store, inproc_hub, monkeypatch, capsys):
+    from forkd_client.cli.main import main
+
+    client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, client, "head", ref)
+    pull(other_store, client, ref, as_tag="py")
+    _, tree = other_store.get("py").files["memory.bin"].chunk_tree
+    monkeypatch.setenv("FORKD_HOME", str(other_store.root))
+    capsys.readouterr()
+    assert main(["inspect", "py"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("memory.bin"))
+    assert f"tree {tree}" in row
