@@ -232,16 +232,10 @@ def check_frames(hasher: Hasher | ResumableSha256, items: list[tuple[RecipeFrame
 
 
 async def ingest_recipe(
-    ctx: RegistryContext,
-    principal: Principal,
-    repository_id: int,
-    upload_id: str,
-    recipe: Recipe,
-    staged: str | None = None,
+    ctx: RegistryContext, principal: Principal, repository_id: int, upload_id: str, recipe: Recipe
 ) -> None:
-    """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring);
-    the session's bytes are at ``staged`` (default ``uploads/<id>``)."""
-    staged = staged or upload_key(upload_id)
+    """Rebuild, verify and store the data blob ``recipe`` describes (see the module docstring)."""
+    staged = upload_key(upload_id)
     async with ctx.sessions() as session:
         readable = await check_held(session, principal, recipe)
         stored = await _stored_frames(session, [f.digest for f in recipe.frames if f.inline])

@@ -189,11 +189,9 @@ async def declared_stream(
 
 
 async def save_state(session: AsyncSession, upload_id: str, stream: FrameStream) -> None:
-    """Keep ``stream``'s state with the session (in the caller's transaction)."""
-    row = await session.get(UploadRecipe, upload_id)
-    if row is not None:
-        stream.save(row)
-        session.add(row)
+    """Keep ``stream``'s state with the session (in the caller's transaction; one UPDATE, the
+    recipe itself is neither read nor written)."""
+    await session.exec(update(UploadRecipe).where(col(UploadRecipe.upload_id) == upload_id).values(**stream.state()))
 
 
 def new_state(upload_id: str, document: bytes) -> UploadRecipe:
@@ -220,7 +218,7 @@ class FrameStream:
     """Consumes a session's bytes in order against its recipe (see the module docstring).
 
     ``feed`` the bytes of a PATCH as they arrive, then ``settle`` before committing them;
-    ``save`` writes the state into the row. ``finish`` hashes the held frames after the last
+    ``state`` is what to keep in the row. ``finish`` hashes the held frames after the last
     uploaded one and checks that the recipe is complete and the blob's digest.
     """
 
@@ -251,13 +249,17 @@ class FrameStream:
             self.failed = True
             raise bad_upload("the upload holds more bytes than the recipe's inline frames", uploaded=self._consumed)
 
-    def save(self, row: UploadRecipe) -> None:
-        row.next_frame = self._index
-        row.consumed = self._consumed
-        row.carry = bytes(self._buffer)
-        row.sha256_state = self._hasher.state()
-        row.hashed = self._hasher.size
-        row.valid = len(self._buffer) <= MAX_CARRY
+    def state(self) -> dict[str, Any]:
+        """The ``upload_recipes`` columns that say how far the session is verified."""
+        valid = len(self._buffer) <= MAX_CARRY  # else the finish verifies the whole session
+        return {
+            "next_frame": self._index,
+            "consumed": self._consumed,
+            "carry": bytes(self._buffer) if valid else b"",
+            "sha256_state": self._hasher.state(),
+            "hashed": self._hasher.size,
+            "valid": valid,
+        }
 
     async def finish(self, final: Recipe) -> None:
         """Hash the trailing held frames; check the upload is complete and the blob's digest
