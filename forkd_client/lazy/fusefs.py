@@ -16,6 +16,7 @@ Errors: LazyUnsupported (no FUSE on this host: /dev/fuse, libfuse or fusermount 
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import shutil
@@ -36,6 +37,7 @@ from .image import LazyImage
 FILE_NAME = mt.MEMORY_FILE
 _FUSE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # libfuse installs handlers where these have the default action
 MOUNT_TIMEOUT_S = 10.0
+_SIG_IGN = 1  # <signal.h>: ((__sighandler_t) 1)
 
 
 def _fuse_module() -> Any:
@@ -151,6 +153,8 @@ class LazyMount:
                 )
             except BaseException as e:  # noqa: BLE001 - reported by the mount wait / unmount
                 self.error = e
+            finally:
+                _ignore_sigpipe_again()
 
         main = threading.current_thread() is threading.main_thread()
         before = {sig: signal.getsignal(sig) for sig in _FUSE_SIGNALS} if main else {}
@@ -173,6 +177,22 @@ class LazyMount:
         if os.path.ismount(self.mountpoint):
             _fusermount_unmount(self.mountpoint)
         self._thread.join(timeout=10)
+
+
+def _ignore_sigpipe_again() -> None:
+    """Ignore SIGPIPE again, as Python does from its start, once libfuse's loop has ended.
+
+    libfuse removes its signal handlers when its loop ends, and for SIGPIPE that means "set the
+    default action if it is ignored": since Python ignores it, every process that ever served a
+    mount would then be *killed* by the next write to a closed socket or pipe (a hub connection
+    dropped during the install, the test run itself). Set at the C level (libc ``signal``),
+    because this runs on the serving thread, where :func:`signal.signal` cannot; Python's own
+    record of the handler already says SIG_IGN.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal(int(signal.SIGPIPE), _SIG_IGN)
 
 
 def _fusermount_unmount(mountpoint: Path) -> None:

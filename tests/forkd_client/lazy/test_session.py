@@ -4,6 +4,8 @@ on demand, verifies every chunk, and installs exactly what a pull installs."""
 from __future__ import annotations
 
 import os
+import signal
+from pathlib import Path
 
 import pytest
 
@@ -293,3 +295,21 @@ def test_the_mount_counts_open_handles_and_refuses_writes(chain3, other_store, i
         while handles.value and time.monotonic() < deadline:
             time.sleep(0.01)
         assert handles.value == 0
+
+
+def _sigpipe_ignored() -> bool:
+    """Whether the kernel ignores SIGPIPE for this process (its real disposition, not Python's record)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGPIPE - 1) & 1)
+    raise AssertionError("no SigIgn in /proc/self/status")
+
+
+def test_a_process_that_served_a_mount_still_ignores_sigpipe(chain3, other_store, inproc_hub):
+    """libfuse resets an ignored SIGPIPE to its default (terminate) when its loop ends: a forkd that
+    served a lazy image would die on the next write to a dropped connection (the suite itself did)."""
+    assert _sigpipe_ignored()  # as Python starts every process
+    token = _pushed(chain3, inproc_hub)
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        session.open()
+    assert _sigpipe_ignored()
