@@ -208,7 +208,7 @@ class StoreBase:
         now = time.time()
         for entry in os.scandir(self.staging_root):
             pid = entry.name.split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
                 shutil.rmtree(entry.path, ignore_errors=True)
             elif entry.name.startswith(RESUME_PREFIX) and now - _mtime(entry) > RESUME_MAX_AGE_S:
                 _remove_unless_locked(Path(entry.path))
@@ -357,14 +357,19 @@ def _remove_unless_locked(path: Path) -> None:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (an exited process not reaped yet holds
+    no lock, maps no file and will never finish its work)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def fsync_path(path: Path) -> None:

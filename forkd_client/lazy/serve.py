@@ -29,6 +29,8 @@ from typing import Any
 
 from manifest.fileops import write_atomically
 
+from ..install import pid_alive
+
 READY, ERROR, CHILDREN, RESULT, LOG = "ready.json", "error.json", "children.json", "result.json", "server.log"
 READY_TIMEOUT_S = 600.0
 CHILDREN_TIMEOUT_S = 600.0
@@ -90,19 +92,6 @@ def _write(path: Path, obj: dict[str, Any]) -> None:
     write_atomically(path, json.dumps(obj, indent=1))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (not reaped yet) maps nothing any more
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def serve(args: argparse.Namespace) -> int:
     from ..cli.exitcodes import exit_code_for
     from ..hub.client import HubClient
@@ -142,7 +131,7 @@ def serve(args: argparse.Namespace) -> int:
                     print(f"forkd lazy server: {e}", file=sys.stderr)
                     code = exit_code_for(e)
                 # nothing may lose its file: not the children, not any other process that opened or mapped it
-                while any(_alive(pid) for pid in pids) or session.mount.handles.value > 0:
+                while any(pid_alive(pid) for pid in pids) or session.mount.handles.value > 0:
                     time.sleep(0.5)
                 return code
     except Exception as e:  # noqa: BLE001 - a detached process: the log and error.json are all there is
