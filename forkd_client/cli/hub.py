@@ -31,7 +31,7 @@ from ..hub.provenance import attach_provenance, ci_annotations, now_rfc3339, par
 from ..hub.pull import pull
 from ..hub.push import push
 from ..hub.reference import Reference
-from ..hub.signing import TrustedKeys, load_keys
+from ..hub.signing import keys_for_pull
 from ..snapdir import LocalSnapshot
 from .output import Context, human_size
 
@@ -213,8 +213,7 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             return 2
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
-    key_files = [p.expanduser() for p in args.verify_key] + TrustedKeys().for_namespace(ref.namespace)
-    verify_keys = load_keys(key_files) or None  # unreadable key files fail before anything is fetched
+    verify_keys = keys_for_pull(ref.namespace, [p.expanduser() for p in args.verify_key])
     progress = make_progress(quiet=args.quiet or args.json)
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         with _interruptible(

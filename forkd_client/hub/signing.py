@@ -52,7 +52,7 @@ from .credentials import config_dir
 from .errors import DigestInvalid, NotFound, SignatureInvalid
 from .referrers import upload_blob
 
-__all__ = ["TrustedKeys", "Verified", "load_keys", "push_signature", "verify_head"]
+__all__ = ["TrustedKeys", "Verified", "keys_for_pull", "load_keys", "push_signature", "verify_head"]
 
 TRUSTED_KEYS_FILE = "trusted-keys.json"
 MAX_CANDIDATES = 32
@@ -155,6 +155,13 @@ class TrustedKeys:
                 raise SignatureError(f"{self.path}: namespace {entry!r} must list key file paths")
             paths += [self.path.parent / p for p in listed]
         return paths
+
+
+def keys_for_pull(namespace: str, key_files: list[Path] | None = None) -> list[Ed25519PublicKey] | None:
+    """The keys a chain of ``namespace`` must be signed by to be pulled or forked: ``key_files``
+    (``--verify-key``) plus the namespace's trusted keys (:class:`TrustedKeys`); None when there
+    are none. Unreadable key files fail here, before anything is fetched. Raises SignatureError."""
+    return load_keys([*(key_files or []), *TrustedKeys().for_namespace(namespace)]) or None
 
 
 def load_keys(paths: list[Path]) -> list[Ed25519PublicKey]:

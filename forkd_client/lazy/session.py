@@ -3,9 +3,11 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
 
 :meth:`LazySession.open`:
 
-1. resolves the chain (one request), checks it is one chain hanging off the head's digest, and
-   fetches and verifies every link's chunk maps: :class:`~forkd_client.hub.pull.ChainPull`'s own
-   stages (``parse_link``, ``check_chain``, ``fetch_maps``);
+1. resolves the chain (one request), checks it is one chain hanging off the head's digest,
+   verifies the head's signature when the namespace has trusted keys (as ``forkd pull`` does:
+   :func:`~forkd_client.hub.signing.keys_for_pull`), and fetches and verifies every link's chunk
+   maps: :class:`~forkd_client.hub.pull.ChainPull`'s own stages (``parse_link``, ``check_chain``,
+   ``fetch_maps``);
 2. stages the head's vmstate (checked against its digest as it is inflated) and the head's
    memory image (:class:`~.image.LazyImage`) in a resumable staging directory keyed by the
    head's digest (``<store>/.staging/resume-lazy-<hex>``): a killed session leaves the verified
@@ -20,7 +22,8 @@ pinned by digest, whose local chunk index (:func:`.staged.open_index`) also read
 (re-hashing each chunk): same verification, records and forkd-compatible layout as a pull, the
 chunks fetched once.
 
-Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, the errors of :mod:`forkd_client.hub.pull`.
+Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, SignatureError, the errors of
+:mod:`forkd_client.hub.pull`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import shutil
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from manifest import mediatypes as mt
 from manifest.errors import AssemblyError, DigestMismatch
@@ -44,6 +49,7 @@ from ..hub.localchunks import LocalChunkIndex
 from ..hub.pull import ChainPull
 from ..hub.pullstages import PullResult, check_chain, head_tag_for, repository_of
 from ..hub.reference import Reference
+from ..hub.signing import keys_for_pull
 from ..store import SnapshotStore
 from ..vmmcompat import from_manifest_compat
 from .errors import LazyUnsupported, chunk_error
@@ -60,7 +66,7 @@ class LazyInstall(ChainPull):
 
     def __init__(self, session: LazySession) -> None:
         ref = dataclasses.replace(session.ref, digest=session.head_digest)
-        super().__init__(session.store, session.client, ref, as_tag=session.head_tag)
+        super().__init__(session.store, session.client, ref, as_tag=session.head_tag, verify_keys=session.verify_keys)
 
 
 class LazySession:
@@ -71,6 +77,7 @@ class LazySession:
 
     def __init__(self, store: SnapshotStore, client: HubClient, ref: Reference, *, as_tag: str | None = None) -> None:
         self.store, self.client, self.ref = store, client, ref
+        self.verify_keys: list[Ed25519PublicKey] | None = None  # set by open(), as a pull sets them
         self.head_tag = head_tag_for(ref, as_tag)
         self.head_digest = ""
         self.head_compat: dict = {}
@@ -105,8 +112,10 @@ class LazySession:
             raise
 
     def _open(self) -> SnapshotFiles:
-        pull = ChainPull(self.store, self.client, self.ref)
+        self.verify_keys = keys_for_pull(self.ref.namespace)  # trusted-keys.json binds lazy forks as it binds pulls
+        pull = ChainPull(self.store, self.client, self.ref, verify_keys=self.verify_keys)
         pull._resolve()
+        pull._verify_signature()
         parsed = pull.parsed
         check_chain(self.client, self.ref, parsed)
         head, head_manifest, head_config = parsed[-1]

@@ -313,3 +313,32 @@ def test_a_process_that_served_a_mount_still_ignores_sigpipe(chain3, other_store
     with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
         session.open()
     assert _sigpipe_ignored()
+
+
+def test_a_namespace_with_trusted_keys_is_forked_lazily_only_when_signed(
+    chain3, other_store, inproc_hub, tmp_path, monkeypatch
+):
+    """trusted-keys.json binds a lazy fork as it binds ``forkd pull``: an unsigned head is refused
+    before anything is mounted; signed by the trusted key, it is served."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from forkd_client.hub.errors import SignatureInvalid
+    from forkd_client.hub.signing import push_signature
+    from manifest.signature import public_key_pem
+
+    key = Ed25519PrivateKey.generate()
+    config = tmp_path / "config"
+    (config / "forkd").mkdir(parents=True)
+    (config / "forkd" / "ci.pub").write_bytes(public_key_pem(key))
+    (config / "forkd" / "trusted-keys.json").write_text('{"namespaces": {"acme": ["ci.pub"]}}')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    token = _pushed(chain3, inproc_hub)
+    with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
+        with pytest.raises(SignatureInvalid, match="not signed"):
+            session.open()
+        assert session.staged is None  # refused before staging or mounting anything
+    client = inproc_hub.client(token)
+    push_signature(client, REF.name, client.get_chain(REF.name, "v1")[-1].digest, key)
+    with LazySession(other_store, client, REF, as_tag="py") as session:
+        files = session.open()
+        assert files.vmstate.read_bytes() == (chain3.path("head") / "vmstate").read_bytes()
