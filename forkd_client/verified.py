@@ -174,14 +174,7 @@ class VerifiedRecord:
         """
         if parse_digest(tree).algorithm != "blake3":
             raise InvalidDigest(f"chunk-tree digest {tree!r} is not a blake3 digest")
-        key = _key(path)
-        st = os.stat(key)
-        fp = _fingerprint(st)
-        row = self._row(key)
-        keep = row is not None and row[0] == fp and not _is_racy(st.st_mtime_ns, row[1])
-        merged = dict(row[2]) if keep and row is not None else {}
-        merged[_TREE] = f"{chunk_size} {tree}"
-        self._store(key, fp, merged)
+        self._merge(path, {_TREE: f"{chunk_size} {tree}"})
 
     def digests(self, path: str | os.PathLike[str], algorithms: Iterable[str] = ("blake3",)) -> dict[str, str]:
         """``{algorithm: "algorithm:hex"}`` for ``path``, hashing only what is not already trusted.
@@ -230,13 +223,18 @@ class VerifiedRecord:
             parsed = parse_digest(value)
             if parsed.algorithm != algorithm:
                 raise InvalidDigest(f"digest {value!r} recorded under algorithm {algorithm!r}")
+        self._merge(path, digests)
+
+    def _merge(self, path: str | os.PathLike[str], entries: Mapping[str, str]) -> None:
+        """Record ``entries`` for ``path``'s current content, keeping what is recorded under the
+        same (non-racy) fingerprint and replacing a stale row. Raises OSError (file missing)."""
         key = _key(path)
         st = os.stat(key)
         fp = _fingerprint(st)
         row = self._row(key)
         keep = row is not None and row[0] == fp and not _is_racy(st.st_mtime_ns, row[1])
         merged = dict(row[2]) if keep and row is not None else {}
-        merged.update(digests)
+        merged.update(entries)
         self._store(key, fp, merged)
 
     def forget(self, path: str | os.PathLike[str]) -> None:
