@@ -16,6 +16,8 @@ RestoreFailed, the errors of :mod:`forkd_client.hub.pull`.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -27,8 +29,9 @@ from ..hub.reference import Reference
 from ..store import SnapshotStore
 from ..vmmcompat import check_host_compat
 from ..vmops.fork import Child, Forked
-from ..vmops.host import require_driver
+from ..vmops.host import make_driver, require_driver
 from .errors import chunk_error
+from .fusefs import fuse_module
 from .session import LazySession
 
 
@@ -77,6 +80,15 @@ class LazyFork:
         }
 
 
+def _warm_up(vmm: str | None) -> None:
+    """Load libfuse and probe the VMM (``qemu --version``: tens of ms) while the chain is resolved,
+    so neither is on the way to the children's start. Never raises: the real calls report."""
+    with contextlib.suppress(Exception):
+        fuse_module()
+    with contextlib.suppress(Exception):
+        make_driver(vmm).available()  # cached: require_driver below answers at once
+
+
 def lazy_fork(
     store: SnapshotStore,
     client: HubClient,
@@ -91,6 +103,7 @@ def lazy_fork(
     if n < 1:
         raise ValueError(f"fork needs at least one child, got {n}")
     started = time.monotonic()
+    threading.Thread(target=_warm_up, args=(vmm,), name="forkd-lazy-warm-up", daemon=True).start()
     session = LazySession(store, client, ref, as_tag=as_tag)
     children: StartedFork | None = None
     try:

@@ -46,7 +46,7 @@ MOUNT_TIMEOUT_S = 10.0
 _SIG_IGN = 1  # <signal.h>: ((__sighandler_t) 1)
 
 
-def _fuse_module() -> Any:
+def fuse_module() -> Any:
     """mfusepy, imported on first use (it loads libfuse). Raises LazyUnsupported."""
     if not os.path.exists("/dev/fuse"):
         raise LazyUnsupported("a lazy fork needs FUSE, and this host has no /dev/fuse")
@@ -168,7 +168,7 @@ class LazyMount:
     """
 
     def __init__(self, image: LazyImage | PendingImage, mountpoint: Path) -> None:
-        fuse = _fuse_module()
+        fuse = fuse_module()
         if isinstance(image, LazyImage):
             pending = PendingImage(image.plan.size)
             pending.set(image)
