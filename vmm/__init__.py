@@ -20,6 +20,7 @@ from vmm.base import (
     ExecResult,
     MemStats,
     SnapshotFiles,
+    StartedFork,
     check_compat,
 )
 from vmm.errors import (
@@ -55,6 +56,7 @@ __all__ = [
     "RestoreFailed",
     "SnapshotFailed",
     "SnapshotFiles",
+    "StartedFork",
     "VmmError",
     "VmmProtocolError",
     "VmmUnavailable",

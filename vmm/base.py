@@ -10,6 +10,9 @@ children from such a pair. The hub client drives exactly three flows through it:
   ``driver.snapshot(vm, out_dir)``. The guest's writes land in the clone only.
 * **fork**: ``driver.fork(assembled, n)`` → ``n`` resumed children that map ``memory.bin``
   privately (``MAP_PRIVATE``): they share its page cache and never write to it.
+  ``driver.start_fork(assembled, n).finish()`` is the same in two steps: the children's processes
+  may start at once (a driver that can, QEMU, does), and ``vmstate`` need only exist when
+  ``finish`` restores them, so a caller can fetch it while they start (a lazy fork).
 
 Every method raises only ``vmm.errors`` types; each docstring lists which.
 """
@@ -20,6 +23,7 @@ import abc
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -258,6 +262,24 @@ class VM(abc.ABC):
         self.kill()
 
 
+class StartedFork:
+    """Children of a fork whose processes may already run, not restored yet (:meth:`Driver.start_fork`).
+
+    Call :meth:`finish` once (the resumed children; the snapshot's ``vmstate`` must exist by then)
+    or :meth:`cancel` (idempotent; kills what was started). ``finish`` raises what ``fork`` raises,
+    and on failure leaves nothing running.
+    """
+
+    def __init__(self, finish: Callable[[], list[VM]], cancel: Callable[[], None] = lambda: None) -> None:
+        self._finish, self._cancel = finish, cancel
+
+    def finish(self) -> list[VM]:
+        return self._finish()
+
+    def cancel(self) -> None:
+        self._cancel()
+
+
 class Driver(abc.ABC):
     """One hypervisor backend. Implementations: ``QemuMicrovmDriver``, ``FirecrackerDriver``."""
 
@@ -345,6 +367,14 @@ class Driver(abc.ABC):
 
         Raises ``CompatibilityError``, ``RestoreFailed``.
         """
+
+    def start_fork(self, snap: SnapshotFiles, n: int) -> StartedFork:
+        """``fork(snap, n)`` in two steps (see the module docstring): what can start before
+        ``snap.vmstate`` exists starts now. This default starts nothing early.
+
+        Raises ``CompatibilityError``, ``RestoreFailed`` (here or from ``finish``).
+        """
+        return StartedFork(lambda: self.fork(snap, n))
 
 
 def require_agent_ok(result: ExecResult, what: str) -> ExecResult:

@@ -91,3 +91,8 @@ def chunk_error(failures: list[ChunkFailure]) -> HubError:
     if all(f.unreachable for f in failures):
         return ChunksUnreachable(failures)
     return ChunkUnfetchable(failures)
+
+
+class ImageUnavailable(Exception):
+    """A read of a mounted image whose session stopped before the image could be served (the
+    FUSE layer answers EIO; the session's own error says why). Never reaches a user."""

@@ -1,9 +1,11 @@
 """``forkd fork REF --lazy``: children of a hub chain started before it has finished downloading.
 
-:func:`lazy_fork` opens a :class:`~.session.LazySession` (chain resolved and verified, head's
-memory image mounted lazily), checks the head's compat against this host, and starts ``n``
-copy-on-write children mapping the mounted image exactly as :func:`forkd_client.vmops.fork`
-maps a local one. The caller runs its command in them (:meth:`Forked.run`), then
+:func:`lazy_fork` starts a :class:`~.session.LazySession` (chain resolved and verified, head's
+memory image mounted before its chunk maps are fetched), checks the head's compat against this
+host, starts ``n`` VMM processes mapping the mounted image (``Driver.start_fork``), *then*
+fetches the maps and the vmstate (:meth:`~.session.LazySession.prepare`) while those processes
+start, and restores the children from the vmstate: copy-on-write children mapping the mounted
+image exactly as :func:`forkd_client.vmops.fork` maps a local one. The caller runs its command in them (:meth:`Forked.run`), then
 :meth:`LazyFork.finish`: when a chunk could not be served (the child that read it got EIO on a
 page fault and stopped) it raises ChunkCorrupt / ChunkUnfetchable naming each chunk and
 installs nothing; otherwise it fills the rest and installs the chain as ``forkd pull`` would.
@@ -14,17 +16,22 @@ RestoreFailed, the errors of :mod:`forkd_client.hub.pull`.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
+
+from vmm import StartedFork
 
 from ..hub.client import HubClient
 from ..hub.pullstages import PullResult
 from ..hub.reference import Reference
 from ..store import SnapshotStore
 from ..vmmcompat import check_host_compat
-from ..vmops.fork import Forked, _spawn
-from ..vmops.host import require_driver
+from ..vmops.fork import Child, Forked
+from ..vmops.host import make_driver, require_driver
 from .errors import chunk_error
+from .fusefs import fuse_module
 from .session import LazySession
 
 
@@ -73,6 +80,15 @@ class LazyFork:
         }
 
 
+def _warm_up(vmm: str | None) -> None:
+    """Load libfuse and probe the VMM (``qemu --version``: tens of ms) while the chain is resolved,
+    so neither is on the way to the children's start. Never raises: the real calls report."""
+    with contextlib.suppress(Exception):
+        fuse_module()
+    with contextlib.suppress(Exception):
+        make_driver(vmm).available()  # cached: require_driver below answers at once
+
+
 def lazy_fork(
     store: SnapshotStore,
     client: HubClient,
@@ -87,18 +103,31 @@ def lazy_fork(
     if n < 1:
         raise ValueError(f"fork needs at least one child, got {n}")
     started = time.monotonic()
+    threading.Thread(target=_warm_up, args=(vmm,), name="forkd-lazy-warm-up", daemon=True).start()
     session = LazySession(store, client, ref, as_tag=as_tag)
+    children: StartedFork | None = None
     try:
-        files = session.open()
-        open_ms = (time.monotonic() - started) * 1000
+        files = session.start()
         driver = require_driver(vmm or files.compat.vmm)
         compat = session.head_compat
         check_host_compat(compat, driver, memory=files.memory, what=f"{ref}")  # type: ignore[arg-type]
-        started = time.monotonic()
-        children = _spawn(driver, files, n)
-        chain = list(session.chain)
-        forked = Forked(session.head_tag, chain, 0.0, (time.monotonic() - started) * 1000, str(files.memory), children)
+        spawn_started = time.monotonic()
+        children = driver.start_fork(files, n)  # the VMMs start while the maps and the vmstate arrive
+        session.prepare()
+        open_ms = (time.monotonic() - started) * 1000
+        vms = children.finish()
+        spawned = time.monotonic()
+        forked = Forked(
+            session.head_tag,
+            list(session.chain),
+            0.0,
+            (spawned - spawn_started) * 1000,
+            str(files.memory),
+            [Child(i, vm, (spawned - spawn_started) * 1000) for i, vm in enumerate(vms)],
+        )
     except BaseException as e:
+        if children is not None:
+            children.cancel()
         failures = session.image.failures if hasattr(session, "image") else {}
         session.close()
         if failures and not isinstance(e, KeyboardInterrupt):  # a child stopped on a chunk it could not read

@@ -11,6 +11,12 @@ Opens for writing are accepted, because QEMU 7.2 opens its memory file O_RDWR ev
 ``handles`` counts the file's open handles (a mapping keeps one until it is unmapped, so a server
 can tell when nothing uses the file any more).
 
+The mount can come up before the image exists: :class:`PendingImage` knows only the file's size
+(from the head's config), and its reads wait until :meth:`PendingImage.set` gives it the
+:class:`~.image.LazyImage` (then they are served) or :meth:`PendingImage.fail` says it will never
+come (then they answer EIO). So a VMM can open and map the file while the chunk maps and the
+vmstate are still being fetched.
+
 Errors: LazyUnsupported (no FUSE on this host: /dev/fuse, libfuse or fusermount missing), OSError.
 """
 
@@ -31,7 +37,7 @@ from typing import Any
 from manifest import mediatypes as mt
 
 from ..hub.errors import HubError
-from .errors import LazyUnsupported
+from .errors import ImageUnavailable, LazyUnsupported
 from .image import LazyImage
 
 FILE_NAME = mt.MEMORY_FILE
@@ -40,7 +46,7 @@ MOUNT_TIMEOUT_S = 10.0
 _SIG_IGN = 1  # <signal.h>: ((__sighandler_t) 1)
 
 
-def _fuse_module() -> Any:
+def fuse_module() -> Any:
     """mfusepy, imported on first use (it loads libfuse). Raises LazyUnsupported."""
     if not os.path.exists("/dev/fuse"):
         raise LazyUnsupported("a lazy fork needs FUSE, and this host has no /dev/fuse")
@@ -65,7 +71,39 @@ class OpenCount:
             self.value += n
 
 
-def _operations(image: LazyImage, fuse: Any, handles: OpenCount) -> Any:
+class PendingImage:
+    """A memory image of a known ``size`` whose :class:`~.image.LazyImage` arrives later; reads
+    wait for it. Raises (from :meth:`read`) ImageUnavailable once :meth:`fail` was called, the
+    image's own errors after :meth:`set`."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._ready = threading.Event()
+        self._image: LazyImage | None = None
+        self._why = ""
+
+    def set(self, image: LazyImage) -> None:
+        """Serve ``image`` from now on (and the reads waiting for it). ValueError: another size."""
+        if image.plan.size != self.size:
+            raise ValueError(f"the image is {image.plan.size:,} bytes, the mount was made for {self.size:,}")
+        self._image = image
+        self._ready.set()
+
+    def fail(self, why: str) -> None:
+        """Answer every read, waiting or later, with EIO (the image will never come). Idempotent;
+        no effect once :meth:`set` was called."""
+        if not self._ready.is_set():
+            self._why = why or "the lazy session stopped"
+            self._ready.set()
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._ready.wait()
+        if self._image is None:
+            raise ImageUnavailable(self._why)
+        return self._image.read(offset, size)
+
+
+def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
     """The filesystem's operations (a class built on first use, mfusepy being imported lazily)."""
 
     class LazyFile(fuse.Operations):
@@ -79,7 +117,7 @@ def _operations(image: LazyImage, fuse: Any, handles: OpenCount) -> Any:
             if path == "/":
                 return {"st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2, **self._times}
             if path == "/" + FILE_NAME:
-                return {"st_mode": stat.S_IFREG | 0o644, "st_nlink": 1, "st_size": image.plan.size, **self._times}
+                return {"st_mode": stat.S_IFREG | 0o644, "st_nlink": 1, "st_size": image.size, **self._times}
             raise fuse.FuseOSError(errno.ENOENT)
 
         def readdir(self, path: str, fh: int) -> list[str]:
@@ -100,14 +138,14 @@ def _operations(image: LazyImage, fuse: Any, handles: OpenCount) -> Any:
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
             try:
                 return image.read(offset, size)
-            except HubError:
+            except (HubError, ImageUnavailable):
                 raise fuse.FuseOSError(errno.EIO) from None  # the failure is recorded on the image
 
         def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
             raise fuse.FuseOSError(errno.EROFS)
 
         def truncate(self, path: str, length: int, fh: int | None = None) -> None:
-            if length != image.plan.size:
+            if length != image.size:
                 raise fuse.FuseOSError(errno.EROFS)
 
         def create(self, path: str, mode: int, fi: Any = None) -> int:
@@ -117,19 +155,25 @@ def _operations(image: LazyImage, fuse: Any, handles: OpenCount) -> Any:
             raise fuse.FuseOSError(errno.EROFS)
 
         def statfs(self, path: str) -> dict[str, int]:
-            return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": image.plan.size // 4096, "f_namemax": 255}
+            return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": image.size // 4096, "f_namemax": 255}
 
     return LazyFile()
 
 
 class LazyMount:
-    """``image`` served as ``<mountpoint>/memory.bin`` from a background thread.
+    """``image`` served as ``<mountpoint>/memory.bin`` from a background thread; ``image`` may be a
+    :class:`PendingImage` (reads wait until it is set), else it is wrapped in one already set.
 
     Raises LazyUnsupported (no FUSE here), OSError (the mount did not appear in time).
     """
 
-    def __init__(self, image: LazyImage, mountpoint: Path) -> None:
-        fuse = _fuse_module()
+    def __init__(self, image: LazyImage | PendingImage, mountpoint: Path) -> None:
+        fuse = fuse_module()
+        if isinstance(image, LazyImage):
+            pending = PendingImage(image.plan.size)
+            pending.set(image)
+            image = pending
+        self.image = image
         self.mountpoint = Path(mountpoint)
         if os.path.ismount(self.mountpoint):  # left by a killed session ("transport endpoint is not connected")
             _fusermount_unmount(self.mountpoint)

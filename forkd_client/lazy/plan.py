@@ -13,7 +13,7 @@ Errors: LazyUnsupported (chunk geometry that changes along the chain).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from manifest import mediatypes as mt
 from manifest.model import ChunkMap
@@ -22,9 +22,9 @@ from ..hub.fill import Wanted, coalesce
 from .errors import LazyUnsupported
 
 
-@dataclass(frozen=True)
-class ChunkSource:
-    """A data chunk of the head's image: which layer lists it, and where its frame is."""
+class ChunkSource(NamedTuple):
+    """A data chunk of the head's image: which layer lists it, and where its frame is (a tuple:
+    a plan makes one per chunk, tens of thousands, before a lazy fork's first answer)."""
 
     layer: str  # manifest digest of the layer
     repository: str  # where the hub keeps the layer's blobs
@@ -63,12 +63,14 @@ class ImagePlan:
                     f"{chunk_map.chunk_size:,}, its parent's {geometry[0]:,} in chunks of {geometry[1]:,}; "
                     "a lazy fork needs one geometry along the chain (use forkd pull, then forkd fork)"
                 )
+            blobs = chunk_map.blobs
             for e in chunk_map.entries:
-                if e.is_zero:
-                    sources[e.index] = None
-                else:
-                    blob = chunk_map.blobs[e.blob]
-                    sources[e.index] = ChunkSource(layer, repository, blob, e.offset, e.length, e.digest)  # type: ignore[arg-type]
+                digest = e.digest
+                sources[e.index] = (
+                    None
+                    if digest is None
+                    else ChunkSource(layer, repository, blobs[e.blob], e.offset, e.length, digest)
+                )
         if geometry is None:
             raise LazyUnsupported(f"no layer of the chain has a {mt.MEMORY_FILE}: nothing to fork from")
         return cls(geometry[0], geometry[1], sources)

@@ -1,20 +1,22 @@
 """A lazy session: a hub chain resolved and verified like a pull, its head's memory image served
 lazily from a FUSE mount, filled in the background, then installed exactly as ``forkd pull`` installs it.
 
-:meth:`LazySession.open`:
+:meth:`LazySession.open` is :meth:`~LazySession.start` then :meth:`~LazySession.prepare`
+(a lazy fork starts its children's VMM processes in between, so their start-up overlaps the fetches):
 
-1. resolves the chain (one request), checks it is one chain hanging off the head's digest,
+1. ``start`` resolves the chain (one request), checks it is one chain hanging off the head's digest,
    verifies the head's signature when the namespace has trusted keys (as ``forkd pull`` does:
-   :func:`~forkd_client.hub.signing.keys_for_pull`), and fetches and verifies every link's chunk
-   maps: :class:`~forkd_client.hub.pull.ChainPull`'s own stages (``parse_link``, ``check_chain``,
-   ``fetch_maps``);
-2. stages the head's vmstate (checked against its digest as it is inflated) and the head's
+   :func:`~forkd_client.hub.signing.keys_for_pull`) (:class:`~forkd_client.hub.pull.ChainPull`'s
+   own stages), and mounts the head's image at the size its config gives
+   (:class:`~.fusefs.PendingImage`: reads wait for step 2);
+2. ``prepare`` fetches every link's chunk maps and the head's vmstate at once
+   (:class:`~forkd_client.hub.prefetch.LinkPrefetch`, each map checked), stages the head's vmstate (checked against its digest as it is inflated) and the head's
    memory image (:class:`~.image.LazyImage`) in a resumable staging directory keyed by the
    head's digest (``<store>/.staging/resume-lazy-<hex>``): a killed session leaves the verified
    chunks there, and the next lazy session of the same head keeps them;
-3. copies in the chunks local snapshots already hold (the local chunk index), mounts the image
-   (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the head
-   (:mod:`.profile`), fetches those chunks in the background at once.
+3. copies in the chunks local snapshots already hold (the local chunk index), lets the mount
+   serve the image (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the
+   head (:mod:`.profile`, asked for meanwhile), fetches those chunks in the background at once.
 
 :meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
 first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull of the head
@@ -33,6 +35,7 @@ import dataclasses
 import shutil
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -44,16 +47,16 @@ from vmm import SnapshotFiles
 
 from ..hub.client import HubClient
 from ..hub.errors import DigestInvalid
-from ..hub.linkcheck import fetch_maps
 from ..hub.localchunks import LocalChunkIndex
+from ..hub.prefetch import LinkPrefetch
 from ..hub.pull import ChainPull
-from ..hub.pullstages import PullResult, check_chain, head_tag_for, repository_of
+from ..hub.pullstages import ParsedLink, PullResult, check_chain, head_tag_for, repository_of
 from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
 from ..store import SnapshotStore
 from ..vmmcompat import from_manifest_compat
 from .errors import LazyUnsupported, chunk_error
-from .fusefs import LazyMount
+from .fusefs import LazyMount, PendingImage
 from .image import LazyImage
 from .plan import ImagePlan
 from .profile import attach_profile, fetch_profile
@@ -74,6 +77,9 @@ class LazySession:
 
     image: LazyImage
     mount: LazyMount
+    pending: PendingImage
+    _pull: ChainPull
+    _parsed: list[ParsedLink]
 
     def __init__(self, store: SnapshotStore, client: HubClient, ref: Reference, *, as_tag: str | None = None) -> None:
         self.store, self.client, self.ref = store, client, ref
@@ -106,62 +112,46 @@ class LazySession:
     def open(self) -> SnapshotFiles:
         """Resolve, verify and mount; the files a driver forks from. Raises what the module raises."""
         try:
-            return self._open()
+            files = self.start()
+            self.prepare()
+            return files
         except BaseException:
             self.close()
             raise
 
-    def _open(self) -> SnapshotFiles:
+    def start(self) -> SnapshotFiles:
+        """The first half of :meth:`open`: resolve and verify the chain, then mount the head's image
+        at its configured size *before* its chunk maps are fetched (reads wait until
+        :meth:`prepare` has them). A driver may open and map the returned files at once (start its
+        children), but may read the vmstate only after :meth:`prepare`. The caller closes the
+        session on error. Raises what the module raises."""
         self.verify_keys = keys_for_pull(self.ref.namespace)  # trusted-keys.json binds lazy forks as it binds pulls
         pull = ChainPull(self.store, self.client, self.ref, verify_keys=self.verify_keys)
         pull._resolve()
         pull._verify_signature()
         parsed = pull.parsed
         check_chain(self.client, self.ref, parsed)
-        head, head_manifest, head_config = parsed[-1]
+        head, _, head_config = parsed[-1]
         self.head_digest, self.head_compat = head.digest, dict(head_config.compat or {})
         self.head_repository, self.head_manifest_size = repository_of(head, self.ref), len(head.manifest)
         self.chain = [link.digest for link, _, _ in parsed]
-        links = []
-        for link, manifest, config in parsed:
+        for link, _, config in parsed:
             if mt.ROOTFS_FILE in config.files:
                 raise LazyUnsupported(
                     f"layer {link.digest} has a {mt.ROOTFS_FILE}; a lazy fork serves memory images only "
                     "(use forkd pull, then forkd fork)"
                 )
-            name = repository_of(link, self.ref)
-            maps = fetch_maps(self.client, name, link, manifest, config)
-            links.append((link.digest, name, maps.get(mt.MEMORY_FILE)))
-        plan = ImagePlan.from_maps(links)
+        memory = head_config.files.get(mt.MEMORY_FILE)
+        if memory is None:
+            raise LazyUnsupported(f"layer {head.digest} has no {mt.MEMORY_FILE}: nothing to fork from")
+        self._pull, self._parsed = pull, parsed
         self.staged = staged = self._stack.enter_context(self.store.resumable_staging(state_key(head.digest)))
         self._stack.callback(self._drop_if_installed)  # runs after the unmount below
-        vm_info = head_config.files[mt.VMSTATE_FILE]
-        frame = pull._fetch_vmstate(repository_of(head, self.ref), head, head_manifest, vm_info)
-        with open(staged / mt.VMSTATE_FILE, "wb") as out:
-            try:
-                inflate_vmstate(frame, vm_info, f"layer {head.digest}: vmstate", out)
-            except (AssemblyError, DigestMismatch) as e:
-                raise DigestInvalid(str(e)) from None
-        self.image = LazyImage(plan, staged / mt.MEMORY_FILE, self.client, resume=True)
-        self._stack.callback(self.image.close)
-        index = LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
-        try:
-            wanted = {s.digest for s in plan.sources if s is not None}
-            self.chunks_local = self.image.adopt_local(index.read, index.known(wanted))
-        finally:
-            index.close()
-        self.mount = LazyMount(self.image, staged / "mnt")
+        self._stack.callback(self._close_image)  # after the unmount too: no read reaches a closed image
+        self.pending = PendingImage(memory.size)
+        self.mount = LazyMount(self.pending, staged / "mnt")
         self._stack.callback(self.mount.unmount)
-        self.hub_profile, self.profile_note = fetch_profile(
-            self.client, self.head_repository, head.digest, plan.chunk_size, plan.count
-        )
-        if self.hub_profile:  # the working set first, in the background, while children start
-            self._prefetch = threading.Thread(
-                target=self.image.fill, args=(self.hub_profile, self._stop), kwargs={"rest": False}, daemon=True
-            )
-            self._prefetch.start()
-            self._stack.callback(self._prefetch.join)
-            self._stack.callback(self._stop.set)
+        self._stack.callback(self.pending.fail, "the lazy session was closed")  # waiting reads answer EIO
         self.files = SnapshotFiles(
             memory=self.mount.path,
             vmstate=staged / mt.VMSTATE_FILE,
@@ -169,6 +159,65 @@ class LazySession:
             rootfs=None,
         )
         return self.files
+
+    def prepare(self) -> None:
+        """The second half of :meth:`open`: every link's chunk maps and the head's vmstate,
+        fetched concurrently (:class:`~forkd_client.hub.prefetch.LinkPrefetch`), checked; the
+        vmstate staged (checked as it is inflated); the image's chunks that local snapshots hold
+        copied in; then the mount serves the image, and the hub's access profile (asked for
+        meanwhile) is fetched in the background. On error, reads waiting on the mount answer EIO
+        and the caller closes the session. Raises what the module raises."""
+        pull, parsed, staged = self._pull, self._parsed, self.staged
+        assert staged is not None, "start() first"
+        head, _, head_config = parsed[-1]
+        named = [(repository_of(p[0], self.ref), p) for p in parsed]
+        ahead = LinkPrefetch(
+            self.client,
+            [(name, p, p is parsed[-1]) for name, p in named],  # the head's vmstate only
+            lambda name, p: pull._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
+        )
+        try:
+            plan = ImagePlan.from_maps(
+                [(p[0].digest, name, ahead.maps(name, p).get(mt.MEMORY_FILE)) for name, p in named]
+            )
+            if plan.size != self.pending.size:
+                raise DigestInvalid(
+                    f"layer {head.digest}: {mt.MEMORY_FILE} is {plan.size:,} bytes by its chunk maps, "
+                    f"{self.pending.size:,} by its config"
+                )
+            frame = ahead.vmstate(named[-1][0], parsed[-1])
+        finally:
+            ahead.close()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-lazy-profile") as pool:
+            profile = pool.submit(
+                fetch_profile, self.client, self.head_repository, head.digest, plan.chunk_size, plan.count
+            )
+            vm_info = head_config.files[mt.VMSTATE_FILE]
+            with open(staged / mt.VMSTATE_FILE, "wb") as out:
+                try:
+                    inflate_vmstate(frame, vm_info, f"layer {head.digest}: vmstate", out)
+                except (AssemblyError, DigestMismatch) as e:
+                    raise DigestInvalid(str(e)) from None
+            self.image = LazyImage(plan, staged / mt.MEMORY_FILE, self.client, resume=True)
+            index = LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
+            try:
+                wanted = {s.digest for s in plan.sources if s is not None}
+                self.chunks_local = self.image.adopt_local(index.read, index.known(wanted))
+            finally:
+                index.close()
+            self.pending.set(self.image)
+            self.hub_profile, self.profile_note = profile.result()
+        if self.hub_profile:  # the working set first, in the background, while children start
+            self._prefetch = threading.Thread(
+                target=self.image.fill, args=(self.hub_profile, self._stop), kwargs={"rest": False}, daemon=True
+            )
+            self._prefetch.start()
+            self._stack.callback(self._prefetch.join)
+            self._stack.callback(self._stop.set)
+
+    def _close_image(self) -> None:
+        if hasattr(self, "image"):
+            self.image.close()
 
     def _drop_if_installed(self) -> None:
         if self.installed is not None and self.staged is not None:

@@ -69,6 +69,33 @@ def test_chunk_map_rejects(over, fragment):
         ChunkMap.from_json(chunk_map(**over))
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "blake3:" + "A" * 64,  # upper case
+        "blake3:" + "1" * 63 + "\n",  # a newline where the batch check splits digests
+        "blake3:" + "1" * 63,  # short, the others long enough to make up the length
+        "sha256:" + "1" * 64,
+        7,
+    ],
+)
+def test_one_bad_digest_among_many_good_ones_is_named(bad):
+    """Maps are parsed in bulk (one regex pass over every digest): a single bad digest in the
+    middle still fails the map and is named by its entry."""
+    chunks = [[i, D, 0, 100 * i, 100] for i in range(9)]
+    chunks[5][1] = bad
+    if bad == "blake3:" + "1" * 63:
+        chunks[6][1] = D + "1"
+    with pytest.raises(InvalidManifest, match=r"chunks\[5\]"):
+        ChunkMap.from_json(chunk_map(chunks=chunks))
+
+
+def test_a_large_map_parses_to_the_entries_it_lists():
+    chunks = [[i, D if i % 2 else E, 0, 100 * i, 100] for i in range(0, 10)]
+    cm = ChunkMap.from_json(chunk_map(chunks=chunks))
+    assert cm.entries == tuple(ChunkEntry(i, D if i % 2 else E, 0, 100 * i, 100) for i in range(10))
+
+
 def test_documents_reject_non_json_and_oversize():
     with pytest.raises(InvalidManifest, match="not valid JSON"):
         ChunkMap.from_json(b"\xff{")

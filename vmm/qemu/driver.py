@@ -9,6 +9,8 @@ Guest RAM is always a file (``memory-backend-file``), so a snapshot is nearly fr
   (a ``MAP_PRIVATE`` mapping: page cache shared, writes private, the file never written), then
   per child over QMP: ``x-ignore-shared`` → ``migrate-incoming exec:cat vmstate`` → wait until
   ``query-status`` leaves ``inmigrate`` → ``cont`` → reseed the guest RNG.
+* ``start_fork`` is ``fork`` in two steps: the processes start at once, the QMP restores run
+  from ``finish`` (the vmstate need only exist then).
 * ``restore_writable`` is the same with ``share=on`` on a caller-made clone, for chain links.
 
 QEMU 7.2 has no ``file:`` migration URI and no ``-global migration.x-ignore-shared``; hence
@@ -60,6 +62,7 @@ from vmm.base import (
     CompatInfo,
     Driver,
     SnapshotFiles,
+    StartedFork,
     check_compat,
 )
 from vmm.errors import BootFailed, CompatibilityError, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
@@ -217,11 +220,33 @@ class QemuMicrovmDriver(Driver):
     def fork(
         self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
     ) -> list[VM]:
+        return self.start_fork(snap, n, disks, work_dir).finish()
+
+    def start_fork(
+        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+    ) -> StartedFork:
+        """Start every child's process now (``-incoming defer``: it maps ``snap.memory`` and waits);
+        ``finish`` drives each child's QMP restore from ``snap.vmstate`` from its own thread."""
         self._check_fork(snap, n, disks)
-        # Start every process first (QEMU start-up dominates and runs in parallel), then drive
-        # each child's QMP restore from its own thread. On any failure nothing is left running.
+        # QEMU start-up dominates and runs in parallel. On any failure nothing is left running.
         vms: list[QemuVM] = []
         temp_dirs: list[Path] = []
+
+        def cancel() -> None:
+            for vm in vms:
+                vm.kill()
+            for leftover in temp_dirs:
+                shutil.rmtree(leftover, ignore_errors=True)
+
+        def finish() -> list[VM]:
+            try:
+                with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
+                    list(pool.map(lambda vm: self._load_state(vm, snap), vms))
+            except BaseException:
+                cancel()
+                raise
+            return list(vms)
+
         try:
             for i in range(n):
                 if work_dir is None:
@@ -241,15 +266,10 @@ class QemuMicrovmDriver(Driver):
                         argv, child_dir, snap.memory, snap.compat, disk, owns=work_dir is None, error=RestoreFailed
                     )
                 )
-            with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
-                list(pool.map(lambda vm: self._load_state(vm, snap), vms))
         except BaseException:
-            for vm in vms:
-                vm.kill()
-            for leftover in temp_dirs:
-                shutil.rmtree(leftover, ignore_errors=True)
+            cancel()
             raise
-        return list(vms)
+        return StartedFork(finish, cancel)
 
     # -- internals -------------------------------------------------------------------------
 
