@@ -52,14 +52,15 @@ def test_a_hub_client_reads_presigned_ranges_into_preallocated_buffers_and_count
 
 @pytest.mark.slow
 def test_a_refused_presigned_url_is_a_typed_error_without_its_signature(presigned):
-    tampered = presigned.replace("X-Amz-Signature=", "X-Amz-Signature=00")
+    tampered = presigned.replace("Signature=", "Signature=00")  # SigV2 or SigV4, whichever boto3 made
+    assert tampered != presigned
     reader = StoreReader(timeout=30)
     with pytest.raises(StoreRefusal) as refused:
         reader.get_range(tampered, 0, 10)
     assert refused.value.status == 403
     with HubClient("http://127.0.0.1:9") as client, pytest.raises(Forbidden) as e:
         client._store_range(tampered, 0, 10, "sha256:" + "0" * 64)
-    assert "X-Amz-Signature" not in str(e.value)
+    assert "Signature" not in str(e.value)
 
 
 def test_a_configured_proxy_keeps_store_ranges_on_httpx(monkeypatch):
