@@ -3,7 +3,7 @@
 hub vs raw boto3 GETs of the same objects; push vs raw boto3 multipart uploads of the same objects.
 
 Usage: python bench/s3_pull.py [--mem-mib 512] [--data-fraction 0.5] [--dirty 0.03] [--dir DIR]
-                               [--client-fs {both,ext4,xfs}]
+                               [--client-fs {both,ext4,xfs}] [--link-mbit 1000]
 
 The chain is the one of chain_pull_vs_skopeo.py: a base memory.bin of --mem-mib, half data
 (random 4 MiB blocks, alternately random and text-like), two links each rewriting --dirty of the
@@ -32,6 +32,14 @@ loop-mounted XFS made with ``mkfs.xfs -m reflink=1`` ("xfs": links are reflink c
 one set of pull rows each, each ratio against the raw GETs onto the same filesystem. The default
 is both when root (loop mounts need root), else ext4.
 
+Shaped link (--link-mbit N, default 1000, 0 skips it; root and tc): the pull rows again (each
+client filesystem) and the two S3 push rows, with loopback shaped to one N Mbit/s link by
+netshape.shaped_loopback (tc tbf on lo), so that the object store's bytes are no longer free, as
+in any deployment. Every byte on lo shares that one link: the hub's and SeaweedFS's answers, and a
+proxied pull's bytes twice (store to hub, hub to client). The shaped push goes into a fresh prefix
+through a hub of its own. If lo already has a qdisc (another shaped benchmark), it waits for it to
+go (up to --link-wait seconds) and says so when it gave up.
+
 Ratios: raw time / forkd time (1.0 = as fast as raw boto3). The forkd side includes process
 start-up, decompression, blake3 verification of every chunk and writing the three memory images.
 """
@@ -44,6 +52,8 @@ import os
 import shutil
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,12 +62,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chain_pull_vs_skopeo import import_chain, make_chain, xfs_mount  # noqa: E402
 from common import MACHINE_NOTE, MiB, human, mib_s, print_table, timed  # noqa: E402
+from netshape import shaped_loopback  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary  # noqa: E402
 
 from manifest.fileops import data_ranges  # noqa: E402
 from tests.services.seaweedfs import SeaweedFS  # noqa: E402
 
 PARALLEL = 4
+PULL_ROWS = (
+    ("forkd via 307 presigned redirects", "redirected"),
+    ("forkd proxied through the hub", "proxied"),
+    ("raw boto3 GETs of the same objects", "raw"),
+    ("fair peer: raw GETs + write 3 images + fsync", "fair"),
+)
 XFS_GIB = 6  # sparse image: three 512 MiB memory images, staging, and raw boto3's 234.5 MiB
 
 
@@ -104,6 +121,27 @@ def write_images(images: list[Path], dest: Path) -> None:
         list(pool.map(one, enumerate(images)))
 
 
+@contextlib.contextmanager
+def shaped_link(mbit: int, wait_s: float, poll_s: float = 10.0) -> Iterator[str | None]:
+    """``shaped_loopback(mbit)``, waiting (up to ``wait_s``) while another benchmark's qdisc is on lo.
+    Yields None while shaped, else why not (saying it gave up waiting, when it did)."""
+    deadline = time.monotonic() + wait_s
+    waited = 0.0
+    while True:
+        with shaped_loopback(mbit) as why:
+            busy = why is not None and why.startswith("lo already has a qdisc")
+            if not busy or time.monotonic() >= deadline:
+                if busy:
+                    why = f"{why}; gave up after waiting {waited:.0f} s for it to go"
+                elif why is None and waited:
+                    print(f"s3_pull: lo was busy; shaped after waiting {waited:.0f} s", file=sys.stderr)
+                yield why
+                return
+        print(f"s3_pull: {why}; waiting for it to go", file=sys.stderr)
+        time.sleep(poll_s)
+        waited += poll_s
+
+
 def pull_rows(where: Path, redirecting, proxying, client, bucket: str, keys: list[str], images: list[Path]) -> dict:
     """Seconds of a cold ``forkd pull`` through each hub with the client's store under ``where``,
     then of raw boto3 GETs of ``keys`` into ``where/raw-get`` (kept: the raw push uploads them),
@@ -134,6 +172,21 @@ def raw_put(client, bucket: str, files: list[tuple[Path, str]]) -> None:
         client.upload_file(str(path), bucket, key, Config=config)
 
 
+def shaped_push(root: Path, weed: SeaweedFS, pusher: ForkdUser, client, files: list[tuple[Path, str]]) -> dict:
+    """The S3 push rows on the shaped link: ``forkd push`` into a fresh prefix through a hub of its own,
+    and raw boto3 multipart of the same objects under another fresh prefix."""
+    env = {
+        "FORKD_HUB_STORAGE": weed.storage_spec(prefix="bench-chain-shaped"),
+        "FORKD_HUB_DATABASE_URL": f"sqlite+aiosqlite:///{root / 'hub-shaped.db'}",
+    }
+    with HubServer(root / "hub-s", root / "hub-s.log", env=env) as hub:
+        user = ForkdUser(root / "pusher-shaped", hub.url, hub.token("bench", "push:acme/*"), home=pusher.home)
+        push_t = timed(lambda: user.run("push", "link2", "acme/chain:v1", "--public"))
+    shaped_files = [(path, "raw-put-shaped/" + key.split("/", 1)[1]) for path, key in files]
+    raw_t = timed(lambda: raw_put(client, weed.bucket, shaped_files))
+    return {"push": push_t, "raw_put": raw_t}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mem-mib", type=int, default=512)
@@ -147,9 +200,23 @@ def main() -> None:
         help="filesystem of the pulling client's store and of raw boto3's files: the work dir's own "
         "(ext4), a loop-mounted XFS with reflink (xfs, needs root), or both (default: both when root, else ext4)",
     )
+    ap.add_argument(
+        "--link-mbit",
+        type=int,
+        default=1000,
+        help="also run the pull rows (and the S3 push rows) with loopback shaped to this many Mbit/s "
+        "(root, tc); 0 skips it",
+    )
+    ap.add_argument(
+        "--link-wait",
+        type=float,
+        default=900,
+        help="seconds to wait for another benchmark's qdisc on lo to go before giving up the shaped rows",
+    )
     args = ap.parse_args()
     client_fs = args.client_fs or ("both" if os.geteuid() == 0 else "ext4")
     root = Path(tempfile.mkdtemp(prefix="s3-pull-", dir=args.dir))
+    load_start = os.getloadavg()
     weed = SeaweedFS()
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
@@ -203,9 +270,33 @@ def main() -> None:
 
         files = [(raw_dir / f"o{i}", f"raw-put/{key}") for i, (key, _) in enumerate(stored)]
         raw_put_t = timed(lambda: raw_put(client, weed.bucket, files))
-        problems = log_summary(
-            redirecting=root / "hub-r.log", proxied=root / "hub-p.log", filesystem=root / "hub-fs.log"
-        )
+
+        # the same pull rows (and the S3 push rows) over one shaped link: the store's bytes are not free
+        shaped_pulls: dict[str, dict] = {}
+        shaped_pushes: dict = {}
+        shaped_why: str | None = "--link-mbit 0"
+        if args.link_mbit:
+            with shaped_link(args.link_mbit, args.link_wait) as shaped_why:
+                if shaped_why is None:
+                    load_shaped = os.getloadavg()
+                    shaped_pulls = {
+                        fs: pull_rows(
+                            where.parent / f"{where.name}-shaped",
+                            redirecting,
+                            proxying,
+                            client,
+                            weed.bucket,
+                            keys,
+                            images,
+                        )
+                        for fs, where in client_dirs.items()
+                    }
+                    shaped_pushes = shaped_push(root, weed, pusher, client, files)
+        logs = {"redirecting": root / "hub-r.log", "proxied": root / "hub-p.log", "filesystem": root / "hub-fs.log"}
+        if shaped_pushes:
+            logs["shaped push"] = root / "hub-s.log"
+        problems = log_summary(**logs)
+        load_end = os.getloadavg()
 
     print(
         f"s3_pull: 3-link chain, memory.bin {human(args.mem_mib * MiB)} each, {len(stored)} objects, "
@@ -213,12 +304,7 @@ def main() -> None:
     )
     rows = []
     for fs, times in pulls.items():
-        for label, key in (
-            ("forkd via 307 presigned redirects", "redirected"),
-            ("forkd proxied through the hub", "proxied"),
-            ("raw boto3 GETs of the same objects", "raw"),
-            ("fair peer: raw GETs + write 3 images + fsync", "fair"),
-        ):
+        for label, key in PULL_ROWS:
             rows.append(
                 [
                     f"pull to {fs}: {label}",
@@ -253,6 +339,33 @@ def main() -> None:
             f"{raw_put_t / fs_push_t:.2f}",
         ],
     ]
+    link = f"{args.link_mbit} Mbit/s"
+    for fs, times in shaped_pulls.items():
+        for label, key in PULL_ROWS:
+            rows.append(
+                [
+                    f"{link}, pull to {fs}: {label}",
+                    f"{times[key]:.2f}",
+                    f"{mib_s(stored_bytes, times[key]):.0f}",
+                    f"{times['raw'] / times[key]:.2f}",
+                ]
+            )
+    if shaped_pushes:
+        push_s, raw_s = shaped_pushes["push"], shaped_pushes["raw_put"]
+        rows += [
+            [
+                f"{link}, push: forkd push through the hub",
+                f"{push_s:.2f}",
+                f"{mib_s(stored_bytes, push_s):.0f}",
+                f"{raw_s / push_s:.2f}",
+            ],
+            [
+                f"{link}, push: raw boto3 multipart of the same objects",
+                f"{raw_s:.2f}",
+                f"{mib_s(stored_bytes, raw_s):.0f}",
+                "1.00",
+            ],
+        ]
     print_table(["one run", "seconds", "MiB/s stored", "raw / this"], rows)
     for fs, times in pulls.items():
         print(
@@ -265,6 +378,29 @@ def main() -> None:
             f"{times['fair'] / times['redirected']:.0%} of its speed"
         )
     print(f"client on {first_fs}: redirected vs the filesystem hub: {fs_pull_t / pulls[first_fs]['redirected']:.2f}x")
+    if shaped_why is not None:
+        print(f"{link} link: skipped: {shaped_why}")
+    else:
+        floor = stored_bytes * 8 / (args.link_mbit * 1e6)
+        print(
+            f"{link} link (tc tbf on lo; load average at its start {load_shaped[0]:.1f}); wire floor of the stored bytes {floor:.2f} s:"
+        )
+        for fs, times in shaped_pulls.items():
+            print(
+                f"{link} link, client on {fs}: redirected pull vs raw boto3: "
+                f"{times['raw'] / times['redirected']:.0%} of raw speed (goal >= 80%); "
+                f"redirected vs proxied: {times['proxied'] / times['redirected']:.2f}x"
+            )
+        for fs, times in shaped_pulls.items():
+            print(
+                f"{link} link, client on {fs}: fair peer (raw GETs + images written and fsynced): redirected pull at "
+                f"{times['fair'] / times['redirected']:.0%} of its speed"
+            )
+        if shaped_pushes:
+            print(
+                f"{link} link: forkd push vs raw boto3 multipart: {shaped_pushes['raw_put'] / shaped_pushes['push']:.2f}x"
+            )
+    print(f"load average at the start {load_start[0]:.1f}, at the end {load_end[0]:.1f}")
     print(problems)
 
 

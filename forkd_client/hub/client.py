@@ -9,8 +9,10 @@ from the hub's envelope; httpx exceptions never escape this module. All calls ha
 from __future__ import annotations
 
 import bisect
+import http.client
 import re
 import threading
+import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from .errors import (
     Unauthorized,
 )
 from .presigned import PresignedCache, merge_spans, parse_plan, read_plan, slice_spans
+from .storeget import StoreReader, StoreRefusal
 from .transport import make_http_client
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -83,6 +86,9 @@ class HubClient:
         self.base_url = base_url.rstrip("/")
         self._owns_http = http is None
         self.http = http or make_http_client(timeout)
+        # presigned store ranges: read into preallocated buffers, unless the caller brought its own
+        # httpx client (tests, hooks) or a proxy is configured (httpx honours it; storeget does not)
+        self._store = StoreReader(timeout) if http is None and not urllib.request.getproxies() else None
         self.token = token
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -92,6 +98,8 @@ class HubClient:
     def close(self) -> None:
         if self._owns_http:
             self.http.close()
+        if self._store is not None:
+            self._store.close()
 
     def __enter__(self) -> HubClient:
         return self
@@ -424,7 +432,12 @@ class HubClient:
             return slice_spans(batch, spans, list(pool.map(get, spans)))
 
     def _store_range(self, url: str, start: int, end: int, digest: str) -> memoryview:
-        """Bytes ``[start, end)`` of a presigned object-store URL (never with our token)."""
+        """Bytes ``[start, end)`` of a presigned object-store URL (never with our token).
+
+        Raises: the typed error of the store's refusal (an expired URL: Forbidden), HubError (an
+        answer that is too large or does not cover the range), HubUnreachable (transport)."""
+        if self._store is not None:
+            return self._store_range_direct(url, start, end)
         r = self._request(
             "GET",
             url,
@@ -434,6 +447,22 @@ class HubClient:
             max_bytes=end - start + 4096,
         )
         return _split_ranges(r, [(start, end - start)], digest)[0]
+
+    def _store_range_direct(self, url: str, start: int, end: int) -> memoryview:
+        """``_store_range`` through :class:`.storeget.StoreReader` (one buffer per body, no httpx)."""
+        where = url.split("?", 1)[0]  # the signature stays out of messages
+        try:
+            body = self._store.get_range(url, start, end)  # type: ignore[union-attr]  # checked by the caller
+        except StoreRefusal as refusal:
+            answer = httpx.Response(refusal.status, headers=refusal.headers, content=refusal.body)
+            raise _error_from(answer, "GET", where, anonymous=True) from None
+        except TimeoutError as e:
+            raise HubUnreachable(f"the object store timed out on GET {where}: {e}") from None
+        except (OSError, http.client.HTTPException) as e:
+            raise HubUnreachable(f"the object store is unreachable (GET {where}): {type(e).__name__}: {e}") from None
+        with self._count_lock:
+            self.bytes_received += len(body)
+        return body
 
     def start_upload(self, name: str) -> str:
         r = self._request("POST", f"/v2/{name}/blobs/uploads/", ok=(202,))
