@@ -28,7 +28,7 @@ import zstandard
 from .chunktree import ChunkList, chunk_list_of_file
 from .digest import digest_file
 from .errors import AssemblyError, DigestMismatch
-from .fileops import CloneMethod, clone_file, punch_hole, start_writeback
+from .fileops import CloneMethod, can_reflink, clone_file, copy_ranges_except, punch_hole, start_writeback
 from .holes import write_zeros
 from .model import ChunkEntry, ChunkMap
 from .zstdframe import FrameError, frame_length
@@ -104,11 +104,19 @@ class FileAssembler:
     the right size left by an interrupted assembly is kept as it is (``resumed`` is True) and
     :meth:`holds` tells which chunks it already has. :meth:`write` puts one chunk's verified
     bytes in place; :meth:`finish` fsyncs and checks the content digest. On any error, or
-    :meth:`abort`, ``out`` is removed. With ``background``, a new ``out`` is cloned and set up on
-    a thread of its own, so the caller can fetch and verify chunks meanwhile: :meth:`write`,
-    :meth:`holds` and :meth:`finish` wait for it (and raise what setting it up raised).
-    ``on_ready`` is called once ``out`` is whole (cloned, sized, zero chunks written), before
-    any chunk is written into it (e.g. to mark it resumable only then).
+    :meth:`abort`, ``out`` is removed. With ``background``, a new ``out`` is set up on a thread of
+    its own, so the caller can fetch and verify chunks meanwhile. Where the filesystem reflinks
+    (:func:`~manifest.fileops.can_reflink`), that thread clones the parent and :meth:`write` waits
+    for it. Elsewhere (ext4: a clone is a copy of every data byte) ``out`` is created at once and
+    :meth:`write` does not wait: the thread copies the parent *around* every chunk the layer sets
+    (:func:`~manifest.fileops.copy_ranges_except`), so the copy and the writes run together and
+    the copy never touches a chunk's bytes. :meth:`holds`, :meth:`wait_whole`, :meth:`finish`,
+    :meth:`close` and :meth:`abort` wait for the thread (and raise what setting up raised).
+    ``parent_ready`` is called on that thread before the parent is read (e.g. to wait until the
+    parent file is whole itself). ``on_ready`` is called once ``out`` is whole (parent's bytes
+    in place, sized, zero chunks written): with a reflink before any chunk is written into it,
+    else possibly after some (e.g. to mark it resumable only then: either way only verified
+    chunks are in it).
 
     Errors: AssemblyError (no parent for a link, wrong chunk length), DigestMismatch, OSError.
     """
@@ -122,6 +130,7 @@ class FileAssembler:
         resume: bool = False,
         background: bool = False,
         on_ready: Callable[[], None] | None = None,
+        parent_ready: Callable[[], None] | None = None,
     ) -> None:
         self.chunk_map = chunk_map
         self.out = Path(out)
@@ -131,9 +140,10 @@ class FileAssembler:
         self.written = self.holes = 0
         self.resumed = False
         self._fd = -1
-        self._ready = threading.Event()
+        self._ready = threading.Event()  # ``out`` is open for chunk writes
+        self._whole = threading.Event()  # ``out`` is whole (set up: parent's bytes, size, zero chunks)
         self._failed: BaseException | None = None
-        self._on_ready = on_ready
+        self._on_ready, self._parent_ready = on_ready, parent_ready
         try:
             if resume and self.out.is_file() and self.out.stat().st_size == chunk_map.size:
                 self._fd = os.open(self.out, os.O_RDWR)
@@ -143,6 +153,12 @@ class FileAssembler:
             else:
                 if resume:
                     self.out.unlink(missing_ok=True)
+                if background and (parent is None or not can_reflink(self.out.parent)):
+                    self._fd = os.open(self.out, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                    os.ftruncate(self._fd, chunk_map.size)
+                    self._ready.set()  # chunks are written now, the parent copied around them meanwhile
+                    threading.Thread(target=self._copy_around, args=(parent,), name="forkd-clone", daemon=True).start()
+                    return
                 if background:
                     threading.Thread(target=self._set_up, args=(parent,), name="forkd-clone", daemon=True).start()
                     return
@@ -150,8 +166,10 @@ class FileAssembler:
                 self._zero_chunks(parent)
                 self._announce()
             self._ready.set()
+            self._whole.set()
         except BaseException:
             self._ready.set()
+            self._whole.set()
             self.abort()
             raise
 
@@ -173,9 +191,34 @@ class FileAssembler:
                 else:  # a link's hole would mean "the parent's bytes" to forkd
                     write_zeros(self._fd, offset, length)
 
-    def _set_up(self, parent: str | os.PathLike[str] | None) -> None:
-        """The ``background`` thread: clone (or create) ``out``, size it, zero the zero chunks."""
+    def _copy_around(self, parent: str | os.PathLike[str] | None) -> None:
+        """The ``background`` thread without reflinks: copy the parent's data into ``out`` except
+        the byte ranges of every chunk the layer sets (written by :meth:`write`, or zeroed here,
+        so no order of the two can let the parent's bytes clobber a chunk), then zero the zero
+        chunks. On failure ``out`` is removed (never resumed) and the error kept for whoever
+        waits; the descriptor stays open for writers in flight, until :meth:`close`/:meth:`abort`."""
         try:
+            if parent is not None:
+                if self._parent_ready is not None:
+                    self._parent_ready()
+                cs, size = self.chunk_map.chunk_size, self.chunk_map.size
+                keep = sorted((e.index * cs, self.length(e.index)) for e in self.chunk_map.entries)
+                with open(parent, "rb") as src:
+                    upto = min(os.fstat(src.fileno()).st_size, size)
+                    self.clone_method = copy_ranges_except(src.fileno(), self._fd, upto, keep)
+            self._zero_chunks(parent)
+            self._announce()
+        except Exception as e:  # noqa: BLE001 - re-raised by whoever waits for the file next
+            self._failed = e
+            self.out.unlink(missing_ok=True)
+        finally:
+            self._whole.set()
+
+    def _set_up(self, parent: str | os.PathLike[str] | None) -> None:
+        """The ``background`` thread with reflinks: clone (or create) ``out``, size it, zero the zero chunks."""
+        try:
+            if parent is not None and self._parent_ready is not None:
+                self._parent_ready()
             self._create(parent)
             self._zero_chunks(parent)
             self._announce()
@@ -187,20 +230,28 @@ class FileAssembler:
             self.out.unlink(missing_ok=True)
         finally:
             self._ready.set()
+            self._whole.set()
 
     def _announce(self) -> None:
         if self._on_ready is not None:
             self._on_ready()
 
     def _wait(self) -> None:
-        """Wait for ``out`` to be set up; raise what setting it up raised."""
+        """Wait until chunks can be written into ``out``; raise what setting it up raised."""
         self._ready.wait()
+        if self._failed is not None:
+            raise self._failed
+
+    def wait_whole(self) -> None:
+        """Wait until ``out`` is whole (the parent's bytes in place, zero chunks written); raise
+        what setting it up raised (AssemblyError, OSError)."""
+        self._whole.wait()
         if self._failed is not None:
             raise self._failed
 
     def holds(self, index: int, digest: str) -> bool:
         """Whether chunk ``index`` already holds the bytes of ``digest`` (read and hashed now)."""
-        self._wait()
+        self.wait_whole()
         data = os.pread(self._fd, self.length(index), index * self.chunk_map.chunk_size)
         return "blake3:" + blake3.blake3(data).hexdigest() == digest
 
@@ -233,7 +284,7 @@ class FileAssembler:
         ``hash_file=False`` reads nothing at all (``digests`` is empty: the file's digest is its
         chunk tree, proven by construction)."""
         try:
-            self._wait()
+            self.wait_whole()
             start_writeback(self._fd)
             algorithms = tuple(dict.fromkeys(("blake3", *extra_algorithms)))
             by_tree = not hash_file and chunk_list is not None and self.chunk_map.version >= 2
@@ -258,14 +309,14 @@ class FileAssembler:
 
     def close(self) -> None:
         """Close the file, keeping what was written (an interrupted assembly to resume). Idempotent."""
-        self._ready.wait()
+        self._whole.wait()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def abort(self) -> None:
         """Close and remove the partial file. Idempotent."""
-        self._ready.wait()
+        self._whole.wait()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -6,6 +6,9 @@ These are the filesystem's best tools, with fallbacks that always work:
   mostly-empty ``memory.bin`` is scanned at the speed of its allocated bytes.
 - :func:`clone_file` makes a copy that shares extents on XFS/btrfs (``FICLONE``),
   lets the kernel copy elsewhere (``copy_file_range``) and keeps holes as holes.
+- :func:`can_reflink` tells (probed once per filesystem) whether ``FICLONE`` works there;
+  where it does not, :func:`copy_ranges_except` copies a parent around the byte ranges a child
+  writes itself, so the two can run at once without the copy clobbering a newer chunk.
 - :func:`punch_hole` turns a byte range back into a hole (zero chunks stay holes).
 - :func:`start_writeback` starts flushing a file early, so its final ``fsync`` waits less.
 - :func:`atomic_write` / :func:`write_atomically`: the one way this project publishes a file
@@ -24,6 +27,7 @@ import fcntl
 import functools
 import os
 import secrets
+import threading
 from collections.abc import Iterator
 from enum import StrEnum
 from typing import IO, Any, Literal
@@ -177,9 +181,68 @@ def copy_data_ranges(sfd: int, dfd: int) -> int:
     return sum(length for _, length in data_ranges(sfd, size))
 
 
-def _copy_ranges(sfd: int, dfd: int, size: int) -> CloneMethod:
+def copy_ranges_except(sfd: int, dfd: int, size: int, keep: list[tuple[int, int]]) -> CloneMethod:
+    """Copy the data ranges of ``sfd`` below ``size`` into ``dfd`` at the same offsets, except the
+    byte ranges ``keep`` (``(offset, length)``, sorted by offset, not overlapping): those bytes of
+    ``dfd`` are never written, so whatever another thread writes there (before, during or after
+    this copy) stays. Holes are skipped. Raises OSError."""
+    return _copy_ranges(sfd, dfd, size, _without(data_ranges(sfd, size), keep))
+
+
+def _without(ranges: Iterator[tuple[int, int]], keep: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """``ranges`` (sorted) minus the sorted, disjoint ranges ``keep``."""
+    k = 0
+    for offset, length in ranges:
+        pos, end = offset, offset + length
+        while k < len(keep) and keep[k][0] + keep[k][1] <= pos:
+            k += 1
+        j = k
+        while pos < end:
+            if j >= len(keep) or keep[j][0] >= end:
+                yield pos, end - pos
+                break
+            if keep[j][0] > pos:
+                yield pos, keep[j][0] - pos
+            pos = max(pos, keep[j][0] + keep[j][1])
+            j += 1
+
+
+_reflinks: dict[int, bool] = {}
+_reflinks_lock = threading.Lock()
+
+
+def can_reflink(directory: str | os.PathLike[str]) -> bool:
+    """Whether the filesystem holding ``directory`` shares extents (``FICLONE``): probed once per
+    filesystem by cloning a one-block file there (removed again); False where the probe fails."""
+    device = os.stat(directory).st_dev
+    with _reflinks_lock:
+        known = _reflinks.get(device)
+        if known is not None:
+            return known
+        src, dst = (
+            _temp_name(os.path.join(directory, ".reflink-probe")),
+            _temp_name(os.path.join(directory, ".reflink-probe")),
+        )
+        answer = False
+        try:
+            with open(src, "x+b") as fsrc, open(dst, "xb") as fdst:
+                fsrc.write(bytes(4096))
+                fsrc.flush()
+                fcntl.ioctl(fdst.fileno(), FICLONE, fsrc.fileno())
+                answer = True
+        except OSError:
+            answer = False
+        finally:
+            for name in (src, dst):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name)
+        _reflinks[device] = answer
+        return answer
+
+
+def _copy_ranges(sfd: int, dfd: int, size: int, ranges: Iterator[tuple[int, int]] | None = None) -> CloneMethod:
     method = CloneMethod.COPY_FILE_RANGE
-    for offset, length in data_ranges(sfd, size):
+    for offset, length in data_ranges(sfd, size) if ranges is None else ranges:
         done = 0
         while done < length:
             step = min(_COPY_STEP, length - done)

@@ -59,6 +59,23 @@ class FillCounts:
     bytes_fetched: int = 0  # frame bytes downloaded
 
 
+class FillPools:
+    """The threads that fill the links of one pull: FORKD_PULL_PARALLEL askers (hub requests) and
+    twice as many piece workers, started once for the whole pull rather than per link (threads
+    start lazily, on the first task that needs one). :meth:`close` when the pull is done.
+    Raises HubError (a bad FORKD_PULL_PARALLEL)."""
+
+    def __init__(self) -> None:
+        self.parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
+        self.askers = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="forkd-ask")
+        self.workers = ThreadPoolExecutor(max_workers=2 * self.parallel, thread_name_prefix="forkd-fill")
+
+    def close(self) -> None:
+        """Stop the threads once their tasks are done (queued tasks never start)."""
+        self.askers.shutdown(wait=True, cancel_futures=True)
+        self.workers.shutdown(wait=True, cancel_futures=True)
+
+
 #: per data blob: frame offset -> (frame length, chunk digest, chunk length, [(role, index), …])
 Wanted = dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]]
 #: (data blob, the reader of its hub request, frame offsets): what one worker fetches and verifies
@@ -74,8 +91,16 @@ def fill_link(
     maps: dict[str, ChunkMap],
     assemblers: dict[str, FileAssembler],
     progress: Progress,
+    pools: FillPools | None = None,
 ) -> FillCounts:
-    """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``."""
+    """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``,
+    on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link)."""
+    if pools is None:
+        own = FillPools()
+        try:
+            return fill_link(client, index, name, layer, tag, maps, assemblers, progress, own)
+        finally:
+            own.close()
     counts = FillCounts()
     wanted: Wanted = {}
     local = index.known(e.digest for m in maps.values() for e in m.entries if not e.is_zero)  # type: ignore[misc]
@@ -100,7 +125,7 @@ def fill_link(
             else:
                 wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[assignment]  # typing debt, decisions/0008
     max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
-    parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
+    parallel = pools.parallel
     piece_bytes = tunable("FORKD_PULL_PIECE_BYTES", PIECE_BYTES, 64 << 10)
     requests = coalesce(wanted, max_range)
     progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
@@ -152,8 +177,7 @@ def fill_link(
     # Two stages overlap: ``parallel`` hub requests (bytes, or a redirect / fetch plan) and twice as
     # many piece workers fetching from the store and verifying. At most 2 * ``parallel`` requests
     # are open (asked, or with pieces not done), which bounds what a hub serving bytes buffers.
-    askers = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="forkd-ask")
-    workers = ThreadPoolExecutor(max_workers=2 * parallel, thread_name_prefix="forkd-fill")
+    askers, workers = pools.askers, pools.workers
     todo = iter(enumerate(requests))
     asking: dict[Future, int] = {}
     working: dict[Future, int] = {}
@@ -192,8 +216,13 @@ def fill_link(
     finally:
         # On an error, pieces already queued are still verified and written (what a resumed pull
         # keeps), requests not asked yet never start; on Ctrl-C queued pieces are dropped too.
-        askers.shutdown(wait=True, cancel_futures=True)
-        workers.shutdown(wait=True, cancel_futures=not drain)
+        # Either way this link's tasks are settled before it returns (the pools outlive it).
+        for future in asking:
+            future.cancel()
+        if not drain:
+            for future in working:
+                future.cancel()
+        wait([*asking, *working])
     return counts
 
 

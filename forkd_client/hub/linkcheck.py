@@ -97,6 +97,7 @@ def verify_files(
     pending = dict(assemblers)
     try:
         for role, assembler in assemblers.items():
+            assembler.wait_whole()  # its parent's bytes may still be going in around its chunks
             del pending[role]
             settle_mtime(assembler.out)
             chunk_list = lists.get(role)  # v2: the file is its chunk tree, nothing to read

@@ -50,7 +50,7 @@ from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
-from .fill import fill_link
+from .fill import FillPools, fill_link
 from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .prefetch import LinkPrefetch
@@ -109,6 +109,7 @@ class ChainPull:
     staging: contextlib.ExitStack
     verifier: ThreadPoolExecutor
     ahead: LinkPrefetch
+    pools: FillPools
 
     def __init__(
         self,
@@ -185,6 +186,8 @@ class ChainPull:
                 lambda name, p: self._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
             )
             self.staging.callback(self.ahead.close)
+            self.pools = FillPools()  # one set of fill threads for every link
+            self.staging.callback(self.pools.close)
             self.verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
             try:
                 for (link, manifest, config), tag, held in zip(self.parsed, plan.tags, existing, strict=True):
@@ -298,11 +301,20 @@ class ChainPull:
                 parent_file = parent_dir / role if parent_dir is not None and (parent_dir / role).is_file() else None
                 if chunk_map.parent_digest is not None and parent_file is None:
                     raise HubError(f"layer {link.digest}: {role} applies to a parent file this chain does not have")
-                # cloned on a thread of its own: the fetch starts meanwhile, writes wait for the clone
+                # set up on a thread of its own: the fetch starts meanwhile; writes wait for a reflink
+                # clone, or else go in at once while the parent is copied around them
                 assemblers[role] = FileAssembler(
-                    chunk_map, staged / role, parent=parent_file, resume=resume, background=True, on_ready=ready
+                    chunk_map,
+                    staged / role,
+                    parent=parent_file,
+                    resume=resume,
+                    background=True,
+                    on_ready=ready,
+                    parent_ready=parent.whole(role) if parent is not None else None,
                 )
-            counts = fill_link(self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress)
+            counts = fill_link(
+                self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress, self.pools
+            )
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
         except BaseException:
@@ -310,7 +322,7 @@ class ChainPull:
                 assembler.close()
             raise
         verification = self.verifier.submit(verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag, lists)
-        return FetchedLink(tag, name, link, config, maps, stats, staged, parent, verification, lists)
+        return FetchedLink(tag, name, link, config, maps, stats, staged, parent, verification, lists, assemblers)
 
     def _fetch_vmstate(self, name: str, link: ChainLink, manifest: LayerManifest, vm_info: FileInfo) -> bytes:
         """The link's vmstate frame, refused before it is requested when it declares more than the

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from manifest import mediatypes as mt
+from manifest.assemble import FileAssembler
 from manifest.chunktree import ChunkList
 from manifest.digest import digest_bytes
 from manifest.errors import ManifestError
@@ -244,6 +245,7 @@ class FetchedLink:
     parent: ParentLink | None
     verification: Future
     lists: dict[str, ChunkList] = field(default_factory=dict)
+    assemblers: dict[str, FileAssembler] = field(default_factory=dict)
     installed: bool = False
     origin_extra: dict[str, str] = field(default_factory=dict)
 
@@ -262,6 +264,15 @@ class ParentLink:
         if self.fetched is not None and not self.fetched.installed:
             return self.fetched.staged
         return self.store.path(self.tag)
+
+    def whole(self, role: str) -> Callable[[], None] | None:
+        """What a child's set-up waits on before it reads this link's ``role`` file: the staged
+        file being whole (its parent's bytes copied in, perhaps still after its own chunks went in);
+        None for an installed snapshot. Raises (when called) what setting that file up raised."""
+        fetched = self.fetched
+        if fetched is None or role not in fetched.assemblers:
+            return None
+        return fetched.assemblers[role].wait_whole
 
 
 def head_tag_for(ref: Reference, as_tag: str | None) -> str:

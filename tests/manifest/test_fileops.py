@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import random
 import stat
 from pathlib import Path
 
 import pytest
 
-from manifest.fileops import atomic_write, copy_data_ranges, write_atomically
+from manifest.fileops import _without, atomic_write, can_reflink, copy_data_ranges, copy_ranges_except, write_atomically
 
 MIB = 1 << 20
 
@@ -78,3 +79,54 @@ def test_copy_data_ranges_copies_data_at_its_offsets_and_skips_holes(tmp_path: P
     data = target.read_bytes()
     assert copied >= 4096 and copied < 4 * MIB
     assert data[MIB : MIB + 4096] == b"D" * 4096 and data[:MIB] == b"B" * MIB and data[-MIB:] == b"B" * MIB
+
+
+def test_ranges_without_kept_ranges_match_a_byte_by_byte_model() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        size = 200
+        ranges, pos = [], 0
+        while pos < size:
+            start = pos + rng.randrange(0, 12)
+            length = rng.randrange(1, 20)
+            if start >= size:
+                break
+            ranges.append((start, min(length, size - start)))
+            pos = start + length
+        keep, pos = [], 0
+        while pos < size:
+            start = pos + rng.randrange(0, 15)
+            length = rng.randrange(1, 10)
+            keep.append((start, length))
+            pos = start + length
+        got = list(_without(iter(ranges), keep))
+        want = {b for o, n in ranges for b in range(o, o + n)} - {b for o, n in keep for b in range(o, o + n)}
+        assert {b for o, n in got for b in range(o, o + n)} == want
+        assert all(n > 0 for _, n in got) and got == sorted(got)
+
+
+def test_copy_ranges_except_never_writes_the_kept_ranges_and_keeps_holes(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with open(src, "wb") as f:
+        f.truncate(8 * MIB)
+        f.seek(MIB)
+        f.write(os.urandom(3 * MIB))
+    keep = [(MIB + 4096, 65536), (2 * MIB, 100), (6 * MIB, 65536)]  # in data, and in a hole
+    with open(dst, "wb") as f:
+        f.truncate(8 * MIB)
+        for offset, length in keep:
+            f.seek(offset)
+            f.write(b"\xab" * length)
+    with open(src, "rb") as fs, open(dst, "r+b") as fd:
+        copy_ranges_except(fs.fileno(), fd.fileno(), 8 * MIB, keep)
+    want = bytearray(src.read_bytes())
+    for offset, length in keep:
+        want[offset : offset + length] = b"\xab" * length
+    assert dst.read_bytes() == bytes(want)
+    assert os.stat(dst).st_blocks * 512 < 4 * MIB  # the source's holes were not written
+
+
+def test_can_reflink_answers_per_filesystem_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    first = can_reflink(tmp_path)
+    assert can_reflink(tmp_path) is first
+    assert list(tmp_path.iterdir()) == []

@@ -285,6 +285,9 @@ def test_a_links_data_is_fetched_while_its_parent_is_still_being_cloned(chain3, 
         return real_clone(src, dst)
 
     monkeypatch.setattr(assemble_mod, "clone_file", held_clone)
+    # the clone path (a reflink filesystem); without reflinks nothing is cloned before the writes
+    # at all (test_pull_without_reflink.py)
+    monkeypatch.setattr(assemble_mod, "can_reflink", lambda directory: True)
     client = HubClient("http://hub.test", token, http=proxy(inproc_hub, count))
     pull(other_store, client, ref, as_tag="py")
     assert overlapped == [True, True]  # mid's clone of base, head's clone of mid
