@@ -15,6 +15,10 @@ digest whatever its length, any other chunk's digest covers its length).
 Only the allocated ranges of the two files are read (``SEEK_DATA``), so diffing a
 mostly-empty 16 GiB image costs what its data costs.
 
+Given a :class:`~manifest.chunktree.ChunkList` of the child's geometry, the same pass fills it
+with the digest of every non-zero chunk of the child, changed or not: the child's chunk-tree
+file digest comes out of the diff's read instead of a second pass over the file (a push).
+
 Errors: OSError from reading; :class:`~manifest.errors.InvalidChunkSize`.
 """
 
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 import blake3
 
 from .chunking import DEFAULT_CHUNK_SIZE, ChunkGeometry, chunk_spans, is_zero, iter_span_blocks, read_padded
+from .chunktree import ChunkList
 from .fileops import data_ranges
 
 
@@ -51,14 +56,24 @@ def diff_files(
     parent: str | os.PathLike[str] | None,
     child: str | os.PathLike[str],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_list: ChunkList | None = None,
 ) -> Iterator[ChunkChange]:
-    """Yield the chunks of ``child`` that differ from ``parent``, in index order."""
+    """Yield the chunks of ``child`` that differ from ``parent``, in index order.
+
+    With ``chunk_list`` (all zero digests, the child's size and chunk size), also set the digest
+    of every non-zero chunk of the child in it; it is complete once the iterator is exhausted.
+    Raises ValueError when its geometry is not the child's."""
     with open(child, "rb", buffering=0) as fc:
         cfd = fc.fileno()
         geometry = ChunkGeometry(os.fstat(cfd).st_size, chunk_size)
+        if chunk_list is not None and (chunk_list.size, chunk_list.chunk_size) != (geometry.size, chunk_size):
+            raise ValueError(
+                f"the chunk list is of a {chunk_list.size}-byte file in {chunk_list.chunk_size}-byte chunks, "
+                f"{child} has {geometry.size} bytes in {chunk_size}-byte chunks"
+            )
         ranges = list(data_ranges(cfd, geometry.size))
         if parent is None:
-            yield from _changes(cfd, None, 0, geometry, ranges)
+            yield from _changes(cfd, None, 0, geometry, ranges, chunk_list)
             return
         with open(parent, "rb", buffering=0) as fp:
             pfd = fp.fileno()
@@ -66,7 +81,7 @@ def diff_files(
             ranges += list(data_ranges(pfd, min(psize, geometry.size)))
             # chunks whose length changes are always compared (their parent bytes may lie past the child's end)
             ranges += [(i * chunk_size, geometry.length(i)) for i in _boundary(psize, geometry)]
-            yield from _changes(cfd, pfd, psize, geometry, ranges)
+            yield from _changes(cfd, pfd, psize, geometry, ranges, chunk_list)
 
 
 def _boundary(psize: int, geometry: ChunkGeometry) -> set[int]:
@@ -82,7 +97,12 @@ def _boundary(psize: int, geometry: ChunkGeometry) -> set[int]:
 
 
 def _changes(
-    cfd: int, pfd: int | None, psize: int, geometry: ChunkGeometry, ranges: list[tuple[int, int]]
+    cfd: int,
+    pfd: int | None,
+    psize: int,
+    geometry: ChunkGeometry,
+    ranges: list[tuple[int, int]],
+    chunk_list: ChunkList | None,
 ) -> Iterator[ChunkChange]:
     cs = geometry.chunk_size
     boundary = _boundary(psize, geometry) if pfd is not None else set()
@@ -98,20 +118,25 @@ def _changes(
             for k in range(0, len(block), cs):
                 piece = block[k : k + cs]
                 index = start + k // cs
+                zero = is_zero(piece)
+                raw = None if zero else blake3.blake3(piece).digest() if chunk_list is not None else None
+                if raw is not None:
+                    chunk_list.set(index, raw)  # type: ignore[union-attr]
                 if index in boundary:
                     assert pfd is not None
                     plen = min(cs, max(0, psize - index * cs))
-                    if is_zero(piece) and is_zero(read_padded(pfd, plen, index * cs)):
+                    if zero and is_zero(read_padded(pfd, plen, index * cs)):
                         continue
-                    if is_zero(piece):
+                    if zero:
                         yield ChunkChange(index, None, None)
                         continue
                 elif pblock is not None:
                     if piece == pblock[k : k + cs]:
                         continue
-                    if is_zero(piece):
-                        yield ChunkChange(start + k // cs, None, None)
+                    if zero:
+                        yield ChunkChange(index, None, None)
                         continue
-                elif is_zero(piece):
+                elif zero:
                     continue
-                yield ChunkChange(start + k // cs, "blake3:" + blake3.blake3(piece).hexdigest(), piece)
+                digest = raw if raw is not None else blake3.blake3(piece).digest()
+                yield ChunkChange(index, "blake3:" + digest.hex(), piece)

@@ -99,7 +99,7 @@ class _PendingFile:
     file: str
     size: int
     chunk_size: int
-    digest: str
+    digest: str | None
     parent_digest: str | None
     entries: list[tuple[int, str | None, list]]  # (index, digest, slot): slot[0] is (blob, offset, length)
 
@@ -142,10 +142,12 @@ class LayerBuilder:
         *,
         size: int,
         chunk_size: int,
-        digest: str,
+        digest: str | None,
         parent_digest: str | None,
     ) -> None:
-        """Record the changes of one file (``file`` is its role, e.g. ``memory.bin``)."""
+        """Record the changes of one file (``file`` is its role, e.g. ``memory.bin``). ``digest`` (the
+        file's chunk tree) may be None and given after, with :meth:`set_digest`, once the pass over
+        ``changes`` that computes it is done."""
         if self._finished:
             raise AssemblyError("LayerBuilder.add_file called after finish()")
         pending = _PendingFile(file, size, chunk_size, digest, parent_digest, [])
@@ -174,6 +176,16 @@ class LayerBuilder:
             raise
         self.stats.per_file[file] = count
         self._files.append(pending)
+
+    def set_digest(self, file: str, digest: str) -> None:
+        """Give the chunk-tree digest of ``file``, added with ``digest=None``.
+
+        Raises AssemblyError when no such file was added."""
+        for pending in self._files:
+            if pending.file == file:
+                pending.digest = digest
+                return
+        raise AssemblyError(f"LayerBuilder.set_digest: no file {file!r} was added")
 
     def _compress(self, data: bytes) -> bytes:
         compressor = getattr(self._local, "compressor", None)
@@ -238,9 +250,14 @@ class LayerBuilder:
         return blob
 
     def finish(self) -> tuple[dict[str, ChunkMap], list[DataBlob]]:
-        """Close the data blobs and return ``({file: ChunkMap}, [DataBlob])``."""
+        """Close the data blobs and return ``({file: ChunkMap}, [DataBlob])``.
+
+        Raises AssemblyError when called twice or when a file's digest was never given."""
         if self._finished:
             raise AssemblyError("LayerBuilder.finish called twice")
+        unnamed = [pending.file for pending in self._files if pending.digest is None]
+        if unnamed:
+            raise AssemblyError(f"LayerBuilder.finish: no chunk-tree digest given for {', '.join(unnamed)}")
         self._finished = True
         self._shutdown()
         names: dict[int, str] = {}
@@ -268,7 +285,7 @@ class LayerBuilder:
                 pending.file,
                 pending.size,
                 pending.chunk_size,
-                pending.digest,
+                pending.digest,  # type: ignore[arg-type]  # checked above
                 pending.parent_digest,
                 tuple(order),
                 tuple(entries),

@@ -1,7 +1,9 @@
 """Turn a local snapshot (a chain link) into its layer: blobs, chunk maps, config, manifest.
 
 Each chunked file is diffed against the parent's file and every changed chunk is packed into
-the layer's data blob(s) (format v2: the layer is a pure function of the snapshot's files, its
+the layer's data blob(s), in one pass over the file: the diff reads and hashes each chunk, the
+builder compresses it on its threads, and, when the file's chunk tree is not recorded yet, the
+same read gives it (``ChunkTrees`` calls back into that pass) (format v2: the layer is a pure function of the snapshot's files, its
 parent's manifest digest and its declared metadata, never of what a hub holds; dedup against
 the hub happens when the blobs are uploaded, see :mod:`.push`). File digests are chunk trees
 (manifest.chunktree). Given the same snapshot and parent, the bytes are identical every time,
@@ -14,14 +16,15 @@ Errors: OSError (disk), ManifestError (bad local metadata).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import zstandard
 
 from manifest import mediatypes as mt
-from manifest.diff import ChunkChange, diff_files
+from manifest.chunktree import ChunkList, file_chunk_tree
+from manifest.diff import diff_files
 from manifest.digest import digest_bytes
 from manifest.layer import DataBlob, Frame, LayerBuilder, LayerStats
 from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
@@ -30,8 +33,9 @@ from ..snapdir import LocalSnapshot, carried_fields
 
 #: ``path -> {"blake3": …, "sha256": …}``: trusted file digests (the verified-content record).
 FileDigests = Callable[[Path], dict[str, str]]
-#: ``(path, chunk size) -> chunk-tree digest`` of a file (memoised by the caller).
-ChunkTrees = Callable[[Path, int], str]
+#: ``(path, chunk size, compute) -> chunk-tree digest`` of a file: the recorded digest, or what
+#: ``compute(path, chunk size)`` returns (then recorded: the verified-content record's ``chunk_tree``).
+ChunkTrees = Callable[[Path, int, Callable[[Path, int], str]], str]
 
 
 @dataclass
@@ -52,19 +56,32 @@ class BuiltLayer:
         return len(data) if isinstance(data, bytes) else os.path.getsize(data)
 
 
-def _changed_indexes(parent: Path | None, child: Path, chunk_size: int) -> list[tuple[int, str | None]]:
-    return [(c.index, c.digest) for c in diff_files(parent, child, chunk_size)]
+def _add_file(
+    builder: LayerBuilder,
+    role: str,
+    path: Path,
+    parent_file: Path | None,
+    parent_tree: str | None,
+    chunk_size: int,
+    chunk_trees: ChunkTrees,
+) -> str:
+    """Diff ``path`` against ``parent_file`` into ``builder``, in one pass that also yields the
+    file's chunk tree when it is not recorded; return that tree."""
 
+    def diff_and_tree(p: Path, cs: int) -> str:
+        chunks = ChunkList(os.path.getsize(p), cs)
+        changes = diff_files(parent_file, p, cs, chunk_list=chunks)
+        builder.add_file(role, changes, size=chunks.size, chunk_size=cs, digest=None, parent_digest=parent_tree)
+        return chunks.digest()
 
-def _reread(path: Path, changes: list[tuple[int, str | None]], chunk_size: int) -> Iterator[ChunkChange]:
-    size = os.path.getsize(path)
-    with open(path, "rb", buffering=0) as f:
-        for index, digest in changes:
-            if digest is None:
-                yield ChunkChange(index, None, None)
-                continue
-            offset = index * chunk_size
-            yield ChunkChange(index, digest, os.pread(f.fileno(), min(chunk_size, size - offset), offset))
+    tree = chunk_trees(path, chunk_size, diff_and_tree)
+    if role in builder.stats.per_file:  # that pass ran: the tree is its own
+        builder.set_digest(role, tree)
+    else:  # recorded already: the diff alone
+        size = os.path.getsize(path)
+        changes = diff_files(parent_file, path, chunk_size)
+        builder.add_file(role, changes, size=size, chunk_size=chunk_size, digest=tree, parent_digest=parent_tree)
+    return tree
 
 
 def _compat(raw: dict) -> dict:
@@ -87,28 +104,15 @@ def build_layer(
     ``on_frame`` sees every new frame as it is appended to a data blob (:class:`LayerBuilder`); the
     data blobs in ``BuiltLayer.data_blobs`` are in the order of its blob numbers."""
     chunked = [role for role in mt.CHUNKED_FILES if (snap.dir / role).is_file()]
-    changes = {}
-    for role in chunked:
-        parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
-        changes[role] = (parent_file, _changed_indexes(parent_file, snap.dir / role, chunk_size))
-
     builder = LayerBuilder(work_dir, on_frame=on_frame)
     files: dict[str, FileInfo] = {}
     try:
         for role in chunked:
             path = snap.dir / role
-            tree = chunk_trees(path, chunk_size)
-            parent_file, items = changes[role]
-            parent_tree = chunk_trees(parent_file, chunk_size) if parent_file is not None else None
+            parent_file = parent.dir / role if parent is not None and (parent.dir / role).is_file() else None
+            parent_tree = chunk_trees(parent_file, chunk_size, file_chunk_tree) if parent_file is not None else None
             size = os.path.getsize(path)
-            builder.add_file(
-                role,
-                _reread(path, items, chunk_size),
-                size=size,
-                chunk_size=chunk_size,
-                digest=tree,
-                parent_digest=parent_tree,
-            )
+            tree = _add_file(builder, role, path, parent_file, parent_tree, chunk_size, chunk_trees)
             files[role] = FileInfo(size, tree, file_digests(path)["sha256"], chunk_size)
         maps, data_blobs = builder.finish()
     except BaseException:
@@ -116,7 +120,7 @@ def build_layer(
         raise
 
     layer = BuiltLayer(b"", "", b"", stats=builder.stats)
-    layer.changed_bytes = sum(len(items) for _, items in changes.values()) * chunk_size
+    layer.changed_bytes = sum(builder.stats.per_file.values()) * chunk_size
     vmstate = (snap.dir / mt.VMSTATE_FILE).read_bytes()
     vm_blob = zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=False).compress(vmstate)
     files[mt.VMSTATE_FILE] = FileInfo(len(vmstate), str(digest_bytes(vmstate)), str(digest_bytes(vmstate, "sha256")))

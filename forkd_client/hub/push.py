@@ -139,9 +139,9 @@ def push(
     parent: LocalSnapshot | None = None
     parent_digest: str | None = None
 
-    def chunk_tree(path: Path, size: int) -> str:
+    def chunk_tree(path: Path, size: int, compute: Callable[[Path, int], str] = file_chunk_tree) -> str:
         # kept in the verified record: an unchanged parent or base is not read again, here or next push
-        return store.verified.chunk_tree(path, size, file_chunk_tree)
+        return store.verified.chunk_tree(path, size, compute)  # type: ignore[arg-type]
 
     for snap in chain:
         key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"
@@ -189,7 +189,7 @@ def _push_link(
     public: bool,
     progress: Progress,
     chunk_size: int,
-    chunk_tree: Callable[[Path, int], str],
+    chunk_tree: Callable[[Path, int, Callable[[Path, int], str]], str],
 ) -> LinkPushed:
     def digests(path: Path) -> dict[str, str]:
         return store.verified.digests(path, ("blake3", "sha256"))

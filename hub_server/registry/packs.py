@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
-import blake3
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -39,16 +38,14 @@ from hub_server.db.models import Blob, Chunk, Frame, Pack, RecipeFrame, Reposito
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.access import readable_linking
 from hub_server.registry.context import RegistryContext
+from hub_server.registry.framecheck import check_frames
 from hub_server.registry.paths import session_pack_key, upload_key
 from hub_server.registry.recipes import MAX_FRAME_BYTES
-from hub_server.registry.sha256state import ResumableSha256
 from hub_server.registry.sql import batched, insert_ignore
 from hub_server.storage import BlobStore
 from manifest import mediatypes as mt
-from manifest.assemble import decompress_chunk
 from manifest.chunking import MAX_CHUNK_SIZE
 from manifest.digest import Hasher, is_digest
-from manifest.errors import ManifestError
 
 __all__ = [
     "Recipe",
@@ -207,28 +204,6 @@ class _Sequential:
 
     async def at_end(self) -> bool:
         return not await self.read(1)
-
-
-def check_frames(hasher: Hasher | ResumableSha256, items: list[tuple[RecipeFrameSpec, bytes, int]]) -> None:
-    """In a worker thread: check uploaded frames, and hash every frame into the blob's sha256."""
-    for spec, data, index in items:
-        if spec.inline:
-            got = "blake3:" + blake3.blake3(data).hexdigest()
-            if got != spec.digest:
-                raise HubError(
-                    ErrorCode.DIGEST_INVALID,
-                    f"recipe frame {index}: uploaded bytes hash to {got}, not {spec.digest}",
-                    {"frame": index, "expected": spec.digest, "actual": got},
-                )
-            try:
-                decompress_chunk(data, spec.raw_length, spec.chunk, f"recipe frame {index} (chunk {spec.chunk})")
-            except ManifestError as e:
-                raise HubError(
-                    ErrorCode.DIGEST_INVALID,
-                    f"recipe frame {index} does not hold its chunk: {e}",
-                    {"frame": index, "chunk": spec.chunk},
-                ) from None
-        hasher.update(data)
 
 
 async def ingest_recipe(

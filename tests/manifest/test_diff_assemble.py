@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manifest.chunktree import ChunkList, apply_map, chunk_list_of_file, file_chunk_tree
+from manifest.diff import diff_files
 from manifest.digest import digest_bytes, digest_file
 from manifest.errors import AssemblyError, DigestMismatch
 from manifest.fileops import allocated_bytes
@@ -41,6 +42,30 @@ def test_assemble_of_diff_equals_child(tmp_path_factory, seed, size, new_size, c
         assert result.digests["blake3"] == str(digest_file(child)["blake3"])
         if base is not None:  # forkd's daemon reads a link's holes as the parent's bytes
             assert unsafe_holes(out, base) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), size=SIZES, new_size=SIZES, chunk_size=CHUNK_SIZES)
+def test_the_diff_pass_yields_the_childs_chunk_list(tmp_path_factory, seed, size, new_size, chunk_size):
+    """One read gives both the changes and the child's chunk tree (a push does not read the file
+    twice): the list the diff fills is the file's own, whatever changed, grew, shrank or zeroed."""
+    tmp = tmp_path_factory.mktemp("onepass")
+    rng = random.Random(seed)
+    parent = random_image(tmp / "parent", rng, size)
+    child = mutate_image(parent, tmp / "child", rng, new_size=new_size)
+    for base in (None, parent):
+        filled = ChunkList(os.path.getsize(child), chunk_size)
+        with_list = list(diff_files(base, child, chunk_size, chunk_list=filled))
+        assert filled.digest() == file_chunk_tree(child, chunk_size)
+        assert with_list == list(diff_files(base, child, chunk_size))  # the changes are the same
+
+
+def test_the_diff_refuses_a_chunk_list_of_another_geometry(tmp_path):
+    image = tmp_path / "img"
+    write_sparse_image(image, 3 * 4096, [(0, b"a" * 4096)])
+    for wrong in (ChunkList(2 * 4096, 4096), ChunkList(3 * 4096, 8192)):
+        with pytest.raises(ValueError, match="chunk list"):
+            list(diff_files(None, image, 4096, chunk_list=wrong))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -78,3 +78,23 @@ def test_a_failing_source_leaves_no_half_built_layer_behind(tmp_path):
     assert all(name.endswith(".partial") for name in os.listdir(tmp_path / "b"))  # no blob was finished
     builder.abort()
     assert os.listdir(tmp_path / "b") == []
+
+
+def test_a_file_digest_may_come_after_its_chunks_but_must_come(tmp_path):
+    """A push learns a file's chunk tree from the same pass that feeds the builder: the digest is
+    given after the chunks (``set_digest``); a builder never finishes a map without one."""
+    items = changes(5, 6)
+    late = LayerBuilder(tmp_path / "late", threads=2)
+    late.add_file("memory.bin", items, size=8 * CHUNK, chunk_size=CHUNK, digest=None, parent_digest=None)
+    late.set_digest("memory.bin", "blake3:" + "ab" * 32)
+    maps, _ = late.finish()
+    assert maps["memory.bin"].digest == "blake3:" + "ab" * 32
+
+    missing = LayerBuilder(tmp_path / "missing", threads=2)
+    missing.add_file("memory.bin", items, size=8 * CHUNK, chunk_size=CHUNK, digest=None, parent_digest=None)
+    with pytest.raises(layer_mod.AssemblyError, match=r"memory\.bin"):
+        missing.finish()
+    missing.abort()
+    assert not list((tmp_path / "missing").glob(".blob-*"))  # nothing half-written left
+    with pytest.raises(layer_mod.AssemblyError, match=r"rootfs\.ext4"):
+        missing.set_digest("rootfs.ext4", "blake3:" + "ab" * 32)

@@ -330,3 +330,27 @@ def test_inspect_shows_the_chunk_tree_a_v2_pull_recorded(chain3, other_store, in
     assert main(["inspect", "py"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("memory.bin"))
     assert f"tree {tree}" in row
+
+
+def test_a_push_reads_each_new_file_once_for_its_layer_and_its_chunk_tree(chain3, other_store, inproc_hub, monkeypatch):
+    """The diff that finds a link's changes also gives the file's chunk tree (recorded after): no
+    second pass over memory.bin for it, and the tree the layer declares is the file's own."""
+    head_memory = chain3.path("head") / "memory.bin"
+    assert chain3.verified.cached_tree(head_memory) is None  # nothing recorded it before the push
+    real = chunktree_mod.chunk_list_of_file
+
+    def no_second_pass(*args, **kwargs):
+        raise AssertionError("a pushed file was read again for its chunk tree")
+
+    monkeypatch.setattr(chunktree_mod, "chunk_list_of_file", no_second_pass)
+    client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, client, "head", ref)
+    monkeypatch.setattr(chunktree_mod, "chunk_list_of_file", real)
+
+    for tag in ("base", "mid", "head"):
+        memory = chain3.path(tag) / "memory.bin"
+        size, tree = chain3.verified.cached_tree(memory)
+        assert tree == file_chunk_tree(memory, size)
+    pull(other_store, client, ref, as_tag="py")  # the pull proves each file by the declared trees
+    same_files(chain3, "head", other_store, "py")
