@@ -9,7 +9,7 @@ from the local chunk index, re-hashed on read); a missing chunk comes from the h
 data blobs through :meth:`HubClient.read_ranges` (so presigned redirects and fetch plans work);
 every frame is decompressed and checked against its chunk digest before it is written.
 Concurrent reads of the same chunk fetch it once (the later ones wait for the first). A read that
-misses also fetches the missing chunks of the next FORKD_LAZY_READAHEAD_BYTES (1 MiB; 0 turns it
+misses also fetches the missing chunks of the next FORKD_LAZY_READAHEAD_BYTES (4 MiB; 0 turns it
 off) in the same requests, without waiting on them or failing for them.
 
 A chunk that fails verification or cannot be fetched is recorded (:class:`ChunkFailure`) and
@@ -44,7 +44,7 @@ from .plan import ImagePlan, Request
 from .staged import PRESENT_SUFFIX, write_chunk_list
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
-READAHEAD_BYTES = 1 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
+READAHEAD_BYTES = 4 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
 
 #: a chunk's bytes from a local snapshot holding the same content (verified), or None
 LocalReader = Callable[[str], bytes | None]
@@ -69,7 +69,7 @@ class LazyImage:
         self.bitmap_path = self.path.with_name(self.path.name + PRESENT_SUFFIX)
         self.max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
         self.parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
-        #: chunks after a missing read fetched with it (FORKD_LAZY_READAHEAD_BYTES, default 1 MiB)
+        #: chunks after a missing read fetched with it (FORKD_LAZY_READAHEAD_BYTES, default 4 MiB)
         self.readahead = tunable("FORKD_LAZY_READAHEAD_BYTES", READAHEAD_BYTES, 0) // plan.chunk_size
         self.failures: dict[int, ChunkFailure] = {}
         self.profile: list[int] = []  # chunk indexes in the order reads first touched them

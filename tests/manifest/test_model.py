@@ -91,7 +91,7 @@ def test_one_bad_digest_among_many_good_ones_is_named(bad):
 
 
 def test_a_large_map_parses_to_the_entries_it_lists():
-    chunks = [[i, D if i % 2 else E, 0, 100 * i, 100] for i in range(0, 10)]
+    chunks = [[i, D if i % 2 else E, 0, 100 * i, 100] for i in range(10)]
     cm = ChunkMap.from_json(chunk_map(chunks=chunks))
     assert cm.entries == tuple(ChunkEntry(i, D if i % 2 else E, 0, 100 * i, 100) for i in range(10))
 

@@ -133,3 +133,36 @@ def test_a_failed_restore_leaves_nothing_running(qemu: QemuMicrovmDriver, tmp_pa
         qemu.fork(fake, 2, work_dir=tmp_path / "kids")
     assert process.live_pids() == []
     assert fake.memory.stat().st_size == MEM_MIB << 20
+
+
+def test_children_started_before_their_vmstate_exists_restore_it(
+    qemu: QemuMicrovmDriver, guest: GuestImage, tmp_path: Path
+) -> None:
+    """start_fork starts the processes before the vmstate is there (a lazy fork fetches it
+    meanwhile); finish restores the state written afterwards: the child sees the base's file."""
+    vm = qemu.boot(guest.boot_spec(tmp_path / "base", mem_mib=MEM_MIB))
+    vm.run("echo started-early > /root/marker", check=True)
+    snap = qemu.snapshot(vm, tmp_path / "base")
+    late = tmp_path / "late"
+    late.mkdir()
+    early = SnapshotFiles(snap.memory, late / "vmstate", snap.compat)
+    before = set(process.live_pids())
+    started = qemu.start_fork(early, 2, work_dir=tmp_path / "kids")
+    assert len(set(process.live_pids()) - before) == 2 and not early.vmstate.exists()  # nothing to restore yet
+    clone_file(snap.vmstate, early.vmstate)
+    children = started.finish()
+    try:
+        assert [c.run("cat /root/marker").output.strip() for c in children] == ["started-early"] * 2
+    finally:
+        for child in children:
+            child.kill()
+    assert set(process.live_pids()) <= before
+
+
+def test_a_cancelled_start_leaves_nothing_running(qemu: QemuMicrovmDriver, tmp_path: Path) -> None:
+    fake = _fake_snapshot(qemu, tmp_path)
+    started = qemu.start_fork(fake, 2)
+    assert len(process.live_pids()) == 2
+    started.cancel()
+    started.cancel()  # idempotent
+    assert process.live_pids() == []
