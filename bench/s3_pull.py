@@ -402,7 +402,7 @@ def main() -> None:
         )
     print(f"client on {first_fs}: redirected vs the filesystem hub: {fs_pull_t / pulls[first_fs]['redirected']:.2f}x")
     if shaped_why is not None:
-        print(f"{link} link: skipped: {shaped_why}")
+        print(f"shaped link: skipped: {shaped_why}")
     else:
         floor = stored_bytes * 8 / (args.link_mbit * 1e6)
         print(
