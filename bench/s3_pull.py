@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -140,6 +141,27 @@ def shaped_link(mbit: int, wait_s: float, poll_s: float = 10.0) -> Iterator[str 
         print(f"s3_pull: {why}; waiting for it to go", file=sys.stderr)
         time.sleep(poll_s)
         waited += poll_s
+
+
+def lo_is_free() -> bool:
+    """Whether loopback has no qdisc (no other benchmark's shaping); True where tc cannot tell."""
+    if shutil.which("tc") is None:
+        return True
+    shown = subprocess.run(["tc", "qdisc", "show", "dev", "lo"], capture_output=True, text=True, timeout=30)
+    return shown.returncode != 0 or shown.stdout.startswith("qdisc noqueue")
+
+
+def wait_for_free_lo(wait_s: float, poll_s: float = 10.0) -> str | None:
+    """Before unshaped rows: wait (up to ``wait_s``) while another benchmark shapes lo, whose
+    shaping would slow these rows too. None when lo is free, else a note for the output."""
+    waited = 0.0
+    while not lo_is_free():
+        if waited >= wait_s:
+            return f"lo was still shaped by another benchmark after {waited:.0f} s: the loopback rows ran shaped"
+        print("s3_pull: lo is shaped by another benchmark; waiting for it to go", file=sys.stderr)
+        time.sleep(poll_s)
+        waited += poll_s
+    return None
 
 
 def pull_rows(where: Path, redirecting, proxying, client, bucket: str, keys: list[str], images: list[Path]) -> dict:
@@ -253,10 +275,11 @@ def main() -> None:
             if mnt is None:
                 sys.exit(f"s3_pull: --client-fs {client_fs} needs an XFS loop mount: {why_not}")
             client_dirs["xfs"] = mnt / "client-xfs"
-        pulls = {
-            fs: pull_rows(where, redirecting, proxying, client, weed.bucket, keys, images)
-            for fs, where in client_dirs.items()
-        }  # client filesystem -> contender -> seconds
+        lo_notes: dict[str, str | None] = {}  # client filesystem -> why its loopback rows ran shaped
+        pulls = {}  # client filesystem -> contender -> seconds
+        for fs, where in client_dirs.items():
+            lo_notes[fs] = wait_for_free_lo(args.link_wait)
+            pulls[fs] = pull_rows(where, redirecting, proxying, client, weed.bucket, keys, images)
         first_fs = next(iter(pulls))
         raw_dir = client_dirs[first_fs] / "raw-get"
         raw_get_t = pulls[first_fs]["raw"]
@@ -379,7 +402,7 @@ def main() -> None:
         )
     print(f"client on {first_fs}: redirected vs the filesystem hub: {fs_pull_t / pulls[first_fs]['redirected']:.2f}x")
     if shaped_why is not None:
-        print(f"{link} link: skipped: {shaped_why}")
+        print(f"shaped link: skipped: {shaped_why}")
     else:
         floor = stored_bytes * 8 / (args.link_mbit * 1e6)
         print(
@@ -400,6 +423,9 @@ def main() -> None:
             print(
                 f"{link} link: forkd push vs raw boto3 multipart: {shaped_pushes['raw_put'] / shaped_pushes['push']:.2f}x"
             )
+    for fs, note in lo_notes.items():
+        if note is not None:
+            print(f"client on {fs}: {note}")
     print(f"load average at the start {load_start[0]:.1f}, at the end {load_end[0]:.1f}")
     print(problems)
 
