@@ -23,7 +23,10 @@ against an earlier run; once as it comes, frames sent after the layer is built, 
 ``FORKD_PUSH_STREAM=1``, frames sent while it builds) and ``forkd pull`` of it into an
 empty store, both as real CLI
 processes (their start-up included). MiB/s are of data bytes; ratios are hub / raw. Wire bytes
-come from one extra, untimed push and pull through a byte-counting TCP proxy.
+come from one extra, untimed push and pull through a byte-counting TCP proxy. The CPU seconds of
+each timed push (the ``forkd`` process and the hub's) are printed beside the CPU seconds of the
+limit's compress row: on one machine both sides share the cores, so their sum over the cores
+bounds the push's wall time from below whatever the overlap.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -147,6 +152,27 @@ def compress_and_hash(data: bytes, threads: int) -> None:
         blob.update(frame)
 
 
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds a running process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children (each ``forkd`` run)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_cpu(fn: Callable[[], object]) -> float:
+    """CPU seconds (user + system, every thread) of this process while ``fn`` runs."""
+    before = time.process_time()
+    fn()
+    return time.process_time() - before
+
+
 def decompress_and_hash(frames: list[bytes], threads: int) -> None:
     """What a pull must do at least: inflate each frame and blake3 the chunk, on ``threads`` threads."""
     from concurrent.futures import ThreadPoolExecutor
@@ -203,6 +229,7 @@ def main() -> None:
         # (iii) compress + hash (push) and decompress + hash (pull), in process, on every core
         cores = os.cpu_count() or 1
         comp = timed_runs(lambda i: compress_and_hash(data, cores), args.repeat)
+        comp_cpu = timed_cpu(lambda: compress_and_hash(data, cores))  # untimed: what the limit row costs in CPU
         zc = __import__("zstandard").ZstdCompressor(level=3, write_content_size=True, write_checksum=False)
         frames = [zc.compress(data[o : o + 65536]) for o in range(0, nbytes, 65536)]
         decomp = timed_runs(lambda i: decompress_and_hash(frames, cores), args.repeat)
@@ -223,11 +250,15 @@ def main() -> None:
             live["user"].run("import", str(src), "base")  # type: ignore[union-attr]
 
         push_results: list[dict] = []
-        push_t = timed_runs(
-            lambda i: push_results.append(live["user"].json("push", "base", "acme/mem:v1", "--public")),
-            args.repeat,
-            before=fresh_hub,
-        )
+        push_cpu: list[tuple[float, float]] = []  # (forkd push, the hub) CPU seconds of each timed push
+
+        def counted_push(i: int) -> None:
+            hub_before, mine_before = process_cpu(live["hub"].proc.pid), children_cpu()  # type: ignore[union-attr]
+            push_results.append(live["user"].json("push", "base", "acme/mem:v1", "--public"))  # type: ignore[union-attr]
+            hub_after = process_cpu(live["hub"].proc.pid)  # type: ignore[union-attr]
+            push_cpu.append((children_cpu() - mine_before, hub_after - hub_before))
+
+        push_t = timed_runs(counted_push, args.repeat, before=fresh_hub)
         hub: HubServer = live["hub"]  # type: ignore[assignment]
         stored = allocated(hub.data_dir / "blobs")
         pullers = [ForkdUser(root / f"bob{i}", hub.url) for i in range(args.repeat)]
@@ -298,6 +329,14 @@ def main() -> None:
     print(
         "limit: the slowest of loopback, disk write and (de)compress + hash, each measured above "
         "(push: PUT, write, zstd; pull: GET, write, unzstd)"
+    )
+
+    client_cpu = median([c for c, _ in push_cpu])
+    hub_cpu = median([h for _, h in push_cpu])
+    print(
+        f"push CPU seconds (median of the timed pushes): forkd push {client_cpu:.2f} + hub {hub_cpu:.2f} = "
+        f"{client_cpu + hub_cpu:.2f}, on {cores} cores at best {(client_cpu + hub_cpu) / cores:.2f} s of wall time; "
+        f"the limit's zstd-3 + blake3 + sha256 row: {comp_cpu:.2f} CPU s"
     )
 
     logical = info.size

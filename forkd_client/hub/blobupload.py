@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -84,7 +85,7 @@ class RecipeUpload:
 
     def send(self, client: HubClient, state: TransferState, name: str, progress: Progress) -> int:
         """Upload the inline frames (resuming at the hub's offset), then finish with the recipe."""
-        spans = [(f.offset, f.length) for f in self.blob.frames if f.digest in self.inline]
+        spans = _coalesced((f.offset, f.length) for f in self.blob.frames if f.digest in self.inline)
         size = sum(n for _, n in spans)
         offset = 0
         if self.location:
@@ -108,8 +109,10 @@ class RecipeUpload:
                 # whole parts, not cut at frame ends: an object store keeps appends in parts of this
                 # size (S3 multipart), and the hub carries a frame a part ends inside to the next one
                 part = _read_spans(f, spans, offset, min(part_size, size - offset))
-                self.location = client.upload_chunk(self.location, part, offset)
-                self._save(state)
+                location = client.upload_chunk(self.location, part, offset)
+                if location != self.location:  # the offset is the hub's to tell: only a moved session is saved
+                    self.location = location
+                    self._save(state)
                 offset += len(part)
                 sent += len(part)
                 progress.advance(len(part))
@@ -120,22 +123,36 @@ class RecipeUpload:
         return sent
 
 
+def _coalesced(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(offset, length)`` spans with each run of adjacent ones merged: the frames of a new blob
+    are usually all uploaded, and a part is then read in one call instead of one per frame."""
+    out: list[tuple[int, int]] = []
+    for start, n in spans:
+        if out and out[-1][0] + out[-1][1] == start:
+            out[-1] = (out[-1][0], out[-1][1] + n)
+        else:
+            out.append((start, n))
+    return out
+
+
 def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: int) -> bytes:
     """``length`` bytes at ``offset`` of the concatenation of the file's ``spans``."""
-    out = bytearray()
+    pieces: list[bytes] = []
+    got = 0
     position = 0
     for start, n in spans:
         if position + n <= offset:
             position += n
             continue
-        if len(out) >= length:
+        if got >= length:
             break
         skip = max(0, offset - position)
-        take = min(n - skip, length - len(out))
         f.seek(start + skip)
-        out += f.read(take)
+        piece = f.read(min(n - skip, length - got))
+        pieces.append(piece)
+        got += len(piece)
         position += n
-    return bytes(out)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def upload_blob(
@@ -163,8 +180,10 @@ def upload_blob(
         f.seek(offset)
         while offset < size:
             part = f.read(min(part_size, size - offset))
-            location = client.upload_chunk(location, part, offset)
-            state.set(key, location)
+            moved = client.upload_chunk(location, part, offset)
+            if moved != location:  # the offset is the hub's to tell: only a moved session is saved
+                location = moved
+                state.set(key, location)
             offset += len(part)
             sent += len(part)
             progress.advance(len(part))

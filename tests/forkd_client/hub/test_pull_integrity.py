@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import httpx
 import pytest
 from blake3 import blake3
 
 from forkd_client.errors import InvalidSnapshotDir
-from forkd_client.hub import push as push_module
 from forkd_client.hub.client import HubClient
 from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.verified import VerifiedRecord
+from manifest.chunktree import file_chunk_tree
 
 from ..snapshots import scribble
 from .hubproxy import proxy
@@ -29,13 +31,13 @@ def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
     switched off here to give the client that hub: the client must still catch the lie."""
     from hub_server.registry import manifests as hub_manifests
 
-    honest = push_module.file_chunk_tree
+    honest = VerifiedRecord.chunk_tree  # where a push learns every file's tree (its own pass or the record)
     lie = "blake3:" + blake3(b"not the assembled content").hexdigest()
 
-    def tree(path, chunk_size):
-        return lie if path == chain3.path(liar) / "memory.bin" else honest(path, chunk_size)
+    def tree(self, path, chunk_size, compute=file_chunk_tree):
+        return lie if Path(path) == chain3.path(liar) / "memory.bin" else honest(self, path, chunk_size, compute)
 
-    monkeypatch.setattr(push_module, "file_chunk_tree", tree)
+    monkeypatch.setattr(VerifiedRecord, "chunk_tree", tree)
     token = inproc_hub.token("ci", "push:acme/*")
     with pytest.raises(HubError, match=r"memory\.bin declares digest .* could never be pulled"):
         push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
@@ -45,7 +47,7 @@ def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
 
     monkeypatch.setattr(hub_manifests, "prove_file_digests", unproven)
     push(chain3, inproc_hub.client(token), "head", Reference.parse("acme/py:v1"))
-    monkeypatch.setattr(push_module, "file_chunk_tree", honest)
+    monkeypatch.setattr(VerifiedRecord, "chunk_tree", honest)
     return token, lie
 
 
