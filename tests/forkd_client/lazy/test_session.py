@@ -95,8 +95,9 @@ def test_a_corrupt_chunk_answers_eio_names_the_chunk_and_installs_nothing(chain3
 
 
 def test_a_stopped_session_leaves_verified_chunks_that_a_pull_and_a_session_resume_from(
-    chain3, other_store, inproc_hub
+    chain3, other_store, inproc_hub, monkeypatch
 ):
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(1 << 20))  # the default would cover this small image
     token = _pushed(chain3, inproc_hub)
     want = (chain3.path("head") / "memory.bin").read_bytes()
     with LazySession(other_store, inproc_hub.client(token), REF, as_tag="py") as session:
