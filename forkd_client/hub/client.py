@@ -437,7 +437,7 @@ class HubClient:
         Raises: the typed error of the store's refusal (an expired URL: Forbidden), HubError (an
         answer that is too large or does not cover the range), HubUnreachable (transport)."""
         if self._store is not None:
-            return self._store_range_direct(url, start, end)
+            return self._store_range_direct(self._store, url, start, end)
         r = self._request(
             "GET",
             url,
@@ -448,11 +448,11 @@ class HubClient:
         )
         return _split_ranges(r, [(start, end - start)], digest)[0]
 
-    def _store_range_direct(self, url: str, start: int, end: int) -> memoryview:
+    def _store_range_direct(self, store: StoreReader, url: str, start: int, end: int) -> memoryview:
         """``_store_range`` through :class:`.storeget.StoreReader` (one buffer per body, no httpx)."""
         where = url.split("?", 1)[0]  # the signature stays out of messages
         try:
-            body = self._store.get_range(url, start, end)  # type: ignore[union-attr]  # checked by the caller
+            body = store.get_range(url, start, end)
         except StoreRefusal as refusal:
             answer = httpx.Response(refusal.status, headers=refusal.headers, content=refusal.body)
             raise _error_from(answer, "GET", where, anonymous=True) from None

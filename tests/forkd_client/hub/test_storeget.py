@@ -64,13 +64,14 @@ def test_a_refused_presigned_url_is_a_typed_error_without_its_signature(presigne
 
 
 def test_a_configured_proxy_keeps_store_ranges_on_httpx(monkeypatch):
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
-    with HubClient("http://127.0.0.1:9") as client:
-        assert client._store is None
-    monkeypatch.delenv("HTTP_PROXY")
-    monkeypatch.delenv("http_proxy", raising=False)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
     with HubClient("http://127.0.0.1:9") as client:
         assert client._store is not None
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    with HubClient("http://127.0.0.1:9") as client:
+        assert client._store is None
 
 
 # -- a store that misbehaves on purpose ---------------------------------------------------------
