@@ -23,9 +23,7 @@ Errors: LazyUnsupported (no FUSE on this host: /dev/fuse, libfuse or fusermount 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
-import logging
 import os
 import shutil
 import signal
@@ -42,8 +40,6 @@ from ..hub.errors import HubError
 from .errors import ImageUnavailable, LazyUnsupported
 from .image import LazyImage
 
-_log = logging.getLogger(__name__)
-
 FILE_NAME = mt.MEMORY_FILE
 _FUSE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # libfuse installs handlers where these have the default action
 MOUNT_TIMEOUT_S = 10.0
@@ -54,55 +50,13 @@ def fuse_module() -> Any:
     """mfusepy, imported on first use (it loads libfuse). Raises LazyUnsupported."""
     if not os.path.exists("/dev/fuse"):
         raise LazyUnsupported("a lazy fork needs FUSE, and this host has no /dev/fuse")
-    _prefer_libfuse3()
     try:
         import mfusepy  # type: ignore[import-untyped]
     except (ImportError, OSError) as e:
         raise LazyUnsupported(
             f"a lazy fork needs libfuse and the mfusepy package ({e}); install fuse3 (apt) and mfusepy (pip)"
         ) from None
-    _route_libfuse_log(getattr(mfusepy, "_libfuse", None))
     return mfusepy
-
-
-def _prefer_libfuse3() -> None:
-    """Have mfusepy load libfuse 3 where it is installed, rather than its default (libfuse 2
-    whenever that is present too): libfuse 3 is what the install script brings (Debian ``fuse3``)
-    and all a fresh host has, so every host runs the library the tests ran. A
-    ``FUSE_LIBRARY_PATH`` or ``FUSE_LIBRARY_NAME`` the user set wins."""
-    if "FUSE_LIBRARY_PATH" in os.environ or "FUSE_LIBRARY_NAME" in os.environ:
-        return
-    if ctypes.util.find_library("fuse3"):
-        os.environ["FUSE_LIBRARY_NAME"] = "fuse3"
-
-
-#: libfuse 3.14's fuse_main_real asks for an out-of-range thread count itself and says so on
-#: every mount; nothing is wrong (the default applies), so it is not shown
-_BENIGN_LIBFUSE_LINES = ("Ignoring invalid max threads value",)
-_LOG_FUNC = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-_FUSE_LOG_WARNING = 4  # enum fuse_log_level: EMERG=0 ... ERR=3, WARNING=4, NOTICE, INFO, DEBUG
-_log_callback: Any = None  # kept alive for as long as libfuse may call it
-
-
-def _route_libfuse_log(libfuse: Any) -> None:
-    """Send libfuse 3's messages to this module's logger instead of raw stderr (libfuse 2 has no
-    hook: it keeps writing its own). Known-benign lines go to debug."""
-    global _log_callback
-    if _log_callback is not None or not hasattr(libfuse, "fuse_set_log_func"):
-        return
-    libc = ctypes.CDLL(None)
-    libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
-
-    def log(level: int, fmt: bytes, args: int) -> None:
-        buf = ctypes.create_string_buffer(1024)
-        libc.vsnprintf(buf, len(buf), fmt, args)
-        line = buf.value.decode(errors="replace").strip()
-        benign = line.startswith(_BENIGN_LIBFUSE_LINES)
-        _log.log(logging.DEBUG if benign or level > _FUSE_LOG_WARNING else logging.WARNING, "libfuse: %s", line)
-
-    _log_callback = _LOG_FUNC(log)
-    libfuse.fuse_set_log_func.argtypes = [_LOG_FUNC]
-    libfuse.fuse_set_log_func(_log_callback)
 
 
 class OpenCount:
