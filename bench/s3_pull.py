@@ -209,6 +209,11 @@ def shaped_push(root: Path, weed: SeaweedFS, pusher: ForkdUser, client, files: l
     return {"push": push_t, "raw_put": raw_t}
 
 
+def _row(label: str, seconds: float, raw_seconds: float, stored_bytes: int) -> list[str]:
+    """One table row: seconds, MiB/s of the stored bytes, and raw time / this time."""
+    return [label, f"{seconds:.2f}", f"{mib_s(stored_bytes, seconds):.0f}", f"{raw_seconds / seconds:.2f}"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mem-mib", type=int, default=512)
@@ -327,67 +332,23 @@ def main() -> None:
     )
     rows = []
     for fs, times in pulls.items():
-        for label, key in PULL_ROWS:
-            rows.append(
-                [
-                    f"pull to {fs}: {label}",
-                    f"{times[key]:.2f}",
-                    f"{mib_s(stored_bytes, times[key]):.0f}",
-                    f"{times['raw'] / times[key]:.2f}",
-                ]
-            )
+        rows += [_row(f"pull to {fs}: {label}", times[key], times["raw"], stored_bytes) for label, key in PULL_ROWS]
     rows += [
-        [
-            f"pull to {first_fs}: forkd from a filesystem hub (no S3)",
-            f"{fs_pull_t:.2f}",
-            f"{mib_s(stored_bytes, fs_pull_t):.0f}",
-            f"{raw_get_t / fs_pull_t:.2f}",
-        ],
-        [
-            "push: forkd push through the hub",
-            f"{push_t:.2f}",
-            f"{mib_s(stored_bytes, push_t):.0f}",
-            f"{raw_put_t / push_t:.2f}",
-        ],
-        [
-            "push: raw boto3 multipart of the same objects",
-            f"{raw_put_t:.2f}",
-            f"{mib_s(stored_bytes, raw_put_t):.0f}",
-            "1.00",
-        ],
-        [
-            "push: forkd push to a filesystem hub (no S3)",
-            f"{fs_push_t:.2f}",
-            f"{mib_s(stored_bytes, fs_push_t):.0f}",
-            f"{raw_put_t / fs_push_t:.2f}",
-        ],
+        _row(f"pull to {first_fs}: forkd from a filesystem hub (no S3)", fs_pull_t, raw_get_t, stored_bytes),
+        _row("push: forkd push through the hub", push_t, raw_put_t, stored_bytes),
+        _row("push: raw boto3 multipart of the same objects", raw_put_t, raw_put_t, stored_bytes),
+        _row("push: forkd push to a filesystem hub (no S3)", fs_push_t, raw_put_t, stored_bytes),
     ]
     link = f"{args.link_mbit} Mbit/s"
     for fs, times in shaped_pulls.items():
-        for label, key in PULL_ROWS:
-            rows.append(
-                [
-                    f"{link}, pull to {fs}: {label}",
-                    f"{times[key]:.2f}",
-                    f"{mib_s(stored_bytes, times[key]):.0f}",
-                    f"{times['raw'] / times[key]:.2f}",
-                ]
-            )
+        rows += [
+            _row(f"{link}, pull to {fs}: {label}", times[key], times["raw"], stored_bytes) for label, key in PULL_ROWS
+        ]
     if shaped_pushes:
         push_s, raw_s = shaped_pushes["push"], shaped_pushes["raw_put"]
         rows += [
-            [
-                f"{link}, push: forkd push through the hub",
-                f"{push_s:.2f}",
-                f"{mib_s(stored_bytes, push_s):.0f}",
-                f"{raw_s / push_s:.2f}",
-            ],
-            [
-                f"{link}, push: raw boto3 multipart of the same objects",
-                f"{raw_s:.2f}",
-                f"{mib_s(stored_bytes, raw_s):.0f}",
-                "1.00",
-            ],
+            _row(f"{link}, push: forkd push through the hub", push_s, raw_s, stored_bytes),
+            _row(f"{link}, push: raw boto3 multipart of the same objects", raw_s, raw_s, stored_bytes),
         ]
     print_table(["one run", "seconds", "MiB/s stored", "raw / this"], rows)
     for fs, times in pulls.items():
