@@ -167,6 +167,37 @@ def test_a_saved_access_profile_is_fetched_first_by_the_next_session(chain3, oth
         assert third_session.hub_profile == first.image.profile
 
 
+def test_a_fork_waits_for_the_head_of_the_profile_which_is_fetched_first(
+    chain3, other_store, inproc_hub, tmp_path, monkeypatch
+):
+    from forkd_client.lazy.profile import profile_head
+    from forkd_client.store import SnapshotStore
+
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    with LazySession(other_store, client, REF, as_tag="py") as first:
+        files = first.open()
+        assert first.wait_for_profile_head(timeout=0)  # no profile: nothing to wait for
+        data, cs = first.image.plan.data_chunks(), first.image.plan.chunk_size
+        with open(files.memory, "rb") as f:
+            for index in (data[-1], data[0], data[len(data) // 2], data[1]):
+                f.seek(index * cs)
+                f.read(100)
+        first.save_profile()
+        order = list(first.image.profile)
+    plan = first.image.plan
+    limit = sum(plan.sources[i].length for i in order[:2])  # the head: the first two chunks read
+    assert profile_head(plan, order, limit) == 2
+    monkeypatch.setenv("FORKD_LAZY_PROFILE_WAIT_BYTES", str(limit))
+    with SnapshotStore(tmp_path / "second") as second_store, LazySession(second_store, client, REF) as second:
+        second.open()
+        assert second.profile_wait_bytes == limit
+        assert second.wait_for_profile_head(timeout=60)
+        assert all(second.image.present[i] for i in order[:2])
+        assert second.wait_for_working_set(timeout=60)
+        assert all(second.image.present[i] for i in order)
+
+
 def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_store, inproc_hub):
     import httpx
 
