@@ -32,13 +32,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from manifest import mediatypes as mt
 
 from ..hub.errors import HubError
 from .errors import ImageUnavailable, LazyUnsupported
-from .image import LazyImage
 
 FILE_NAME = mt.MEMORY_FILE
 _FUSE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # libfuse installs handlers where these have the default action
@@ -71,21 +70,31 @@ class OpenCount:
             self.value += n
 
 
+class ServedImage(Protocol):
+    """What the mount serves: a :class:`~.image.LazyImage`, or a local file recording its reads
+    (:class:`~.record.RecordingImage`)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+
 class PendingImage:
-    """A memory image of a known ``size`` whose :class:`~.image.LazyImage` arrives later; reads
+    """A memory image of a known ``size`` whose :class:`ServedImage` arrives later; reads
     wait for it. Raises (from :meth:`read`) ImageUnavailable once :meth:`fail` was called, the
     image's own errors after :meth:`set`."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._ready = threading.Event()
-        self._image: LazyImage | None = None
+        self._image: ServedImage | None = None
         self._why = ""
 
-    def set(self, image: LazyImage) -> None:
+    def set(self, image: ServedImage) -> None:
         """Serve ``image`` from now on (and the reads waiting for it). ValueError: another size."""
-        if image.plan.size != self.size:
-            raise ValueError(f"the image is {image.plan.size:,} bytes, the mount was made for {self.size:,}")
+        if image.size != self.size:
+            raise ValueError(f"the image is {image.size:,} bytes, the mount was made for {self.size:,}")
         self._image = image
         self._ready.set()
 
@@ -162,15 +171,16 @@ def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
 
 class LazyMount:
     """``image`` served as ``<mountpoint>/memory.bin`` from a background thread; ``image`` may be a
-    :class:`PendingImage` (reads wait until it is set), else it is wrapped in one already set.
+    :class:`PendingImage` (reads wait until it is set), else (any :class:`ServedImage`) it is
+    wrapped in one already set.
 
     Raises LazyUnsupported (no FUSE here), OSError (the mount did not appear in time).
     """
 
-    def __init__(self, image: LazyImage | PendingImage, mountpoint: Path) -> None:
+    def __init__(self, image: ServedImage | PendingImage, mountpoint: Path) -> None:
         fuse = fuse_module()
-        if isinstance(image, LazyImage):
-            pending = PendingImage(image.plan.size)
+        if not isinstance(image, PendingImage):
+            pending = PendingImage(image.size)
             pending.set(image)
             image = pending
         self.image = image

@@ -107,6 +107,10 @@ class LazyImage:
     # -- state ------------------------------------------------------------------------------------
 
     @property
+    def size(self) -> int:
+        return self.plan.size
+
+    @property
     def complete(self) -> bool:
         return all(self.present)
 
