@@ -45,6 +45,9 @@ from .staged import PRESENT_SUFFIX, write_chunk_list
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
 READAHEAD_BYTES = 4 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
+#: frames of one blob at most this far apart are fetched in one range (the bytes between are
+#: dropped): a guest's working set is clustered, and each range costs the hub a lookup
+RANGE_GAP_BYTES = 128 << 10
 
 #: a chunk's bytes from a local snapshot holding the same content (verified), or None
 LocalReader = Callable[[str], bytes | None]
@@ -246,7 +249,7 @@ class LazyImage:
 
     def _fetch(self, indexes: list[int]) -> None:
         """Fetch and verify ``indexes`` (not present, owned by this caller); failures are recorded."""
-        requests, places = self.plan.requests(indexes, self.max_range)
+        requests, places = self.plan.requests(indexes, self.max_range, RANGE_GAP_BYTES)
         if len(requests) == 1:
             self._fetch_request(requests[0], places)
             return
