@@ -42,6 +42,7 @@ from .errors import ImageUnavailable, LazyUnsupported
 FILE_NAME = mt.MEMORY_FILE
 _FUSE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # libfuse installs handlers where these have the default action
 MOUNT_TIMEOUT_S = 10.0
+MAX_IDLE_FUSE_THREADS = 10  # libfuse 3's own default: idle threads kept for reads (faults come a few at a time)
 _SIG_IGN = 1  # <signal.h>: ((__sighandler_t) 1)
 
 
@@ -204,6 +205,7 @@ class LazyMount:
                     attr_timeout=3600,
                     entry_timeout=3600,
                     fsname="forkd-lazy",
+                    **_loop_options(fuse),
                 )
             except BaseException as e:  # noqa: BLE001 - reported by the mount wait / unmount
                 self.error = e
@@ -231,6 +233,14 @@ class LazyMount:
         if os.path.ismount(self.mountpoint):
             _fusermount_unmount(self.mountpoint)
         self._thread.join(timeout=10)
+
+
+def _loop_options(fuse: Any) -> dict[str, int]:
+    """Options for libfuse's multi-threaded loop. libfuse 3 (what a fresh Debian host has: mfusepy
+    loads libfuse 2 only where it is also installed) leaves ``max_idle_threads`` "unset" as
+    UINT_MAX, and 3.14 then prints "Ignoring invalid max threads value 4294967295 > max
+    (100000)." on every mount unless it is given; libfuse 2 refuses the option."""
+    return {"max_idle_threads": MAX_IDLE_FUSE_THREADS} if getattr(fuse, "fuse_version_major", 2) >= 3 else {}
 
 
 def _ignore_sigpipe_again() -> None:
