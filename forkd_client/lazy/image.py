@@ -76,6 +76,7 @@ class LazyImage:
         self.readahead = tunable("FORKD_LAZY_READAHEAD_BYTES", READAHEAD_BYTES, 0) // plan.chunk_size
         self.failures: dict[int, ChunkFailure] = {}
         self.profile: list[int] = []  # chunk indexes in the order reads first touched them
+        self.recording = True  # off while the session itself reads through the mount (no child runs)
         self.bytes_fetched = 0  # frame bytes from the hub
         self.chunks_fetched = self.chunks_local = self.chunks_resumed = 0
         self._lock = threading.Lock()
@@ -142,7 +143,7 @@ class LazyImage:
         """``size`` bytes at ``offset`` (fewer at the end of the image), their chunks fetched and
         verified first. Records the page-access profile. Raises ChunkCorrupt, ChunkUnfetchable."""
         indexes = self.plan.covering(offset, size)
-        first = [i for i in indexes if not self._touched[i]]
+        first = [i for i in indexes if not self._touched[i]] if self.recording else []
         if first:
             with self._lock:
                 for i in first:

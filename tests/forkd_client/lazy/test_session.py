@@ -198,6 +198,39 @@ def test_a_fork_waits_for_the_head_of_the_profile_which_is_fetched_first(
         assert all(second.image.present[i] for i in order)
 
 
+def test_warming_the_page_cache_reads_the_profile_head_through_the_mount_and_records_nothing(
+    chain3, other_store, inproc_hub, tmp_path
+):
+    from forkd_client.lazy.session import _runs
+    from forkd_client.store import SnapshotStore
+
+    assert _runs([1, 2, 3, 7, 8], 10, 25) == [(10, 20), (30, 10), (70, 20)]
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    with LazySession(other_store, client, REF, as_tag="py") as first:
+        files = first.open()
+        data, cs = first.image.plan.data_chunks(), first.image.plan.chunk_size
+        with open(files.memory, "rb") as f:
+            for index in (data[-1], data[0]):
+                f.seek(index * cs)
+                f.read(100)
+        first.save_profile()
+        order = list(first.image.profile)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with SnapshotStore(tmp_path / "second") as second_store, LazySession(second_store, client, REF) as second:
+        files = second.open()
+        assert second.wait_for_profile_head(timeout=60)
+        fetched = second.image.chunks_fetched
+        second.warm_page_cache()
+        assert second.image.profile == []  # the session's own reads are no child's working set
+        assert second.image.chunks_fetched == fetched  # nothing read past the head's chunks
+        with open(files.memory, "rb") as f:
+            for index in order:
+                f.seek(index * cs)
+                assert f.read(cs) == want[index * cs : (index + 1) * cs]
+        assert second.image.chunks_fetched == fetched
+
+
 def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_store, inproc_hub):
     import httpx
 
