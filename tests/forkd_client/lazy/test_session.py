@@ -340,6 +340,42 @@ def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc
         assert sorted(got) == sorted(want[chunk * cs + k * 4096 : chunk * cs + (k + 1) * 4096] for k in range(8))
 
 
+def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_that_waits_for_it(
+    chain3, other_store, inproc_hub, monkeypatch
+):
+    import threading
+
+    from forkd_client.lazy import image as image_module
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(4 << 20))
+    token = _pushed(chain3, inproc_hub)
+    gate = threading.Event()
+    verify = image_module.LazyImage._verify_frames
+
+    def held(self, blob, frames, views, places):  # the background half waits for the gate
+        if threading.current_thread().name.startswith("forkd-lazy-later"):
+            assert gate.wait(30)
+        verify(self, blob, frames, views, places)
+
+    monkeypatch.setattr(image_module.LazyImage, "_verify_frames", held)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        session.open()
+        image, cs = session.image, session.image.plan.chunk_size
+        data = [i for i in image.plan.data_chunks() if not image.present[i]]
+        first, ahead = data[0], next(i for i in data if i > data[0])
+        assert image.read(first * cs, 100) == want[first * cs : first * cs + 100]  # not held by its readahead
+        assert image.present[first] and not image.present[ahead] and ahead in image._inflight
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(image.read(ahead * cs, cs)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and image.chunks_fetched == 1  # waiting for the readahead, not fetching again
+        gate.set()
+        reader.join(30)
+        assert got == [want[ahead * cs : (ahead + 1) * cs]]
+
+
 def test_the_mount_counts_open_handles_and_refuses_writes(chain3, other_store, inproc_hub):
     import time
 
