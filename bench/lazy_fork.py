@@ -13,7 +13,10 @@ loopback shaped to ``--mbit`` Mbit/s (bench/netshape.py), from a fresh store eac
   through FUSE, chunks fetched as the child's page faults ask for them), one child, ``echo ok``;
   its page-access profile is then saved on the hub (``--save-profile``);
 * **lazy, profile first**: the same from a fresh store, now with that profile: the working set is
-  fetched in parallel batches as soon as the image is mounted, while the child starts.
+  fetched as soon as the image is mounted, and the child runs once it is local;
+* **lazy, profile from the push**: the same head pushed to another repository with a profile
+  recorded at push (``forkd push --record-profile``: one local child run through a recording
+  mount), so this is that repository's *first* lazy fork.
 
 Time is from the call to the child's answer; bytes are what the hub client received until then
 (manifests, chunk maps, vmstate and chunk frames). Prints both, and the ratios the issue's goal
@@ -43,11 +46,16 @@ from forkd_client.hub.pull import pull  # noqa: E402
 from forkd_client.hub.push import push  # noqa: E402
 from forkd_client.hub.reference import Reference  # noqa: E402
 from forkd_client.lazy.fork import lazy_fork  # noqa: E402
+from forkd_client.lazy.profile import attach_profile  # noqa: E402
+from forkd_client.lazy.record import record_profile  # noqa: E402
 from forkd_client.store import SnapshotStore  # noqa: E402
 from forkd_client.vmops import fork, snapshot_base  # noqa: E402
+from manifest.chunking import DEFAULT_CHUNK_SIZE  # noqa: E402
 
 #: one repository per network, so the profile saved on one does not serve the other's first lazy run
 REFS = {"loopback": Reference.parse("bench/loopback:v1"), "shaped": Reference.parse("bench/shaped:v1")}
+#: the same head pushed with a profile recorded at push (``forkd push --record-profile``)
+RECORDED = {"loopback": Reference.parse("bench/loopback-rec:v1"), "shaped": Reference.parse("bench/shaped-rec:v1")}
 
 
 def fill_command(fill_mib: int) -> str:
@@ -87,11 +95,14 @@ def lazy(root: Path, url: str, token: str, ref: Reference, *, save: bool) -> tup
             return seconds, received, answer, stats
 
 
-def one_network(label: str, root: Path, url: str, token: str, ref: Reference) -> list[list[object]]:
+def one_network(
+    label: str, root: Path, url: str, token: str, ref: Reference, recorded: Reference
+) -> list[list[object]]:
     full_s, full_bytes, full_answer = pull_then_fork(root / f"{label}-pull", url, token, ref)
     rows: list[list[object]] = [[label, "pull-then-fork", f"{full_s:.2f} s", human(full_bytes), "", ""]]
-    for path, save in (("lazy", True), ("lazy, profile first", False)):
-        lazy_s, lazy_bytes, answer, stats = lazy(root / f"{label}-{save}", url, token, ref, save=save)
+    paths = (("lazy", ref, True), ("lazy, profile first", ref, False), ("lazy, profile from the push", recorded, False))
+    for k, (path, which, save) in enumerate(paths):
+        lazy_s, lazy_bytes, answer, stats = lazy(root / f"{label}-{k}", url, token, which, save=save)
         print(
             f"[{label}] {path}: answered {answer!r} after {stats['chunks_fetched']} of {stats['chunks']} chunks "
             f"were fetched (pull-then-fork answered {full_answer!r})"
@@ -129,14 +140,24 @@ def main() -> None:
                 with HubClient(hub.url, token) as client:
                     for ref in REFS.values():
                         push(store, client, "big", ref)
+                    recorded_s = time.perf_counter()
+                    profile = record_profile(store, "big", DEFAULT_CHUNK_SIZE)  # forkd push --record-profile
+                    recorded_s = time.perf_counter() - recorded_s
+                    for ref in RECORDED.values():
+                        head = push(store, client, "big", ref).digest
+                        manifest, _ = client.get_manifest(ref.name, head)
+                        attach_profile(client, ref.name, head, len(manifest), DEFAULT_CHUNK_SIZE, profile)
                 print(
                     f"guest {args.mem_mib} MiB with {args.fill_mib} MiB of random data in tmpfs; built in {built:.0f} s; "
-                    f"load average {os.getloadavg()[0]:.1f}"
+                    f"load average {os.getloadavg()[0]:.1f}; push's profile: {len(profile)} chunks recorded "
+                    f"in {recorded_s:.2f} s"
                 )
-                rows = one_network("loopback", root, hub.url, token, REFS["loopback"])
+                rows = one_network("loopback", root, hub.url, token, REFS["loopback"], RECORDED["loopback"])
                 with shaped_loopback(args.mbit) as why:
                     if why is None:
-                        rows += one_network(f"{args.mbit} Mbit/s", root, hub.url, token, REFS["shaped"])
+                        rows += one_network(
+                            f"{args.mbit} Mbit/s", root, hub.url, token, REFS["shaped"], RECORDED["shaped"]
+                        )
                     else:
                         print(f"shaped run skipped: {why}")
         print_table(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.signature import SignatureError, load_private_key
 
 from ..errors import ClientError, Interrupted
@@ -33,6 +34,7 @@ from ..hub.push import push
 from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
 from ..snapdir import LocalSnapshot
+from ..store import SnapshotStore
 from .output import Context, human_size
 
 
@@ -130,6 +132,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     started = now_rfc3339()
     progress = make_progress(quiet=args.quiet or (args.json and not args.progress))
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
+        # recorded before any upload: a host that cannot (no FUSE, no VMM, a failing command) refuses early
+        profile = _record_profile(store, args, progress) if args.record_profile else None
         try:
             with _interruptible(
                 progress,
@@ -158,6 +162,9 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                         started=started,
                         forkd_version=forkd_version(),
                     )
+                if profile is not None:
+                    progress.log(f"{ref.name}: attaching the access profile to {result.digest[:19]}…")
+                    result.profile = _attach_profile(client, ref.name, result.digest, profile, args.profile_exec)
         except TagConflict as e:  # exits 4 (conflict), like every 409
             raise TagConflict(
                 f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
@@ -179,7 +186,29 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
         ctx.print(f"provenance: {result.provenance['digest']} ({len(result.provenance['annotations'])} annotation(s))")
     if result.signature:
         ctx.print(f"signed: {result.signature} (a referrer of {result.digest[:19]}…)")
+    if result.profile:
+        ctx.print(
+            f"access profile: {result.profile['digest']} ({result.profile['chunks']} chunks read by "
+            f"{result.profile['exec']!r}; lazy forks fetch them first)"
+        )
     return 0
+
+
+def _record_profile(store: SnapshotStore, args: argparse.Namespace, progress: Progress) -> list[int]:
+    """``--record-profile``: the chunks one child of the local head reads running ``--profile-exec``.
+    Raises what :func:`forkd_client.lazy.record.record_profile` raises."""
+    from ..lazy.record import record_profile
+
+    progress.log(f"{args.local_tag}: recording the access profile of one child running {args.profile_exec!r}…")
+    return record_profile(store, args.local_tag, DEFAULT_CHUNK_SIZE, exec_cmd=args.profile_exec)
+
+
+def _attach_profile(client: HubClient, name: str, head: str, chunks: list[int], cmd: str) -> dict[str, object]:
+    from ..lazy.profile import attach_profile
+
+    manifest, _ = client.get_manifest(name, head)
+    digest = attach_profile(client, name, head, len(manifest), DEFAULT_CHUNK_SIZE, chunks)
+    return {"digest": digest, "chunks": len(chunks), "chunk_size": DEFAULT_CHUNK_SIZE, "exec": cmd}
 
 
 def _signing_key(path: Path) -> Ed25519PrivateKey:

@@ -79,6 +79,19 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         metavar="KEYFILE",
         help="sign the head with this Ed25519 private key (forkd keygen) before the tag moves",
     )
+    p.add_argument(
+        "--record-profile",
+        action="store_true",
+        help="before uploading, fork one child of LOCAL_TAG through a recording mount, run --profile-exec in it, "
+        "and attach the chunks it read (in order) to the pushed head: the first lazy fork of it then fetches "
+        "its working set first (docs/lazy-fork.md; needs FUSE and the VMM here)",
+    )
+    p.add_argument(
+        "--profile-exec",
+        default="true",
+        metavar="CMD",
+        help="what the recording child runs (default: true, i.e. the restore and the guest agent's first answer)",
+    )
     p.set_defaults(func=_handler("run_push"))
 
     p = sub.add_parser("pull", parents=[common], help="pull a snapshot chain from a hub")

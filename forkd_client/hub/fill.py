@@ -226,15 +226,16 @@ def fill_link(
     return counts
 
 
-def coalesce(wanted: Wanted, max_range: int) -> list[tuple[str, list[tuple[int, int]]]]:
-    """Merge touching frames of each blob into ranges of at most ``max_range`` bytes, and group
-    up to MAX_RANGES_PER_REQUEST ranges (and about ``max_range`` bytes) per request."""
+def coalesce(wanted: Wanted, max_range: int, gap: int = RANGE_GAP) -> list[tuple[str, list[tuple[int, int]]]]:
+    """Merge frames of each blob at most ``gap`` bytes apart (default: touching ones) into ranges
+    of at most ``max_range`` bytes, and group up to MAX_RANGES_PER_REQUEST ranges (and about
+    ``max_range`` bytes) per request. A gap's bytes are fetched and not used."""
     requests = []
     for blob, frames in wanted.items():
         current: list[tuple[int, int]] = []
         for offset in sorted(frames):
             n = frames[offset][0]
-            if current and current[-1][0] + current[-1][1] + RANGE_GAP >= offset and current[-1][1] + n <= max_range:
+            if current and current[-1][0] + current[-1][1] + gap >= offset and offset + n - current[-1][0] <= max_range:
                 start, _ = current[-1]
                 current[-1] = (start, offset + n - start)
             else:

@@ -74,6 +74,8 @@ class PushResult:
     provenance: dict | None = None
     signature: str | None = None
     """With ``sign``: the digest of the signature artifact pushed as a referrer of the head."""
+    #: ``--record-profile``: the access-profile referrer attached to the head (set by the CLI)
+    profile: dict | None = None
 
     def to_obj(self) -> dict:
         out = {
@@ -91,6 +93,8 @@ class PushResult:
         }
         if self.signature is not None:
             out["signature"] = self.signature
+        if self.profile is not None:
+            out["profile"] = self.profile
         return out
 
 

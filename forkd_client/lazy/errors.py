@@ -2,6 +2,7 @@
 
     ClientError (forkd_client.errors)
     ├── LazyUnsupported          the chain cannot be served lazily (say why; ``forkd pull`` still works)
+    ├── ProfileNotRecorded       push --record-profile: the recording child's command failed (exit 1)
     └── HubError (forkd_client.hub.errors)
         ├── ChunkUnfetchable     a chunk's bytes could not be fetched (the read that needed it got EIO)
         │   └── ChunksUnreachable  ... because the hub or its store did not answer (also a
@@ -52,6 +53,11 @@ class ChunkFailure:
 
 class LazyUnsupported(ClientError):
     """The chain cannot be forked lazily (the message says why); ``forkd pull`` then ``forkd fork`` works."""
+
+
+class ProfileNotRecorded(ClientError):
+    """``forkd push --record-profile``: the recording child's command failed or could not run, so
+    its reads are no working set to publish (the message names the command and the child's answer)."""
 
 
 SHOWN_FAILURES = 3  # chunks named in an error's message (``failures`` holds them all)

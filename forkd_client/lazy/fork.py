@@ -114,6 +114,10 @@ def lazy_fork(
         spawn_started = time.monotonic()
         children = driver.start_fork(files, n)  # the VMMs start while the maps and the vmstate arrive
         session.prepare()
+        # with an access profile, the chunks children read first are fetched before they run
+        # (they arrive in a few large requests; a child faulting on each would wait for many small ones)
+        session.wait_for_profile_head()
+        session.warm_page_cache()
         open_ms = (time.monotonic() - started) * 1000
         vms = children.finish()
         spawned = time.monotonic()

@@ -32,17 +32,17 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from manifest import mediatypes as mt
 
 from ..hub.errors import HubError
 from .errors import ImageUnavailable, LazyUnsupported
-from .image import LazyImage
 
 FILE_NAME = mt.MEMORY_FILE
 _FUSE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # libfuse installs handlers where these have the default action
 MOUNT_TIMEOUT_S = 10.0
+MAX_IDLE_FUSE_THREADS = 10  # libfuse 3's own default: idle threads kept for reads (faults come a few at a time)
 _SIG_IGN = 1  # <signal.h>: ((__sighandler_t) 1)
 
 
@@ -71,21 +71,31 @@ class OpenCount:
             self.value += n
 
 
+class ServedImage(Protocol):
+    """What the mount serves: a :class:`~.image.LazyImage`, or a local file recording its reads
+    (:class:`~.record.RecordingImage`)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+
 class PendingImage:
-    """A memory image of a known ``size`` whose :class:`~.image.LazyImage` arrives later; reads
+    """A memory image of a known ``size`` whose :class:`ServedImage` arrives later; reads
     wait for it. Raises (from :meth:`read`) ImageUnavailable once :meth:`fail` was called, the
     image's own errors after :meth:`set`."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._ready = threading.Event()
-        self._image: LazyImage | None = None
+        self._image: ServedImage | None = None
         self._why = ""
 
-    def set(self, image: LazyImage) -> None:
+    def set(self, image: ServedImage) -> None:
         """Serve ``image`` from now on (and the reads waiting for it). ValueError: another size."""
-        if image.plan.size != self.size:
-            raise ValueError(f"the image is {image.plan.size:,} bytes, the mount was made for {self.size:,}")
+        if image.size != self.size:
+            raise ValueError(f"the image is {image.size:,} bytes, the mount was made for {self.size:,}")
         self._image = image
         self._ready.set()
 
@@ -162,15 +172,16 @@ def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
 
 class LazyMount:
     """``image`` served as ``<mountpoint>/memory.bin`` from a background thread; ``image`` may be a
-    :class:`PendingImage` (reads wait until it is set), else it is wrapped in one already set.
+    :class:`PendingImage` (reads wait until it is set), else (any :class:`ServedImage`) it is
+    wrapped in one already set.
 
     Raises LazyUnsupported (no FUSE here), OSError (the mount did not appear in time).
     """
 
-    def __init__(self, image: LazyImage | PendingImage, mountpoint: Path) -> None:
+    def __init__(self, image: ServedImage | PendingImage, mountpoint: Path) -> None:
         fuse = fuse_module()
-        if isinstance(image, LazyImage):
-            pending = PendingImage(image.plan.size)
+        if not isinstance(image, PendingImage):
+            pending = PendingImage(image.size)
             pending.set(image)
             image = pending
         self.image = image
@@ -194,6 +205,7 @@ class LazyMount:
                     attr_timeout=3600,
                     entry_timeout=3600,
                     fsname="forkd-lazy",
+                    **_loop_options(fuse),
                 )
             except BaseException as e:  # noqa: BLE001 - reported by the mount wait / unmount
                 self.error = e
@@ -221,6 +233,14 @@ class LazyMount:
         if os.path.ismount(self.mountpoint):
             _fusermount_unmount(self.mountpoint)
         self._thread.join(timeout=10)
+
+
+def _loop_options(fuse: Any) -> dict[str, int]:
+    """Options for libfuse's multi-threaded loop. libfuse 3 (what a fresh Debian host has: mfusepy
+    loads libfuse 2 only where it is also installed) leaves ``max_idle_threads`` "unset" as
+    UINT_MAX, and 3.14 then prints "Ignoring invalid max threads value 4294967295 > max
+    (100000)." on every mount unless it is given; libfuse 2 refuses the option."""
+    return {"max_idle_threads": MAX_IDLE_FUSE_THREADS} if getattr(fuse, "fuse_version_major", 2) >= 3 else {}
 
 
 def _ignore_sigpipe_again() -> None:

@@ -8,9 +8,11 @@ the staged file. Chunks local snapshots hold are copied in first (:meth:`LazyIma
 from the local chunk index, re-hashed on read); a missing chunk comes from the hub as coalesced ranges of the layers'
 data blobs through :meth:`HubClient.read_ranges` (so presigned redirects and fetch plans work);
 every frame is decompressed and checked against its chunk digest before it is written.
-Concurrent reads of the same chunk fetch it once (the later ones wait for the first). A read that
-misses also fetches the missing chunks of the next FORKD_LAZY_READAHEAD_BYTES (4 MiB; 0 turns it
-off) in the same requests, without waiting on them or failing for them.
+Concurrent reads of the same chunk fetch it once (the later ones wait for that chunk, not for the
+rest of its request). A read that misses also fetches the missing chunks of the next
+FORKD_LAZY_READAHEAD_BYTES (4 MiB; 0 turns it off) in the same request, and answers once its own
+chunks are verified and written: the readahead's frames are verified and written on background
+threads, in order, each waking the reads that wait for it.
 
 A chunk that fails verification or cannot be fetched is recorded (:class:`ChunkFailure`) and
 every read that touches it raises ChunkCorrupt / ChunkUnfetchable: wrong bytes are never served.
@@ -39,12 +41,15 @@ from manifest.fileops import punch_hole
 from ..hub.client import HubClient
 from ..hub.errors import GATEWAY_STATUSES, HubError, HubUnreachable
 from ..hub.fill import MAX_RANGE_BYTES, PARALLEL_REQUESTS, tunable
-from .errors import ChunkFailure, chunk_error
+from .errors import ChunkFailure, ImageUnavailable, chunk_error
 from .plan import ImagePlan, Request
 from .staged import PRESENT_SUFFIX, write_chunk_list
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
 READAHEAD_BYTES = 4 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
+#: frames of one blob at most this far apart are fetched in one range (the bytes between are
+#: dropped): a guest's working set is clustered, and each range costs the hub a lookup
+RANGE_GAP_BYTES = 128 << 10
 
 #: a chunk's bytes from a local snapshot holding the same content (verified), or None
 LocalReader = Callable[[str], bytes | None]
@@ -73,10 +78,12 @@ class LazyImage:
         self.readahead = tunable("FORKD_LAZY_READAHEAD_BYTES", READAHEAD_BYTES, 0) // plan.chunk_size
         self.failures: dict[int, ChunkFailure] = {}
         self.profile: list[int] = []  # chunk indexes in the order reads first touched them
+        self.recording = True  # off while the session itself reads through the mount (no child runs)
         self.bytes_fetched = 0  # frame bytes from the hub
         self.chunks_fetched = self.chunks_local = self.chunks_resumed = 0
         self._lock = threading.Lock()
-        self._inflight: dict[int, threading.Event] = {}
+        self._inflight: dict[int, threading.Event] = {}  # chunk -> set once present, failed or given up
+        self._later_pool: ThreadPoolExecutor | None = None  # readahead frames verified after their read returned
         self._touched = bytearray(plan.count)
         self._closed = False
         fresh = not (resume and self.path.is_file() and self.path.stat().st_size == plan.size)
@@ -107,6 +114,10 @@ class LazyImage:
     # -- state ------------------------------------------------------------------------------------
 
     @property
+    def size(self) -> int:
+        return self.plan.size
+
+    @property
     def complete(self) -> bool:
         return all(self.present)
 
@@ -122,8 +133,14 @@ class LazyImage:
                 yield s.digest, i * cs, self.plan.length(i)
 
     def close(self) -> None:
-        """Close the staged file and bitmap (what is present stays, for a later session). Idempotent."""
+        """Finish the background verification, close the staged file and bitmap (what is present
+        stays, for a later session). Idempotent."""
         self._closed = True
+        with self._lock:
+            pool, self._later_pool = self._later_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._release(list(self._inflight))
         for fd in (self._fd, self._bitmap_fd):
             if fd >= 0:
                 os.close(fd)
@@ -135,7 +152,7 @@ class LazyImage:
         """``size`` bytes at ``offset`` (fewer at the end of the image), their chunks fetched and
         verified first. Records the page-access profile. Raises ChunkCorrupt, ChunkUnfetchable."""
         indexes = self.plan.covering(offset, size)
-        first = [i for i in indexes if not self._touched[i]]
+        first = [i for i in indexes if not self._touched[i]] if self.recording else []
         if first:
             with self._lock:
                 for i in first:
@@ -151,39 +168,61 @@ class LazyImage:
 
     def ensure(self, indexes: Sequence[int], ahead: Sequence[int] = ()) -> None:
         """Make ``indexes`` present: fetch those nobody fetches yet (with ``ahead``, chunks fetched in
-        the same requests but not waited for), wait for those in flight. Raises ChunkCorrupt /
-        ChunkUnfetchable naming every chunk of ``indexes`` (not of ``ahead``) that failed."""
+        the same requests but not waited for: their frames are verified and written after this
+        returns, on the image's background threads), wait for those in flight, each chunk for
+        itself. Raises ChunkCorrupt / ChunkUnfetchable naming every chunk of ``indexes`` (not of
+        ``ahead``) that failed."""
+        while True:
+            mine, waits, extra = self._claim(indexes, ahead)
+            if mine:
+                try:
+                    self._fetch(mine + extra, urgent=set(mine) if extra else None)
+                finally:
+                    self._release(mine)  # ``extra`` is released by whoever finishes its frames
+            for event in waits:
+                event.wait()
+            if all(self.present[i] or i in self.failures for i in indexes):
+                break
+            # a chunk whose fetcher gave it up is neither present nor failed: fetch it here, unless
+            # the image is closing (never answer with bytes nobody verified)
+            if self._closed:
+                raise ImageUnavailable("the lazy session was closed")
+            ahead = ()
+        failed = [self.failures[i] for i in indexes if i in self.failures]
+        if failed:
+            raise chunk_error(failed)
+
+    def _claim(
+        self, indexes: Sequence[int], ahead: Sequence[int]
+    ) -> tuple[list[int], list[threading.Event], list[int]]:
+        """Under the lock: the chunks of ``indexes`` this caller fetches, the events of those that
+        others fetch, and (only when it fetches some) the chunks of ``ahead`` nobody fetches."""
         mine: list[int] = []
-        waits: set[threading.Event] = set()
-        done = threading.Event()
+        waits: list[threading.Event] = []
+        extra: list[int] = []
         with self._lock:
             for i in indexes:
                 if self.present[i] or i in self.failures:
                     continue
                 event = self._inflight.get(i)
                 if event is None:
-                    self._inflight[i] = done
+                    self._inflight[i] = threading.Event()
                     mine.append(i)
                 else:
-                    waits.add(event)
-            if mine:
+                    waits.append(event)
+            if mine and not self._closed:
                 for j in ahead:
                     if not self.present[j] and j not in self.failures and j not in self._inflight:
-                        self._inflight[j] = done
-                        mine.append(j)
-        if mine:
-            try:
-                self._fetch(mine)
-            finally:
-                with self._lock:
-                    for i in mine:
-                        self._inflight.pop(i, None)
-                done.set()
-        for event in waits:
-            event.wait()
-        failed = [self.failures[i] for i in indexes if i in self.failures]
-        if failed:
-            raise chunk_error(failed)
+                        self._inflight[j] = threading.Event()
+                        extra.append(j)
+        return mine, waits, extra
+
+    def _release(self, indexes: Iterable[int]) -> None:
+        """Wake whoever waits for ``indexes`` that are still in flight (fetched, failed or given up)."""
+        with self._lock:
+            events = [e for e in (self._inflight.pop(i, None) for i in indexes) if e is not None]
+        for event in events:
+            event.set()
 
     def fill(self, first: Iterable[int] = (), stop: threading.Event | None = None, *, rest: bool = True) -> None:
         """Fetch every chunk not present: ``first`` (a page-access profile) first, then (with
@@ -232,6 +271,9 @@ class LazyImage:
                 self.chunks_local += 1
             else:
                 self.chunks_fetched += 1
+            event = self._inflight.pop(index, None)
+        if event is not None:  # whoever waits for this chunk goes on at once
+            event.set()
 
     def _fail(self, index: int, reason: str, *, corrupt: bool, unreachable: bool = False) -> None:
         s = self.plan.sources[index]
@@ -239,46 +281,86 @@ class LazyImage:
         failure = ChunkFailure(s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt, unreachable)
         with self._lock:
             self.failures.setdefault(index, failure)
+            event = self._inflight.pop(index, None)
+        if event is not None:
+            event.set()
 
-    def _fetch(self, indexes: list[int]) -> None:
-        """Fetch and verify ``indexes`` (not present, owned by this caller); failures are recorded."""
-        requests, places = self.plan.requests(indexes, self.max_range)
+    def _fetch(self, indexes: list[int], urgent: set[int] | None = None) -> None:
+        """Fetch and verify ``indexes`` (not present, owned by this caller); failures are recorded.
+        With ``urgent``, only those chunks' frames are verified and written before this returns;
+        the others' are handed to the background threads, which release them."""
+        requests, places = self.plan.requests(indexes, self.max_range, RANGE_GAP_BYTES)
         if len(requests) == 1:
-            self._fetch_request(requests[0], places)
+            self._fetch_request(requests[0], places, urgent)
             return
         with ThreadPoolExecutor(max_workers=min(self.parallel, len(requests))) as pool:
-            list(pool.map(lambda r: self._fetch_request(r, places), requests))
+            list(pool.map(lambda r: self._fetch_request(r, places, urgent), requests))
 
-    def _fetch_request(self, request: Request, places: dict[tuple[str, int], list[int]]) -> None:
+    def _fetch_request(
+        self, request: Request, places: dict[tuple[str, int], list[int]], urgent: set[int] | None = None
+    ) -> None:
         repository, blob, ranges = request
-        frames = sorted(offset for (b, offset) in places if b == blob)
+        frames = [
+            (offset, start, view_index)
+            for view_index, (start, n) in enumerate(ranges)
+            for offset in sorted(o for (b, o) in places if b == blob and start <= o < start + n)
+        ]
         try:
             views = self.client.read_ranges(repository, blob, ranges)
         except (HubError, OSError) as e:
             unreachable = isinstance(e, HubUnreachable | OSError) or e.status in GATEWAY_STATUSES
-            for start, n in ranges:
-                for offset in frames:
-                    if start <= offset < start + n:
-                        for i in places[(blob, offset)]:
-                            self._fail(i, f"from blob {blob}: {e}", corrupt=False, unreachable=unreachable)
+            for offset, _, _ in frames:
+                for i in places[(blob, offset)]:
+                    self._fail(i, f"from blob {blob}: {e}", corrupt=False, unreachable=unreachable)
             return
-        for (start, n), view in zip(ranges, views, strict=True):
-            for offset in frames:
-                if not start <= offset < start + n:
-                    continue
-                at = places[(blob, offset)]
-                source = self.plan.sources[at[0]]
-                assert source is not None
-                frame = view[offset - start : offset - start + source.length]
-                try:
-                    data = decompress_chunk(
-                        bytes(frame), self.plan.length(at[0]), source.digest, f"chunk {at[0]} ({source.digest})"
-                    )
-                except (DigestMismatch, AssemblyError, ManifestError) as e:
-                    for i in at:
-                        self._fail(i, f"frame at offset {offset} of blob {blob}: {e}", corrupt=True)
-                    continue
-                with self._lock:
-                    self.bytes_fetched += source.length
+        if urgent is None:
+            self._verify_frames(blob, frames, views, places)
+            return
+        now = [f for f in frames if any(i in urgent for i in places[(blob, f[0])])]
+        later = [f for f in frames if f not in now]
+        self._verify_frames(blob, now, views, places)
+        if later:
+            self._later(blob, later, views, places)
+
+    def _later(self, blob: str, frames: list[tuple[int, int, int]], views: list[memoryview], places: dict) -> None:
+        """Verify and write ``frames`` on the background threads; release their chunks after."""
+        chunks = [i for offset, _, _ in frames for i in places[(blob, offset)]]
+
+        def run() -> None:
+            try:
+                self._verify_frames(blob, frames, views, places)
+            finally:
+                self._release(chunks)
+
+        with self._lock:
+            if self._later_pool is None and not self._closed:
+                self._later_pool = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="forkd-lazy-later")
+            pool = self._later_pool
+        try:
+            if pool is None:
+                raise RuntimeError("closed")
+            pool.submit(run)
+        except RuntimeError:  # the image is closing: nobody waits for these any more
+            self._release(chunks)
+
+    def _verify_frames(
+        self, blob: str, frames: list[tuple[int, int, int]], views: list[memoryview], places: dict
+    ) -> None:
+        """Decompress and check each frame against its chunk digest, then write it (or record why not)."""
+        for offset, start, view_index in frames:
+            at = places[(blob, offset)]
+            source = self.plan.sources[at[0]]
+            assert source is not None
+            frame = views[view_index][offset - start : offset - start + source.length]
+            try:
+                data = decompress_chunk(
+                    bytes(frame), self.plan.length(at[0]), source.digest, f"chunk {at[0]} ({source.digest})"
+                )
+            except (DigestMismatch, AssemblyError, ManifestError) as e:
                 for i in at:
-                    self._put(i, data)
+                    self._fail(i, f"frame at offset {offset} of blob {blob}: {e}", corrupt=True)
+                continue
+            with self._lock:
+                self.bytes_fetched += source.length
+            for i in at:
+                self._put(i, data)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from manifest import mediatypes as mt
 from manifest.model import ChunkMap
 
-from ..hub.fill import Wanted, coalesce
+from ..hub.fill import RANGE_GAP, Wanted, coalesce
 from .errors import LazyUnsupported
 
 
@@ -93,11 +93,11 @@ class ImagePlan:
         return [i for i, s in enumerate(self.sources) if s is not None]
 
     def requests(
-        self, indexes: Iterable[int], max_range: int
+        self, indexes: Iterable[int], max_range: int, gap: int = RANGE_GAP
     ) -> tuple[list[Request], dict[tuple[str, int], list[int]]]:
-        """Coalesced hub requests for the data chunks ``indexes`` (zero chunks are skipped), and
-        for each ``(blob, frame offset)`` the chunk indexes that frame fills (the same frame may
-        fill several places of the image)."""
+        """Coalesced hub requests for the data chunks ``indexes`` (zero chunks are skipped; frames
+        at most ``gap`` bytes apart share a range), and for each ``(blob, frame offset)`` the chunk
+        indexes that frame fills (the same frame may fill several places of the image)."""
         per_repo: dict[str, Wanted] = {}
         places: dict[tuple[str, int], list[int]] = {}
         for i in indexes:
@@ -116,6 +116,6 @@ class ImagePlan:
         out = [
             (repository, blob, ranges)
             for repository, wanted in per_repo.items()
-            for blob, ranges in coalesce(wanted, max_range)
+            for blob, ranges in coalesce(wanted, max_range, gap)
         ]
         return out, places

@@ -22,9 +22,25 @@ from manifest import mediatypes as mt
 from ..hub.client import HubClient
 from ..hub.errors import HubError
 from ..hub.referrers import Document, fetch_documents, list_referrers, push_referrer
+from .plan import ImagePlan
 
 ARTIFACT_TYPE = "application/vnd.forkd.access-profile.v1+json"
 MAX_PROFILE_CHUNKS = 1 << 22  # 256 GiB of 64 KiB chunks
+#: how much of a profile (frame bytes, in its order) a lazy fork fetches before its children run:
+#: a second at 256 Mbit/s, and more than the first answer of the bench's guest reads (17 MiB)
+PROFILE_WAIT_BYTES = 32 << 20
+
+
+def profile_head(plan: ImagePlan, chunks: list[int], limit: int) -> int:
+    """How many of ``chunks`` (a profile, in order) fit in ``limit`` bytes of frames to fetch
+    (zero chunks cost nothing)."""
+    total = 0
+    for n, i in enumerate(chunks):
+        source = plan.sources[i] if 0 <= i < plan.count else None
+        total += source.length if source is not None else 0
+        if total > limit:
+            return n
+    return len(chunks)
 
 
 def profile_document(chunk_size: int, chunks: list[int]) -> bytes:

@@ -106,6 +106,9 @@ def serve(args: argparse.Namespace) -> int:
             with LazySession(store, client, ref, as_tag=args.as_tag) as session:
                 try:
                     files = session.open()
+                    if args.children:  # as forkd fork --lazy --exec: the working set is local before they run
+                        session.wait_for_profile_head()
+                        session.warm_page_cache()
                 except Exception as e:  # noqa: BLE001 - reported to the CLI, which prints it
                     _write(control / ERROR, {"message": str(e), "exit_code": exit_code_for(e)})
                     return exit_code_for(e)

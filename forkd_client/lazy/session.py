@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
 import threading
 from collections.abc import Iterable
@@ -47,6 +48,7 @@ from vmm import SnapshotFiles
 
 from ..hub.client import HubClient
 from ..hub.errors import DigestInvalid
+from ..hub.fill import tunable
 from ..hub.localchunks import LocalChunkIndex
 from ..hub.prefetch import LinkPrefetch
 from ..hub.pull import ChainPull
@@ -59,8 +61,28 @@ from .errors import LazyUnsupported, chunk_error
 from .fusefs import LazyMount, PendingImage
 from .image import LazyImage
 from .plan import ImagePlan
-from .profile import attach_profile, fetch_profile
+from .profile import PROFILE_WAIT_BYTES, attach_profile, fetch_profile, profile_head
 from .staged import state_key
+
+WARM_THREADS = 4
+WARM_READ_BYTES = 1 << 20
+
+
+def _runs(chunks: list[int], chunk_size: int, limit: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` byte runs covering sorted ``chunks``, neighbours merged, at most ``limit`` each."""
+    runs: list[tuple[int, int]] = []
+    for i in chunks:
+        offset = i * chunk_size
+        if runs and runs[-1][0] + runs[-1][1] == offset and runs[-1][1] + chunk_size <= limit:
+            runs[-1] = (runs[-1][0], runs[-1][1] + chunk_size)
+        else:
+            runs.append((offset, chunk_size))
+    return runs
+
+
+def _read_quietly(fd: int, offset: int, length: int) -> None:
+    with contextlib.suppress(OSError):
+        os.pread(fd, length, offset)
 
 
 class LazyInstall(ChainPull):
@@ -97,6 +119,9 @@ class LazySession:
         self.profile_note = ""
         self._stop = threading.Event()
         self._prefetch: threading.Thread | None = None
+        self._head_done = threading.Event()  # the head of the hub profile is in (see wait_for_profile_head)
+        #: how much of the hub profile (frame bytes, in its order) a fork waits for before its children run
+        self.profile_wait_bytes = tunable("FORKD_LAZY_PROFILE_WAIT_BYTES", PROFILE_WAIT_BYTES, 0)
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> LazySession:
@@ -208,12 +233,22 @@ class LazySession:
             self.pending.set(self.image)
             self.hub_profile, self.profile_note = profile.result()
         if self.hub_profile:  # the working set first, in the background, while children start
-            self._prefetch = threading.Thread(
-                target=self.image.fill, args=(self.hub_profile, self._stop), kwargs={"rest": False}, daemon=True
-            )
+            self._prefetch = threading.Thread(target=self._fetch_working_set, name="forkd-lazy-profile", daemon=True)
             self._prefetch.start()
             self._stack.callback(self._prefetch.join)
             self._stack.callback(self._stop.set)
+        else:
+            self._head_done.set()
+
+    def _fetch_working_set(self) -> None:
+        """The hub profile's chunks: its head (what children read first, up to
+        FORKD_LAZY_PROFILE_WAIT_BYTES of frames), then the rest of it."""
+        head = profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)
+        try:  # all of the head is waited for: in file order, so it coalesces into few ranges
+            self.image.fill(sorted(self.hub_profile[:head]), self._stop, rest=False)
+        finally:
+            self._head_done.set()
+        self.image.fill(self.hub_profile[head:], self._stop, rest=False)
 
     def _close_image(self) -> None:
         if hasattr(self, "image"):
@@ -227,6 +262,33 @@ class LazySession:
         """Raise ChunkCorrupt / ChunkUnfetchable naming every chunk that could not be served, if any."""
         if self.image.failures:
             raise chunk_error(sorted(self.image.failures.values(), key=lambda f: f.index))
+
+    def wait_for_profile_head(self, timeout: float | None = None) -> bool:
+        """Wait until the head of the hub profile (the chunks children read first, up to
+        :attr:`profile_wait_bytes` of frames) is present or failed; at once without a profile.
+        A child restored after it faults on local chunks instead of waiting for the hub at every
+        first touch. False on timeout."""
+        return self._head_done.wait(timeout)
+
+    def warm_page_cache(self) -> None:
+        """Read the hub profile's head through the mount, several runs at once, so that the kernel
+        holds it in the mount's page cache (``kernel_cache``): a child's page faults on it are then
+        answered by the kernel instead of each waiting for a FUSE round trip through this process
+        behind the child's single vCPU. Call after :meth:`wait_for_profile_head`. Never raises: a
+        read that fails here fails again, visibly, when a child makes it."""
+        head = self.hub_profile[: profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)]
+        runs = _runs(sorted(i for i in head if self.image.present[i]), self.image.plan.chunk_size, WARM_READ_BYTES)
+        if not runs:
+            return
+        self.image.recording = False  # these reads are not a child's: keep them out of the profile
+        fd = os.open(self.mount.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel readahead past the runs into missing chunks
+            with ThreadPoolExecutor(max_workers=WARM_THREADS, thread_name_prefix="forkd-lazy-warm") as pool:
+                list(pool.map(lambda run: _read_quietly(fd, *run), runs))
+        finally:
+            os.close(fd)
+            self.image.recording = True
 
     def wait_for_working_set(self, timeout: float | None = None) -> bool:
         """Wait until the hub profile's chunks were fetched (or failed); False on timeout."""

@@ -46,6 +46,52 @@ def test_run_ignores_noise_stale_frames_and_foreign_nonces() -> None:
     assert result.exit_code == 3 and result.output == "real output\n"
 
 
+GARBLED_ANSWERS = {
+    # the line's start was lost (a restored TCG guest under load lost its first 26 bytes): its
+    # last word reads as the nonce
+    "start lost": lambda nonce, cmd: frame(cmd[2:], b"forkd-agent: unknown op ''\n", 127),
+    "op damaged": lambda nonce, cmd: frame(nonce, b"forkd-agent: unknown op 'rn'\n", 127),
+    "base64 damaged": lambda nonce, cmd: frame(nonce, b"forkd-agent: undecodable command\n", 125),
+}
+
+
+@pytest.mark.parametrize("garble", list(GARBLED_ANSWERS))
+def test_a_run_request_the_serial_line_garbled_is_sent_again_since_nothing_ran(garble: str) -> None:
+    """Before, the host waited out the command's whole timeout for a frame that never came."""
+    seen: list[list[str]] = []
+
+    def guest(sock: socket.socket) -> None:
+        for n, (nonce, op, timeout, cmd) in enumerate(requests(sock)):
+            seen.append([nonce, op, timeout, cmd])
+            sock.sendall(GARBLED_ANSWERS[garble](nonce, cmd) if n < 2 else frame(nonce, b"ran\n", 0))
+
+    result = channel(guest).run("true", timeout=600)
+    assert result.exit_code == 0 and result.output == "ran\n"
+    assert len(seen) == 3 and len({s[0] for s in seen}) == 3  # a new nonce each time
+    assert {base64.b64decode(s[3]) for s in seen} == {b"true"}
+
+
+def test_a_run_garbled_every_time_fails_instead_of_waiting() -> None:
+    def guest(sock: socket.socket) -> None:
+        for _nonce, _op, _timeout, cmd in requests(sock):
+            sock.sendall(frame(cmd[3:], b"forkd-agent: unknown op ''\n", 127))
+
+    with pytest.raises(GuestCommandFailed, match="garbled the request 3 times"):
+        channel(guest).run("true", timeout=600)
+
+
+def test_a_command_that_exits_127_by_itself_is_not_sent_again() -> None:
+    sent: list[str] = []
+
+    def guest(sock: socket.socket) -> None:
+        for nonce, _op, _timeout, _cmd in requests(sock):
+            sent.append(nonce)
+            sock.sendall(frame(nonce, b"sh: nosuch: not found\n", 127))
+
+    result = channel(guest).run("nosuch", timeout=5)
+    assert result.exit_code == 127 and len(sent) == 1
+
+
 def test_hello_resends_until_the_agent_answers() -> None:
     def guest(sock: socket.socket) -> None:
         for n, (nonce, _op) in enumerate(requests(sock)):

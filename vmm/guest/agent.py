@@ -38,6 +38,11 @@ AGENT_VERSION = 1
 _GRACE_S = 5.0
 _B64_LINE = re.compile(rb"^[A-Za-z0-9+/=]*$")
 _UNKNOWN_OP = "forkd-agent: unknown op"  # the agent's answer to a request line that arrived garbled
+_UNKNOWN_OP_RC = 127
+_UNKNOWN_OP_STATUS = b"127"
+_UNDECODABLE = "forkd-agent: undecodable command"  # a run whose base64 arrived damaged
+_UNDECODABLE_RC = 125
+_RUN_RESENDS = 2  # a garbled run request is sent again at most this many times
 _SIGKILL_STATUS = 137  # what the guest shell reports for a command its timeout killed
 
 INIT_SCRIPT = r"""#!/bin/sh
@@ -124,13 +129,23 @@ class AgentChannel:
                 raise GuestCommandTimeout(f"guest agent did not answer within {timeout:.0f}s")
 
     def run(self, cmd: str, timeout: float = 30.0) -> ExecResult:
-        """Run ``cmd`` in the guest (killed there after ``timeout`` s). Raises ``GuestCommandTimeout``."""
+        """Run ``cmd`` in the guest (killed there after ``timeout`` s). Raises ``GuestCommandTimeout``.
+
+        A request line the guest's serial line garbled is sent again (at most
+        ``_RUN_RESENDS`` times), because then nothing ran: the agent answered "unknown op" or
+        "undecodable command" for our nonce, or "unknown op" under a first word that is a piece of
+        our line (its start was lost: a restored TCG guest under load lost 26 bytes of one).
+        Otherwise the host would wait for the command's whole timeout for a frame that never comes.
+        """
         seconds = max(1, int(timeout + 0.999))
         encoded = base64.b64encode(cmd.encode()).decode()
-        nonce = self._send("run", str(seconds), encoded)
-        reply = self._await({nonce}, time.monotonic() + seconds + _GRACE_S)
-        assert reply is not None
-        return reply
+        for _ in range(_RUN_RESENDS + 1):
+            nonce, line = self._send_line("run", str(seconds), encoded)
+            reply = self._await({nonce}, time.monotonic() + seconds + _GRACE_S, garbled=line)
+            assert reply is not None
+            if not _refused(reply):  # _GARBLED is refused too
+                return reply
+        raise GuestCommandFailed(f"the guest's serial line garbled the request {_RUN_RESENDS + 1} times in a row")
 
     def reseed(self, entropy: bytes | None = None, timeout: float = 10.0, resend_every: float = 2.0) -> ExecResult:
         """Send 64 bytes of host entropy (or ``entropy``) for RNDADDENTROPY + RNDRESEEDCRNG.
@@ -158,17 +173,26 @@ class AgentChannel:
         self._on_close()
 
     def _send(self, op: str, *args: str) -> str:
+        return self._send_line(op, *args)[0]
+
+    def _send_line(self, op: str, *args: str) -> tuple[str, str]:
+        """Send one request; its nonce and its line."""
         nonce = secrets.token_hex(8)
-        data = " ".join((nonce, op, *args)).encode() + b"\n"
+        line = " ".join((nonce, op, *args))
+        data = line.encode() + b"\n"
         try:
             while data:
                 data = data[os.write(self._wfd, data) :]
         except OSError as exc:
             raise VmmError(f"guest console write failed: {exc}") from exc
-        return nonce
+        return nonce, line
 
-    def _await(self, nonces: set[str], deadline: float, quiet_timeout: bool = False) -> ExecResult | None:
-        """Read lines until a frame for one of ``nonces`` ends; None on timeout if ``quiet_timeout``."""
+    def _await(
+        self, nonces: set[str], deadline: float, quiet_timeout: bool = False, garbled: str = ""
+    ) -> ExecResult | None:
+        """Read lines until a frame for one of ``nonces`` ends; None on timeout if ``quiet_timeout``.
+        With ``garbled`` (the request line sent), an "unknown op" frame whose nonce word is a piece
+        of that line (not a nonce of ours: the line's start was lost) answers ``_GARBLED``."""
         frame_nonce: str | None = None
         payload: list[bytes] = []
         while True:
@@ -178,6 +202,15 @@ class AgentChannel:
                     return None
                 raise GuestCommandTimeout("guest agent did not answer in time")
             parts = line.split()
+            if (
+                garbled
+                and len(parts) == 3
+                and parts[1] == b"end"
+                and parts[2] == _UNKNOWN_OP_STATUS
+                and parts[0].decode(errors="replace") not in nonces
+                and parts[0].decode(errors="replace") in garbled
+            ):
+                return _GARBLED
             if len(parts) >= 2 and parts[0].decode(errors="replace") in nonces:
                 nonce, kind = parts[0].decode(), parts[1]
                 if kind == b"begin":
@@ -206,6 +239,17 @@ class AgentChannel:
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return line.rstrip(b"\r")
+
+
+#: what ``_await`` answers when the guest answered a garbled copy of the request line
+_GARBLED = ExecResult(_UNKNOWN_OP_RC, _UNKNOWN_OP)
+
+
+def _refused(reply: ExecResult) -> bool:
+    """The agent refused the request line as it arrived (nothing ran): unknown op, undecodable."""
+    return (reply.exit_code == _UNKNOWN_OP_RC and reply.output.startswith(_UNKNOWN_OP)) or (
+        reply.exit_code == _UNDECODABLE_RC and reply.output.startswith(_UNDECODABLE)
+    )
 
 
 def _decode(lines: list[bytes]) -> str:

@@ -126,6 +126,30 @@ def test_a_chunk_corrupted_on_the_hub_stops_the_child_names_the_chunk_and_instal
     assert json.loads(listed.stdout) == []
 
 
+@needs_qemu
+def test_a_profile_recorded_at_push_is_what_the_first_lazy_fork_fetches_first(built, hub, tmp_path):
+    env = {**_env(tmp_path / "alice", hub), "FORKD_HOME": str(built)}
+    assert _forkd(env, "login", hub.url, "--token-stdin", input=hub.token("ci", "push:acme/*") + "\n").returncode == 0
+    refused = _forkd(env, "push", "link", "acme/vm:v2", "--record-profile", "--profile-exec", "exit 3")
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert "forkd: error: link: the recording child's 'exit 3' exited 3; no profile recorded" in refused.stderr
+    assert _forkd(env, "pull", "acme/vm:v2").returncode != 0  # refused before any upload: no tag
+    pushed = _forkd(env, "push", "link", "acme/vm:v2", "--record-profile", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    profile = json.loads(pushed.stdout)["profile"]
+    assert profile["chunks"] > 0 and profile["exec"] == "true" and profile["chunk_size"] == 65536
+
+    bob = _env(tmp_path / "bob", hub)
+    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    run = _forkd(bob, "fork", "acme/vm:v2", "--lazy", "-n", "1", "--exec", "cat /root/m1 /root/m2", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["children"][0]["output"].split() == ["one", "two"]
+    assert out["profile"]["used"] == f"access profile {profile['digest']}"  # the first lazy fork had one
+    # the working set was fetched before the child ran: it read (nearly) nothing else
+    assert out["before_fill"]["chunks_fetched"] <= profile["chunks"] + 64
+
+
 def _wait(condition, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

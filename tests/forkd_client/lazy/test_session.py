@@ -167,6 +167,70 @@ def test_a_saved_access_profile_is_fetched_first_by_the_next_session(chain3, oth
         assert third_session.hub_profile == first.image.profile
 
 
+def test_a_fork_waits_for_the_head_of_the_profile_which_is_fetched_first(
+    chain3, other_store, inproc_hub, tmp_path, monkeypatch
+):
+    from forkd_client.lazy.profile import profile_head
+    from forkd_client.store import SnapshotStore
+
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    with LazySession(other_store, client, REF, as_tag="py") as first:
+        files = first.open()
+        assert first.wait_for_profile_head(timeout=0)  # no profile: nothing to wait for
+        data, cs = first.image.plan.data_chunks(), first.image.plan.chunk_size
+        with open(files.memory, "rb") as f:
+            for index in (data[-1], data[0], data[len(data) // 2], data[1]):
+                f.seek(index * cs)
+                f.read(100)
+        first.save_profile()
+        order = list(first.image.profile)
+    plan = first.image.plan
+    limit = sum(plan.sources[i].length for i in order[:2])  # the head: the first two chunks read
+    assert profile_head(plan, order, limit) == 2
+    monkeypatch.setenv("FORKD_LAZY_PROFILE_WAIT_BYTES", str(limit))
+    with SnapshotStore(tmp_path / "second") as second_store, LazySession(second_store, client, REF) as second:
+        second.open()
+        assert second.profile_wait_bytes == limit
+        assert second.wait_for_profile_head(timeout=60)
+        assert all(second.image.present[i] for i in order[:2])
+        assert second.wait_for_working_set(timeout=60)
+        assert all(second.image.present[i] for i in order)
+
+
+def test_warming_the_page_cache_reads_the_profile_head_through_the_mount_and_records_nothing(
+    chain3, other_store, inproc_hub, tmp_path
+):
+    from forkd_client.lazy.session import _runs
+    from forkd_client.store import SnapshotStore
+
+    assert _runs([1, 2, 3, 7, 8], 10, 25) == [(10, 20), (30, 10), (70, 20)]
+    token = _pushed(chain3, inproc_hub)
+    client = inproc_hub.client(token)
+    with LazySession(other_store, client, REF, as_tag="py") as first:
+        files = first.open()
+        data, cs = first.image.plan.data_chunks(), first.image.plan.chunk_size
+        with open(files.memory, "rb") as f:
+            for index in (data[-1], data[0]):
+                f.seek(index * cs)
+                f.read(100)
+        first.save_profile()
+        order = list(first.image.profile)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with SnapshotStore(tmp_path / "second") as second_store, LazySession(second_store, client, REF) as second:
+        files = second.open()
+        assert second.wait_for_profile_head(timeout=60)
+        fetched = second.image.chunks_fetched
+        second.warm_page_cache()
+        assert second.image.profile == []  # the session's own reads are no child's working set
+        assert second.image.chunks_fetched == fetched  # nothing read past the head's chunks
+        with open(files.memory, "rb") as f:
+            for index in order:
+                f.seek(index * cs)
+                assert f.read(cs) == want[index * cs : (index + 1) * cs]
+        assert second.image.chunks_fetched == fetched
+
+
 def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_store, inproc_hub):
     import httpx
 
@@ -274,6 +338,42 @@ def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc
             reader.join(30)
         assert len(asked) == 1 and image.chunks_fetched == 1
         assert sorted(got) == sorted(want[chunk * cs + k * 4096 : chunk * cs + (k + 1) * 4096] for k in range(8))
+
+
+def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_that_waits_for_it(
+    chain3, other_store, inproc_hub, monkeypatch
+):
+    import threading
+
+    from forkd_client.lazy import image as image_module
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(4 << 20))
+    token = _pushed(chain3, inproc_hub)
+    gate = threading.Event()
+    verify = image_module.LazyImage._verify_frames
+
+    def held(self, blob, frames, views, places):  # the background half waits for the gate
+        if threading.current_thread().name.startswith("forkd-lazy-later"):
+            assert gate.wait(30)
+        verify(self, blob, frames, views, places)
+
+    monkeypatch.setattr(image_module.LazyImage, "_verify_frames", held)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        session.open()
+        image, cs = session.image, session.image.plan.chunk_size
+        data = [i for i in image.plan.data_chunks() if not image.present[i]]
+        first, ahead = data[0], next(i for i in data if i > data[0])
+        assert image.read(first * cs, 100) == want[first * cs : first * cs + 100]  # not held by its readahead
+        assert image.present[first] and not image.present[ahead] and ahead in image._inflight
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(image.read(ahead * cs, cs)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive() and image.chunks_fetched == 1  # waiting for the readahead, not fetching again
+        gate.set()
+        reader.join(30)
+        assert got == [want[ahead * cs : (ahead + 1) * cs]]
 
 
 def test_the_mount_counts_open_handles_and_refuses_writes(chain3, other_store, inproc_hub):
