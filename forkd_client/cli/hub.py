@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.signature import SignatureError, load_private_key
 
-from ..errors import ClientError, Interrupted
+from ..errors import ClientError, Interrupted, UsageError
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
@@ -126,6 +126,12 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
             f"{ref}: push to a tag, not a digest (the hub names what you push by its digest): "
             f"e.g. {ref.name}:{ref.tag or 'latest'}"
         )
+    if args.profile_exec is not None and not args.record_profile:
+        raise UsageError("--profile-exec is what --record-profile's child runs; it needs --record-profile")
+    if args.record_profile:
+        from ..lazy.record import DEFAULT_PROFILE_EXEC
+
+        args.profile_exec = args.profile_exec or DEFAULT_PROFILE_EXEC
     key = _signing_key(args.sign) if args.sign else None  # a bad key fails before any upload
     user_annotations = parse_annotations(args.annotation)  # a malformed one is a usage error, before any transfer
     annotations = {} if args.no_provenance else ci_annotations(os.environ)

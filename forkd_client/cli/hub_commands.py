@@ -88,7 +88,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument(
         "--profile-exec",
-        default="true",
         metavar="CMD",
         help="what the recording child runs (default: true, i.e. the restore and the guest agent's first answer)",
     )

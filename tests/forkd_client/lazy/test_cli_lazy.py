@@ -28,6 +28,7 @@ def cli(home: Path, *argv: str) -> tuple[int, str, str]:
         (["fork", "acme/vm:v1", "--lazy", "--keep", "--save-profile"], "does not combine with --keep"),
         (["fork", "Not A Ref!", "--lazy", "--exec", "true"], "Not A Ref!"),
         (["pull", "acme/vm:v1", "--lazy", "--hub", "http://x/registry.json"], "pull --lazy takes a hub reference"),
+        (["push", "vm", "acme/vm:v1", "--profile-exec", "true"], "it needs --record-profile"),
     ],
 )
 def test_lazy_usage_errors_exit_2_and_name_the_problem(tmp_path: Path, argv: list[str], why: str) -> None:
@@ -37,7 +38,14 @@ def test_lazy_usage_errors_exit_2_and_name_the_problem(tmp_path: Path, argv: lis
     assert not (tmp_path / "home" / ".staging").exists()
 
 
-@pytest.mark.parametrize(("command", "words"), [("fork", ["--lazy", "--save-profile", "--as"]), ("pull", ["--lazy"])])
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("fork", ["--lazy", "--save-profile", "--as"]),
+        ("pull", ["--lazy"]),
+        ("push", ["--record-profile", "--profile-exec"]),
+    ],
+)
 def test_the_help_explains_lazy(tmp_path: Path, command: str, words: list[str]) -> None:
     code, out, _ = cli(tmp_path, command, "--help")
     assert code == 0
