@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -92,21 +92,17 @@ def fill_link(
     assemblers: dict[str, FileAssembler],
     progress: Progress,
     pools: FillPools | None = None,
-    ready: Mapping[str, bytes] | None = None,
 ) -> FillCounts:
     """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``,
-    on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link).
-    ``ready``: chunks already fetched and verified for this link (digest -> bytes, from
-    :class:`.readahead.ReadAhead`), written as they are and counted as fetched."""
+    on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link)."""
     if pools is None:
         own = FillPools()
         try:
-            return fill_link(client, index, name, layer, tag, maps, assemblers, progress, own, ready)
+            return fill_link(client, index, name, layer, tag, maps, assemblers, progress, own)
         finally:
             own.close()
     counts = FillCounts()
     wanted: Wanted = {}
-    early_counted: set[str] = set()
     local = index.known(e.digest for m in maps.values() for e in m.entries if not e.is_zero)  # type: ignore[misc]
     for role, chunk_map in maps.items():
         assembler = assemblers[role]
@@ -117,14 +113,6 @@ def fill_link(
                 counts.resumed += 1
                 continue
             length = assembler.length(e.index)
-            early = ready.get(e.digest) if ready else None  # type: ignore[arg-type]
-            if early is not None and len(early) == length:
-                if e.digest not in early_counted:  # counted once per frame, as fetched frames are
-                    early_counted.add(e.digest)  # type: ignore[arg-type]
-                    counts.fetched += 1
-                    counts.bytes_fetched += e.length
-                assembler.write(e.index, early)
-                continue
             blob = chunk_map.blobs[e.blob]
             slot = wanted.get(blob, {}).get(e.offset)
             if slot is not None:  # the same frame at several places of this layer

@@ -8,9 +8,7 @@
    resumable directory on a reflink/copy of the parent's file and filled by
    :func:`~forkd_client.hub.fill.fill_link`: chunks the staged file already holds (an
    interrupted attempt), chunks local snapshots hold, and the rest fetched and verified on
-   arrival, written straight into place. While a link fills, the changed chunks of the links
-   after it are fetched and verified into memory (:mod:`.readahead`, bounded), so the wire does
-   not idle at link boundaries.
+   arrival, written straight into place.
 4. Each assembled file is checked on a verifier thread while the next link is fetched: in
    format v2 its chunk-tree digest, derived in O(chunks) from the parent's chunk list and the
    layer's chunk map (every new chunk was verified on arrival, every other one is the verified
@@ -42,7 +40,7 @@ from manifest.assemble import FileAssembler
 from manifest.chunktree import ChunkList
 from manifest.digest import digest_file
 from manifest.errors import AssemblyError, DigestMismatch
-from manifest.model import ChunkMap, FileInfo, LayerConfig, LayerManifest
+from manifest.model import FileInfo, LayerConfig, LayerManifest
 from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blob_bytes
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
@@ -52,7 +50,7 @@ from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
-from .fill import MAX_RANGE_BYTES, FillPools, fill_link, tunable
+from .fill import FillPools, fill_link
 from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .prefetch import LinkPrefetch
@@ -79,7 +77,6 @@ from .pullstages import (
     repository_of,
     when_all_ready,
 )
-from .readahead import AHEAD_BYTES, ReadAhead, frames_to_fetch
 from .reference import Reference
 from .signing import Verified, verify_head
 
@@ -113,7 +110,6 @@ class ChainPull:
     verifier: ThreadPoolExecutor
     ahead: LinkPrefetch
     pools: FillPools
-    readahead: ReadAhead
 
     def __init__(
         self,
@@ -135,9 +131,6 @@ class ChainPull:
         self.parent: ParentLink | None = None  # the link below the next one
         self.lists: dict[str, ChunkList] = {}  # format v2: the parent link's chunk lists
         self.backlog: list[ParsedLink] = []  # reused links not in ``lists`` yet
-        self.to_fetch: list[ParsedLink] = []  # the links not reused, base first
-        self.maps_held: dict[str, dict[str, ChunkMap]] = {}  # chunk maps taken early, for read-ahead
-        self.stages: dict[str, tuple[Path, bool]] = {}  # layer -> its staging directory, resumed?
 
     @property
     def defer(self) -> bool:
@@ -195,14 +188,6 @@ class ChainPull:
             self.staging.callback(self.ahead.close)
             self.pools = FillPools()  # one set of fill threads for every link
             self.staging.callback(self.pools.close)
-            self.to_fetch = [p for p, e in zip(self.parsed, existing, strict=True) if e is None]
-            self.readahead = ReadAhead(
-                self.client,
-                self.pools.parallel,
-                tunable("FORKD_PULL_AHEAD_BYTES", AHEAD_BYTES, 0),
-                tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10),
-            )
-            self.staging.callback(self.readahead.close)
             self.verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")
             try:
                 for (link, manifest, config), tag, held in zip(self.parsed, plan.tags, existing, strict=True):
@@ -288,7 +273,7 @@ class ChainPull:
         # A link's blobs live in the repository the hub names for it (a parent pushed elsewhere or
         # force-deleted here); it must be a well-formed name, and access is the hub's to check.
         name = repository_of(link, self.ref)
-        maps = self._maps(name, (link, manifest, config))
+        maps = self.ahead.maps(name, (link, manifest, config))
         lists = chunk_lists(self.lists, maps) if manifest.version >= 2 else {}
         vm_info = config.files[mt.VMSTATE_FILE]
         vm_frame = self.ahead.vmstate(name, (link, manifest, config))
@@ -327,18 +312,8 @@ class ChainPull:
                     on_ready=ready,
                     parent_ready=parent.whole(role) if parent is not None else None,
                 )
-            self._read_ahead(link)  # the next links' chunks come in while this one fills
             counts = fill_link(
-                self.client,
-                self.index,
-                name,
-                link.digest,
-                tag,
-                maps,
-                assemblers,
-                self.progress,
-                self.pools,
-                self.readahead.take(link.digest),
+                self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress, self.pools
             )
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
@@ -361,47 +336,14 @@ class ChainPull:
             name, manifest.vmstate.digest, manifest.vmstate.size, limit=max_vmstate_blob_bytes()
         )
 
-    def _maps(self, name: str, parsed: ParsedLink) -> dict[str, ChunkMap]:
-        """The link's checked chunk maps (prefetched; kept once asked for). Raises what
-        :meth:`.prefetch.LinkPrefetch.maps` raises."""
-        digest = parsed[0].digest
-        if digest not in self.maps_held:
-            self.maps_held[digest] = self.ahead.maps(name, parsed)
-        return self.maps_held[digest]
-
-    def _read_ahead(self, filling: ChainLink) -> None:
-        """Start reading ahead (:class:`.readahead.ReadAhead`) the links fetched after ``filling``,
-        in order, while they fit its budget; a link resuming an interrupted pull is skipped (its
-        staged chunks are not fetched again), and chunks held locally are left to its fill. A link
-        whose maps cannot be had now is left to its turn, which raises what went wrong."""
-        order = [p[0].digest for p in self.to_fetch]
-        for parsed in self.to_fetch[order.index(filling.digest) + 1 :]:
-            link = parsed[0]
-            if self.readahead.has(link.digest):
-                continue
-            name = repository_of(link, self.ref)
-            try:
-                maps = self._maps(name, parsed)
-            except Exception:  # noqa: BLE001 - raised again, with its context, at the link's turn
-                return
-            if self._stage(link.digest)[1]:
-                continue
-            digests = (e.digest for m in maps.values() for e in m.entries if not e.is_zero)
-            frames = frames_to_fetch(maps, self.index.known(digests))  # type: ignore[arg-type]
-            if frames and not self.readahead.start(name, link.digest, frames):
-                return
-
     def _stage(self, layer: str) -> tuple[Path, bool]:
         """The layer's resumable staging directory, and whether it resumes an interrupted pull of
-        this very layer (else it is emptied; the same answer when asked again). Raises OSError."""
-        if layer in self.stages:
-            return self.stages[layer]
+        this very layer (else it is emptied). Raises OSError."""
         staged = self.staging.enter_context(self.store.resumable_staging("pull-" + layer.split(":")[-1][:32]))
         resume = marker_layer(staged / RESUME_MARKER) == layer
         if not resume:
             for leftover in staged.iterdir():
                 leftover.unlink()
-        self.stages[layer] = (staged, resume)
         return staged, resume
 
     def _install(self, fetched: FetchedLink) -> None:

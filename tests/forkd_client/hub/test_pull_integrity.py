@@ -103,8 +103,6 @@ def test_a_chain_pull_cut_off_midway_resumes_where_it_stopped(store, other_store
     push(store, inproc_hub.client(token), "rh", ref)
     monkeypatch.setenv("FORKD_PULL_PARALLEL", "1")
     monkeypatch.setenv("FORKD_PULL_RANGE_BYTES", str(CHUNK))
-    # the links' ranges one link after the other (no read-ahead: test_readahead.py resumes with it)
-    monkeypatch.setenv("FORKD_PULL_AHEAD_BYTES", "0")
     ranges: list[str] = []
 
     def cut(request: httpx.Request) -> httpx.Response | None:

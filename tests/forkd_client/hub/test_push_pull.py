@@ -288,9 +288,6 @@ def test_a_links_data_is_fetched_while_its_parent_is_still_being_cloned(chain3, 
     # the clone path (a reflink filesystem); without reflinks nothing is cloned before the writes
     # at all (test_pull_without_reflink.py)
     monkeypatch.setattr(assemble_mod, "can_reflink", lambda directory: True)
-    # each link's data fetched at its turn (a link over the read-ahead budget): read ahead, it
-    # would all be in memory before the clone starts (test_readahead.py)
-    monkeypatch.setenv("FORKD_PULL_AHEAD_BYTES", "0")
     client = HubClient("http://hub.test", token, http=proxy(inproc_hub, count))
     pull(other_store, client, ref, as_tag="py")
     assert overlapped == [True, True]  # mid's clone of base, head's clone of mid
