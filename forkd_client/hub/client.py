@@ -38,7 +38,7 @@ from .errors import (
     Unauthorized,
 )
 from .presigned import PresignedCache, merge_spans, parse_plan, read_plan, slice_spans
-from .storeget import StoreReader, StoreRefusal
+from .storeget import StoreReader, StoreRefusal, slice_ranges
 from .transport import make_http_client
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -58,7 +58,6 @@ ACCEPT_RANGES = f"{BLOB_PLAN}, application/octet-stream;q=0.9, */*;q=0.5"
 PLAN_BYTES = 64 << 10
 ANYWHERE = object()
 """``put_manifest(expect=ANYWHERE)``: move the tag whatever it points at (``forkd push --force``)."""
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
 @dataclass(frozen=True)
@@ -595,20 +594,13 @@ def _slicer(
 
 
 def _split_ranges(r: httpx.Response, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
-    if r.status_code == 200:  # the hub ignored Range: slice the full body
-        body = memoryview(r.content)
-        if any(o + n > len(body) for o, n in batch):
-            raise HubError(f"blob {digest}: the hub's answer is shorter than the ranges asked for")
-        return [body[o : o + n] for o, n in batch]
+    """``batch`` out of an answer to a Range request: a 200 (the hub ignored Range), a single-range
+    206 (both :func:`.storeget.slice_ranges`) or a multipart/byteranges 206. Raises HubError."""
     ctype = r.headers.get("content-type", "")
-    if not ctype.startswith("multipart/byteranges"):
-        m = _CONTENT_RANGE.fullmatch(r.headers.get("content-range", ""))
-        if not m:
-            raise HubError(f"blob {digest}: 206 without a valid Content-Range")
-        first, body = int(m.group(1)), memoryview(r.content)
-        if any(o < first or o - first + n > len(body) for o, n in batch):
-            raise HubError(f"blob {digest}: the hub's 206 does not cover the ranges asked for")
-        return [body[o - first : o - first + n] for o, n in batch]
+    if r.status_code == 200 or not ctype.startswith("multipart/byteranges"):
+        return slice_ranges(
+            r.status_code, r.headers.get("content-range"), memoryview(r.content), batch, f"blob {digest}"
+        )
     boundary = ctype.split("boundary=", 1)[-1].strip().strip('"').encode()
     parts = _parse_multipart(r.content, boundary)
     out = []

@@ -13,6 +13,9 @@ credential, the hub token never goes there. HubClient uses this reader only when
 HTTP client and no proxy is configured (httpx honours proxies, this reader does not); https URLs
 get httpx's default certificate-verifying context, built on first use.
 
+:func:`slice_ranges` cuts the asked ranges out of any single-range answer (a 200 or a 206), the
+store's here and the hub's in ``HubClient``: one reader of ``Content-Range``.
+
 Errors: :class:`StoreRefusal` (an answer other than 200/206, with its status, headers and body for
 the caller to turn into a typed error), HubError (an answer larger than asked for, or not covering
 the range), OSError / ``http.client.HTTPException`` (transport: refused, reset, timed out, cut short).
@@ -24,11 +27,12 @@ import http.client
 import re
 import ssl
 import threading
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from .errors import HubError
 
-__all__ = ["SLACK_BYTES", "StoreReader", "StoreRefusal"]
+__all__ = ["SLACK_BYTES", "StoreReader", "StoreRefusal", "slice_ranges"]
 
 SLACK_BYTES = 4096  # a 200 answer (the store ignored Range) may hold this much beyond the range
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -86,7 +90,10 @@ class StoreReader:
                 self._release(origin, conn)
             if response.status not in (200, 206):
                 raise StoreRefusal(response.status, response.getheaders(), bytes(body))
-            return _the_range(response, body, start, end, url)
+            what = f"GET {_short(url)}"
+            return slice_ranges(
+                response.status, response.getheader("content-range"), body, [(start, end - start)], what
+            )[0]
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def close(self) -> None:
@@ -144,17 +151,24 @@ def _read_body(response: http.client.HTTPResponse, bound: int, url: str) -> memo
     return buffer
 
 
-def _the_range(response: http.client.HTTPResponse, body: memoryview, start: int, end: int, url: str) -> memoryview:
-    """``[start, end)`` out of a 200 (the whole object) or a 206 (its Content-Range). Raises HubError."""
+def slice_ranges(
+    status: int, content_range: str | None, body: memoryview, batch: Sequence[tuple[int, int]], what: str
+) -> list[memoryview]:
+    """The bytes of each ``(offset, length)`` of ``batch`` (views, no copy) out of a single-range
+    answer: a 200 (the whole object, sliced at the offsets) or a 206 (one range, placed by its
+    ``Content-Range``). The one reader of such answers, for the hub's (HubClient) and the store's.
+    Raises HubError naming ``what`` (a 206 without a valid Content-Range, an answer not covering
+    a range of ``batch``)."""
     first = 0
-    if response.status == 206:
-        m = _CONTENT_RANGE.fullmatch(response.getheader("content-range") or "")
+    if status == 206:
+        m = _CONTENT_RANGE.fullmatch(content_range or "")
         if not m:
-            raise HubError(f"GET {_short(url)}: 206 without a valid Content-Range")
+            raise HubError(f"{what}: 206 without a valid Content-Range")
         first = int(m.group(1))
-    if start < first or end - first > len(body):
-        raise HubError(f"GET {_short(url)}: the store's answer does not cover bytes {start}-{end - 1}")
-    return body[start - first : end - first]
+    for offset, size in batch:
+        if offset < first or offset - first + size > len(body):
+            raise HubError(f"{what}: the answer does not cover bytes {offset}-{offset + size - 1}")
+    return [body[offset - first : offset - first + size] for offset, size in batch]
 
 
 def _short(url: str) -> str:
