@@ -177,6 +177,9 @@ class LazyImage:
             if mine:
                 try:
                     self._fetch(mine + extra, urgent=set(mine) if extra else None)
+                except BaseException:
+                    self._release(extra)  # whatever was not handed on: nobody may wait for it forever
+                    raise
                 finally:
                     self._release(mine)  # ``extra`` is released by whoever finishes its frames
             for event in waits:

@@ -376,6 +376,41 @@ def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_t
         assert got == [want[ahead * cs : (ahead + 1) * cs]]
 
 
+def test_a_read_whose_fetch_fails_unexpectedly_leaves_no_readahead_chunk_waited_for_forever(
+    chain3, other_store, inproc_hub, monkeypatch
+):
+    import threading
+
+    from forkd_client.lazy import image as image_module
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(4 << 20))
+    token = _pushed(chain3, inproc_hub)
+    verify = image_module.LazyImage._verify_frames
+    calls: list[int] = []
+
+    def failing_once(self, blob, frames, views, places):
+        calls.append(len(frames))
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        verify(self, blob, frames, views, places)
+
+    monkeypatch.setattr(image_module.LazyImage, "_verify_frames", failing_once)
+    want = (chain3.path("head") / "memory.bin").read_bytes()
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        session.open()
+        image, cs = session.image, session.image.plan.chunk_size
+        data = [i for i in image.plan.data_chunks() if not image.present[i]]
+        first, ahead = data[0], next(i for i in data if i > data[0])
+        with pytest.raises(OSError, match="No space left"):
+            image.read(first * cs, 100)
+        assert not image._inflight  # the readahead it claimed was given up, not left claimed
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(image.read(ahead * cs, cs)))
+        reader.start()
+        reader.join(30)
+        assert got == [want[ahead * cs : (ahead + 1) * cs]]
+
+
 def test_the_mount_counts_open_handles_and_refuses_writes(chain3, other_store, inproc_hub):
     import time
 
