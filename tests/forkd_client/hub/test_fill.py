@@ -26,3 +26,11 @@ def test_requests_hold_at_most_the_range_count_and_the_byte_limit():
     assert [blob for blob, _ in requests] == ["a", "a", "b"]
     assert sorted(r for _, rs in requests for r in rs if _ == "a") == spans
     assert all(sum(n for _, n in rs) <= 1 << 20 for _, rs in requests)
+
+
+def test_frames_within_the_gap_share_a_range_whose_gap_bytes_count_against_the_limit():
+    wanted = {"blob": frames((0, 10), (15, 5), (40, 5), (100, 10))}
+    assert coalesce(wanted, 1 << 20, gap=20) == [("blob", [(0, 45), (100, 10)])]  # 45 -> 100: 55 apart
+    assert coalesce(wanted, 1 << 20, gap=5) == [("blob", [(0, 20), (40, 5), (100, 10)])]
+    # the gap's bytes are fetched too, so they count: 0..45 does not fit in 40
+    assert coalesce(wanted, 40, gap=20) == [("blob", [(0, 20), (40, 5), (100, 10)])]

@@ -340,6 +340,22 @@ def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc
         assert sorted(got) == sorted(want[chunk * cs + k * 4096 : chunk * cs + (k + 1) * 4096] for k in range(8))
 
 
+def _missing_and_its_readahead(image) -> tuple[int, int, int]:
+    """The chunk size, a missing data chunk, and a later missing one its readahead brings."""
+    data = [i for i in image.plan.data_chunks() if not image.present[i]]
+    return image.plan.chunk_size, data[0], next(i for i in data if i > data[0])
+
+
+def _reader(image, offset: int, size: int):
+    """A thread reading ``size`` bytes at ``offset`` of ``image``, and the list its answer lands in."""
+    import threading
+
+    got: list[bytes] = []
+    thread = threading.Thread(target=lambda: got.append(image.read(offset, size)))
+    thread.start()
+    return thread, got
+
+
 def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_that_waits_for_it(
     chain3, other_store, inproc_hub, monkeypatch
 ):
@@ -361,14 +377,11 @@ def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_t
     want = (chain3.path("head") / "memory.bin").read_bytes()
     with LazySession(other_store, inproc_hub.client(token), REF) as session:
         session.open()
-        image, cs = session.image, session.image.plan.chunk_size
-        data = [i for i in image.plan.data_chunks() if not image.present[i]]
-        first, ahead = data[0], next(i for i in data if i > data[0])
+        image = session.image
+        cs, first, ahead = _missing_and_its_readahead(image)
         assert image.read(first * cs, 100) == want[first * cs : first * cs + 100]  # not held by its readahead
         assert image.present[first] and not image.present[ahead] and ahead in image._inflight
-        got: list[bytes] = []
-        reader = threading.Thread(target=lambda: got.append(image.read(ahead * cs, cs)))
-        reader.start()
+        reader, got = _reader(image, ahead * cs, cs)
         reader.join(0.5)
         assert reader.is_alive() and image.chunks_fetched == 1  # waiting for the readahead, not fetching again
         gate.set()
@@ -379,7 +392,6 @@ def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_t
 def test_a_read_whose_fetch_fails_unexpectedly_leaves_no_readahead_chunk_waited_for_forever(
     chain3, other_store, inproc_hub, monkeypatch
 ):
-    import threading
 
     from forkd_client.lazy import image as image_module
 
@@ -398,15 +410,12 @@ def test_a_read_whose_fetch_fails_unexpectedly_leaves_no_readahead_chunk_waited_
     want = (chain3.path("head") / "memory.bin").read_bytes()
     with LazySession(other_store, inproc_hub.client(token), REF) as session:
         session.open()
-        image, cs = session.image, session.image.plan.chunk_size
-        data = [i for i in image.plan.data_chunks() if not image.present[i]]
-        first, ahead = data[0], next(i for i in data if i > data[0])
+        image = session.image
+        cs, first, ahead = _missing_and_its_readahead(image)
         with pytest.raises(OSError, match="No space left"):
             image.read(first * cs, 100)
         assert not image._inflight  # the readahead it claimed was given up, not left claimed
-        got: list[bytes] = []
-        reader = threading.Thread(target=lambda: got.append(image.read(ahead * cs, cs)))
-        reader.start()
+        reader, got = _reader(image, ahead * cs, cs)
         reader.join(30)
         assert got == [want[ahead * cs : (ahead + 1) * cs]]
 
