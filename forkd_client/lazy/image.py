@@ -43,6 +43,7 @@ from ..hub.errors import GATEWAY_STATUSES, HubError, HubUnreachable
 from ..hub.fill import MAX_RANGE_BYTES, PARALLEL_REQUESTS, tunable
 from .errors import ChunkFailure, ImageUnavailable, chunk_error
 from .plan import ImagePlan, Request
+from .profile import FirstTouches
 from .staged import PRESENT_SUFFIX, write_chunk_list
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
@@ -77,14 +78,14 @@ class LazyImage:
         #: chunks after a missing read fetched with it (FORKD_LAZY_READAHEAD_BYTES, default 4 MiB)
         self.readahead = tunable("FORKD_LAZY_READAHEAD_BYTES", READAHEAD_BYTES, 0) // plan.chunk_size
         self.failures: dict[int, ChunkFailure] = {}
-        self.profile: list[int] = []  # chunk indexes in the order reads first touched them
+        self._touches = FirstTouches(plan.count)
+        self.profile = self._touches.order  # chunk indexes in the order reads first touched them
         self.recording = True  # off while the session itself reads through the mount (no child runs)
         self.bytes_fetched = 0  # frame bytes from the hub
         self.chunks_fetched = self.chunks_local = self.chunks_resumed = 0
         self._lock = threading.Lock()
         self._inflight: dict[int, threading.Event] = {}  # chunk -> set once present, failed or given up
         self._later_pool: ThreadPoolExecutor | None = None  # readahead frames verified after their read returned
-        self._touched = bytearray(plan.count)
         self._closed = False
         fresh = not (resume and self.path.is_file() and self.path.stat().st_size == plan.size)
         if fresh:
@@ -152,13 +153,8 @@ class LazyImage:
         """``size`` bytes at ``offset`` (fewer at the end of the image), their chunks fetched and
         verified first. Records the page-access profile. Raises ChunkCorrupt, ChunkUnfetchable."""
         indexes = self.plan.covering(offset, size)
-        first = [i for i in indexes if not self._touched[i]] if self.recording else []
-        if first:
-            with self._lock:
-                for i in first:
-                    if not self._touched[i]:
-                        self._touched[i] = 1
-                        self.profile.append(i)
+        if self.recording:
+            self._touches.touch(indexes)
         ahead: list[int] = []
         if self.readahead and indexes and not all(self.present[i] for i in indexes):
             end = min(indexes[-1] + 1 + self.readahead, self.plan.count)
@@ -274,9 +270,7 @@ class LazyImage:
                 self.chunks_local += 1
             else:
                 self.chunks_fetched += 1
-            event = self._inflight.pop(index, None)
-        if event is not None:  # whoever waits for this chunk goes on at once
-            event.set()
+        self._release((index,))  # whoever waits for this chunk goes on at once
 
     def _fail(self, index: int, reason: str, *, corrupt: bool, unreachable: bool = False) -> None:
         s = self.plan.sources[index]
@@ -284,9 +278,7 @@ class LazyImage:
         failure = ChunkFailure(s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt, unreachable)
         with self._lock:
             self.failures.setdefault(index, failure)
-            event = self._inflight.pop(index, None)
-        if event is not None:
-            event.set()
+        self._release((index,))
 
     def _fetch(self, indexes: list[int], urgent: set[int] | None = None) -> None:
         """Fetch and verify ``indexes`` (not present, owned by this caller); failures are recorded.
@@ -319,8 +311,10 @@ class LazyImage:
         if urgent is None:
             self._verify_frames(blob, frames, views, places)
             return
-        now = [f for f in frames if any(i in urgent for i in places[(blob, f[0])])]
-        later = [f for f in frames if f not in now]
+        now: list[tuple[int, int, int]] = []
+        later: list[tuple[int, int, int]] = []
+        for f in frames:
+            (now if any(i in urgent for i in places[(blob, f[0])]) else later).append(f)
         self._verify_frames(blob, now, views, places)
         if later:
             self._later(blob, later, views, places)
@@ -340,11 +334,12 @@ class LazyImage:
                 self._later_pool = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="forkd-lazy-later")
             pool = self._later_pool
         try:
-            if pool is None:
-                raise RuntimeError("closed")
-            pool.submit(run)
-        except RuntimeError:  # the image is closing: nobody waits for these any more
-            self._release(chunks)
+            if pool is not None:
+                pool.submit(run)
+                return
+        except RuntimeError:  # shut down meanwhile
+            pass
+        self._release(chunks)  # the image is closing: nobody waits for these any more
 
     def _verify_frames(
         self, blob: str, frames: list[tuple[int, int, int]], views: list[memoryview], places: dict

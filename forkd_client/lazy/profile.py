@@ -16,6 +16,7 @@ Errors: the HubError family (attaching).
 from __future__ import annotations
 
 import json
+import threading
 
 from manifest import mediatypes as mt
 
@@ -29,6 +30,26 @@ MAX_PROFILE_CHUNKS = 1 << 22  # 256 GiB of 64 KiB chunks
 #: how much of a profile (frame bytes, in its order) a lazy fork fetches before its children run:
 #: a second at 256 Mbit/s, and more than the first answer of the bench's guest reads (17 MiB)
 PROFILE_WAIT_BYTES = 32 << 20
+
+
+class FirstTouches:
+    """The order in which reads first touched each of ``count`` chunks (a page-access profile),
+    recorded from any number of threads."""
+
+    def __init__(self, count: int) -> None:
+        self.order: list[int] = []  # chunk indexes, first touch first
+        self._touched = bytearray(count)
+        self._lock = threading.Lock()
+
+    def touch(self, chunks: range) -> None:
+        """Record ``chunks`` (the chunks one read covers) not touched before, in order."""
+        if all(self._touched[chunks.start : chunks.stop]):
+            return
+        with self._lock:
+            for i in chunks:
+                if not self._touched[i]:
+                    self._touched[i] = 1
+                    self.order.append(i)
 
 
 def profile_head(plan: ImagePlan, chunks: list[int], limit: int) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-import threading
 from pathlib import Path
 
 from vmm import VmmError
@@ -29,6 +28,7 @@ from ..store import SnapshotStore
 from ..vmops.host import require_driver, restorable
 from .errors import ProfileNotRecorded
 from .fusefs import LazyMount
+from .profile import FirstTouches
 
 #: what a recording child runs by default: nothing but the restore and the agent's answer
 DEFAULT_PROFILE_EXEC = "true"
@@ -45,21 +45,14 @@ class RecordingImage:
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self.size = os.fstat(self._fd).st_size
         self.chunk_size = chunk_size
-        self.profile: list[int] = []  # chunk indexes in the order reads first touched them
-        self._touched = bytearray(-(-self.size // chunk_size))
-        self._lock = threading.Lock()
+        self._touches = FirstTouches(-(-self.size // chunk_size))
+        self.profile = self._touches.order  # chunk indexes in the order reads first touched them
 
     def read(self, offset: int, size: int) -> bytes:
         end = min(offset + size, self.size)
         if offset >= end:
             return b""
-        first, last = offset // self.chunk_size, (end - 1) // self.chunk_size
-        if not all(self._touched[first : last + 1]):
-            with self._lock:
-                for i in range(first, last + 1):
-                    if not self._touched[i]:
-                        self._touched[i] = 1
-                        self.profile.append(i)
+        self._touches.touch(range(offset // self.chunk_size, (end - 1) // self.chunk_size + 1))
         return os.pread(self._fd, end - offset, offset)
 
     def close(self) -> None:

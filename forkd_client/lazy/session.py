@@ -120,6 +120,7 @@ class LazySession:
         self._stop = threading.Event()
         self._prefetch: threading.Thread | None = None
         self._head_done = threading.Event()  # the head of the hub profile is in (see wait_for_profile_head)
+        self._profile_head: list[int] = []  # its chunks, in file order
         #: how much of the hub profile (frame bytes, in its order) a fork waits for before its children run
         self.profile_wait_bytes = tunable("FORKD_LAZY_PROFILE_WAIT_BYTES", PROFILE_WAIT_BYTES, 0)
         self._stack = contextlib.ExitStack()
@@ -233,6 +234,8 @@ class LazySession:
             self.pending.set(self.image)
             self.hub_profile, self.profile_note = profile.result()
         if self.hub_profile:  # the working set first, in the background, while children start
+            cut = profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)
+            self._profile_head = sorted(self.hub_profile[:cut])
             self._prefetch = threading.Thread(target=self._fetch_working_set, name="forkd-lazy-profile", daemon=True)
             self._prefetch.start()
             self._stack.callback(self._prefetch.join)
@@ -243,12 +246,11 @@ class LazySession:
     def _fetch_working_set(self) -> None:
         """The hub profile's chunks: its head (what children read first, up to
         FORKD_LAZY_PROFILE_WAIT_BYTES of frames), then the rest of it."""
-        head = profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)
         try:  # all of the head is waited for: in file order, so it coalesces into few ranges
-            self.image.fill(sorted(self.hub_profile[:head]), self._stop, rest=False)
+            self.image.fill(self._profile_head, self._stop, rest=False)
         finally:
             self._head_done.set()
-        self.image.fill(self.hub_profile[head:], self._stop, rest=False)
+        self.image.fill(self.hub_profile[len(self._profile_head) :], self._stop, rest=False)
 
     def _close_image(self) -> None:
         if hasattr(self, "image"):
@@ -276,8 +278,9 @@ class LazySession:
         answered by the kernel instead of each waiting for a FUSE round trip through this process
         behind the child's single vCPU. Call after :meth:`wait_for_profile_head`. Never raises: a
         read that fails here fails again, visibly, when a child makes it."""
-        head = self.hub_profile[: profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)]
-        runs = _runs(sorted(i for i in head if self.image.present[i]), self.image.plan.chunk_size, WARM_READ_BYTES)
+        runs = _runs(
+            [i for i in self._profile_head if self.image.present[i]], self.image.plan.chunk_size, WARM_READ_BYTES
+        )
         if not runs:
             return
         self.image.recording = False  # these reads are not a child's: keep them out of the profile
