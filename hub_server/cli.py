@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from clikit.quickexit import run_and_exit
 from hub_server import cli_repos, cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
@@ -304,5 +305,11 @@ async def _run_gc(settings: Settings, grace: timedelta | None, dry_run: bool) ->
         return await hub.registry.gc.run(grace=grace, dry_run=dry_run, actor=cli_tokens.cli_actor())
 
 
+def run() -> None:
+    """The ``forkd-hub`` console script: :func:`main` on ``sys.argv``, then a quick exit
+    (:func:`clikit.quickexit.run_and_exit`: no object-by-object interpreter teardown)."""
+    run_and_exit(main)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

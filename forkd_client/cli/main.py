@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from clikit.quickexit import run_and_exit
 from manifest.errors import ManifestError
 
 from ..config import forkd_home
@@ -99,6 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+def run() -> None:
+    """The ``forkd`` console script: :func:`main` on ``sys.argv``, then a quick exit
+    (:func:`clikit.quickexit.run_and_exit`: no object-by-object interpreter teardown)."""
+    run_and_exit(main)
+
+
 def _describe_os_error(e: OSError) -> str:
     if e.errno == errno.ENOSPC:
         where = f" writing {e.filename}" if e.filename else ""
@@ -109,4 +116,4 @@ def _describe_os_error(e: OSError) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
