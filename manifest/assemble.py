@@ -36,6 +36,9 @@ from .zstdframe import FrameError, frame_length
 #: ``(blob_digest, offset, length) -> frame bytes``: how assembly reads a chunk's zstd frame.
 FrameSource = Callable[[str, int, int], bytes]
 
+#: chunk bytes written into a file between two starts of its writeback (:meth:`FileAssembler.write`)
+WRITEBACK_STEP = 32 << 20
+
 
 @dataclass(frozen=True)
 class AssembledFile:
@@ -138,6 +141,7 @@ class FileAssembler:
             raise AssemblyError(f"{chunk_map.file}: chunk map applies to parent {chunk_map.parent_digest}, none given")
         self.clone_method: CloneMethod | None = None
         self.written = self.holes = 0
+        self._since_writeback = 0  # bytes written since writeback was last started
         self.resumed = False
         self._fd = -1
         self._ready = threading.Event()  # ``out`` is open for chunk writes
@@ -206,6 +210,7 @@ class FileAssembler:
                 with open(parent, "rb") as src:
                     upto = min(os.fstat(src.fileno()).st_size, size)
                     self.clone_method = copy_ranges_except(src.fileno(), self._fd, upto, keep)
+                start_writeback(self._fd)  # the copied bytes go to disk while the chunks arrive
             self._zero_chunks(parent)
             self._announce()
         except Exception as e:  # noqa: BLE001 - re-raised by whoever waits for the file next
@@ -249,6 +254,10 @@ class FileAssembler:
         if self._failed is not None:
             raise self._failed
 
+    def is_whole(self) -> bool:
+        """Whether setting ``out`` up is over (whole, or failed: :meth:`wait_whole` says which); never waits."""
+        return self._whole.is_set()
+
     def holds(self, index: int, digest: str) -> bool:
         """Whether chunk ``index`` already holds the bytes of ``digest`` (read and hashed now)."""
         self.wait_whole()
@@ -268,6 +277,12 @@ class FileAssembler:
         self._wait()
         os.pwrite(self._fd, data, index * self.chunk_map.chunk_size)
         self.written += 1
+        # the disk starts on what is written while the rest arrives, so finish's fsync has little
+        # left to wait for (a heuristic: a racing update between writer threads only delays it)
+        self._since_writeback += len(data)
+        if self._since_writeback >= WRITEBACK_STEP:
+            self._since_writeback = 0
+            start_writeback(self._fd)
 
     def finish(
         self,

@@ -92,13 +92,17 @@ def fill_link(
     assemblers: dict[str, FileAssembler],
     progress: Progress,
     pools: FillPools | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> FillCounts:
     """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``,
-    on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link)."""
+    on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link).
+    ``meanwhile`` is called on this thread whenever a request or piece is done (and once the
+    first requests are out), while the pools move bytes: the pull installs earlier links there.
+    What it raises ends the fill as a failed request would."""
     if pools is None:
         own = FillPools()
         try:
-            return fill_link(client, index, name, layer, tag, maps, assemblers, progress, own)
+            return fill_link(client, index, name, layer, tag, maps, assemblers, progress, own, meanwhile)
         finally:
             own.close()
     counts = FillCounts()
@@ -131,8 +135,9 @@ def fill_link(
     progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
     offsets = {blob: sorted(frames) for blob, frames in wanted.items()}
 
-    def ask(request: tuple[str, list[tuple[int, int]]]) -> list[Piece]:
-        """One hub request; its frames cut into pieces of at most ``piece_bytes`` to verify in parallel."""
+    def ask(request: tuple[str, list[tuple[int, int]]]) -> list[Future[tuple[int, int]]]:
+        """One hub request; its frames cut into pieces of at most ``piece_bytes``, each handed to a
+        piece worker at once (the fetching never waits for this function's caller)."""
         blob, ranges = request
         read = client.open_ranges(name, blob, ranges)
         frames, pieces = offsets[blob], []
@@ -145,7 +150,7 @@ def fill_link(
                 group.append(offset)
             if group:
                 pieces.append((blob, read, group))
-        return pieces
+        return [pools.workers.submit(verify, piece) for piece in pieces]
 
     def verify(piece: Piece) -> tuple[int, int]:
         """Fetch a piece (where the hub redirected or planned), verify each frame, write its chunk."""
@@ -174,10 +179,11 @@ def fill_link(
         progress.advance(nbytes)
         return len(group), nbytes
 
-    # Two stages overlap: ``parallel`` hub requests (bytes, or a redirect / fetch plan) and twice as
-    # many piece workers fetching from the store and verifying. At most 2 * ``parallel`` requests
-    # are open (asked, or with pieces not done), which bounds what a hub serving bytes buffers.
-    askers, workers = pools.askers, pools.workers
+    # Two stages overlap: ``parallel`` hub requests (bytes, or a redirect / fetch plan), each handing
+    # its pieces straight to twice as many piece workers fetching from the store and verifying. At
+    # most 2 * ``parallel`` requests are open (asked, or with pieces not done), which bounds what a
+    # hub serving bytes buffers.
+    askers = pools.askers
     todo = iter(enumerate(requests))
     asking: dict[Future, int] = {}
     working: dict[Future, int] = {}
@@ -188,21 +194,23 @@ def fill_link(
             while len(left) < 2 * parallel and (nxt := next(todo, None)) is not None:
                 asking[askers.submit(ask, nxt[1])] = nxt[0]
                 left[nxt[0]] = -1  # asked, pieces not known yet
+            if meanwhile is not None:
+                meanwhile()
             if not asking and not working:
                 break
             done, _ = wait([*asking, *working], return_when=FIRST_COMPLETED)
-            # finished pieces first, then answered requests in their order: when one request fails,
-            # the pieces of the requests before it are already queued (and are written, below)
-            for future in sorted(done, key=lambda f: asking.get(f, -1)):
+            # answered requests first, in their order: when one request fails, the pieces of the
+            # requests before it are already queued (and are written, below)
+            for future in sorted(done, key=lambda f: asking.get(f, len(requests))):
                 if future in asking:
                     number = asking.pop(future)
                     pieces = future.result()
                     left[number] = len(pieces)
                     for piece in pieces:
-                        working[workers.submit(verify, piece)] = number
+                        working[piece] = number
                     if not pieces:
                         del left[number]
-                else:
+                elif future in working:
                     number = working.pop(future)
                     count, nbytes = future.result()
                     counts.fetched += count
@@ -210,8 +218,8 @@ def fill_link(
                     left[number] -= 1
                     if not left[number]:
                         del left[number]
-    except Exception:
-        drain = True
+    except BaseException as e:
+        drain = isinstance(e, Exception)
         raise
     finally:
         # On an error, pieces already queued are still verified and written (what a resumed pull
@@ -219,10 +227,14 @@ def fill_link(
         # Either way this link's tasks are settled before it returns (the pools outlive it).
         for future in asking:
             future.cancel()
+        wait(asking)
+        for future in asking:  # requests answered meanwhile queued their pieces too
+            if not future.cancelled() and future.exception() is None:
+                working.update((piece, -1) for piece in future.result())
         if not drain:
             for future in working:
                 future.cancel()
-        wait([*asking, *working])
+        wait(working)
     return counts
 
 

@@ -15,7 +15,9 @@
    parent's), must be the config's; in v1 its whole-file blake3. The files' blake3 (for the
    local verified-content record) is hashed there too, off the fetching thread. The links are
    installed atomically, base first, as forkd-compatible snapshots whose ``parent_tag`` names
-   the parent's local tag (a link another pull installed meanwhile is kept as it is).
+   the parent's local tag (a link another pull installed meanwhile is kept as it is), each as
+   soon as its check is done, by the main thread while the fill threads move the next link's
+   bytes (a parent once the child's files no longer read it).
 
 The pull is one :class:`ChainPull` whose methods are these stages (resolve → check the chain →
 verify the signature → preflight plan → per link: reuse / fill / verify / install → result);
@@ -28,6 +30,7 @@ InvalidSnapshotDir, ClientError, OSError.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -253,12 +256,13 @@ class ChainPull:
         self.parent = ParentLink(self.store, tag, config, fetched)
         return fetched.stats
 
-    def _install_checked(self, *, block: bool) -> None:
-        """Install the waiting links, base first, whose check is done (with ``block``, all of them).
+    def _install_checked(self, *, block: bool, keep: FetchedLink | None = None) -> None:
+        """Install the waiting links, base first, whose check is done (with ``block``, all of them),
+        up to ``keep`` (not installed now: the parent of a link whose files still read its staged ones).
         When one fails its check, the staged files of the links built on it are not resumed."""
         waiting = self.waiting
         try:
-            while waiting and (block or waiting[0].verification.done()):
+            while waiting and waiting[0] is not keep and (block or waiting[0].verification.done()):
                 self._install(waiting[0])
                 waiting.pop(0)
         except DigestInvalid:
@@ -313,16 +317,34 @@ class ChainPull:
                     parent_ready=parent.whole(role) if parent is not None else None,
                 )
             counts = fill_link(
-                self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress, self.pools
+                self.client,
+                self.index,
+                name,
+                link.digest,
+                tag,
+                maps,
+                assemblers,
+                self.progress,
+                self.pools,
+                None if self.defer else functools.partial(self._install_while_filling, parent, assemblers),
             )
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
-        except BaseException:
+        except BaseException as e:
             for assembler in assemblers.values():
-                assembler.close()
+                assembler.close()  # waits for their set-up threads: the marker is written, or never will be
+            if any(below.verification.done() and below.verification.exception() is e for below in self.waiting):
+                marker.unlink(missing_ok=True)  # built on a link that failed its check: never resumed
             raise
         verification = self.verifier.submit(verify_files, assemblers, staged / mt.VMSTATE_FILE, link.digest, tag, lists)
         return FetchedLink(tag, name, link, config, maps, stats, staged, parent, verification, lists, assemblers)
+
+    def _install_while_filling(self, parent: ParentLink | None, filling: dict[str, FileAssembler]) -> None:
+        """Called by the fill of the link whose files are ``filling``: install the links below whose
+        check is done, the link's parent only once those files are whole (they no longer read its
+        staged files, which the install renames). Raises what :meth:`_install_checked` raises."""
+        whole = all(assembler.is_whole() for assembler in filling.values())
+        self._install_checked(block=False, keep=None if whole or parent is None else parent.fetched)
 
     def _fetch_vmstate(self, name: str, link: ChainLink, manifest: LayerManifest, vm_info: FileInfo) -> bytes:
         """The link's vmstate frame, refused before it is requested when it declares more than the

@@ -148,3 +148,29 @@ def test_without_reflinks_a_failed_parent_copy_is_raised_and_leaves_no_file(tmp_
         assembler.finish(chunk_list=ChunkList(chunk_map.size, CHUNK))
     assembler.close()
     assert not out.exists()  # never resumed from
+
+
+def test_writeback_starts_every_step_of_written_bytes_and_after_a_parent_copy(tmp_path, monkeypatch):
+    """So that finish's fsync has little left: the disk starts on chunks (and on the copied parent)
+    while the rest arrives."""
+    started: list[int] = []
+    monkeypatch.setattr(assemble_mod, "start_writeback", lambda fd: started.append(fd))
+    monkeypatch.setattr(assemble_mod, "WRITEBACK_STEP", 4 * CHUNK)
+    monkeypatch.setattr(assemble_mod, "can_reflink", lambda directory: False)
+    _, child = _images(tmp_path)
+    chunk_map, _, _ = build_layer(None, child, tmp_path / "blobs", CHUNK)
+    assembler = FileAssembler(chunk_map, tmp_path / "out.bin", parent=None, background=True)
+    chunks = list(_all_chunks(chunk_map, tmp_path, assembler))
+    for index, chunk in chunks:
+        assembler.write(index, chunk)
+    assert len(started) == len(chunks) // 4  # one start per 4 chunks' bytes
+    assembler.finish(chunk_list=None)
+
+    (tmp_path / "link").mkdir()
+    parent, child = _images(tmp_path / "link")
+    link_map, _, _ = build_layer(parent, child, tmp_path / "link-blobs", CHUNK)
+    started.clear()
+    linked = FileAssembler(link_map, tmp_path / "link.bin", parent=parent, background=True)
+    linked.wait_whole()
+    assert started  # the parent's copied bytes
+    linked.close()
