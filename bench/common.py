@@ -25,6 +25,21 @@ SKOPEO_BLOB_CACHE = Path("/var/lib/containers/cache/blob-info-cache-v1.boltdb")
 # -- timing and printing ------------------------------------------------------------------------
 
 
+#: the packages a ``forkd`` or ``forkd-hub`` process imports from this tree
+PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit")
+
+
+def compile_tree(root: Path = ROOT) -> None:
+    """Compile the tree's packages to bytecode, as an installed wheel has them. A source tree on
+    the path (the editable install) is otherwise compiled again by every process where
+    PYTHONDONTWRITEBYTECODE is set (this machine's environment): ~80 ms of every ``forkd`` run that
+    no installed client pays. Bytecode is still read with the variable set."""
+    import compileall
+
+    for package in PACKAGES:
+        compileall.compile_dir(str(root / package), quiet=1)
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
