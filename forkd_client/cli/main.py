@@ -52,12 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="forkd-hub client: local microVM snapshots, chains and forkd packs.",
     )
-    parser.add_argument("--version", action="version", version=f"forkd {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub, common)
     document(parser, HELP)
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked (importlib.metadata's lookup costs
+    every command ~15 ms, a pull's start-up included, if done while the parser is built)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="show program's version number and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        sys.stdout.write(f"forkd {_version()}\n")  # on stdout, as argparse's own version action
+        parser.exit()
 
 
 def _version() -> str:

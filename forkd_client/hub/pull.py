@@ -32,8 +32,7 @@ import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
@@ -79,6 +78,9 @@ from .pullstages import (
 )
 from .reference import Reference
 from .signing import Verified, verify_head
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
 def pull(
