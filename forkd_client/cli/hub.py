@@ -265,8 +265,7 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             result = pull(
                 store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
             )
-    with ctx.store() as store:
-        warning = compat_warning(store.get(result.tag))
+        warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
     if warning:
         ctx.warn(warning)
     if args.json:
