@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,8 +34,6 @@ from .output import Context, human_size
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from manifest.model import LayerConfig
 
 # A pull's start-up pays for every module imported here: what only push (its provenance and
 # signing key, cryptography) or a forkd-registry pull needs is imported where those run.
@@ -259,7 +256,6 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
     verify_keys = keys_for_pull(ref.namespace, [p.expanduser() for p in args.verify_key])
     progress = make_progress(quiet=args.quiet or args.json)
-    probe = HostProbe()
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
         with _interruptible(
             progress,
@@ -267,16 +263,8 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             f"'forkd pull {args.ref}' again to resume from there",
         ):
             result = pull(
-                store,
-                client,
-                ref,
-                as_tag=args.as_tag,
-                force=args.force,
-                progress=progress,
-                verify_keys=verify_keys,
-                on_head_fill=probe.start,
+                store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
             )
-        probe.wait()
         warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
     if warning:
         ctx.warn(warning)
@@ -314,34 +302,6 @@ def _run_forkd_pull(args: argparse.Namespace, ctx: Context) -> int:
     for snap in installed:
         ctx.print(f"Pulled: {snap.tag}")
     return 0
-
-
-class HostProbe:
-    """What :func:`compat_warning` asks of this host that takes time (the VMM driver's modules, its
-    binary's version, the accelerator: 60-80 ms, cached for the process), asked on a thread while
-    the head fills (:meth:`start` is the pull's ``on_head_fill``), so the check after the install
-    finds it done. Only for a head that records its compatibility; failures are left to the check."""
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-
-    def start(self, config: LayerConfig) -> None:
-        if config.compat and self._thread is None:
-            vmm = str(config.compat.get("vmm", "")) or None
-            self._thread = threading.Thread(target=_probe_host, args=(vmm,), name="forkd-host-probe", daemon=True)
-            self._thread.start()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-
-def _probe_host(vmm: str | None) -> None:
-    with contextlib.suppress(Exception):  # compat_warning meets the same failure and reports it
-        from ..vmmcompat import check_host_compat  # noqa: F401  # imported for compat_warning
-        from ..vmops.host import make_driver
-
-        make_driver(vmm).available()
 
 
 def compat_warning(snap: LocalSnapshot) -> str | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -93,17 +92,11 @@ def pull(
     force: bool = False,
     progress: Progress | None = None,
     verify_keys: list[Ed25519PublicKey] | None = None,
-    on_head_fill: Callable[[LayerConfig], None] | None = None,
 ) -> PullResult:
     """Pull ``ref`` into ``store``. With ``verify_keys``, the head must carry a signature by one of
     them (:func:`.signing.verify_head`, before anything is fetched), and no link is installed
-    until every link passed its check. ``on_head_fill`` is called with the head's config as the
-    head's chunks start to be fetched (not when the head is reused): work the caller does once the
-    pull is done can start there (the CLI probes this host's VMM for the compatibility check).
-    Raises SignatureInvalid and the errors of the module."""
-    return ChainPull(store, client, ref, as_tag=as_tag, force=force, progress=progress, verify_keys=verify_keys).run(
-        on_head_fill
-    )
+    until every link passed its check. Raises SignatureInvalid and the errors of the module."""
+    return ChainPull(store, client, ref, as_tag=as_tag, force=force, progress=progress, verify_keys=verify_keys).run()
 
 
 class ChainPull:
@@ -140,15 +133,13 @@ class ChainPull:
         self.parent: ParentLink | None = None  # the link below the next one
         self.lists: dict[str, ChunkList] = {}  # format v2: the parent link's chunk lists
         self.backlog: list[ParsedLink] = []  # reused links not in ``lists`` yet
-        self.on_head_fill: Callable[[LayerConfig], None] | None = None  # see :func:`pull`
 
     @property
     def defer(self) -> bool:
         """All or nothing (a signed pull): install only once every link is checked."""
         return self.verified is not None
 
-    def run(self, on_head_fill: Callable[[LayerConfig], None] | None = None) -> PullResult:
-        self.on_head_fill = on_head_fill
+    def run(self) -> PullResult:
         check_arguments(self.as_tag)  # preflight: everything that can be refused is, before any transfer
         received_before = self.client.bytes_received
         self._resolve()
@@ -325,8 +316,6 @@ class ChainPull:
                     on_ready=ready,
                     parent_ready=parent.whole(role) if parent is not None else None,
                 )
-            if self.on_head_fill is not None and link is self.parsed[-1][0]:
-                self.on_head_fill(config)
             counts = fill_link(
                 self.client, self.index, name, link.digest, tag, maps, assemblers, self.progress, self.pools
             )

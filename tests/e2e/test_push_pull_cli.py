@@ -121,8 +121,8 @@ def test_push_rmi_pull_round_trip_through_the_cli(hub, tmp_path):
 
 
 def test_a_pulled_head_this_host_could_not_fork_is_warned_about(hub, tmp_path):
-    """The head records a VMM version no host has (its host probe ran while the head filled):
-    the pull succeeds and warns that ``forkd fork`` will refuse it; a pull whose head records
+    """The head records a VMM version no host has: the pull succeeds and warns that ``forkd fork``
+    will refuse it (the check reads the store the pull had open); a pull whose head records
     nothing warns of nothing."""
     sources = make_sources(tmp_path / "src", data_mib=2)
     (sources[2] / "compat.json").write_text(json.dumps({"vmm": "qemu-microvm", "vmm_version": "0.0.1"}))
