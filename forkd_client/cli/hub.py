@@ -16,26 +16,27 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from typing import TYPE_CHECKING
 
 from manifest.chunking import DEFAULT_CHUNK_SIZE
-from manifest.signature import SignatureError, load_private_key
 
 from ..errors import ClientError, Interrupted, UsageError
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
-from ..hub.forkd_registry import pull_from_registry
 from ..hub.progress import Progress, make_progress
-from ..hub.provenance import attach_provenance, ci_annotations, now_rfc3339, parse_annotations
 from ..hub.pull import pull
-from ..hub.push import push
 from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .output import Context, human_size
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+# A pull's start-up pays for every module imported here: what only push (its provenance and
+# signing key, cryptography) or a forkd-registry pull needs is imported where those run.
 
 
 def _client(ref: Reference | None, url: str | None = None, ctx: Context | None = None) -> HubClient:
@@ -128,6 +129,9 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
         )
     if args.profile_exec is not None and not args.record_profile:
         raise UsageError("--profile-exec is what --record-profile's child runs; it needs --record-profile")
+    from ..hub.provenance import attach_provenance, ci_annotations, now_rfc3339, parse_annotations
+    from ..hub.push import push
+
     if args.record_profile:
         from ..lazy.record import DEFAULT_PROFILE_EXEC
 
@@ -219,6 +223,8 @@ def _attach_profile(client: HubClient, name: str, head: str, chunks: list[int], 
 
 def _signing_key(path: Path) -> Ed25519PrivateKey:
     """``--sign``'s key; an unreadable file is a SignatureError naming the option and the file."""
+    from manifest.signature import SignatureError, load_private_key
+
     try:
         return load_private_key(path.expanduser())
     except OSError as e:
@@ -259,8 +265,7 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             result = pull(
                 store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
             )
-    with ctx.store() as store:
-        warning = compat_warning(store.get(result.tag))
+        warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
     if warning:
         ctx.warn(warning)
     if args.json:
@@ -284,6 +289,8 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
 
 def _run_forkd_pull(args: argparse.Namespace, ctx: Context) -> int:
     """forkd's ``pull --hub REGISTRY_URL owner/name[@version]`` (or a pack URL): registry, pack, unpack."""
+    from ..hub.forkd_registry import pull_from_registry
+
     warnings: list[str] = []
     with ctx.store() as store:
         installed = pull_from_registry(store, args.hub, args.ref, tag=args.as_tag, force=args.force, warnings=warnings)

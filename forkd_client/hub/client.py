@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
 from manifest.mediatypes import BLOB_PLAN
@@ -37,6 +35,7 @@ from .errors import (
     TagConflict,
     Unauthorized,
 )
+from .lean_httpx import httpx
 from .presigned import PresignedCache, merge_spans, parse_plan, read_plan, slice_spans
 from .storeget import StoreReader, StoreRefusal, slice_ranges
 from .transport import make_http_client

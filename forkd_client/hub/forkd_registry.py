@@ -23,13 +23,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from manifest.forkd_unpack import read_pack_manifest
 from manifest.rootfs_sidecar import sidecar_name
 
 from ..packs import unpack
 from .errors import DigestInvalid, HubError, HubUnreachable, NotFound
+from .lean_httpx import httpx
 from .transport import make_http_client
 
 if TYPE_CHECKING:

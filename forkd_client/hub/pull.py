@@ -35,8 +35,7 @@ import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
@@ -82,6 +81,9 @@ from .pullstages import (
 )
 from .reference import Reference
 from .signing import Verified, verify_head
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
 def pull(
@@ -181,14 +183,16 @@ class ChainPull:
             for (link, _, config), tag in zip(self.parsed, plan.tags, strict=True)
         ]
         with contextlib.ExitStack() as self.staging:
-            self.index = self._open_index()
-            self.staging.callback(self.index.close)
+            # asked for first: the hub answers while the local index opens (a database, and the
+            # snapshots it indexes), which only the fills need
             self.ahead = LinkPrefetch(
                 self.client,
                 [(repository_of(p[0], self.ref), p, e is None) for p, e in zip(self.parsed, existing, strict=True)],
                 lambda name, p: self._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
             )
             self.staging.callback(self.ahead.close)
+            self.index = self._open_index()
+            self.staging.callback(self.index.close)
             self.pools = FillPools()  # one set of fill threads for every link
             self.staging.callback(self.pools.close)
             self.verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-verify")

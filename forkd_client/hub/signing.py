@@ -26,31 +26,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from typing import TYPE_CHECKING
 
 from manifest.jsontext import loads as loads_json
-from manifest.signature import (
-    ANNOTATION_KEY,
-    EMPTY_CONFIG_BYTES,
-    MAX_ENVELOPE_BYTES,
-    SIGNATURE_ARTIFACT,
-    SignatureError,
-    envelope_digest_of,
-    fingerprint,
-    load_public_key,
-    sign_digest,
-    signature_artifact,
-    verify_envelope,
-)
 
-from .client import HubClient
 from .credentials import config_dir
 from .errors import DigestInvalid, NotFound, SignatureInvalid
-from .referrers import upload_blob
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+    from .client import HubClient
+
+# manifest.signature (and cryptography, ~20 ms) is imported by the functions that sign or verify:
+# every pull asks keys_for_pull, and a pull with no trusted keys needs neither.
 
 __all__ = ["TrustedKeys", "Verified", "keys_for_pull", "load_keys", "push_signature", "verify_head"]
 
@@ -61,6 +50,10 @@ MAX_CANDIDATES = 32
 def push_signature(client: HubClient, name: str, digest: str, key: Ed25519PrivateKey) -> str:
     """Sign ``digest`` (a manifest already in ``name``) and push the signature as its referrer;
     return the signature artifact's digest. Raises HubError family."""
+    from manifest.signature import EMPTY_CONFIG_BYTES, fingerprint, sign_digest, signature_artifact
+
+    from .referrers import upload_blob
+
     head, _ = client.get_manifest(name, digest)
     media_type = _media_type(head)
     envelope = sign_digest(key, digest, name)
@@ -99,6 +92,16 @@ def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519Pub
             signature that does not match, bytes that do not match their digest).
         HubError: the hub could not be asked.
     """
+    from manifest.signature import (
+        ANNOTATION_KEY,
+        MAX_ENVELOPE_BYTES,
+        SIGNATURE_ARTIFACT,
+        SignatureError,
+        envelope_digest_of,
+        fingerprint,
+        verify_envelope,
+    )
+
     if not keys:
         raise ValueError("verify_head needs at least one trusted key")
     try:
@@ -142,19 +145,26 @@ class TrustedKeys:
         try:
             doc = loads_json(self.path.read_text())
         except FileNotFoundError:
-            return []
+            return []  # the common case: no trusted keys, and no cryptography to load
         except (OSError, ValueError) as e:
-            raise SignatureError(f"{self.path}: unreadable trusted-keys file: {e}") from None
+            raise _signature_error(f"{self.path}: unreadable trusted-keys file: {e}") from None
         namespaces = doc.get("namespaces") if isinstance(doc, dict) else None
         if not isinstance(namespaces, dict):
-            raise SignatureError(f'{self.path}: want {{"namespaces": {{NAMESPACE: [KEY_FILE, …]}}}}')
+            raise _signature_error(f'{self.path}: want {{"namespaces": {{NAMESPACE: [KEY_FILE, …]}}}}')
         paths: list[Path] = []
         for entry in (namespace, "*"):
             listed = namespaces.get(entry, [])
             if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
-                raise SignatureError(f"{self.path}: namespace {entry!r} must list key file paths")
+                raise _signature_error(f"{self.path}: namespace {entry!r} must list key file paths")
             paths += [self.path.parent / p for p in listed]
         return paths
+
+
+def _signature_error(message: str) -> Exception:
+    """A SignatureError (its module, and cryptography, loaded only to raise one)."""
+    from manifest.signature import SignatureError
+
+    return SignatureError(message)
 
 
 def keys_for_pull(namespace: str, key_files: list[Path] | None = None) -> list[Ed25519PublicKey] | None:
@@ -166,6 +176,10 @@ def keys_for_pull(namespace: str, key_files: list[Path] | None = None) -> list[E
 
 def load_keys(paths: list[Path]) -> list[Ed25519PublicKey]:
     """Public keys from files; a missing file is a SignatureError naming it (not a silent skip)."""
+    if not paths:
+        return []
+    from manifest.signature import SignatureError, load_public_key
+
     keys = []
     for path in paths:
         try:

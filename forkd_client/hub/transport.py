@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import urllib.request
 
-import httpx
+from .lean_httpx import httpx
 
 
 class LazyTLSTransport(httpx.BaseTransport):

@@ -120,6 +120,30 @@ def test_push_rmi_pull_round_trip_through_the_cli(hub, tmp_path):
     assert "already up to date" in again.stdout
 
 
+def test_a_pulled_head_this_host_could_not_fork_is_warned_about(hub, tmp_path):
+    """The head records a VMM version no host has: the pull succeeds and warns that ``forkd fork``
+    will refuse it (the check reads the store the pull had open); a pull whose head records
+    nothing warns of nothing."""
+    sources = make_sources(tmp_path / "src", data_mib=2)
+    (sources[2] / "compat.json").write_text(json.dumps({"vmm": "qemu-microvm", "vmm_version": "0.0.1"}))
+    alice = User(tmp_path / "alice", hub)
+    alice.run("login", hub.url, "--token-stdin", input=hub.token("alice", "push:acme/*") + "\n")
+    for i, (src, tag) in enumerate(zip(sources, ["base", "numpy", "pandas"], strict=True)):
+        alice.run("import", str(src), tag, *(["--parent", ["base", "numpy"][i - 1]] if i else []))
+    alice.run("push", "pandas", "acme/py:v1")
+    alice.run("push", "numpy", "acme/py:plain")
+
+    bob = User(tmp_path / "bob", hub, FORKD_TOKEN=hub.token("bob", "pull:acme/*"))
+    pulled = bob.run("pull", "acme/py:v1", "--as", "head")
+    warnings = [line for line in pulled.stderr.splitlines() if line.startswith("forkd: warning:")]
+    assert len(warnings) == 1 and "head" in warnings[0], pulled.stderr
+    assert "'forkd fork' will refuse it" in warnings[0] or "cannot run here" in warnings[0], warnings[0]
+    assert "pulled as head" in pulled.stdout
+
+    plain = bob.run("pull", "acme/py:plain", "--as", "plain")
+    assert "forkd: warning:" not in plain.stderr and "pulled as plain" in plain.stdout
+
+
 def test_push_resumes_after_sigkill(hub, tmp_path):
     sources = make_sources(tmp_path / "src", data_mib=48)
     alice = User(tmp_path / "alice", hub, FORKD_UPLOAD_PART_BYTES=str(MiB))

@@ -4,6 +4,7 @@ nor cryptography nor the push/pull machinery; only the hub commands do, when the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -67,3 +68,92 @@ def test_a_hub_command_imports_them_when_it_runs(tmp_path):
     assert {"httpx", "forkd_client.cli.hub", "forkd_client.hub.client"} <= modules
     assert done.returncode == 5, done.stderr[-2000:]  # network error, no traceback
     assert "Traceback" not in done.stderr
+
+
+#: what ``forkd pull`` (of a hub reference, no trusted keys, output piped) needs none of before its
+#: first request: push, provenance and forkd-registry pulls, cryptography, the version lookup,
+#: httpx's own CLI (click, rich, pygments) and httpcore's trio back-end (forkd_client.hub.lean_httpx)
+NOT_FOR_A_PULL = (
+    "forkd_client.hub.push",
+    "forkd_client.hub.provenance",
+    "forkd_client.hub.forkd_registry",
+    "cryptography",
+    "manifest.signature",
+    "importlib.metadata",
+    "click",
+    "rich",
+    "pygments",
+    "trio",
+)
+#: run ``forkd ARGV`` in-process, then print the modules it loaded (names only: failed imports are not kept)
+MODULES_AFTER = (
+    "import json, sys\n"
+    "from forkd_client.cli.main import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print(json.dumps(sorted(name for name, m in sys.modules.items() if m is not None)))\n"
+    "sys.exit(code)\n"
+)
+
+
+def modules_after_pull(tmp_path: Path) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """The modules loaded by ``forkd pull`` of a hub reference on a closed port (its whole start-up:
+    parser, credentials, trusted keys, client, the chain request, which fails), and its result."""
+    env = {**os.environ, "FORKD_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    env.pop("FORKD_HUB_URL", None)
+    env.pop("FORKD_TOKEN", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+    done = subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER, "pull", "127.0.0.1:9/acme/chain:v1", "--as", "head"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    return set(json.loads(done.stdout.splitlines()[-1])) if done.stdout.strip() else set(), done
+
+
+def test_a_pull_imports_only_what_a_pull_needs(tmp_path):
+    """By the time a pull's chain request fails, it loaded the pull machinery and none of ``NOT_FOR_A_PULL``."""
+    modules, done = modules_after_pull(tmp_path)
+    assert done.returncode == 5, done.stderr[-2000:]  # network error, no traceback
+    assert "Traceback" not in done.stderr and "unreachable" in done.stderr
+    assert {"httpx", "httpcore", "forkd_client.hub.pull", "forkd_client.hub.lean_httpx"} <= modules
+    loaded = sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_FOR_A_PULL))
+    assert loaded == [], "forkd pull imported them"
+
+
+def test_a_pull_with_a_trusted_key_loads_cryptography(tmp_path):
+    """The control: with a trusted-keys file naming a key for the namespace, the same pull reads the
+    key (cryptography) before its first request."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from manifest.signature import public_key_pem
+
+    (tmp_path / "cfg" / "forkd").mkdir(parents=True)
+    (tmp_path / "cfg" / "forkd" / "acme.pub").write_bytes(public_key_pem(Ed25519PrivateKey.generate().public_key()))
+    (tmp_path / "cfg" / "forkd" / "trusted-keys.json").write_text('{"namespaces": {"acme": ["acme.pub"]}}')
+    modules, done = modules_after_pull(tmp_path)
+    assert done.returncode == 5, done.stderr[-2000:]
+    assert {"cryptography", "manifest.signature"} <= modules
+
+
+def test_the_cli_freezes_the_gc_at_exit(tmp_path):
+    """forkd's last act at exit is gc.freeze (the interpreter's final collections then skip what
+    the command made); atexit runs last-registered first, so a hook registered before the CLI
+    module is imported sees the freeze. The control, without the CLI module, sees none."""
+    hook = "import atexit, gc\natexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+    env = {**os.environ, "FORKD_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
+    runs = {
+        cli: subprocess.run(
+            [sys.executable, "-c", hook + (CONSOLE_SCRIPT if cli else "import sys; sys.exit(0)"), "images"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        for cli in (True, False)
+    }
+    assert runs[True].returncode == 0 and runs[False].returncode == 0, runs[True].stderr[-2000:]
+    assert runs[True].stdout.splitlines()[-1] == "frozen True"
+    assert runs[False].stdout.splitlines()[-1] == "frozen False"

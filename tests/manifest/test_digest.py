@@ -76,6 +76,17 @@ def test_digest_file_single_pass_both_algorithms(tmp_path):
     assert got["sha256"] == digest_bytes(data, "sha256")
 
 
+@pytest.mark.parametrize("size", [0, 1, 32 << 10, (8 << 20) - 1, 8 << 20, (8 << 20) + 1, (16 << 20) + 5])
+@pytest.mark.parametrize("algorithm", ["blake3", "sha256"])
+def test_digest_file_one_algorithm_any_size(tmp_path, size, algorithm):
+    """One algorithm reads into a buffer sized to the file (at most 8 MiB): every size around the
+    read size hashes every byte once."""
+    data = (bytes(range(251)) * (size // 251 + 1))[:size]
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    assert digest_file(path, (algorithm,)) == {algorithm: digest_bytes(data, algorithm)}
+
+
 def test_verify_names_what_mismatched(tmp_path):
     verify_bytes(b"x", digest_bytes(b"x"))
     with pytest.raises(DigestMismatch, match="chunk 7"):

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import httpx
+import threading
 
+import httpx
+import pytest
+
+from forkd_client.hub import pull as pull_module
 from forkd_client.hub.client import HubClient
 from forkd_client.hub.pull import pull
 from forkd_client.hub.pullstages import parse_link
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.lazy.staged import open_index
 
 from .hubproxy import proxy
 
@@ -67,3 +72,53 @@ def test_a_held_base_has_its_maps_fetched_but_not_its_vmstate(chain3, other_stor
     client, asked = _recording(inproc_hub, token)
     assert pull(other_store, client, ref, as_tag="py").up_to_date
     assert asked == []
+
+
+def test_the_links_are_asked_for_before_the_local_index_opens(chain3, other_store, inproc_hub, monkeypatch):
+    """The prefetch starts first, so the hub answers while the local index opens: opening it waits
+    here (up to 10 s) for a blob GET, which comes only if the prefetch was started before it."""
+    token = inproc_hub.token("ci", "push:acme/*")
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, inproc_hub.client(token), "head", ref)
+    asked_one = threading.Event()
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, lambda request: _note_blob(request, asked_one)))
+    seen: list[bool] = []
+
+    def open_index_after_a_request(store, head_digest):
+        seen.append(asked_one.wait(timeout=10))
+        return open_index(store, head_digest)
+
+    monkeypatch.setattr(pull_module, "open_index", open_index_after_a_request)
+    pull(other_store, client, ref, as_tag="py")
+    assert seen == [True], "no link was asked for before the local index opened"
+
+
+def test_an_index_that_cannot_open_fails_the_pull_cleanly_with_the_prefetch_started(
+    chain3, other_store, inproc_hub, monkeypatch
+):
+    """The prefetch is already running when the local index fails to open (a full or unreadable
+    disk): the pull raises that error, installs nothing, and leaves no prefetch thread behind."""
+    token = inproc_hub.token("ci", "push:acme/*")
+    ref = Reference.parse("acme/py:v1")
+    push(chain3, inproc_hub.client(token), "head", ref)
+
+    def unreadable(store, head_digest):
+        raise PermissionError(13, "Permission denied", str(store.root / "chunk-index.db"))
+
+    monkeypatch.setattr(pull_module, "open_index", unreadable)
+    with pytest.raises(PermissionError, match=r"chunk-index\.db"):
+        pull(other_store, inproc_hub.client(token), ref, as_tag="py")
+    assert other_store.tags() == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("forkd-prefetch") and t.is_alive()]
+
+    monkeypatch.undo()  # and the next pull, with the index back, installs the chain
+    assert [link.reused for link in pull(other_store, inproc_hub.client(token), ref, as_tag="py").links] == [
+        False,
+        False,
+        False,
+    ]
+
+
+def _note_blob(request: httpx.Request, event: threading.Event) -> None:
+    if request.method == "GET" and "/blobs/" in request.url.path and "/uploads/" not in request.url.path:
+        event.set()
