@@ -3,7 +3,7 @@
 
 Usage: python bench/cli_startup.py [--repeat 20] [--tree DIR] [--pull] [--compiled]
 
-Each command runs in a fresh interpreter (``python -c`` calling ``forkd_client.cli.main.main``,
+Each command runs in a fresh interpreter (``python -c`` calling ``forkd_client.cli.main.run``,
 what the console script does) in an empty directory (``python -c`` puts the current
 directory first on sys.path), with an empty FORKD_HOME, --repeat times; the table gives the
 median wall time. Peers in the same run: ``python -c pass`` (the interpreter's own start-up)
@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MACHINE_NOTE, ROOT, MiB, median, print_table  # noqa: E402
 
-CONSOLE = "import sys; from forkd_client.cli.main import main; sys.exit(main())"
+#: what the console script runs: ``run()`` (the quick exit), or ``main()`` in a tree from before it
+CONSOLE = "import sys, forkd_client.cli.main as m; m.run() if hasattr(m, 'run') else sys.exit(m.main())"
 EAGER = "import sys; import forkd_client.cli.hub; from forkd_client.cli.main import main; sys.exit(main())"
 
 

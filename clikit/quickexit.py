@@ -46,7 +46,9 @@ def run_and_exit(main: Callable[[], int]) -> None:
 
 
 def _flush_open_files() -> None:
-    """Flush every file object still open (stdout and stderr are flushed after, and judged)."""
+    """Flush every file object still open (stdout and stderr are flushed after, and judged),
+    those a ``gc.freeze`` hid from the collector too (``forkd-hub serve`` freezes at start-up)."""
+    gc.unfreeze()
     for obj in gc.get_objects():
         if isinstance(obj, io.IOBase) and obj not in (sys.stdout, sys.stderr):
             try:

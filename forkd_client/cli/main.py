@@ -14,9 +14,7 @@ raised; messages are printed as ``forkd: error: <message>``. Tracebacks never re
 from __future__ import annotations
 
 import argparse
-import atexit
 import errno
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -33,13 +31,6 @@ from . import guest, hub_commands, images, keys, local, packs, vmcmds
 from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from .helptext import HELP, document
 from .output import Context
-
-# At exit the interpreter's last garbage collections walk every object the command made and
-# every module's (~50 ms of a pull on the bench machine), only to free memory the process is
-# about to return anyway: freeze them first (atexit runs before those collections). What sits in
-# a reference cycle is then not finalized at exit, which Python never promises; forkd closes
-# every file, database and connection it opens with a ``with`` block.
-atexit.register(gc.freeze)
 
 #: command groups, in the order ``forkd --help`` lists them
 COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub_commands, keys, vmcmds, guest)

@@ -135,25 +135,3 @@ def test_a_pull_with_a_trusted_key_loads_cryptography(tmp_path):
     modules, done = modules_after_pull(tmp_path)
     assert done.returncode == 5, done.stderr[-2000:]
     assert {"cryptography", "manifest.signature"} <= modules
-
-
-def test_the_cli_freezes_the_gc_at_exit(tmp_path):
-    """forkd's last act at exit is gc.freeze (the interpreter's final collections then skip what
-    the command made); atexit runs last-registered first, so a hook registered before the CLI
-    module is imported sees the freeze. The control, without the CLI module, sees none."""
-    hook = "import atexit, gc\natexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
-    env = {**os.environ, "FORKD_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))
-    runs = {
-        cli: subprocess.run(
-            [sys.executable, "-c", hook + (CONSOLE_SCRIPT if cli else "import sys; sys.exit(0)"), "images"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        for cli in (True, False)
-    }
-    assert runs[True].returncode == 0 and runs[False].returncode == 0, runs[True].stderr[-2000:]
-    assert runs[True].stdout.splitlines()[-1] == "frozen True"
-    assert runs[False].stdout.splitlines()[-1] == "frozen False"
