@@ -47,7 +47,10 @@ def median(values: Sequence[float]) -> float:
 def timed_cpu(fn: Callable[[], object]) -> tuple[float, float]:
     """``(wall, cpu)`` seconds of ``fn()``, started after a ``sync`` (it never waits behind what
     was written before it); cpu is the user + system time of the child processes it ran and
-    waited for (a client, not the servers)."""
+    waited for (a client, not the servers). Two syncs: what a loop-mounted filesystem (the XFS
+    of ``--client-fs xfs``) flushes lands in its image file's page cache on the host filesystem,
+    dirty again until the second one writes it (else a later row pays for that writeback)."""
+    os.sync()
     os.sync()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()

@@ -39,7 +39,8 @@ its volume server, a proxying hub reading the store) stays inside it. Where that
 (not root, no iproute2), or with --bed lo, everything runs on loopback as before.
 
 Shaped link (--link-mbit N, default 1000, 0 skips it; root and tc): the pull rows again (each
-client filesystem) and the two S3 push rows over one N Mbit/s link, so that the object store's
+client filesystem's right after its unshaped ones, so that one filesystem's writeback never runs
+under the other's rows) and the two S3 push rows over one N Mbit/s link, so that the object store's
 bytes are no longer free, as in any deployment. On the netns bed, a tbf on each end of the veth
 pair: one full-duplex link that only the client's traffic crosses. On the lo bed, a tbf on lo
 (netshape.shaped_loopback): every byte on lo shares the one link, both directions and the
@@ -377,11 +378,32 @@ def main() -> None:
             if mnt is None:
                 sys.exit(f"s3_pull: --client-fs {client_fs} needs an XFS loop mount: {why_not}")
             client_dirs["xfs"] = mnt / "client-xfs"
+
+        def shaping() -> contextlib.AbstractContextManager[str | None]:
+            """The shaped link for the length of a ``with`` block (None), or why there is none."""
+            if isinstance(bed, ServerNetns):
+                return bed.shaped(args.link_mbit)
+            return shaped_link(args.link_mbit, args.link_wait)
+
+        def rows(where: Path) -> dict:
+            return pull_rows(where, redirecting, proxying, client, weed.endpoint, weed.bucket, keys, images)
+
+        # one client filesystem at a time, its rows over the shaped link right after its unshaped
+        # ones: the other filesystem's rows never run in between (a loop-mounted XFS's writeback,
+        # through its image file on the host filesystem, slowed the next rows on it by up to 2x)
         lo_notes: dict[str, str | None] = {}  # client filesystem -> why its loopback rows ran shaped
         pulls = {}  # client filesystem -> contender -> seconds
+        shaped_pulls: dict[str, dict] = {}  # the same over the shaped link
+        shaped_why: str | None = "--link-mbit 0"
+        load_shaped: tuple[float, float, float] | None = None
         for fs, where in client_dirs.items():
             lo_notes[fs] = None if servers else wait_for_free_lo(args.link_wait)
-            pulls[fs] = pull_rows(where, redirecting, proxying, client, weed.endpoint, weed.bucket, keys, images)
+            pulls[fs] = rows(where)
+            if args.link_mbit:
+                with shaping() as shaped_why:
+                    if shaped_why is None:
+                        load_shaped = load_shaped or os.getloadavg()
+                        shaped_pulls[fs] = rows(where.parent / f"{where.name}-shaped")
         first_fs = next(iter(pulls))
         raw_dir = client_dirs[first_fs] / "raw-get"
         raw_get_t = pulls[first_fs]["raw"]
@@ -396,32 +418,11 @@ def main() -> None:
         files = [(raw_dir / f"o{i}", f"raw-put/{key}") for i, (key, _) in enumerate(stored)]
         raw_put_t = timed(lambda: raw_put(client, weed.bucket, files))
 
-        # the same pull rows (and the S3 push rows) over one shaped link: the store's bytes are not free
-        shaped_pulls: dict[str, dict] = {}
+        # the S3 push rows over the shaped link too
         shaped_pushes: dict = {}
-        shaped_why: str | None = "--link-mbit 0"
-        if args.link_mbit:
-            shaping = (
-                bed.shaped(args.link_mbit)
-                if isinstance(bed, ServerNetns)
-                else shaped_link(args.link_mbit, args.link_wait)
-            )
-            with shaping as shaped_why:
+        if args.link_mbit and shaped_pulls:
+            with shaping() as shaped_why:
                 if shaped_why is None:
-                    load_shaped = os.getloadavg()
-                    shaped_pulls = {
-                        fs: pull_rows(
-                            where.parent / f"{where.name}-shaped",
-                            redirecting,
-                            proxying,
-                            client,
-                            weed.endpoint,
-                            weed.bucket,
-                            keys,
-                            images,
-                        )
-                        for fs, where in client_dirs.items()
-                    }
                     shaped_pushes = shaped_push(root, weed, pusher, client, files, servers)
         logs = {"redirecting": root / "hub-r.log", "proxied": root / "hub-p.log", "filesystem": root / "hub-fs.log"}
         if shaped_pushes:
@@ -466,7 +467,7 @@ def main() -> None:
             f"{times['fair'] / times['redirected']:.0%} of its speed"
         )
     print(f"client on {first_fs}: redirected vs the filesystem hub: {fs_pull_t / pulls[first_fs]['redirected']:.2f}x")
-    if shaped_why is not None:
+    if shaped_why is not None or load_shaped is None:
         print(f"shaped link: skipped: {shaped_why}")
     else:
         floor = stored_bytes * 8 / (args.link_mbit * 1e6)
