@@ -99,6 +99,7 @@ PULL_ROWS = (
     ("raw boto3 GETs, a fresh process (start-up included)", "raw_proc"),
     ("fair peer: raw GETs + write 3 images + fsync", "fair"),
 )
+SETTLE_S = 5.0  # before each group of pull rows: see settle()
 XFS_GIB = 6  # sparse image: three 512 MiB memory images, staging, and raw boto3's 234.5 MiB
 
 
@@ -224,25 +225,34 @@ def pull_rows(
 ) -> dict:
     """Seconds of a cold ``forkd pull`` through each hub with the client's store under ``where``,
     then of raw boto3 GETs of ``keys`` into ``where/raw-get`` (kept: the raw push uploads them), in
-    this process (a warm client) and by a fresh process (:func:`raw_get_process`), then of the fair peer: the same GETs into ``where/fair-get`` plus ``images`` written and fsynced."""
+    this process (a warm client) and by a fresh process (:func:`raw_get_process`), then of the fair
+    peer: the same GETs into ``where/fair-get`` plus ``images`` written and fsynced. Nothing is
+    deleted between the rows (freeing gigabytes on a filesystem mounted with ``discard`` slows the
+    disk for seconds after): what the rows wrote goes at the end, and the disk is left to settle."""
+    settle()
     where.mkdir()
     times = {}
     for name, hub in (("redirected", redirecting), ("proxied", proxying)):
         user = ForkdUser(where / f"puller-{name}", hub.url)
         times[name] = timed(lambda: user.run("pull", "acme/chain:v1", "--as", "head"))  # noqa: B023
-        shutil.rmtree(user.root)
     times["raw"] = timed(lambda: raw_get(client, bucket, keys, where / "raw-get"))
     times["raw_proc"] = timed(lambda: raw_get_process(endpoint, bucket, keys, where / "raw-proc-get"))
-    shutil.rmtree(where / "raw-proc-get")
 
     def fair() -> None:
         raw_get(client, bucket, keys, where / "fair-get")
         write_images(images, where / "fair-images")
 
     times["fair"] = timed(fair)
-    shutil.rmtree(where / "fair-get")
-    shutil.rmtree(where / "fair-images")
+    for done in ("puller-redirected", "puller-proxied", "raw-proc-get", "fair-get", "fair-images"):
+        shutil.rmtree(where / done)
     return times
+
+
+def settle(seconds: float = SETTLE_S) -> None:
+    """Write back what earlier rows left dirty and give the disk ``seconds`` to finish what their
+    deletions queued (discards), before a group of timed rows."""
+    os.sync()
+    time.sleep(seconds)
 
 
 def raw_put(client, bucket: str, files: list[tuple[Path, str]]) -> None:
