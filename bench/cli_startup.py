@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MACHINE_NOTE, ROOT, MiB, median, print_table  # noqa: E402
+from common import MACHINE_NOTE, ROOT, MiB, compile_tree, median, print_table  # noqa: E402
 
 #: what the console script runs: ``run()`` (the quick exit), or ``main()`` in a tree from before it
 CONSOLE = "import sys, forkd_client.cli.main as m; m.run() if hasattr(m, 'run') else sys.exit(m.main())"
@@ -61,14 +61,14 @@ BOTO3_CLIENT = (
     "aws_secret_access_key='x', config=Config(retries={'mode': 'standard', 'max_attempts': 2}))"
 )
 BOTO3_ROW = "python -c 'import boto3; boto3.client(s3)' (raw peer)"
-PACKAGES = ("forkd_client", "manifest", "vmm", "clikit")
+CLIENT_PACKAGES = ("forkd_client", "manifest", "vmm", "clikit")
 
 
 def compiled_copy(tree: Path, dest: Path) -> Path:
     """The client's packages of ``tree`` copied to ``dest`` with their bytecode compiled."""
-    for package in PACKAGES:
+    for package in CLIENT_PACKAGES:
         shutil.copytree(tree / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest)], check=True, stdout=subprocess.DEVNULL)
+    compile_tree(dest, CLIENT_PACKAGES)
     return dest
 
 

@@ -29,14 +29,14 @@ SKOPEO_BLOB_CACHE = Path("/var/lib/containers/cache/blob-info-cache-v1.boltdb")
 PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit")
 
 
-def compile_tree(root: Path = ROOT) -> None:
-    """Compile the tree's packages to bytecode, as an installed wheel has them. A source tree on
-    the path (the editable install) is otherwise compiled again by every process where
-    PYTHONDONTWRITEBYTECODE is set (this machine's environment): ~80 ms of every ``forkd`` run that
-    no installed client pays. Bytecode is still read with the variable set."""
+def compile_tree(root: Path = ROOT, packages: Sequence[str] = PACKAGES) -> None:
+    """Compile ``packages`` of the tree at ``root`` to bytecode, as an installed wheel has them. A
+    source tree on the path (the editable install) is otherwise compiled again by every process
+    where PYTHONDONTWRITEBYTECODE is set (this machine's environment): ~80 ms of every ``forkd``
+    run that no installed client pays. Bytecode is still read with the variable set."""
     import compileall
 
-    for package in PACKAGES:
+    for package in packages:
         compileall.compile_dir(str(root / package), quiet=1)
 
 
@@ -47,10 +47,7 @@ def median(values: Sequence[float]) -> float:
 def timed_cpu(fn: Callable[[], object]) -> tuple[float, float]:
     """``(wall, cpu)`` seconds of ``fn()``, started after a ``sync`` (it never waits behind what
     was written before it); cpu is the user + system time of the child processes it ran and
-    waited for (a client, not the servers). Two syncs: what a loop-mounted filesystem (the XFS
-    of ``--client-fs xfs``) flushes lands in its image file's page cache on the host filesystem,
-    dirty again until the second one writes it (else a later row pays for that writeback)."""
-    os.sync()
+    waited for (a client, not the servers)."""
     os.sync()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
