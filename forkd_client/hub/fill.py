@@ -210,7 +210,7 @@ def fill_link(
                         working[piece] = number
                     if not pieces:
                         del left[number]
-                elif future in working:
+                else:
                     number = working.pop(future)
                     count, nbytes = future.result()
                     counts.fetched += count
