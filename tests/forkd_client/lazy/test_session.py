@@ -356,25 +356,36 @@ def _reader(image, offset: int, size: int):
     return thread, got
 
 
+def _readahead_chain(chain3, inproc_hub, monkeypatch, before) -> tuple[str, bytes]:
+    """The chain pushed, 4 MiB of readahead, and ``before(frames)`` called ahead of every
+    ``LazyImage._verify_frames`` (it may wait, or raise instead): the token, and the head's
+    memory.bin to compare reads with."""
+    from forkd_client.lazy import image as image_module
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(4 << 20))
+    token = _pushed(chain3, inproc_hub)
+    verify = image_module.LazyImage._verify_frames
+
+    def hooked(self, blob, frames, views, places):
+        before(frames)
+        verify(self, blob, frames, views, places)
+
+    monkeypatch.setattr(image_module.LazyImage, "_verify_frames", hooked)
+    return token, (chain3.path("head") / "memory.bin").read_bytes()
+
+
 def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_that_waits_for_it(
     chain3, other_store, inproc_hub, monkeypatch
 ):
     import threading
 
-    from forkd_client.lazy import image as image_module
-
-    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(4 << 20))
-    token = _pushed(chain3, inproc_hub)
     gate = threading.Event()
-    verify = image_module.LazyImage._verify_frames
 
-    def held(self, blob, frames, views, places):  # the background half waits for the gate
+    def held(frames):  # the background half waits for the gate
         if threading.current_thread().name.startswith("forkd-lazy-later"):
             assert gate.wait(30)
-        verify(self, blob, frames, views, places)
 
-    monkeypatch.setattr(image_module.LazyImage, "_verify_frames", held)
-    want = (chain3.path("head") / "memory.bin").read_bytes()
+    token, want = _readahead_chain(chain3, inproc_hub, monkeypatch, held)
     with LazySession(other_store, inproc_hub.client(token), REF) as session:
         session.open()
         image = session.image
@@ -392,22 +403,14 @@ def test_a_missing_read_answers_before_its_readahead_is_verified_and_a_read_of_t
 def test_a_read_whose_fetch_fails_unexpectedly_leaves_no_readahead_chunk_waited_for_forever(
     chain3, other_store, inproc_hub, monkeypatch
 ):
-
-    from forkd_client.lazy import image as image_module
-
-    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", str(4 << 20))
-    token = _pushed(chain3, inproc_hub)
-    verify = image_module.LazyImage._verify_frames
     calls: list[int] = []
 
-    def failing_once(self, blob, frames, views, places):
+    def failing_once(frames):
         calls.append(len(frames))
         if len(calls) == 1:
             raise OSError(28, "No space left on device")
-        verify(self, blob, frames, views, places)
 
-    monkeypatch.setattr(image_module.LazyImage, "_verify_frames", failing_once)
-    want = (chain3.path("head") / "memory.bin").read_bytes()
+    token, want = _readahead_chain(chain3, inproc_hub, monkeypatch, failing_once)
     with LazySession(other_store, inproc_hub.client(token), REF) as session:
         session.open()
         image = session.image
