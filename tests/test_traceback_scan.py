@@ -6,6 +6,10 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+#: The inner run reads no pyproject.toml: switch off what ours does (pytest-benchmark asks git for the
+#: project's name when it starts, a process this unit test may not start: tests/tiers.py).
+QUIET_PLUGINS = ("-p", "no:benchmark", "-p", "no:faker", "-p", "no:xdist")
+
 
 @pytest.mark.traceback_expected  # the inner run's output, captured here, holds the two it provokes
 def test_a_logged_traceback_fails_a_passing_test(pytester):
@@ -35,7 +39,11 @@ def test_a_logged_traceback_fails_a_passing_test(pytester):
         """
     )
     result = pytester.runpytest_inprocess(
-        "-p", "no:cacheprovider", "-o", "markers=traceback_expected: on purpose\ntraceback_scanned: scanned"
+        *QUIET_PLUGINS,
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "markers=traceback_expected: on purpose\ntraceback_scanned: scanned",
     )
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(["*holds a Python traceback*"])

@@ -8,12 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.e2e.logscan import assert_no_traceback
+from tests.services.readiness import wait_ready
 
 
 def forkd_hub(*args: str) -> list[str]:
@@ -32,18 +32,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"forkd-hub serve exited early with {proc.returncode}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("forkd-hub serve did not become healthy")
+def healthy(url: str) -> bool:
+    """Whether ``url/healthz`` answers 200 now."""
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path | None = None) -> None:
+    """Wait for a started ``forkd-hub serve`` to answer ``/healthz`` (tests/services/readiness.py: a bound
+    that grows with load and while it works). Raises ``NotReady`` quoting the end of ``log``."""
+    wait_ready(lambda: healthy(url), what=f"forkd-hub serve on {url}", proc=proc, log=log)
 
 
 class HubProcess:
@@ -58,7 +58,13 @@ class HubProcess:
         self.proc = subprocess.Popen(
             forkd_hub("serve", "--port", str(self.port)), env=self.env, stdout=self._log, stderr=subprocess.STDOUT
         )
-        wait_healthy(self.url, self.proc)
+        try:
+            wait_healthy(self.url, self.proc, log_path)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            self._log.close()
+            raise
 
     def token(self, name: str, *scopes: str) -> str:
         args = ["token", "create", name]

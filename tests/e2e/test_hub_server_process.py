@@ -37,7 +37,7 @@ def test_serve_push_pull_and_clean_sigterm(tmp_path: Path):
     proc = subprocess.Popen(forkd_hub("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc)
+        wait_healthy(url, proc, tmp_path / "serve.log")
         with httpx.Client(base_url=url, timeout=30) as http:
             pusher = PushClient(http, token)
             layers = pusher.push_chain("acme/vm", images, tmp_path / "push", "head", public=True)
@@ -75,7 +75,7 @@ def test_serve_says_what_it_serves_in_json_to_a_file_and_readably_on_a_terminal(
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, tmp_path / "serve.log")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

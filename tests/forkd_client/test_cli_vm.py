@@ -251,6 +251,7 @@ def test_fork_json_matches_the_documented_example(chain: dict) -> None:
     assert set(example["children"][0]["memory"]) == set(real["children"][0]["memory"])
 
 
+@pytest.mark.e2e  # runs the forkd CLI as a process (tests/tiers.py)
 def test_without_qemu_the_error_says_what_to_install(tmp_path: Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -268,6 +269,7 @@ def test_without_qemu_the_error_says_what_to_install(tmp_path: Path) -> None:
     assert not (tmp_path / "h" / "snapshots").exists()
 
 
+@pytest.mark.e2e  # runs the forkd CLI as a process (tests/tiers.py)
 def test_a_failing_guest_build_says_what_to_install(tmp_path: Path) -> None:
     qemu = shutil.which(QEMU)
     if qemu is None:
@@ -288,6 +290,7 @@ def test_a_failing_guest_build_says_what_to_install(tmp_path: Path) -> None:
     assert INSTALL_HINT in proc.stderr
 
 
+@pytest.mark.e2e  # runs the forkd CLI as a process (tests/tiers.py)
 def test_a_guest_directory_without_an_image_is_refused(tmp_path: Path) -> None:
     if shutil.which(QEMU) is None:
         pytest.skip(f"{QEMU} is not installed")

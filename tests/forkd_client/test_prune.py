@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from forkd_client.cli.main import main
 from forkd_client.hub.localchunks import LocalChunkIndex
 from forkd_client.hub.state import TransferState
@@ -38,6 +40,7 @@ def leftovers(store: SnapshotStore, tmp_path) -> None:
     gone.unlink()
 
 
+@pytest.mark.integration  # a process that ran and is gone (tests/tiers.py)
 def test_prune_dry_run_then_for_real(store, tmp_path):
     store.import_snapshot(make_base_source(tmp_path / "src", seed=1), "base")
     leftovers(store, tmp_path)
@@ -71,6 +74,7 @@ def test_a_resumable_directory_in_use_is_kept(store):
         assert path.is_dir()
 
 
+@pytest.mark.integration  # a process that ran and is gone (tests/tiers.py)
 def test_forkd_prune_cli(home, tmp_path, capsys):
     with SnapshotStore(home) as store:
         leftovers(store, tmp_path)

@@ -331,6 +331,7 @@ def test_compact_refuses_a_bad_chain(chain3: SnapshotStore) -> None:
     assert "flat" not in chain3.tags() and visible_state(chain3)[1] == []
 
 
+@pytest.mark.integration  # a process that ran and is gone (tests/tiers.py)
 def test_staging_left_by_dead_process_is_swept(store: SnapshotStore, tmp_path: Path) -> None:
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(child.stdout)

@@ -154,6 +154,7 @@ def test_memory_size_comes_from_the_file_when_given(tmp_path: Path) -> None:
     assert info.value.fields == {"memMiB": (4, 8)}
 
 
+@pytest.mark.integration  # runs qemu-system-x86_64 --version (tests/tiers.py)
 def test_real_qemu_host_accepts_its_own_record_and_refuses_another_accel(tmp_path: Path) -> None:
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("qemu-system-x86_64 is not installed")

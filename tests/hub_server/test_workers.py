@@ -23,6 +23,7 @@ def test_workers_bind_the_same_port_and_a_free_port_is_fixed_once() -> None:
         reserved.close()
 
 
+@pytest.mark.e2e  # runs forkd-hub serve as a process (tests/tiers.py)
 def test_a_port_in_use_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -137,6 +137,7 @@ def test_mapped_digest_across_windows(tmp_path, monkeypatch):
     assert digest_module.digest_file(path, mapped=True) == digest_module.digest_file(path)
 
 
+@pytest.mark.integration  # mounts a tmpfs (tests/tiers.py)
 def test_mapped_digest_does_not_keep_the_file_resident(tmp_path):
     """Hashing a 512 MiB file mapped leaves the process's peak RSS far below the file's size
     (it maps one window at a time): a whole-file mapping held every page it touched."""

@@ -16,7 +16,8 @@ run whenever a :class:`PostgresCluster` is made, stops the server of any cluster
 (a test run killed before its teardown) and deletes its directory.
 
 Errors: :class:`PostgresUnavailable` when the binaries are missing or the cluster cannot start
-(the message carries the server log's tail).
+(the message carries the server log's tail). The wait for it to accept connections is
+tests/services/readiness.py's: 120 s scaled by the load, longer while the server works.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 from tests.services.ports import free_port
+from tests.services.readiness import NotReady, wait_ready
 
 __all__ = ["PostgresCluster", "PostgresUnavailable", "find_bin_dir", "reap_orphans"]
 
@@ -153,14 +155,39 @@ class PostgresCluster:
             str(self.root / "server.log"),
             "-o",
             options,
-            "-w",
-            "-t",
-            "60",
+            "-W",
             "start",
         )
         if done.returncode != 0:
             raise PostgresUnavailable(f"pg_ctl start failed: {done.stderr.strip()} {self.log_tail()}")
+        try:
+            wait_ready(
+                self._accepts_connections,
+                what=f"PostgreSQL on port {self.port}",
+                pids=lambda: [pid] if (pid := self._postmaster_pid()) else [],
+                log=self.root / "server.log",
+            )
+        except NotReady as exc:
+            raise PostgresUnavailable(str(exc)) from exc
         asyncio.run(self._make_template())
+
+    def _postmaster_pid(self) -> int | None:
+        try:
+            return int((self.root / "data" / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+    def _accepts_connections(self) -> bool:
+        """What ``pg_ctl -w`` waits for: the server wrote "ready" as its status in postmaster.pid."""
+        try:
+            lines = (self.root / "data" / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        if len(lines) > 7 and lines[7].strip() == "ready":
+            return True
+        if self._postmaster_pid() is None and "FATAL" in self.log_tail():
+            raise PostgresUnavailable(f"PostgreSQL did not start: {self.log_tail()}")
+        return False
 
     def log_tail(self) -> str:
         try:

@@ -19,12 +19,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tests.services.ports import free_port
+from tests.services.readiness import NotReady, wait_ready
 
 __all__ = ["ACCESS_KEY", "SECRET_KEY", "SeaweedFS", "SeaweedUnavailable", "find_weed"]
 
@@ -80,17 +83,29 @@ class SeaweedFS:
         self.master_port, self.volume_port, self.filer_port, self.s3_port = ports
         self.endpoint = f"http://{host}:{self.s3_port}"
 
+    #: The standard AWS variables boto3 reads (credentials never go into a storage spec).
+    ENV: ClassVar[Mapping[str, str]] = {
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
     @property
     def env(self) -> dict[str, str]:
-        """The standard AWS variables boto3 reads (credentials never go into a storage spec)."""
-        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"}
+        """:data:`ENV`, for the callers that hold a server."""
+        return dict(self.ENV)
 
     def storage_spec(self, *, prefix: str | None = None) -> str:
         """A store spec for a fresh (or the given) key prefix of the session's bucket."""
         prefix = prefix or f"t-{uuid.uuid4().hex[:16]}"
         return f"s3 bucket={self.bucket} prefix={prefix} endpoint={self.endpoint} region=us-east-1"
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self) -> None:
+        """Start the server and wait until its S3 gateway answers and the session's bucket exists.
+
+        The wait is tests/services/readiness.py's: 120 s scaled by the load, longer while weed works.
+        Raises :class:`SeaweedUnavailable` with the end of its log.
+        """
         config = self.root / "s3.json"
         config.write_text(
             json.dumps(
@@ -135,20 +150,15 @@ class SeaweedFS:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SeaweedUnavailable(f"weed exited with {self.proc.returncode}: {self.log_tail()}")
-            if self._s3_answers():
-                self.new_bucket(self.bucket)
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise SeaweedUnavailable(f"weed S3 did not answer within {timeout}s: {self.log_tail()}")
+        try:
+            wait_ready(self._s3_answers, what=f"weed S3 on {self.endpoint}", proc=self.proc, log=self.root / "weed.log")
+            self.new_bucket(self.bucket)
+        except (NotReady, BotoCoreError, ClientError) as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise SeaweedUnavailable(f"{exc}" if isinstance(exc, NotReady) else f"{exc}: {tail}") from exc
 
     def _s3_answers(self) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             self.client().list_buckets()
         except (BotoCoreError, ClientError, httpx.HTTPError, OSError):
@@ -172,13 +182,13 @@ class SeaweedFS:
         """Create an empty bucket (a unique name unless given); returns its name."""
         name = name or f"t-{uuid.uuid4().hex[:16]}"
         client = self.client()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while True:  # the first bucket may need the volume server to have registered
             try:
                 client.create_bucket(Bucket=name)
                 return name
-            except Exception:
-                if time.monotonic() > deadline:
+            except (BotoCoreError, ClientError):
+                if time.monotonic() > deadline or (self.proc is not None and self.proc.poll() is not None):
                     raise
                 time.sleep(0.3)
 

@@ -52,6 +52,7 @@ def test_busybox_static_check_detects_a_dynamic_binary() -> None:
     assert _has_interpreter(b"#!/bin/sh\n")
 
 
+@pytest.mark.integration  # runs mkfs.ext4 (tests/tiers.py)
 def test_build_reuses_a_matching_build_and_rebuilds_on_change(tmp_path: Path, monkeypatch) -> None:
     tree = fake_kernel_tree(tmp_path / "kroot")
     image = build_guest(tmp_path / "out", kernel_root=tree)

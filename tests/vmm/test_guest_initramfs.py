@@ -28,6 +28,7 @@ def test_output_is_reproducible_and_aligned() -> None:
     assert a == b and len(a) % 4 == 0
 
 
+@pytest.mark.integration  # runs cpio (tests/tiers.py)
 @pytest.mark.skipif(shutil.which("cpio") is None, reason="GNU cpio not installed")
 def test_gnu_cpio_lists_the_archive(tmp_path: Path) -> None:
     archive = tmp_path / "a.cpio"

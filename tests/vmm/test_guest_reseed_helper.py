@@ -24,6 +24,7 @@ def test_elf_header_describes_one_loadable_segment() -> None:
     assert elf.endswith(b"/dev/urandom\0")
 
 
+@pytest.mark.integration  # runs the compiled helper (tests/tiers.py)
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 machine code")
 def test_runs_and_exits_1_without_input(tmp_path: Path) -> None:
     """Exit 1 ("no entropy on stdin") happens before any ioctl, so the host RNG is untouched."""

@@ -58,6 +58,7 @@ def test_missing_binary_is_reported_not_raised(tmp_path: Path) -> None:
     assert not status.ok and "not found" in status.reason
 
 
+@pytest.mark.integration  # runs qemu-system-x86_64 (tests/tiers.py)
 def test_forcing_kvm_where_it_does_not_work_is_reported(monkeypatch) -> None:
     monkeypatch.delenv(host.ACCEL_ENV, raising=False)
     status = QemuMicrovmDriver(accel="kvm").available()

@@ -18,6 +18,7 @@ def test_no_compat_recorded_means_no_warning(chain3):
     assert compat_warning(chain3.get("base")) is None
 
 
+@pytest.mark.integration  # runs qemu-system-x86_64 --version (tests/tiers.py)
 @needs_qemu
 def test_matching_host_gives_no_warning_and_a_mismatch_names_the_field(chain3):
     snap = chain3.get("base")

@@ -46,6 +46,7 @@ def _run(code: str) -> dict:
     not all(importlib.util.find_spec(name) for name, _ in SKIPPED),
     reason="click and trio must be installed for their import to be skipped",
 )
+@pytest.mark.e2e  # imports in a fresh interpreter (tests/tiers.py)
 def test_the_client_imports_httpx_without_click_or_trio_which_stay_importable():
     found = _run(PROBE)
     assert found["before"] == {"click": False, "rich": False, "pygments": False, "trio": False}
@@ -54,6 +55,7 @@ def test_the_client_imports_httpx_without_click_or_trio_which_stay_importable():
     assert found["error"] == "HubUnreachable"
 
 
+@pytest.mark.e2e  # imports in a fresh interpreter (tests/tiers.py)
 def test_a_module_imported_before_is_left_as_it_is():
     """click imported first (another tool in the same process): httpx imports its CLI as usual."""
     found = _run("import click\n" + PROBE.replace('"click", "rich"', '"rich"'))

@@ -221,6 +221,7 @@ def test_pushing_a_pulled_chain_back_to_its_hub_costs_head_requests_only(chain3,
     assert again.bytes_sent < 10_000
 
 
+@pytest.mark.integration  # mounts a tiny tmpfs (tests/tiers.py)
 def test_a_pull_that_cannot_fit_is_refused_before_writing(store, inproc_hub, tmp_path):
     """A real, tiny filesystem (tmpfs, root only): the pull says how much it needs and writes nothing."""
     import os as _os

@@ -85,6 +85,7 @@ def test_plain_http_never_sets_up_tls(http_url, monkeypatch):
         assert isinstance(transport, LazyTLSTransport) and not transport.tls_ready
 
 
+@pytest.mark.integration  # makes its certificate with openssl (tests/tiers.py)
 def test_https_verifies_certificates(https_url, monkeypatch):
     """A self-signed certificate is refused: the lazily built transport verifies, as httpx's default does."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):

@@ -19,6 +19,7 @@ def image_file(tmp_path):
     return path
 
 
+@pytest.mark.integration  # mounts a FUSE file (tests/tiers.py)
 def test_reads_through_the_mount_return_the_file_and_record_first_touches_in_order(image_file, tmp_path):
     want = image_file.read_bytes()
     image = RecordingImage(image_file, CS)

@@ -133,6 +133,7 @@ def test_the_policy_file_is_checked_at_start(tmp_path, keys):
         SignaturePolicy.load(path)
 
 
+@pytest.mark.e2e  # runs forkd-hub as a process (tests/tiers.py)
 def test_an_unusable_policy_stops_the_hub_with_one_line(tmp_path):
     (tmp_path / "bad.json").write_text("not json")
     env = {
