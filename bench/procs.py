@@ -16,12 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 from common import ROOT
+
+from tests.services.readiness import wait_ready
 
 
 def free_port() -> int:
@@ -47,18 +48,17 @@ def forkd_hub_cmd(*args: str) -> list[str]:
     return [exe, *args] if exe else [sys.executable, "-m", "hub_server.cli", *args]
 
 
-def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited early with status {proc.returncode}")
+def wait_http(url: str, proc: subprocess.Popen, what: str, log: Path | None = None) -> None:
+    """Wait until ``url`` answers 200 (tests/services/readiness.py: a bound that grows with load and while
+    the process works). Raises RuntimeError (``NotReady``) quoting the end of ``log``."""
+
+    def answers() -> bool:
         try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
+            return httpx.get(url, timeout=1).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not answer {url} within {timeout:.0f} s")
+            return False
+
+    wait_ready(answers, what=f"{what} ({url})", proc=proc, log=log, poll=0.05)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
@@ -99,7 +99,7 @@ class HubServer:
             env=self.env,
         )
         try:
-            wait_http(self.url + "/healthz", self.proc, "forkd-hub serve")
+            wait_http(self.url + "/healthz", self.proc, "forkd-hub serve", Path(self._log.name))
         except BaseException:
             self.stop()
             raise
@@ -168,7 +168,7 @@ class RegistryServer:
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen([exe, "serve", str(config)], stdout=self._log, stderr=subprocess.STDOUT)
         try:
-            wait_http(self.url + "/v2/", self.proc, "docker-registry")
+            wait_http(self.url + "/v2/", self.proc, "docker-registry", Path(self._log.name))
         except BaseException:
             self.stop()
             raise

@@ -2,7 +2,7 @@
 # Format the whole tree with ruff's formatter (configuration: [tool.ruff] in pyproject.toml).
 # Usage: bash scripts/format.sh          rewrite files in place
 #        bash scripts/format.sh --check  only report what would change (exit 1 if anything would)
-# Run once on the merged tree, then tests/test_code_health.py::test_ruff_format_is_clean keeps it so.
+# scripts/check.sh (ruff format --check) keeps the tree formatted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--check" ]; then

@@ -1,6 +1,6 @@
 """docs/architecture.md's "Where things live" matches the tree, both ways.
 
-Every module or directory the map names exists, and every module of our five packages is named in
+Every module or directory the map names exists, and every module of our packages is named in
 the map, or sits in a directory the map names without listing its modules (``qemu/ (driver, vm,
 host facts)`` covers all of ``vmm/qemu``). A directory whose modules the map does list must list
 them all, so a new module means a new word in the map.
