@@ -6,6 +6,7 @@ may be running in; and the traceback scan of every passing test's captured outpu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from tests.e2e.logscan import MARKER
 from tests.services.postgres import PostgresCluster, PostgresUnavailable, find_bin_dir
 from tests.services.seaweedfs import SeaweedFS, SeaweedUnavailable, find_weed
+from tests.services.sqlite import make_template
 from tests.tiers import (  # noqa: F401 - the tier hooks (docs/testing.md)
     pytest_collection_modifyitems,
     pytest_runtest_call,
@@ -87,6 +89,13 @@ def seaweedfs() -> Iterator[SeaweedFS]:
             yield server
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ``hub.db`` at the schema head, made once per session (per worker); in-process hubs on SQLite start from
+    a copy of it (tests/services/sqlite.py)."""
+    return make_template(tmp_path_factory.mktemp("sqlite-template"))
 
 
 #: Where the scan runs: the whole suite (tests/e2e also scans its real processes' output itself, logscan.py).

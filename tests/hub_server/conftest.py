@@ -15,6 +15,7 @@ from hub_server.app import create_app
 from hub_server.registry.service import Registry
 from hub_server.settings import Settings
 from tests.hub_server.pushing import PushClient, chain_images
+from tests.services.sqlite import seed
 
 
 class Hub:
@@ -49,7 +50,9 @@ def new_database() -> Callable[[], str | None]:
 
 
 @pytest.fixture
-def make_hub(tmp_path: Path, new_database: Callable[[], str | None]) -> Iterator[Callable[..., Hub]]:
+def make_hub(
+    tmp_path: Path, new_database: Callable[[], str | None], sqlite_template: Path
+) -> Iterator[Callable[..., Hub]]:
     clients: list[TestClient[Any]] = []
 
     def make(storage: str | None = None, **overrides: Any) -> Hub:
@@ -58,6 +61,8 @@ def make_hub(tmp_path: Path, new_database: Callable[[], str | None]) -> Iterator
         url = new_database()
         if url is not None:
             settings = replace(settings, database_url=url)
+        elif "database_url" not in overrides:
+            seed(data_dir, sqlite_template)  # at the schema head already (tests/services/sqlite.py)
         settings = replace(settings, storage=storage or "memory", **overrides)
         client = TestClient(create_app(settings), raise_server_exceptions=False)
         client.__enter__()

@@ -14,6 +14,7 @@ from forkd_client.hub.client import HubClient
 from forkd_client.store import SnapshotStore
 from hub_server.app import create_app
 from hub_server.settings import Settings
+from tests.services.sqlite import seed
 
 
 class InProcessHub:
@@ -29,8 +30,9 @@ class InProcessHub:
 
 
 @pytest.fixture
-def inproc_hub(tmp_path: Path) -> Iterator[InProcessHub]:
+def inproc_hub(tmp_path: Path, sqlite_template: Path) -> Iterator[InProcessHub]:
     settings = replace(Settings.for_data_dir(tmp_path / "hub"), storage=f"filesystem root={tmp_path / 'hub' / 'blobs'}")
+    seed(tmp_path / "hub", sqlite_template)  # a database at the schema head (tests/services/sqlite.py)
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         yield InProcessHub(client)
 
