@@ -36,8 +36,8 @@ from hub_server.api.openapi import document_errors
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
-from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
+from hub_server.registry.upkeep.gcstate import GcBusy
 from hub_server.settings import Settings, load_settings
 
 __all__ = ["create_app", "create_app_from_environment", "route_handlers"]

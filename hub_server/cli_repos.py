@@ -18,7 +18,7 @@ from typing import Any
 from hub_server.auth.scopes import Principal
 from hub_server.cli_common import add_store_args, cli_actor, run_on_hub
 from hub_server.compose import HubServices
-from hub_server.registry.policy import UNCHANGED, EffectivePolicy, PolicyChange
+from hub_server.registry.content.policy import UNCHANGED, EffectivePolicy, PolicyChange
 
 __all__ = ["register"]
 

@@ -25,8 +25,8 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from hub_server.auth.tokens import TokenService
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.browse import BrowseService
-from hub_server.registry.search import SORTS, SearchQuery
+from hub_server.registry.read.browse import BrowseService
+from hub_server.registry.read.search import SORTS, SearchQuery
 from web.errors import HTML_EXCEPTION_HANDLERS, SECURITY_HEADERS
 from web.graph import GraphNode, lineage_svg, link_nodes
 from web.session import SessionKeys, SignInFailed, WebSession, load_keys

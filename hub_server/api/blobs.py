@@ -1,6 +1,6 @@
 """Blob reads: ``GET``/``HEAD /v2/{ns}/{repo}/blobs/{digest}``, whole or by ``Range`` (one range → 206 with
 ``Content-Range``; several → ``multipart/byteranges``), or a 307 to the store's presigned URL, or (a
-recipe blob, for a client that accepts it) a fetch plan of presigned pack ranges (registry/blobplan.py)."""
+recipe blob, for a client that accepts it) a fetch plan of presigned pack ranges (registry/content/blobplan.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from litestar.response import Redirect, Stream
 
 from hub_server.api.deps import DIGEST_ROUTE, DigestRoute, remote_of
 from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
-from hub_server.registry.blobplan import BLOB_PLAN, wants_plan
-from hub_server.registry.blobs import BlobRead
+from hub_server.registry.content.blobplan import BLOB_PLAN, wants_plan
+from hub_server.registry.content.blobs import BlobRead
 
 OCTETS = "application/octet-stream"
 

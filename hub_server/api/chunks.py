@@ -1,10 +1,10 @@
-"""Native dedup endpoints (format v2, registry/packs.py):
+"""Native dedup endpoints (format v2, registry/push/packs.py):
 
 - ``POST /api/v1/repositories/{ns}/{repo}/frames/query``: which zstd frames the hub already holds
   where the caller may read them;
 - ``PUT /api/v1/repositories/{ns}/{repo}/blobs/uploads/{uuid}/recipe``: declare the recipe of the
   data blob whose new frames the (still empty) session will hold, so each PATCH verifies the
-  frames it carries (registry/upload_verify.py);
+  frames it carries (registry/push/upload_verify.py);
 - ``POST /api/v1/repositories/{ns}/{repo}/blobs/uploads/{uuid}/recipe``: finish an upload
   session holding a data blob's new frames, with the blob's recipe.
 """

@@ -23,7 +23,7 @@ from litestar.params import FromPath
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.manifests import too_large
+from hub_server.registry.push.manifests import too_large
 from hub_server.registry.service import Registry
 
 __all__ = [

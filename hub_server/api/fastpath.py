@@ -1,6 +1,6 @@
 """A raw ASGI answer to manifest ``GET``/``HEAD`` requests the read cache can serve whole.
 
-Fleets poll manifests; with the read cache (``hub_server.registry.readcache``) such a request
+Fleets poll manifests; with the read cache (``hub_server.registry.core.readcache``) such a request
 touches neither the database nor the disk, and what is left of its cost is Litestar's routing,
 signature parsing and dependency resolution (~40% of a worker's time, docs/benchmarks.md). This
 wrapper sits inside the access log and the metrics middleware and in front of Litestar: for
@@ -26,9 +26,9 @@ from hub_server.auth.errors import AuthError
 from hub_server.auth.scopes import Principal
 from hub_server.errors import HubError
 from hub_server.metrics import ASGIApp, Receive, Scope, Send
-from hub_server.registry.access import check_readable
-from hub_server.registry.names import parse_reference
-from hub_server.registry.readcache import CachedManifest, ReadCache
+from hub_server.registry.core.access import check_readable
+from hub_server.registry.core.names import parse_reference
+from hub_server.registry.core.readcache import CachedManifest, ReadCache
 
 __all__ = ["MANIFEST_ROUTE", "ManifestFastPath", "manifest_headers"]
 

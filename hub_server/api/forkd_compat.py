@@ -17,7 +17,7 @@ from litestar.response import Redirect, Stream
 
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.forkd_compat import PACK_SUFFIX, ForkdCompatService
+from hub_server.registry.forkd.compat import PACK_SUFFIX, ForkdCompatService
 from hub_server.settings import Settings
 
 __all__ = ["ForkdCompatController", "provide_forkd_compat"]

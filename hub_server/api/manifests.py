@@ -12,8 +12,8 @@ from hub_server.api.deps import read_limited, remote_of
 from hub_server.api.schemas import DeleteOut
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.content.tags import ABSENT, ANY
 from hub_server.registry.service import Registry
-from hub_server.registry.tags import ABSENT, ANY
 
 
 def tag_expectation(if_match: str | None, if_none_match: str | None) -> str:

@@ -11,7 +11,7 @@ from litestar.di import NamedDependency
 from litestar.params import QueryParameter
 
 from hub_server.api.deps import DIGEST_ROUTE, DigestRoute
-from hub_server.registry.oci_content import OCI_INDEX
+from hub_server.registry.push.oci_content import OCI_INDEX
 
 
 class ReferrerController(Controller):

@@ -15,8 +15,8 @@ from litestar.params import FromPath, HeaderParameter, QueryParameter
 from hub_server.api.deps import body_stream
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.push.uploads import BlobCommitted, UploadStatus
 from hub_server.registry.service import Registry
-from hub_server.registry.uploads import BlobCommitted, UploadStatus
 
 _CONTENT_RANGE = re.compile(r"(?:bytes\s+)?([0-9]+)-([0-9]+)(?:/(?:[0-9]+|\*))?")
 

@@ -12,20 +12,20 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from hub_server.db.models import Repository
-from hub_server.registry.blobs import BlobService, BlobUnlinker
-from hub_server.registry.browse import BrowseService
-from hub_server.registry.catalog import CatalogService
-from hub_server.registry.chunks import ChunkService
-from hub_server.registry.context import RegistryContext
-from hub_server.registry.deletion import DeleteService
-from hub_server.registry.gc import GarbageCollector
-from hub_server.registry.lineage import LineageService
-from hub_server.registry.manifests import ManifestService
-from hub_server.registry.paths import HEALTH_PROBE_KEY
-from hub_server.registry.referrers import ReferrerService
-from hub_server.registry.tags import TagService
-from hub_server.registry.uploads import UploadService
-from hub_server.registry.usage import stored_bytes
+from hub_server.registry.content.blobs import BlobService, BlobUnlinker
+from hub_server.registry.content.tags import TagService
+from hub_server.registry.core.context import RegistryContext
+from hub_server.registry.core.paths import HEALTH_PROBE_KEY
+from hub_server.registry.push.chunks import ChunkService
+from hub_server.registry.push.manifests import ManifestService
+from hub_server.registry.push.uploads import UploadService
+from hub_server.registry.read.browse import BrowseService
+from hub_server.registry.read.catalog import CatalogService
+from hub_server.registry.read.lineage import LineageService
+from hub_server.registry.read.referrers import ReferrerService
+from hub_server.registry.upkeep.deletion import DeleteService
+from hub_server.registry.upkeep.gc import GarbageCollector
+from hub_server.registry.upkeep.usage import stored_bytes
 
 __all__ = ["HealthReport", "Registry"]
 
@@ -77,7 +77,7 @@ class Registry:
     async def refresh_gauges(self, max_age: float = GAUGE_MAX_AGE) -> None:
         """Update the storage and repository gauges (before ``/metrics`` renders), at most every ``max_age`` s.
 
-        Storage is read from the database (registry/usage.py: no walk of the store, cheap on S3);
+        Storage is read from the database (registry/upkeep/usage.py: no walk of the store, cheap on S3);
         scrapes in quick succession still reuse the last values.
         """
         now = time.monotonic()
