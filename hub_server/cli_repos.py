@@ -107,9 +107,10 @@ def _policy(args: argparse.Namespace) -> int:
     async def show_or_change(hub: HubServices) -> int:
         operator = Principal.with_scopes(cli_actor(), ["admin"])
         if change.empty:
-            detail = await hub.registry.catalog.repository(operator, namespace, name)
+            detail = await hub.registry.catalog.repository(await hub.registry.scope(operator, namespace, name, "pull"))
         else:
-            detail = await hub.registry.catalog.update(operator, namespace, name, policy=change)
+            scope = await hub.registry.scope(operator, namespace, name, "push")
+            detail = await hub.registry.catalog.update(scope, policy=change)
         assert detail.policy is not None
         if args.json:
             print(json.dumps(detail.policy.to_json(), indent=2))

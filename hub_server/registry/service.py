@@ -11,9 +11,11 @@ import time
 from sqlalchemy import func, text
 from sqlmodel import select
 
+from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository
 from hub_server.registry.content.blobs import BlobService, BlobUnlinker
 from hub_server.registry.content.tags import TagService
+from hub_server.registry.core.access import Access, RepositoryScope, resolve_scope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.paths import HEALTH_PROBE_KEY
 from hub_server.registry.push.chunks import ChunkService
@@ -50,6 +52,13 @@ class Registry:
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
         self._gauges_at: float | None = None
+
+    async def scope(
+        self, principal: Principal, namespace: str, name: str, access: Access, *, cached: bool = False
+    ) -> RepositoryScope:
+        """The repository ``namespace/name`` as ``principal`` may ``access`` it: resolved and authorized
+        once per request (``core/access.py``), then handed to a service. Raises: as :func:`resolve_scope`."""
+        return await resolve_scope(self.ctx, principal, namespace, name, access, cached=cached)
 
     async def health(self) -> tuple[bool, HealthReport]:
         """Whether the database and the blob store answer (and the store has room: ``min_free_bytes``);

@@ -18,14 +18,13 @@ import anyio.to_thread
 from sqlmodel import select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from hub_server.auth.scopes import Principal
 from hub_server.db.models import Blob, RepositoryBlob
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.blobplan import blob_plan
 from hub_server.registry.content.recipes import has_recipe, iter_blob_range
-from hub_server.registry.core.access import find_repository, readable_repository, require, unknown_repository
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
-from hub_server.registry.core.names import check_digest, check_repository, parse_digest
+from hub_server.registry.core.names import check_digest, parse_digest
 from hub_server.registry.core.paths import blob_key
 from hub_server.registry.core.sql import insert_ignore
 from hub_server.storage import BlobNotFound, BlobStore
@@ -99,19 +98,17 @@ class BlobService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def read(
-        self, principal: Principal, namespace: str, name: str, digest: str, *, redirect: bool = False
-    ) -> BlobRead:
-        """The blob ``digest`` as linked to ``namespace/name``.
+    async def read(self, scope: RepositoryScope, digest: str, *, redirect: bool = False) -> BlobRead:
+        """The blob ``digest`` as linked to the repository of ``scope`` (a ``pull`` scope).
 
         ``redirect`` asks for a presigned URL when the store can make one (blob GET).
 
-        Raises: HubError(NAME_INVALID, NAME_UNKNOWN, DIGEST_INVALID, BLOB_UNKNOWN).
+        Raises: HubError(DIGEST_INVALID, BLOB_UNKNOWN).
         """
         parsed = parse_digest(digest)
         digest = str(parsed)
+        repo = scope.existing()
         async with self.ctx.sessions() as session:
-            repo = await readable_repository(session, principal, namespace, name)
             row = (
                 await session.exec(
                     select(Blob)
@@ -141,22 +138,15 @@ class BlobUnlinker:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def unlink(
-        self, principal: Principal, namespace: str, name: str, digest: str, remote: str | None = None
-    ) -> None:
-        """Remove ``digest``'s link to ``namespace/name``.
+    async def unlink(self, scope: RepositoryScope, digest: str, remote: str | None = None) -> None:
+        """Remove ``digest``'s link to the repository of ``scope`` (a ``delete`` scope).
 
-        Raises: Unauthorized/Forbidden (delete scope), HubError(NAME_INVALID, NAME_UNKNOWN, DIGEST_INVALID,
-        BLOB_UNKNOWN).
+        Raises: HubError(DIGEST_INVALID, BLOB_UNKNOWN).
         """
         digest = check_digest(digest)
-        full = check_repository(namespace, name)
-        require(principal, "delete", full)
+        full = scope.full_name
         async with self.ctx.sessions() as session:
-            repo = await find_repository(session, namespace, name)
-            if repo is None:
-                raise unknown_repository(full)
-            link = await session.get(RepositoryBlob, (repo.id, digest))
+            link = await session.get(RepositoryBlob, (scope.id, digest))
             if link is None:
                 raise HubError(
                     ErrorCode.BLOB_UNKNOWN, f"blob {digest} is not in {full}", {"digest": digest, "name": full}
@@ -164,7 +154,7 @@ class BlobUnlinker:
             await session.delete(link)
             await session.commit()
         await self.ctx.audit.record(
-            principal.actor, "delete", repository=full, digest=digest, remote=remote, detail={"blob": True}
+            scope.principal.actor, "delete", repository=full, digest=digest, remote=remote, detail={"blob": True}
         )
 
 

@@ -24,10 +24,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository, RepositoryManifest, Tag
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.core.access import readable_repository
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import Reference
 
@@ -169,16 +168,14 @@ class TagService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def list(
-        self, principal: Principal, namespace: str, name: str, n: int | None = None, last: str | None = None
-    ) -> Page:
-        """Tag names of a readable repository in lexical order, after ``last`` (none at all for ``n=0``)."""
+    async def list(self, scope: RepositoryScope, n: int | None = None, last: str | None = None) -> Page:
+        """Tag names of the repository of ``scope`` (``pull``) in lexical order, after ``last`` (none at all
+        for ``n=0``)."""
         size = page_size(n)
+        if n == 0:
+            return Page([], None)
         async with self.ctx.sessions() as session:
-            repo = await readable_repository(session, principal, namespace, name)
-            if n == 0:
-                return Page([], None)
-            query = select(Tag.name).where(Tag.repository_id == repo.id).order_by(col(Tag.name)).limit(size + 1)
+            query = select(Tag.name).where(Tag.repository_id == scope.id).order_by(col(Tag.name)).limit(size + 1)
             if last:
                 query = query.where(col(Tag.name) > last)
             names = list((await session.exec(query)).all())

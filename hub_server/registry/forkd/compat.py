@@ -62,6 +62,7 @@ from hub_server.db.models import (
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.damage import find_mark, mark
+from hub_server.registry.core.access import RepositoryScope, scope_of
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.paths import (
     FORKD_PACK_SUFFIX,
@@ -245,7 +246,7 @@ class ForkdCompatService:
         info = await self._read_info(repository, head.digest)
         if info is None:
             try:  # public: anyone may read it; built once, then served from the cache
-                built = await self.pack(Principal.anonymous(), repo.namespace, repo.name, f"@{head.digest}")
+                built = await self.pack(scope_of(Principal.anonymous(), repo, "pull"), f"@{head.digest}")
             except HubError as e:
                 log.warning("registry.json: leaving out %s:%s, its forkd pack cannot be built: %s", repository, tag, e)
                 return None
@@ -261,14 +262,15 @@ class ForkdCompatService:
 
     # -- packs ------------------------------------------------------------------------------
 
-    async def pack(self, principal: Principal, namespace: str, name: str, ref: str) -> PackDownload:
-        """The forkd pack of ``ref`` (a tag, or a digest with an optional leading ``@``), built on first use.
+    async def pack(self, scope: RepositoryScope, ref: str) -> PackDownload:
+        """The forkd pack of ``ref`` (a tag, or a digest with an optional leading ``@``) in the repository of
+        ``scope`` (``pull``), built on first use.
 
-        Raises: HubError (NAME_INVALID, NAME_UNKNOWN, MANIFEST_UNKNOWN, DIGEST_INVALID, TOO_LARGE,
+        Raises: HubError (NAME_INVALID (a bad tag), MANIFEST_UNKNOWN, DIGEST_INVALID, TOO_LARGE,
         INTERNAL, UNAVAILABLE), StorageUnavailable, StorageFull.
         """
-        chain = await self._lineage.chain(principal, namespace, name, ref.removeprefix("@"))
-        repository = f"{namespace}/{name}"
+        chain = await self._lineage.chain(scope, ref.removeprefix("@"))
+        repository, name = scope.full_name, scope.name
         key = pack_key(repository, chain.digest)
         cached = await self._cached(repository, chain.digest)
         if cached is not None:

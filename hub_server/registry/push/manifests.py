@@ -26,7 +26,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from hub_server.auth.scopes import Principal
 from hub_server.db.models import (
     Blob,
     Chunk,
@@ -42,9 +41,9 @@ from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.policy import tag_is_immutable
 from hub_server.registry.content.recipes import read_blob_range
 from hub_server.registry.content.tags import ANY, move_tag, resolve_reference
-from hub_server.registry.core.access import check_readable, ensure_repository, find_repository, require
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
-from hub_server.registry.core.names import Reference, check_repository, parse_reference
+from hub_server.registry.core.names import Reference, parse_reference
 from hub_server.registry.core.paths import blob_key
 from hub_server.registry.core.readcache import CachedManifest
 from hub_server.registry.core.sql import batched, insert_ignore
@@ -88,9 +87,7 @@ class ManifestService:
 
     async def put(
         self,
-        principal: Principal,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         ref: str,
         body: bytes,
         content_type: str | None = None,
@@ -99,15 +96,14 @@ class ManifestService:
         remote: str | None = None,
         expect_tag: str = ANY,
     ) -> PushResult:
-        """Verify and store a pushed manifest; tag it when ``ref`` is a tag.
+        """Verify and store a manifest pushed to the repository of ``scope`` (``push``); tag it when ``ref`` is a tag.
 
         ``public`` makes the repository public when this is its first manifest. ``expect_tag``
         (a digest, ``tags.ABSENT`` or ``tags.ANY``) is where the tag must still point for the
         push to move it; otherwise nothing is stored and HubError(TAG_CONFLICT) is raised.
         """
-        full = check_repository(namespace, name)
+        principal, full = scope.principal, scope.full_name
         reference = parse_reference(ref)
-        require(principal, "push", full)
         limit = self.ctx.limits.manifest_bytes
         if len(body) > limit:
             raise too_large("manifest", len(body), limit)
@@ -131,8 +127,8 @@ class ManifestService:
                 {"expected": reference.digest, "actual": digest},
             )
 
+        repo = scope.row if scope.repository is not None else None
         async with self.ctx.sessions() as session:
-            repo = await find_repository(session, namespace, name)
             if isinstance(document, OciDocument):
                 plan = await plan_generic(session, repo, document)
             elif isinstance(document, ChainIndex):
@@ -140,7 +136,9 @@ class ManifestService:
             else:
                 plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
         if reference.tag is not None and self.ctx.signatures is not None:  # docs/decisions/0009-signatures.md
-            await self.ctx.signatures.check_tag(self.ctx, repo.id if repo else None, namespace, name, digest)
+            await self.ctx.signatures.check_tag(
+                self.ctx, repo.id if repo else None, scope.namespace, scope.name, digest
+            )
         await verify_frames(partial(read_blob_range, self.ctx), plan.frames, plan.blob_sizes)
         if plan.proven_maps:  # format v2: the chunk digests hold, so the file digests can be proven from them
             async with self.ctx.sessions() as session:
@@ -149,8 +147,8 @@ class ManifestService:
         key = blob_key(digest)
         if not await self.ctx.store.exists(key):
             await self.ctx.store.put(key, body)
-        created, previous = await self._commit(namespace, name, digest, len(body), plan, reference, public, expect_tag)
-        self.ctx.cache.forget_repository(namespace, name)  # tag moved, manifest linked, maybe made public
+        created, previous = await self._commit(scope, digest, len(body), plan, reference, public, expect_tag)
+        self.ctx.cache.forget_repository(scope.namespace, scope.name)  # tag moved, manifest linked, maybe made public
 
         if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
             await self.ctx.audit.record(
@@ -180,28 +178,17 @@ class ManifestService:
             )
         return PushResult(digest, full, reference.tag, created, plan.subject_digest)
 
-    async def get(
-        self, principal: Principal, namespace: str, name: str, ref: str, *, with_body: bool = True
-    ) -> StoredManifest:
-        """The exact bytes pushed for ``ref`` in ``namespace/name`` (``data`` is None without ``with_body``).
+    async def get(self, scope: RepositoryScope, ref: str, *, with_body: bool = True) -> StoredManifest:
+        """The exact bytes pushed for ``ref`` in the repository of ``scope`` (``data`` is None without ``with_body``).
 
-        Served from ``ctx.cache`` when it can (readcache: manifests by digest, repository facts
-        for the TTL); the access check runs on every call. Raises: as :func:`readable_repository`,
-        HubError(MANIFEST_UNKNOWN).
+        ``scope`` is a ``pull`` scope resolved through the read cache (``cached=True``: repository facts
+        for the TTL); manifests by digest are served from ``ctx.cache`` too. Raises: HubError
+        (MANIFEST_UNKNOWN, NAME_INVALID / DIGEST_INVALID for a malformed ``ref``).
         """
         reference = parse_reference(ref)
         cache = self.ctx.cache
-        epoch = cache.epoch
-        facts = cache.repository(namespace, name)
-        if facts is None:
-            full = check_repository(namespace, name)
-            async with self.ctx.sessions() as session:
-                repo = await find_repository(session, namespace, name)
-            check_readable(principal, full, repo)
-            assert repo is not None and repo.id is not None
-            facts = cache.remember_repository(repo.id, namespace, name, repo.public, epoch)
-        else:
-            check_readable(principal, facts.full_name, facts)
+        epoch = scope.epoch
+        facts = scope.facts
         digest = (
             facts.tags.get(reference.tag)
             if reference.tag is not None
@@ -223,8 +210,7 @@ class ManifestService:
 
     async def _commit(
         self,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         digest: str,
         size: int,
         plan: PushPlan,
@@ -236,7 +222,7 @@ class ManifestService:
         async with self.ctx.sessions() as session:
             try:
                 created, previous = await self._write_rows(
-                    session, namespace, name, digest, size, plan, reference, public, expect_tag
+                    session, scope, digest, size, plan, reference, public, expect_tag
                 )
                 await session.commit()
             except IntegrityError:
@@ -251,8 +237,7 @@ class ManifestService:
     async def _write_rows(
         self,
         session: AsyncSession,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         digest: str,
         size: int,
         plan: PushPlan,
@@ -262,7 +247,7 @@ class ManifestService:
     ) -> tuple[bool, str | None]:
         now = self.ctx.clock()
         previous: str | None = None
-        repo = await ensure_repository(session, namespace, name, public=public)
+        repo = await scope.created(session, public=public)
         if public and not repo.public and await _is_empty(session, repo):
             repo.public = True
         await insert_ignore(

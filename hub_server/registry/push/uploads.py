@@ -27,13 +27,11 @@ from datetime import datetime, timedelta
 import anyio
 from sqlalchemy import or_, update
 from sqlmodel import col
-from sqlmodel.ext.asyncio.session import AsyncSession
 
-from hub_server.auth.scopes import Principal
-from hub_server.db.models import Blob, Repository, RepositoryBlob, Upload
+from hub_server.db.models import Blob, RepositoryBlob, Upload
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.blobs import digest_object, publish_blob
-from hub_server.registry.core.access import can_read, find_repository, readable_linking, writable_repository
+from hub_server.registry.core.access import RepositoryScope, can_read, find_repository, readable_linking
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest, check_repository, parse_digest
 from hub_server.registry.core.paths import session_pack_key, upload_key
@@ -81,29 +79,27 @@ class UploadService:
 
     async def start(
         self,
-        principal: Principal,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         *,
         digest: str | None = None,
         body: AsyncIterator[bytes] | None = None,
         mount: str | None = None,
         mount_from: str | None = None,
     ) -> UploadStatus | BlobCommitted:
-        """Open a session; with ``digest`` upload ``body`` monolithically; with ``mount`` link an existing
-        blob from ``mount_from``, or without it from any repository holding it, if the caller may read
-        that repository (else open a session).
+        """Open a session in the repository of ``scope`` (``push``); with ``digest`` upload ``body``
+        monolithically; with ``mount`` link an existing blob from ``mount_from``, or without it from any
+        repository holding it, if the caller may read that repository (else open a session).
 
         Creates the repository (private) on the first write.
         """
         if mount is not None:
-            mounted = await self._mount(principal, namespace, name, check_digest(mount), mount_from)
+            mounted = await self._mount(scope, check_digest(mount), mount_from)
             if mounted is not None:
                 return mounted
         if digest is not None:
             digest = check_digest(digest)
         async with self.ctx.sessions() as session:
-            repo = await writable_repository(session, principal, namespace, name, create=True)
+            repo = await scope.created(session)
             upload_id = str(uuid.uuid4())
             await self.ctx.store.put(upload_key(upload_id), b"")
             now = self.ctx.clock()
@@ -111,25 +107,24 @@ class UploadService:
             await session.commit()
         if digest is None:
             return UploadStatus(upload_id, repo.full_name, 0)
+        if scope.repository is None:  # the session's checks need the repository it created
+            scope = scope.with_repository(repo)
         try:
-            return await self.finish(principal, namespace, name, upload_id, digest, body)
+            return await self.finish(scope, upload_id, digest, body)
         except BaseException:
             # The client never learnt this session's id: nothing may outlive the failed request.
             with anyio.CancelScope(shield=True):
                 await self._drop(upload_id)
             raise
 
-    async def status(self, principal: Principal, namespace: str, name: str, upload_id: str) -> UploadStatus:
+    async def status(self, scope: RepositoryScope, upload_id: str) -> UploadStatus:
         """How many bytes the session holds."""
-        async with self.ctx.sessions() as session:
-            repo, _ = await self._session(session, principal, namespace, name, upload_id)
-        return UploadStatus(upload_id, repo.full_name, await self._size(upload_id))
+        await self._session(scope, upload_id)
+        return UploadStatus(upload_id, scope.full_name, await self._size(upload_id))
 
     async def append(
         self,
-        principal: Principal,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         upload_id: str,
         body: AsyncIterator[bytes],
         content_range: tuple[int, int] | None = None,
@@ -139,17 +134,14 @@ class UploadService:
         Raises: HubError(RANGE_INVALID) with ``detail.size`` when it does not, HubError(BLOB_UPLOAD_INVALID)
         when the body length differs from the range or the blob would exceed the size limit.
         """
-        async with self.ctx.sessions() as session:
-            repo, upload = await self._session(session, principal, namespace, name, upload_id)
+        upload = await self._session(scope, upload_id)
         async with self._exclusive(upload_id) as lease:
             size = await self._append(upload, body, content_range, lease)
-        return UploadStatus(upload_id, repo.full_name, size)
+        return UploadStatus(upload_id, scope.full_name, size)
 
     async def finish(
         self,
-        principal: Principal,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         upload_id: str,
         digest: str,
         body: AsyncIterator[bytes] | None = None,
@@ -163,8 +155,7 @@ class UploadService:
         committed size (the session is kept, unchanged).
         """
         want = parse_digest(digest)
-        async with self.ctx.sessions() as session:
-            repo, upload = await self._session(session, principal, namespace, name, upload_id)
+        upload = await self._session(scope, upload_id)
         key = upload_key(upload_id)
         async with self._exclusive(upload_id) as lease:
             if body is not None:
@@ -181,12 +172,10 @@ class UploadService:
                 row = await session.get(Upload, upload_id)
                 if row is not None:
                     await session.delete(row)
-                await publish_blob(self.ctx, session, key, str(want), size, repo.id)  # type: ignore[arg-type]
-        return BlobCommitted(str(want), repo.full_name, size)
+                await publish_blob(self.ctx, session, key, str(want), size, scope.id)
+        return BlobCommitted(str(want), scope.full_name, size)
 
-    async def finish_recipe(
-        self, principal: Principal, namespace: str, name: str, upload_id: str, recipe: object
-    ) -> BlobCommitted:
+    async def finish_recipe(self, scope: RepositoryScope, upload_id: str, recipe: object) -> BlobCommitted:
         """Finish a session holding the new frames of a data blob, given the blob's recipe: the hub
         rebuilds and verifies the blob and keeps its frames once, in a pack (registry/push/packs.py).
 
@@ -194,8 +183,7 @@ class UploadService:
         HubError(BLOB_UPLOAD_UNKNOWN).
         """
         parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
-        async with self.ctx.sessions() as session:
-            repo, _ = await self._session(session, principal, namespace, name, upload_id)
+        await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
                 declared = await declared_stream(self.ctx, upload_id, await self._size(upload_id))
@@ -207,20 +195,18 @@ class UploadService:
                     )
                 if declared is not None and declared[1] is not None:  # verified as it streamed in
                     await declared[1].finish(parsed)
-                    await keep_frames(self.ctx, repo.id, upload_id, parsed)  # type: ignore[arg-type]
+                    await keep_frames(self.ctx, scope.id, upload_id, parsed)
                 else:
-                    await ingest_recipe(self.ctx, principal, repo.id, upload_id, parsed)  # type: ignore[arg-type]
+                    await ingest_recipe(self.ctx, scope.principal, scope.id, upload_id, parsed)
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self._drop(upload_id)  # the session and its bytes go
                 raise
             with anyio.CancelScope(shield=True):
                 await self._drop(upload_id, keep_pack=True)  # the session's bytes are a pack now
-        return BlobCommitted(parsed.digest, repo.full_name, parsed.size)
+        return BlobCommitted(parsed.digest, scope.full_name, parsed.size)
 
-    async def declare_recipe(
-        self, principal: Principal, namespace: str, name: str, upload_id: str, recipe: object
-    ) -> UploadStatus:
+    async def declare_recipe(self, scope: RepositoryScope, upload_id: str, recipe: object) -> UploadStatus:
         """Declare the recipe of the data blob whose new frames the session will hold, before they are
         uploaded: each PATCH then verifies the frames it carries (registry/push/upload_verify.py).
 
@@ -228,32 +214,29 @@ class UploadService:
         declared already, a session holding bytes already, or held frames not readable or not matching
         (the session and its bytes are deleted); HubError(BLOB_UPLOAD_UNKNOWN).
         """
-        async with self.ctx.sessions() as session:
-            repo, _ = await self._session(session, principal, namespace, name, upload_id)
+        await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
-                await declare(self.ctx, principal, upload_id, recipe, await self._size(upload_id))
+                await declare(self.ctx, scope.principal, upload_id, recipe, await self._size(upload_id))
             except HubError:
                 with anyio.CancelScope(shield=True):
                     await self._drop(upload_id)
                 raise
-        return UploadStatus(upload_id, repo.full_name, await self._size(upload_id))
+        return UploadStatus(upload_id, scope.full_name, await self._size(upload_id))
 
-    async def cancel(self, principal: Principal, namespace: str, name: str, upload_id: str) -> None:
+    async def cancel(self, scope: RepositoryScope, upload_id: str) -> None:
         """Delete the session and its staged bytes."""
-        async with self.ctx.sessions() as session:
-            await self._session(session, principal, namespace, name, upload_id)
+        await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             await self._drop(upload_id)
 
     # -- helpers ---------------------------------------------------------------------------
 
-    async def _mount(
-        self, principal: Principal, namespace: str, name: str, digest: str, source: str | None
-    ) -> BlobCommitted | None:
+    async def _mount(self, scope: RepositoryScope, digest: str, source: str | None) -> BlobCommitted | None:
+        principal = scope.principal
         src_ns, _, src_name = (source or "").partition("/")
         async with self.ctx.sessions() as session:
-            repo = await writable_repository(session, principal, namespace, name, create=True)
+            repo = await scope.created(session)
             if source is None:  # no ``from``: any repository the caller may read that holds it
                 if not await readable_linking(session, principal, blobs=[digest]):
                     return None
@@ -277,19 +260,22 @@ class UploadService:
             await session.commit()
         return BlobCommitted(digest, repo.full_name, blob.size)
 
-    async def _session(
-        self, session: AsyncSession, principal: Principal, namespace: str, name: str, upload_id: str
-    ) -> tuple[Repository, Upload]:
-        repo = await writable_repository(session, principal, namespace, name)
-        upload = await session.get(Upload, upload_id) if _valid_id(upload_id) else None
+    async def _session(self, scope: RepositoryScope, upload_id: str) -> Upload:
+        """The open upload ``upload_id`` of the repository of ``scope``.
+
+        Raises: HubError(NAME_UNKNOWN) for a missing repository, HubError(BLOB_UPLOAD_UNKNOWN).
+        """
+        repo_id = scope.id
+        async with self.ctx.sessions() as session:
+            upload = await session.get(Upload, upload_id) if _valid_id(upload_id) else None
         expired = upload is not None and self.ctx.clock() - upload.updated_at > self.ctx.limits.upload_lifetime
-        if upload is None or upload.repository_id != repo.id or expired:
+        if upload is None or upload.repository_id != repo_id or expired:
             raise HubError(
                 ErrorCode.BLOB_UPLOAD_UNKNOWN,
                 f"upload {upload_id[:64]!r} is unknown or expired",
                 {"uuid": upload_id[:64]},
             )
-        return repo, upload
+        return upload
 
     async def _size(self, upload_id: str) -> int:
         try:

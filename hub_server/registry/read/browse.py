@@ -28,7 +28,7 @@ from hub_server.auth.scopes import Principal
 from hub_server.db.models import Manifest, Repository, Tag
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.policy import EffectivePolicy, effective_policy
-from hub_server.registry.core.access import readable_repository
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.read.layerview import LayerView, layer_view
 from hub_server.registry.read.search import (
@@ -146,12 +146,12 @@ class BrowseService:
             raise HubError(ErrorCode.NAME_UNKNOWN, f"namespace {namespace[:64]} not found", {"name": namespace[:64]})
         return results
 
-    async def repository(self, principal: Principal, namespace: str, name: str, page: int = 1) -> RepositoryView:
-        """One readable repository and a page of its tags, most recently pushed first."""
+    async def repository(self, scope: RepositoryScope, page: int = 1) -> RepositoryView:
+        """The repository of ``scope`` (``pull``) and a page of its tags, most recently pushed first."""
         if page < 1:
             raise HubError(ErrorCode.INVALID_REQUEST, "page must be 1 or more", {"field": "page"})
+        repo = scope.row
         async with self.ctx.sessions() as session:
-            repo = await readable_repository(session, principal, namespace, name)
             total = (
                 await session.exec(select(func.count()).select_from(Tag).where(col(Tag.repository_id) == repo.id))
             ).one()
@@ -196,9 +196,9 @@ class BrowseService:
             policy,
         )
 
-    async def layer(self, principal: Principal, namespace: str, name: str, ref: str) -> LayerView:
-        """The layer page of ``namespace/name`` at ``ref`` (tag or digest)."""
-        return await layer_view(self.ctx, principal, namespace, name, ref)
+    async def layer(self, scope: RepositoryScope, ref: str) -> LayerView:
+        """The layer page of the repository of ``scope`` (``pull``) at ``ref`` (tag or digest)."""
+        return await layer_view(self.ctx, scope, ref)
 
 
 async def _pushers(session: AsyncSession, repository: str, tags: list[tuple[str, str]]) -> dict[str, str]:

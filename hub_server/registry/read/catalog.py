@@ -20,7 +20,7 @@ from hub_server.db.models import Manifest, Repository, Tag
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.policy import EffectivePolicy, PolicyChange, apply_policy_change, effective_policy
 from hub_server.registry.content.tags import Page, page_size
-from hub_server.registry.core.access import can_read, readable_repository, require, writable_repository
+from hub_server.registry.core.access import RepositoryScope, can_read
 from hub_server.registry.core.context import RegistryContext
 
 __all__ = ["CatalogService", "RepositoryDetail", "RepositoryPage", "RepositorySummary", "TagDetail"]
@@ -109,25 +109,26 @@ class CatalogService:
         ]
         return RepositoryPage(items, items[-1].name if more else None)
 
-    async def repository(self, principal: Principal, namespace: str, name: str) -> RepositoryDetail:
-        """One repository with its tags (digest, sizes, times)."""
+    async def repository(self, scope: RepositoryScope) -> RepositoryDetail:
+        """The repository of ``scope`` (``pull``) with its tags (digest, sizes, times)."""
         async with self.ctx.sessions() as session:
-            repo = await readable_repository(session, principal, namespace, name)
-            return await _detail(session, repo, self.ctx)
+            return await _detail(session, scope.row, self.ctx)
 
     async def update(
         self,
-        principal: Principal,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         *,
         public: bool | None = None,
         description: str | None = None,
         policy: PolicyChange | None = None,
         remote: str | None = None,
     ) -> RepositoryDetail:
-        """Change visibility and/or description (needs push or admin on the repository), and the
-        tag policies (needs admin: ``registry/content/policy.py``). All or nothing: a bad field changes nothing."""
+        """Change visibility and/or description of the repository of ``scope`` (a ``push`` scope: push or
+        admin there), and the tag policies (needs admin: ``registry/content/policy.py``). All or nothing: a
+        bad field changes nothing.
+
+        Raises: HubError(NAME_UNKNOWN, INVALID_REQUEST), Forbidden/Unauthorized (policies without admin).
+        """
         if description is not None and len(description) > MAX_DESCRIPTION:
             raise HubError(
                 ErrorCode.INVALID_REQUEST,
@@ -135,11 +136,11 @@ class CatalogService:
                 {"field": "description", "limit": MAX_DESCRIPTION},
             )
         async with self.ctx.sessions() as session:
-            repo = await writable_repository(session, principal, namespace, name)
+            repo = await scope.row_in(session)
             changes: dict = {}
             policy_changes: dict = {}
             if policy is not None and not policy.empty:
-                require(principal, "admin", repo.full_name)
+                scope.require("admin")
                 policy_changes = await apply_policy_change(session, self.ctx, repo, policy)
             if public is not None and public != repo.public:
                 repo.public = changes["public"] = public
@@ -150,16 +151,18 @@ class CatalogService:
                 session.add(repo)
             await session.commit()
             if changes or policy_changes:
-                self.ctx.cache.forget_repository(namespace, name)  # made private: no cached read may outlive it
+                self.ctx.cache.forget_repository(
+                    scope.namespace, scope.name
+                )  # made private: no cached read may outlive it
             detail = await _detail(session, repo, self.ctx)
         if policy_changes:
             await self.ctx.audit.record(
-                principal.actor, "policy", repository=repo.full_name, remote=remote, detail=policy_changes
+                scope.principal.actor, "policy", repository=repo.full_name, remote=remote, detail=policy_changes
             )
         if changes:
             action = "visibility" if "public" in changes else "update"
             await self.ctx.audit.record(
-                principal.actor, action, repository=repo.full_name, remote=remote, detail=changes
+                scope.principal.actor, action, repository=repo.full_name, remote=remote, detail=changes
             )
         return detail
 

@@ -23,6 +23,7 @@ from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository, Tag
 from hub_server.registry.content.signature_policy import SignatureClaim, signature_claims
 from hub_server.registry.content.tags import resolve_reference
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import parse_reference
 from hub_server.registry.core.paths import blob_key
@@ -86,10 +87,11 @@ class LayerView:
         return self.links[-1]
 
 
-async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str, name: str, ref: str) -> LayerView:
-    """Everything the layer page shows about ``namespace/name`` at ``ref``."""
+async def layer_view(ctx: RegistryContext, scope: RepositoryScope, ref: str) -> LayerView:
+    """Everything the layer page shows about the repository of ``scope`` (``pull``) at ``ref``."""
+    principal = scope.principal
     async with ctx.sessions() as session:
-        repo, rows = await resolve_layers(session, principal, namespace, name, ref)
+        repo, rows = await resolve_layers(session, scope, ref)
         named = await resolve_reference(session, repo, parse_reference(ref))
         places = await _tagged_places(
             session, principal, await locate_links(session, principal, repo, [r.digest for r in rows])
@@ -102,7 +104,7 @@ async def layer_view(ctx: RegistryContext, principal: Principal, namespace: str,
     ]
     manifest = await _document(ctx, head.digest)
     config = await _document(ctx, head.config_digest) if head.config_digest else None
-    referrers = await ReferrerService(ctx).list(principal, repo.namespace, repo.name, head.digest)
+    referrers = await ReferrerService(ctx).list(scope, head.digest)
     return LayerView(
         namespace=repo.namespace,
         name=repo.name,

@@ -21,7 +21,7 @@ from hub_server.auth.scopes import Principal
 from hub_server.db.models import BlobRole, Manifest, ManifestBlob, Repository, RepositoryManifest, Tag
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.tags import resolve_reference, tags_by_digest
-from hub_server.registry.core.access import can_read, readable_linking, readable_repository
+from hub_server.registry.core.access import RepositoryScope, can_read, readable_linking
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import parse_reference
 from hub_server.registry.core.paths import blob_key
@@ -92,14 +92,15 @@ class LineageService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def chain(self, principal: Principal, namespace: str, name: str, ref: str) -> Chain:
-        """The chain ``ref`` names, base → head, with exact manifest and config bytes.
+    async def chain(self, scope: RepositoryScope, ref: str) -> Chain:
+        """The chain ``ref`` names in the repository of ``scope`` (``pull``), base → head, with exact
+        manifest and config bytes.
 
         Each answer counts as one pull of the repository (``repositories.pull_count``).
         """
         async with self.ctx.sessions() as session:
-            repo, rows = await resolve_layers(session, principal, namespace, name, ref)
-            refs = await locate_links(session, principal, repo, [r.digest for r in rows])
+            repo, rows = await resolve_layers(session, scope, ref)
+            refs = await locate_links(session, scope.principal, repo, [r.digest for r in rows])
             await session.exec(
                 update(Repository)
                 .where(col(Repository.id) == repo.id)
@@ -123,27 +124,26 @@ class LineageService:
             )
         return Chain(rows[-1].digest, links)
 
-    async def lineage(self, principal: Principal, namespace: str, name: str, ref: str) -> Lineage:
-        """Ancestors, dependents (tags whose chains include this layer) and sizes of the layer ``ref`` names."""
+    async def lineage(self, scope: RepositoryScope, ref: str) -> Lineage:
+        """Ancestors, dependents (tags whose chains include this layer) and sizes of the layer ``ref`` names
+        in the repository of ``scope`` (``pull``)."""
         async with self.ctx.sessions() as session:
-            repo, rows = await resolve_layers(session, principal, namespace, name, ref)
+            repo, rows = await resolve_layers(session, scope, ref)
             head = rows[-1]
-            ancestors = await locate_links(session, principal, repo, [r.digest for r in rows[:-1]])
-            dependents = await readable_dependents(session, principal, head.digest)
+            ancestors = await locate_links(session, scope.principal, repo, [r.digest for r in rows[:-1]])
+            dependents = await readable_dependents(session, scope.principal, head.digest)
         return Lineage(
             head.digest, len(rows), ancestors, dependents, head.logical_size, head.stored_size, head.shared_with_parent
         )
 
 
-async def resolve_layers(
-    session: AsyncSession, principal: Principal, namespace: str, name: str, ref: str
-) -> tuple[Repository, list[Manifest]]:
-    """The readable repository and the layers of the chain ``ref`` names there, base → head.
+async def resolve_layers(session: AsyncSession, scope: RepositoryScope, ref: str) -> tuple[Repository, list[Manifest]]:
+    """The repository of ``scope`` (``pull``) and the layers of the chain ``ref`` names there, base → head.
 
-    Raises HubError(NAME_INVALID / NAME_UNKNOWN / MANIFEST_UNKNOWN / DIGEST_INVALID).
+    Raises HubError(MANIFEST_UNKNOWN / DIGEST_INVALID / NAME_INVALID (a bad tag)).
     """
     reference = parse_reference(ref)
-    repo = await readable_repository(session, principal, namespace, name)
+    repo = scope.row
     digest = await resolve_reference(session, repo, reference)
     head = await session.get(Manifest, digest)
     assert head is not None

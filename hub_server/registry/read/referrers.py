@@ -16,9 +16,8 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from hub_server.auth.scopes import Principal
 from hub_server.db.models import Manifest, ManifestSubject, RepositoryManifest
-from hub_server.registry.core.access import readable_repository
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest
 
@@ -29,19 +28,17 @@ class ReferrerService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def list(
-        self, principal: Principal, namespace: str, name: str, digest: str, artifact_type: str | None = None
-    ) -> list[dict[str, Any]]:
-        """Descriptors of the manifests in ``namespace/name`` whose subject is ``digest``, oldest first,
-        only those of ``artifact_type`` when given."""
+    async def list(self, scope: RepositoryScope, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
+        """Descriptors of the manifests in the repository of ``scope`` (``pull``) whose subject is
+        ``digest``, oldest first, only those of ``artifact_type`` when given."""
         subject = check_digest(digest)
+        repo_id = scope.id
         async with self.ctx.sessions() as session:
-            repo = await readable_repository(session, principal, namespace, name)
             query = (
                 select(Manifest)
                 .join(ManifestSubject, col(ManifestSubject.manifest_digest) == col(Manifest.digest))
                 .join(RepositoryManifest, col(RepositoryManifest.manifest_digest) == col(Manifest.digest))
-                .where(col(RepositoryManifest.repository_id) == repo.id, col(ManifestSubject.subject_digest) == subject)
+                .where(col(RepositoryManifest.repository_id) == repo_id, col(ManifestSubject.subject_digest) == subject)
                 .order_by(col(Manifest.created_at), col(Manifest.digest))
             )
             if artifact_type is not None:

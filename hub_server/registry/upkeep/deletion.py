@@ -10,8 +10,10 @@ anyway; GC keeps a parent alive while a child is reachable). Both at once: ``UNS
 
 Only links and tags are removed here; bytes and unreferenced rows go in garbage collection.
 
-Errors: ``HubError`` (``UNSUPPORTED``, ``HAS_DEPENDENTS``, ``DENIED``, ``NAME_INVALID``,
-``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``), ``Unauthorized``/``Forbidden``.
+Who may delete is the ``delete`` access of ``core/access.py`` (resolved before the service runs).
+
+Errors: ``HubError`` (``UNSUPPORTED``, ``HAS_DEPENDENTS``, ``DENIED``, ``NAME_INVALID`` (a bad tag),
+``MANIFEST_UNKNOWN``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from hub_server.auth.scopes import Principal
 from hub_server.db.models import Manifest, Repository, RepositoryManifest, Tag
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.tags import resolve_reference
-from hub_server.registry.core.access import can_read, find_repository, require, unknown_repository
+from hub_server.registry.core.access import RepositoryScope, can_read
 from hub_server.registry.core.context import RegistryContext
-from hub_server.registry.core.names import check_repository, parse_reference
+from hub_server.registry.core.names import parse_reference
 from hub_server.registry.core.sql import batched
 from hub_server.registry.read.lineage import descendants
 from manifest import mediatypes as mt
@@ -62,28 +64,23 @@ class DeleteService:
 
     async def delete(
         self,
-        principal: Principal,
-        namespace: str,
-        name: str,
+        scope: RepositoryScope,
         ref: str,
         *,
         cascade: bool = False,
         force: bool = False,
         remote: str | None = None,
     ) -> DeleteResult:
-        """Delete what ``ref`` names from ``namespace/name`` (see the module docstring)."""
+        """Delete what ``ref`` names from the repository of ``scope`` (a ``delete`` scope; see the module docstring)."""
         if cascade and force:
             raise HubError(
                 ErrorCode.UNSUPPORTED, "cascade and force cannot be combined", {"cascade": True, "force": True}
             )
-        full = check_repository(namespace, name)
+        principal, full = scope.principal, scope.full_name
         reference = parse_reference(ref)
-        require(principal, "delete", full)
         removed: list[Removal] = []
         async with self.ctx.sessions() as session:
-            repo = await find_repository(session, namespace, name)
-            if repo is None:
-                raise unknown_repository(full)
+            repo = await scope.row_in(session)
             digest = await resolve_reference(session, repo, reference)
             tags = await _tags_on(session, repo, digest)
             if reference.tag is not None and (len(tags) > 1 or not await _is_forkd(session, digest)):

@@ -118,7 +118,8 @@ def test_concurrent_pushes_of_an_immutable_tag_have_exactly_one_winner(hub: Hub,
     async def race():
         async def one(layer):
             try:
-                await manifests.put(admin, "acme", "py", "release", layer.manifest, LAYER, expect_tag=ANY)
+                scope = await hub.registry.scope(admin, "acme", "py", "push")
+                await manifests.put(scope, "release", layer.manifest, LAYER, expect_tag=ANY)
                 return layer.digest
             except HubError as e:
                 return e.code.value

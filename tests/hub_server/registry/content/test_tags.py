@@ -59,9 +59,7 @@ def test_concurrent_moves_of_one_tag_have_one_winner(hub: Hub, admin_token, imag
         async def one(layer):
             try:
                 await manifests.put(
-                    admin,
-                    "acme",
-                    "py",
+                    await hub.registry.scope(admin, "acme", "py", "push"),
                     "head",
                     layer.manifest,
                     "application/vnd.oci.image.manifest.v1+json",

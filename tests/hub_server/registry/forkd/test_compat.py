@@ -54,7 +54,8 @@ def service(hub: Hub, **kwargs) -> ForkdCompatService:
 
 def pack_bytes(hub: Hub, forkd: ForkdCompatService, repo: str, ref: str, principal=None) -> bytes:
     ns, name = repo.split("/")
-    pack = hub.call(forkd.pack, principal or Principal.anonymous(), ns, name, ref)
+    scope = hub.call(hub.registry.scope, principal or Principal.anonymous(), ns, name, "pull")
+    pack = hub.call(forkd.pack, scope, ref)
     return hub.call(hub.registry.ctx.store.read, pack.key)
 
 
@@ -146,7 +147,8 @@ def test_concurrent_requests_build_a_pack_once(hub: Hub, images, tmp_path, caplo
     forkd = service(hub)
 
     async def together() -> list:
-        return await asyncio.gather(*(forkd.pack(Principal.anonymous(), "acme", "vm", "head") for _ in range(3)))
+        scope = await hub.registry.scope(Principal.anonymous(), "acme", "vm", "pull")
+        return await asyncio.gather(*(forkd.pack(scope, "head") for _ in range(3)))
 
     with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd.compat"):
         packs = hub.call(together)
@@ -302,9 +304,8 @@ def test_a_damaged_build_is_marked_once_and_refused_from_the_mark(hub: Hub, imag
     forkd = service(hub)
 
     async def together() -> list:
-        return await asyncio.gather(
-            *(forkd.pack(Principal.anonymous(), "acme", "vm", "head") for _ in range(3)), return_exceptions=True
-        )
+        scope = await hub.registry.scope(Principal.anonymous(), "acme", "vm", "pull")
+        return await asyncio.gather(*(forkd.pack(scope, "head") for _ in range(3)), return_exceptions=True)
 
     with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd.compat"):
         answers = [*hub.call(together), hub.call(together)[0]]
