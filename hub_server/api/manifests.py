@@ -80,14 +80,14 @@ class ManifestController(Controller):
     async def fetch(
         self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], ref: FromPath[str]
     ) -> Response[bytes]:
-        m = await registry.manifests.get(repository, ref)
+        m = await registry.manifest_reads.get(repository, ref)
         return Response(m.data or b"", media_type=m.media_type, headers={"Docker-Content-Digest": m.digest})
 
     @head("/", summary="Manifest existence, type and size", dependencies=MANIFEST_READ)
     async def exists(
         self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], ref: FromPath[str]
     ) -> Response[None]:
-        m = await registry.manifests.get(repository, ref, with_body=False)
+        m = await registry.manifest_reads.get(repository, ref, with_body=False)
         return Response(
             b"", media_type=m.media_type, headers={"Docker-Content-Digest": m.digest, "Content-Length": str(m.size)}
         )

@@ -1,7 +1,8 @@
 """``Registry``: one instance of every registry service, built from a :class:`RegistryContext`.
 
-The app keeps one on ``app.state.registry``; the HTTP layer calls exactly one method of one
-service per request. The CLI builds one for ``gc``.
+The app keeps one on ``app.state.registry``; the HTTP layer resolves the request's repository
+once (:meth:`Registry.scope`) and calls exactly one method of one service with it. The CLI builds
+one for ``gc``, ``verify`` and ``repo``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hub_server.registry.push.uploads import UploadService
 from hub_server.registry.read.browse import BrowseService
 from hub_server.registry.read.catalog import CatalogService
 from hub_server.registry.read.lineage import LineageService
+from hub_server.registry.read.manifests import ManifestReader
 from hub_server.registry.read.referrers import ReferrerService
 from hub_server.registry.upkeep.deletion import DeleteService
 from hub_server.registry.upkeep.gc import GarbageCollector
@@ -43,6 +45,7 @@ class Registry:
         self.blobs = BlobService(ctx)
         self.blob_links = BlobUnlinker(ctx)
         self.manifests = ManifestService(ctx)
+        self.manifest_reads = ManifestReader(ctx)
         self.referrers = ReferrerService(ctx)
         self.tags = TagService(ctx)
         self.chunks = ChunkService(ctx)

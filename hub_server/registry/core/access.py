@@ -205,6 +205,11 @@ class RepositoryScope:
         return repo
 
     @property
+    def found(self) -> Repository | None:
+        """The repository's row, or None when it does not exist yet (a ``push`` or ``negotiate`` scope)."""
+        return None if self.repository is None else self.row
+
+    @property
     def facts(self) -> RepositoryFacts:
         """The read cache's facts (a scope resolved with ``cached=True``)."""
         assert isinstance(self.repository, RepositoryFacts), "resolve the scope with cached=True"

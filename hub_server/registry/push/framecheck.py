@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import blake3
@@ -26,10 +27,9 @@ from manifest.digest import Hasher
 from manifest.errors import ManifestError
 
 if TYPE_CHECKING:
-    from hub_server.registry.push.packs import RecipeFrameSpec
     from hub_server.registry.push.sha256state import ResumableSha256
 
-__all__ = ["CHECK_THREADS", "check_frames"]
+__all__ = ["CHECK_THREADS", "RecipeFrameSpec", "check_frames"]
 
 #: Threads the frame checks of all uploads share (the hub's cores, at most 4).
 CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -37,7 +37,20 @@ CHECK_THREADS = max(1, min(4, os.cpu_count() or 1))
 _SPLIT_FRAMES = 8
 _pool: ThreadPoolExecutor | None = None
 
-Item = tuple["RecipeFrameSpec", bytes, int]
+
+@dataclass(frozen=True, slots=True)
+class RecipeFrameSpec:
+    """One frame of a recipe (``packs.py``): what a check holds its bytes against."""
+
+    digest: str
+    """blake3 of the frame's bytes."""
+    chunk: str
+    raw_length: int
+    length: int
+    inline: bool
+
+
+Item = tuple[RecipeFrameSpec, bytes, int]
 
 
 def _checkers() -> ThreadPoolExecutor:

@@ -1,8 +1,9 @@
-"""Manifests: push (verify, store exact bytes, commit in one transaction) and fetch.
+"""Manifest pushes: verify, store the exact bytes, commit in one transaction (reads: ``read/manifests.py``).
 
-A push runs, in order: the size limit, parsing (a layer manifest or a chain index), the
-database checks of :mod:`pushplan`, the chunk frame verification of :mod:`verify`, the proof of
-format-v2 file digests from those chunks (:mod:`filetrees`), then
+A push runs, in order: the size limit, recognising its kind (:mod:`kinds`: a forkd layer, a forkd
+chain index or any other OCI content, each with its own handler), the kind's database checks
+(:mod:`pushplan`, :mod:`oci_plan`), a required signature, the chunk frame verification of
+:mod:`verify`, the proof of format-v2 file digests from those chunks (:mod:`filetrees`), then
 stores the exact bytes received as a blob and commits every row in one transaction — links
 to the repository (the document's blobs and the chain below it, so the whole chain is
 pullable through this repository), verified chunk locations, and the tag. Nothing is written
@@ -11,8 +12,8 @@ of the digest reference; for a tag, sha256 (blake3 for a format-v1 layer).
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
-``NAME_INVALID``, ``NAME_UNKNOWN``, ``MANIFEST_UNKNOWN``, ``TAG_CONFLICT``, ``TAG_IMMUTABLE``),
-``Unauthorized``/``Forbidden``.
+``NAME_INVALID`` (a bad tag), ``MANIFEST_UNKNOWN``, ``TAG_CONFLICT``, ``TAG_IMMUTABLE``,
+``SIGNATURE_REQUIRED``). Who may push is the scope's business (``core/access.py``).
 """
 
 from __future__ import annotations
@@ -40,22 +41,19 @@ from hub_server.db.models import (
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.policy import tag_is_immutable
 from hub_server.registry.content.recipes import read_blob_range
-from hub_server.registry.content.tags import ANY, move_tag, resolve_reference
+from hub_server.registry.content.tags import ANY, move_tag
 from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import Reference, parse_reference
 from hub_server.registry.core.paths import blob_key
-from hub_server.registry.core.readcache import CachedManifest
 from hub_server.registry.core.sql import batched, insert_ignore
 from hub_server.registry.push.filetrees import prove_file_digests
-from hub_server.registry.push.oci_content import OciDocument, is_forkd_document, load_manifest_json, parse_oci_document
-from hub_server.registry.push.oci_plan import plan_generic
-from hub_server.registry.push.pushplan import PushPlan, data_blobs_first_uploaded, plan_index, plan_layer
-from hub_server.registry.push.verify import ChainIndex, parse_document, verify_frames
+from hub_server.registry.push.kinds import ManifestKind, manifest_kind
+from hub_server.registry.push.pushplan import PushPlan, data_blobs_first_uploaded
+from hub_server.registry.push.verify import verify_frames
 from manifest.digest import Digest, digest_bytes
-from manifest.model import LayerManifest
 
-__all__ = ["ManifestService", "PushResult", "StoredManifest", "too_large"]
+__all__ = ["ManifestService", "PushResult", "too_large"]
 
 
 def too_large(what: str, size: int, limit: int) -> HubError:
@@ -74,11 +72,14 @@ class PushResult:
 
 
 @dataclass(frozen=True)
-class StoredManifest:
+class _Push:
+    """A manifest push that passed every check: what the commit writes and the audit records."""
+
+    scope: RepositoryScope
+    reference: Reference
     digest: str
-    media_type: str
     size: int
-    data: bytes | None
+    plan: PushPlan
 
 
 class ManifestService:
@@ -102,40 +103,28 @@ class ManifestService:
         (a digest, ``tags.ABSENT`` or ``tags.ANY``) is where the tag must still point for the
         push to move it; otherwise nothing is stored and HubError(TAG_CONFLICT) is raised.
         """
-        principal, full = scope.principal, scope.full_name
         reference = parse_reference(ref)
         limit = self.ctx.limits.manifest_bytes
         if len(body) > limit:
             raise too_large("manifest", len(body), limit)
-        # Dispatch: forkd media types to their verifier (registry.verify), everything else to the
-        # generic OCI checks (registry.oci_content / oci_plan). By tag, the digest is sha256 (OCI's
-        # canonical one), except for a format-v1 forkd layer, still named by blake3.
-        obj = load_manifest_json(body)
-        document: LayerManifest | ChainIndex | OciDocument
-        if is_forkd_document(obj):
-            document = parse_document(body, content_type, limit)
-            v1 = isinstance(document, LayerManifest) and document.version < 2
-            default_algorithm = "blake3" if v1 else "sha256"
-        else:
-            document, default_algorithm = parse_oci_document(obj, content_type), "sha256"
-        algorithm = Digest.parse(reference.digest).algorithm if reference.digest else default_algorithm
-        digest = str(digest_bytes(body, algorithm))
-        if reference.digest is not None and reference.digest != digest:
-            raise HubError(
-                ErrorCode.DIGEST_INVALID,
-                f"manifest bytes hash to {digest}, not {reference.digest}",
-                {"expected": reference.digest, "actual": digest},
-            )
+        kind = manifest_kind(body, content_type, limit)
+        digest = _digest_of(body, reference, kind.tag_algorithm)
+        push = _Push(scope, reference, digest, len(body), await self._checked(scope, kind, reference, digest))
+        key = blob_key(digest)
+        if not await self.ctx.store.exists(key):
+            await self.ctx.store.put(key, body)
+        created, previous = await self._commit(push, public, expect_tag)
+        self.ctx.cache.forget_repository(scope.namespace, scope.name)  # tag moved, manifest linked, maybe made public
+        await self._record(push, created, previous, remote)
+        return PushResult(digest, scope.full_name, reference.tag, created, push.plan.subject_digest)
 
-        repo = scope.row if scope.repository is not None else None
+    async def _checked(self, scope: RepositoryScope, kind: ManifestKind, reference: Reference, digest: str) -> PushPlan:
+        """Every check before anything is written: the kind's plan, a required signature, the new frames,
+        the format-v2 file digests proven from those frames' chunk digests."""
         async with self.ctx.sessions() as session:
-            if isinstance(document, OciDocument):
-                plan = await plan_generic(session, repo, document)
-            elif isinstance(document, ChainIndex):
-                plan = await plan_index(self.ctx, session, principal, repo, document)
-            else:
-                plan = await plan_layer(self.ctx, session, principal, repo, digest, document)
+            plan = await kind.plan(self.ctx, session, scope, digest)
         if reference.tag is not None and self.ctx.signatures is not None:  # docs/decisions/0009-signatures.md
+            repo = scope.found
             await self.ctx.signatures.check_tag(
                 self.ctx, repo.id if repo else None, scope.namespace, scope.name, digest
             )
@@ -143,20 +132,18 @@ class ManifestService:
         if plan.proven_maps:  # format v2: the chunk digests hold, so the file digests can be proven from them
             async with self.ctx.sessions() as session:
                 await prove_file_digests(self.ctx, session, plan.proven_maps, plan.ancestors)
+        return plan
 
-        key = blob_key(digest)
-        if not await self.ctx.store.exists(key):
-            await self.ctx.store.put(key, body)
-        created, previous = await self._commit(scope, digest, len(body), plan, reference, public, expect_tag)
-        self.ctx.cache.forget_repository(scope.namespace, scope.name)  # tag moved, manifest linked, maybe made public
-
+    async def _record(self, push: _Push, created: bool, previous: str | None, remote: str | None) -> None:
+        """The audit events (``push`` when the manifest is new here, ``tag`` when a tag moved) and chunk metrics."""
+        actor, full, plan = push.scope.principal.actor, push.scope.full_name, push.plan
         if created:  # re-pushing a manifest already in this repository (e.g. to tag it) adds nothing
             await self.ctx.audit.record(
-                principal.actor,
+                actor,
                 "push",
                 repository=full,
-                reference=str(reference),
-                digest=digest,
+                reference=str(push.reference),
+                digest=push.digest,
                 remote=remote,
                 detail={
                     "mediaType": plan.media_type,
@@ -166,88 +153,39 @@ class ManifestService:
             )
             # frames of data blobs pushed whole are verified (and counted) here; recipes on ingest
             self.ctx.metrics.record_chunks(stored=len(plan.frames))
-        if reference.tag is not None:
+        if push.reference.tag is not None:
             await self.ctx.audit.record(
-                principal.actor,
+                actor,
                 "tag",
                 repository=full,
-                reference=reference.tag,
-                digest=digest,
+                reference=push.reference.tag,
+                digest=push.digest,
                 remote=remote,
                 detail={"previous": previous},
             )
-        return PushResult(digest, full, reference.tag, created, plan.subject_digest)
 
-    async def get(self, scope: RepositoryScope, ref: str, *, with_body: bool = True) -> StoredManifest:
-        """The exact bytes pushed for ``ref`` in the repository of ``scope`` (``data`` is None without ``with_body``).
-
-        ``scope`` is a ``pull`` scope resolved through the read cache (``cached=True``: repository facts
-        for the TTL); manifests by digest are served from ``ctx.cache`` too. Raises: HubError
-        (MANIFEST_UNKNOWN, NAME_INVALID / DIGEST_INVALID for a malformed ``ref``).
-        """
-        reference = parse_reference(ref)
-        cache = self.ctx.cache
-        epoch = scope.epoch
-        facts = scope.facts
-        digest = (
-            facts.tags.get(reference.tag)
-            if reference.tag is not None
-            else (reference.digest if reference.digest in facts.linked else None)
-        )
-        if digest is None:
-            async with self.ctx.sessions() as session:
-                digest = await resolve_reference(session, facts, reference)  # type: ignore[arg-type]
-            cache.remember_reference(facts, reference.tag, digest, epoch)
-        manifest = cache.manifest(digest)
-        if manifest is None:
-            async with self.ctx.sessions() as session:
-                row = await session.get(Manifest, digest)
-            if row is None:  # pragma: no cover - links reference existing manifests (foreign key)
-                raise HubError(ErrorCode.MANIFEST_UNKNOWN, f"manifest {digest} is unknown", {"digest": digest})
-            manifest = CachedManifest(digest, row.media_type, row.size, await self.ctx.store.read(blob_key(digest)))
-            cache.remember_manifest(manifest)
-        return StoredManifest(digest, manifest.media_type, manifest.size, manifest.data if with_body else None)
-
-    async def _commit(
-        self,
-        scope: RepositoryScope,
-        digest: str,
-        size: int,
-        plan: PushPlan,
-        reference: Reference,
-        public: bool,
-        expect_tag: str,
-    ) -> tuple[bool, str | None]:
+    async def _commit(self, push: _Push, public: bool, expect_tag: str) -> tuple[bool, str | None]:
         """Write the rows; return whether the manifest is new here and the digest the tag had before."""
         async with self.ctx.sessions() as session:
             try:
-                created, previous = await self._write_rows(
-                    session, scope, digest, size, plan, reference, public, expect_tag
-                )
+                created, previous = await self._write_rows(session, push, public, expect_tag)
                 await session.commit()
             except IntegrityError:
                 # A garbage collection removed a blob between our checks and this commit.
                 raise HubError(
                     ErrorCode.MANIFEST_BLOB_UNKNOWN,
                     "a referenced blob was deleted during the push; upload it again",
-                    {"blobs": sorted(plan.blob_roles)},
+                    {"blobs": sorted(push.plan.blob_roles)},
                 ) from None
         return created, previous
 
     async def _write_rows(
-        self,
-        session: AsyncSession,
-        scope: RepositoryScope,
-        digest: str,
-        size: int,
-        plan: PushPlan,
-        reference: Reference,
-        public: bool,
-        expect_tag: str,
+        self, session: AsyncSession, push: _Push, public: bool, expect_tag: str
     ) -> tuple[bool, str | None]:
         now = self.ctx.clock()
+        digest, size, plan, reference = push.digest, push.size, push.plan, push.reference
         previous: str | None = None
-        repo = await scope.created(session, public=public)
+        repo = await push.scope.created(session, public=public)
         if public and not repo.public and await _is_empty(session, repo):
             repo.public = True
         await insert_ignore(
@@ -344,3 +282,17 @@ def _by_media_type(media_types: dict[str, str]) -> dict[str, list[str]]:
     for digest, media_type in media_types.items():
         out.setdefault(media_type, []).append(digest)
     return out
+
+
+def _digest_of(body: bytes, reference: Reference, tag_algorithm: str) -> str:
+    """The digest of the pushed bytes: by the algorithm of a digest reference (which it must equal),
+    else by ``tag_algorithm``. Raises HubError(DIGEST_INVALID)."""
+    algorithm = Digest.parse(reference.digest).algorithm if reference.digest else tag_algorithm
+    digest = str(digest_bytes(body, algorithm))
+    if reference.digest is not None and reference.digest != digest:
+        raise HubError(
+            ErrorCode.DIGEST_INVALID,
+            f"manifest bytes hash to {digest}, not {reference.digest}",
+            {"expected": reference.digest, "actual": digest},
+        )
+    return digest

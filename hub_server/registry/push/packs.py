@@ -41,7 +41,7 @@ from hub_server.registry.core.access import readable_linking
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.paths import session_pack_key, upload_key
 from hub_server.registry.core.sql import batched, insert_ignore
-from hub_server.registry.push.framecheck import check_frames
+from hub_server.registry.push.framecheck import RecipeFrameSpec, check_frames
 from hub_server.storage import BlobStore
 from manifest import mediatypes as mt
 from manifest.chunking import MAX_CHUNK_SIZE
@@ -62,16 +62,6 @@ __all__ = [
 
 #: Bytes of the blob handed to a worker thread at a time (frame checks and the sha256).
 _BATCH = 8 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class RecipeFrameSpec:
-    digest: str
-    """blake3 of the frame's bytes."""
-    chunk: str
-    raw_length: int
-    length: int
-    inline: bool
 
 
 @dataclass(frozen=True)

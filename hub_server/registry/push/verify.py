@@ -12,7 +12,6 @@ offset, file and chunk index).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,15 +22,16 @@ from hub_server.errors import ErrorCode, HubError
 from manifest import mediatypes as mt
 from manifest.assemble import decompress_chunk
 from manifest.errors import ManifestError
-from manifest.jsontext import loads as loads_json
 from manifest.model import ChunkMap, Descriptor, LayerConfig, LayerManifest
 
 __all__ = [
     "ChainIndex",
     "FrameCheck",
     "check_chunk_map",
+    "check_media_type",
     "invalid",
-    "parse_document",
+    "parse_chain_index",
+    "parse_layer",
     "plan_frames",
     "require_utf8",
     "shared_bytes",
@@ -55,25 +55,20 @@ class ChainIndex:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-def parse_document(body: bytes, content_type: str | None, limit: int) -> LayerManifest | ChainIndex:
-    """Parse a pushed manifest: a layer manifest or a chain index (by its ``mediaType``).
+def check_media_type(obj: dict[str, Any], content_type: str | None) -> None:
+    """A forkd document's declared ``Content-Type`` must be its ``mediaType`` (or a generic JSON type).
 
-    Raises: HubError(MANIFEST_INVALID) naming the field.
+    Raises: HubError(MANIFEST_INVALID).
     """
-    require_utf8(body, "manifest")
-    try:
-        obj = loads_json(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise invalid(f"manifest is not valid JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise invalid("manifest must be a JSON object")
     media_type = obj.get("mediaType")
     declared = (content_type or "").split(";")[0].strip()
     if declared and declared not in ("application/json", "application/octet-stream") and declared != media_type:
         raise invalid(f"Content-Type {declared!r} does not match manifest.mediaType {media_type!r}", field="mediaType")
+
+
+def parse_layer(body: bytes, limit: int) -> LayerManifest:
+    """A pushed forkd layer manifest. Raises: HubError(MANIFEST_INVALID) naming the field."""
     try:
-        if media_type == mt.OCI_INDEX:
-            return _parse_index(obj)
         return LayerManifest.from_json(body, limit=limit)
     except ManifestError as e:
         raise invalid(str(e)) from None
@@ -88,6 +83,14 @@ def require_utf8(raw: bytes, what: str) -> None:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise invalid(f"{what} is not UTF-8 JSON: {e}") from None
+
+
+def parse_chain_index(obj: dict[str, Any]) -> ChainIndex:
+    """A pushed chain index (manifest-format §7). Raises: HubError(MANIFEST_INVALID) naming the field."""
+    try:
+        return _parse_index(obj)
+    except ManifestError as e:
+        raise invalid(str(e)) from None
 
 
 def _parse_index(obj: dict[str, Any]) -> ChainIndex:

@@ -6,8 +6,7 @@ or not. Each is described as the spec asks: its ``mediaType``, ``digest``, ``siz
 ``artifactType`` (its own, or its config's media type) and ``annotations``. Deleting a
 referrer's link from R removes it from R's list.
 
-Errors: ``HubError(DIGEST_INVALID / NAME_INVALID / NAME_UNKNOWN)``, ``Unauthorized`` (anonymous
-caller, unreadable repository).
+Errors: ``HubError(DIGEST_INVALID)`` (who may read the repository is its scope's business, ``core/access.py``).
 """
 
 from __future__ import annotations
