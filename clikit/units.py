@@ -1,7 +1,5 @@
-"""One unit convention for every size a hub report shows a person: IEC (KiB, MiB, GiB), bytes below 1 KiB.
-
-The same rule as the client's ``forkd_client/units.py`` (which the hub may not import); ``--json``
-output always carries plain byte counts.
+"""One unit convention for every size a person reads, in both command lines' reports: IEC (KiB, MiB,
+GiB), bytes below 1 KiB. ``--json`` output always carries plain byte counts; this is only for people.
 """
 
 from __future__ import annotations

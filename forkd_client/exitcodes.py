@@ -15,7 +15,7 @@
          signature does not verify (any :class:`~forkd_client.errors.VerificationFailed`)
     130  interrupted (Ctrl-C); ``push`` and ``pull`` say what is kept
 
-docs/cli.md ("Exit codes") shows the same table; tests/forkd_client/test_cli_exitcodes.py and
+docs/cli.md ("Exit codes") shows the same table; tests/forkd_client/test_exitcodes.py and
 tests/e2e/test_ci_push.py check that each class really exits with its code.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from manifest.errors import DigestMismatch
 
-from ..errors import DependentsExist, InvalidTag, SnapshotExists, UsageError, VerificationFailed
-from ..hub.errors import GATEWAY_STATUSES, Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
+from .errors import DependentsExist, InvalidTag, SnapshotExists, UsageError, VerificationFailed
+from .hub.errors import GATEWAY_STATUSES, Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
 
 __all__ = [
     "EXIT_AUTH",

@@ -15,12 +15,12 @@ import argparse
 import json
 import sys
 
+from clikit.units import human_size
 from hub_server.cli_common import add_store_args, run_on_hub
 from hub_server.compose import HubServices
 from hub_server.registry.content.damage import clear_marks
 from hub_server.registry.upkeep.scrub import Scrubber, ScrubReport
 from hub_server.settings import parse_duration
-from hub_server.units import human_size
 
 __all__ = ["PROBLEMS_FOUND", "register"]
 

@@ -1,5 +1,8 @@
 """What a lazy session leaves on disk, and how a later pull reads it (resume).
 
+Here, below both, because ``forkd pull`` reads it and ``fork --lazy`` (:mod:`forkd_client.lazy`,
+which builds on the pull) writes it: the client's hub code never imports the lazy package.
+
 A lazy session of head layer ``H`` stages under ``<store>/.staging/resume-lazy-<hex of H>/``:
 ``memory.bin`` (the head's image, sparse where nothing was fetched), ``memory.bin.present``
 (one byte per chunk, written after the chunk's verified bytes) and ``memory.bin.chunks`` (the
@@ -21,9 +24,9 @@ import blake3
 
 from manifest import mediatypes as mt
 
-from ..hub.localchunks import LocalChunkIndex
 from ..install import RESUME_PREFIX
 from ..store import SnapshotStore
+from .localchunks import LocalChunkIndex
 
 STATE_PREFIX = "lazy-"
 PRESENT_SUFFIX = ".present"

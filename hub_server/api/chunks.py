@@ -53,7 +53,7 @@ class ChunkController(Controller):
         status_code=201,
         request_max_body_size=None,
         dependencies=PUSH,
-    )  # bounded below (413 TOO_LARGE)
+    )  # bounded in _with_recipe (413 TOO_LARGE)
     async def finish_recipe(
         self,
         repository: NamedDependency[RepositoryScope],
@@ -61,9 +61,7 @@ class ChunkController(Controller):
         uuid: FromPath[str],
         request: Request[Any, Any, Any],
     ) -> Response[None]:
-        recipe = _recipe(await read_limited(request, MAX_RECIPE_BYTES, "recipe"))
-        blob = await registry.uploads.finish_recipe(repository, uuid, recipe)
-        return Response(b"", status_code=201, headers=committed_headers(repository.full_name, blob))
+        return await _with_recipe(repository, registry, uuid, request, declare=False)
 
     @put(
         "/blobs/uploads/{uuid:str}/recipe",
@@ -71,7 +69,7 @@ class ChunkController(Controller):
         status_code=202,
         request_max_body_size=None,
         dependencies=PUSH,
-    )  # bounded below (413 TOO_LARGE)
+    )  # bounded in _with_recipe (413 TOO_LARGE)
     async def declare_recipe(
         self,
         repository: NamedDependency[RepositoryScope],
@@ -79,9 +77,20 @@ class ChunkController(Controller):
         uuid: FromPath[str],
         request: Request[Any, Any, Any],
     ) -> Response[None]:
-        recipe = _recipe(await read_limited(request, MAX_RECIPE_BYTES, "recipe"))
+        return await _with_recipe(repository, registry, uuid, request, declare=True)
+
+
+async def _with_recipe(
+    repository: RepositoryScope, registry: Registry, uuid: str, request: Request[Any, Any, Any], *, declare: bool
+) -> Response[None]:
+    """The one body of both recipe routes: read the recipe (≤ 64 MiB), then declare it on the session
+    (202, where the session stands) or finish the session with it (201, the blob committed)."""
+    recipe = _recipe(await read_limited(request, MAX_RECIPE_BYTES, "recipe"))
+    if declare:
         status = await registry.uploads.declare_recipe(repository, uuid, recipe)
         return Response(b"", status_code=202, headers=upload_headers(repository.full_name, status.id, status.size))
+    blob = await registry.uploads.finish_recipe(repository, uuid, recipe)
+    return Response(b"", status_code=201, headers=committed_headers(repository.full_name, blob))
 
 
 def _recipe(body: bytes) -> Any:

@@ -1,6 +1,6 @@
-"""Hub reports use IEC units (issue 16 leftover: gc --dry-run printed raw byte counts)."""
+"""Both command lines' reports use IEC units (issue 16 leftover: gc --dry-run printed raw byte counts)."""
 
-from hub_server.units import human_size
+from clikit.units import human_size
 
 
 def test_iec_sizes():

@@ -1,4 +1,4 @@
-"""forkd_client/cli/exitcodes.py: each class of error maps to its documented code, and the table
+"""forkd_client/exitcodes.py: each class of error maps to its documented code, and the table
 in docs/cli.md lists exactly those codes. (tests/e2e/test_ci_push.py runs each class for real.)"""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forkd_client.cli import exitcodes as ec
+from forkd_client import exitcodes as ec
 from forkd_client.errors import (
     ChainBroken,
     DependentsExist,

@@ -79,9 +79,6 @@ class SignaturePolicy:
             raise SignaturePolicyError(f"signature policy {path}: {type(e).__name__}: {e}") from None
         return cls(keys)
 
-    def requires(self, namespace: str) -> bool:
-        return namespace in self.keys
-
     def describe(self) -> dict[str, list[str]]:
         """namespace → key fingerprints (for logs and docs)."""
         return {ns: [fingerprint(k) for k in keys] for ns, keys in self.keys.items()}
