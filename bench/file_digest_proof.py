@@ -3,7 +3,7 @@
     python bench/file_digest_proof.py [--size-gib 16] [--changed 0.1] [--runs 3]
 
 A v2 file digest is a chunk tree (manifest/chunktree.py), so the hub proves a pushed link's
-declared digest from chunk digests it already verified (hub_server/registry/filetrees.py), never
+declared digest from chunk digests it already verified (hub_server/registry/push/filetrees.py), never
 reading the data: parse the link's chunk map, apply it to the parent's chunk list, hash the list.
 Here a parent of ``--size-gib`` (every 64 KiB chunk non-zero) and a link changing ``--changed``
 of its chunks are made up; in the same run:

@@ -145,8 +145,8 @@ def main() -> None:
                     recorded_s = time.perf_counter() - recorded_s
                     for ref in RECORDED.values():
                         head = push(store, client, "big", ref).digest
-                        manifest, _ = client.get_manifest(ref.name, head)
-                        attach_profile(client, ref.name, head, len(manifest), DEFAULT_CHUNK_SIZE, profile)
+                        manifest, _ = client.repository(ref.name).get_manifest(head)
+                        attach_profile(client.repository(ref.name), head, len(manifest), DEFAULT_CHUNK_SIZE, profile)
                 print(
                     f"guest {args.mem_mib} MiB with {args.fill_mib} MiB of random data in tmpfs; built in {built:.0f} s; "
                     f"load average {os.getloadavg()[0]:.1f}; push's profile: {len(profile)} chunks recorded "

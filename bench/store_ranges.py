@@ -36,7 +36,7 @@ def one_round(client: HubClient, url: str, data: bytes, range_bytes: int, thread
     spans = [(s, min(s + range_bytes, len(data))) for s in range(0, len(data), range_bytes)] * 4
 
     def get(span: tuple[int, int]) -> None:
-        body = client._store_range(url, span[0], span[1], "sha256:" + "0" * 64)
+        body = client.store_range(url, span[0], span[1], "sha256:" + "0" * 64)
         if bytes(body[:64]) != data[span[0] : span[0] + 64] or len(body) != span[1] - span[0]:
             raise SystemExit(f"store_ranges: wrong bytes for {span}")
 

@@ -43,7 +43,7 @@ from hub_server.audit import AuditEvent  # noqa: E402
 from hub_server.db.engine import make_engine, make_session_factory  # noqa: E402
 from hub_server.db.models import Manifest, Repository, RepositoryManifest, Tag, utcnow  # noqa: E402
 from hub_server.db.schema import upgrade  # noqa: E402
-from hub_server.registry.paths import blob_key  # noqa: E402
+from hub_server.registry.core.paths import blob_key  # noqa: E402
 from hub_server.settings import Settings  # noqa: E402
 from hub_server.storage.factory import create_store  # noqa: E402
 from manifest import mediatypes as mt  # noqa: E402

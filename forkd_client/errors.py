@@ -3,7 +3,7 @@
 Every error the client raises on purpose derives from :class:`ClientError`, and also from
 the stdlib class that says the same thing, so callers may catch either. Messages always
 name the snapshot tag, file or path involved; the CLI prints them as
-``forkd: error: <message>`` and exits with the code of their class (forkd_client.cli.exitcodes).
+``forkd: error: <message>`` and exits with the code of their class (forkd_client.exitcodes).
 
     ClientError(Exception)
     ├── InvalidTag               (also ValueError) a tag breaks [A-Za-z0-9_][A-Za-z0-9_-]{0,63}

@@ -1,23 +1,8 @@
-"""One unit convention for every size a person reads: IEC (KiB, MiB, GiB), bytes below 1 KiB.
-
-``--json`` output always carries plain byte counts; this is only for people.
-"""
+"""Words for people: counts with their noun. Sizes are ``clikit.units.human_size`` (both command lines')."""
 
 from __future__ import annotations
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-__all__ = ["human_size", "plural"]
-
-
-def human_size(n: float) -> str:
-    """``1536`` → ``1.5 KiB``; bytes below 1 KiB stay exact (``512 B``)."""
-    size = float(n)
-    for unit in _UNITS:
-        if size < 1024 or unit == _UNITS[-1]:
-            return f"{int(n)} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+__all__ = ["plural"]
 
 
 def plural(n: int, singular: str, plural_form: str) -> str:

@@ -29,15 +29,15 @@ from litestar.types import ControllerRouterHandler
 import web
 from hub_server.api import ROUTE_HANDLERS
 from hub_server.api.deps import DEPENDENCIES, reject_bad_token
-from hub_server.api.errors import EXCEPTION_HANDLERS
+from hub_server.api.errors import EXCEPTION_HANDLERS, to_hub_error
 from hub_server.api.fastpath import ManifestFastPath
 from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.api.openapi import document_errors
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
-from hub_server.registry.gcstate import GcBusy
 from hub_server.registry.service import Registry
+from hub_server.registry.upkeep.gcstate import GcBusy
 from hub_server.settings import Settings, load_settings
 
 __all__ = ["create_app", "create_app_from_environment", "route_handlers"]
@@ -120,6 +120,7 @@ def create_app(
         logging_config=None,  # hub_server.logs configures logging (JSON lines) in the CLI
     )
     document_errors(app)  # every API operation lists the error envelope per status, from the error table
+    app.state.error_mapper = to_hub_error  # the web catalog's error pages map through it too (web/errors.py)
     # Wrap the whole handler (not per route) so unmatched routes are logged and counted as well.
     # Cached manifest GETs are answered in front of Litestar, inside the log and the metrics.
     fast_path = ManifestFastPath(app.asgi_handler, app.state)

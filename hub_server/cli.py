@@ -23,12 +23,12 @@ from datetime import timedelta
 from typing import Any
 
 from clikit.quickexit import run_and_exit
+from clikit.units import human_size
 from hub_server import cli_repos, cli_tokens, cli_verify, cli_webhooks
 from hub_server.cli_help import HELP, document
 from hub_server.compose import HubStartError, open_hub, redacted_url
-from hub_server.registry.gc import GcReport
+from hub_server.registry.upkeep.gc import GcReport
 from hub_server.settings import Settings, SettingsError, env_name, load_settings, parse_duration
-from hub_server.units import human_size
 
 __all__ = ["build_parser", "main"]
 
@@ -255,7 +255,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _gc(args: argparse.Namespace) -> int:
     settings = _settings(args, _STORE_FLAGS)
-    from hub_server.registry.gcstate import GcBusy
+    from hub_server.registry.upkeep.gcstate import GcBusy
 
     grace = parse_duration(args.grace) if args.grace is not None else None
     try:

@@ -18,7 +18,7 @@ from typing import Any
 from hub_server.auth.scopes import Principal
 from hub_server.cli_common import add_store_args, cli_actor, run_on_hub
 from hub_server.compose import HubServices
-from hub_server.registry.policy import UNCHANGED, EffectivePolicy, PolicyChange
+from hub_server.registry.content.policy import UNCHANGED, EffectivePolicy, PolicyChange
 
 __all__ = ["register"]
 
@@ -107,9 +107,10 @@ def _policy(args: argparse.Namespace) -> int:
     async def show_or_change(hub: HubServices) -> int:
         operator = Principal.with_scopes(cli_actor(), ["admin"])
         if change.empty:
-            detail = await hub.registry.catalog.repository(operator, namespace, name)
+            detail = await hub.registry.catalog.repository(await hub.registry.scope(operator, namespace, name, "pull"))
         else:
-            detail = await hub.registry.catalog.update(operator, namespace, name, policy=change)
+            scope = await hub.registry.scope(operator, namespace, name, "push")
+            detail = await hub.registry.catalog.update(scope, policy=change)
         assert detail.policy is not None
         if args.json:
             print(json.dumps(detail.policy.to_json(), indent=2))

@@ -1,4 +1,4 @@
-"""``forkd-hub verify``: re-hash stored objects and check the database against the store (``registry/scrub.py``).
+"""``forkd-hub verify``: re-hash stored objects and check the database against the store (``registry/upkeep/scrub.py``).
 
 Output: one line per problem on stdout (kind, key, reason, action), then a summary with sizes in
 IEC units; ``--json`` prints the report (``ScrubReport.to_json``) instead. ``--quarantine`` moves
@@ -15,12 +15,12 @@ import argparse
 import json
 import sys
 
+from clikit.units import human_size
 from hub_server.cli_common import add_store_args, run_on_hub
 from hub_server.compose import HubServices
-from hub_server.registry.damage import clear_marks
-from hub_server.registry.scrub import Scrubber, ScrubReport
+from hub_server.registry.content.damage import clear_marks
+from hub_server.registry.upkeep.scrub import Scrubber, ScrubReport
 from hub_server.settings import parse_duration
-from hub_server.units import human_size
 
 __all__ = ["PROBLEMS_FOUND", "register"]
 

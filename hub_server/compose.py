@@ -40,10 +40,10 @@ from hub_server.db.engine import make_engine, make_session_factory
 from hub_server.db.schema import SchemaMismatch, ensure_current
 from hub_server.db.schema import state as schema_state
 from hub_server.metrics import HubMetrics
-from hub_server.registry.context import RegistryContext
-from hub_server.registry.readcache import ReadCache
+from hub_server.registry.content.signature_policy import SignaturePolicy, SignaturePolicyError
+from hub_server.registry.core.context import RegistryContext
+from hub_server.registry.core.readcache import ReadCache
 from hub_server.registry.service import Registry
-from hub_server.registry.signature_policy import SignaturePolicy, SignaturePolicyError
 from hub_server.settings import Settings, SettingsError
 from hub_server.storage import BlobStore, StorageError
 from hub_server.storage.factory import create_store

@@ -1,6 +1,6 @@
 """Tag patterns: a comma-separated list of shell-style globs over tag names (``latest,nightly-*``).
 
-Used by the immutable-tags exemption and by retention (``registry/policy.py``). A glob uses the
+Used by the immutable-tags exemption and by retention (``registry/content/policy.py``). A glob uses the
 tag characters ``[A-Za-z0-9._-]`` plus ``*`` (any run), ``?`` (one character) and ``[…]``
 (one of a set); matching is case-sensitive, like tags.
 

@@ -22,3 +22,12 @@ def test_hub_server_is_layered_api_over_registry_over_storage_and_db():
     assert level["hub_server.api"] < level["hub_server.registry"] < level["hub_server.storage"]
     assert level["hub_server.registry"] < level["hub_server.db"]
     assert layered.get("ignore_imports", []) == ["hub_server.settings -> hub_server.webhooks.guard"]
+
+
+def test_the_registry_is_layered_by_wing():
+    """docs/architecture.md "Inside hub_server.registry": every unit placed (exhaustive), push and read apart."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (wings,) = [c for c in contracts if c.get("containers") == ["hub_server.registry"]]
+    assert wings["type"] == "layers" and wings.get("exhaustive") is True
+    assert wings["layers"][0] == "service" and wings["layers"][-1] == "core"
+    assert "push | read" in wings["layers"] and "ignore_imports" not in wings

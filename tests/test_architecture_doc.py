@@ -72,7 +72,7 @@ MODULES, DIRS, ENUMERATED = parse_map(where_things_live((ROOT / "docs" / "archit
 
 
 def test_the_map_is_parsed() -> None:
-    assert Path("hub_server/registry/paths.py") in MODULES and Path("vmm/qemu") in DIRS
+    assert Path("hub_server/registry/core/paths.py") in MODULES and Path("vmm/qemu") in DIRS
     assert Path("forkd_client/hub") in ENUMERATED
 
 

@@ -12,7 +12,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from forkd_client.hub.signing import TrustedKeys
-from hub_server.registry.signature_policy import SignaturePolicy
+from hub_server.registry.content.signature_policy import SignaturePolicy
 from manifest.signature import fingerprint, public_key_pem
 
 ROOT = Path(__file__).resolve().parents[1]

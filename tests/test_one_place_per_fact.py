@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("manifest", "vmm", "forkd_client", "hub_server", "web", "clikit")
 
-#: Storage key prefixes (hub_server/registry/paths.py documents the layout).
+#: Storage key prefixes (hub_server/registry/core/paths.py documents the layout).
 KEY_PREFIXES = ("blobs/", "uploads/", "packs/", "forkd-packs")
 
 #: Modules that may rename files themselves, and why they are not "write a file atomically".
@@ -54,7 +54,7 @@ def test_storage_keys_are_built_only_in_registry_paths() -> None:
         (name, tree)
         for name, tree in MODULES
         if name.startswith(("hub_server/", "web/"))
-        and name != "hub_server/registry/paths.py"
+        and name != "hub_server/registry/core/paths.py"
         and not name.startswith("hub_server/storage/")
     ]
     offenders = [
@@ -63,7 +63,7 @@ def test_storage_keys_are_built_only_in_registry_paths() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(KEY_PREFIXES)
     ]
-    assert offenders == [], "build storage keys with hub_server/registry/paths.py: " + "; ".join(offenders)
+    assert offenders == [], "build storage keys with hub_server/registry/core/paths.py: " + "; ".join(offenders)
 
 
 def test_files_are_renamed_into_place_only_where_a_reason_is_written() -> None:

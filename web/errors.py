@@ -1,24 +1,29 @@
 """How the catalog answers failures: an HTML page with the API's status code and message.
 
 Expected errors (an unknown or private repository, a bad query, a stale form) are rendered with
-``error.html``; anything unexpected goes through the hub's one mapper (``api.errors.to_hub_error``),
-which logs it, and the page shows only the generic message. The pages also carry security
+``error.html``; anything else goes through the hub's one exception mapper, which the app that mounts
+the catalog hands over as ``app.state.error_mapper`` (``hub_server.app``: ``api.errors.to_hub_error``;
+the catalog never imports the HTTP API), which logs it, and the page shows only the generic message. The pages also carry security
 headers: a Content-Security-Policy that allows only this hub's own scripts, styles and images.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Request, Response
 from litestar.datastructures import ResponseHeader
 from litestar.response import Template
 
-from hub_server.api.errors import to_hub_error
 from hub_server.auth.errors import Unauthorized
+from hub_server.errors import HubError
 from web.session import CsrfRejected
 
-__all__ = ["CSP", "HTML_EXCEPTION_HANDLERS", "SECURITY_HEADERS"]
+__all__ = ["CSP", "HTML_EXCEPTION_HANDLERS", "SECURITY_HEADERS", "ErrorMapper"]
+
+#: The app's one exception mapper (``app.state.error_mapper``): any exception -> the wire error it is answered as.
+ErrorMapper = Callable[[Exception, Request[Any, Any, Any] | None], HubError]
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -48,6 +53,7 @@ def html_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
         # OCI's 401 challenge; a page says "Not found", as for any page a visitor cannot see.
         status, message = 404, "no such page, or it is private: sign in to see private repositories"
     else:
+        to_hub_error: ErrorMapper = request.app.state.error_mapper
         error = to_hub_error(exc, request)
         status, message = error.status, error.message
     title = _TITLES.get(status, "Something went wrong")

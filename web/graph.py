@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from hub_server.registry.layerview import LinkView
+from hub_server.registry.read.layerview import LinkView
 from web.text import human_bytes, short_digest
 
 __all__ = ["GraphNode", "lineage_svg", "link_nodes"]

@@ -25,8 +25,10 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 
 from hub_server.auth.tokens import TokenService
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.browse import BrowseService
-from hub_server.registry.search import SORTS, SearchQuery
+from hub_server.registry.core.access import RepositoryScope
+from hub_server.registry.read.browse import BrowseService
+from hub_server.registry.read.search import SORTS, SearchQuery
+from hub_server.registry.service import Registry
 from web.errors import HTML_EXCEPTION_HANDLERS, SECURITY_HEADERS
 from web.graph import GraphNode, lineage_svg, link_nodes
 from web.session import SessionKeys, SignInFailed, WebSession, load_keys
@@ -36,6 +38,13 @@ __all__ = ["CatalogPages"]
 
 def _browse(state: State) -> BrowseService:
     return state.registry.browse
+
+
+async def _readable(state: State, session: WebSession, ns: str, repo: str) -> RepositoryScope:
+    """The repository ``ns/repo`` as the signed-in (or anonymous) visitor may read it. Raises: as
+    :func:`~hub_server.registry.core.access.resolve_scope` (the page answers 401/404 alike)."""
+    registry: Registry = state.registry
+    return await registry.scope(session.principal, ns, repo, "pull")
 
 
 def _keys(state: State) -> SessionKeys:
@@ -147,7 +156,8 @@ class CatalogPages(Controller):
         self, ns: FromPath[str], repo: FromPath[str], request: Request[Any, Any, Any], state: State
     ) -> Response[Any]:
         session = await _session(request, state)
-        view = await _browse(state).repository(session.principal, ns, repo, _int(request, "page", 1) or 1)
+        scope = await _readable(state, session, ns, repo)
+        view = await _browse(state).repository(scope, _int(request, "page", 1) or 1)
         return _render(session, state, "repository.html", repo=view, nav=_page_links(request, view.page, view.pages))
 
     @get("/r/{ns:str}/{repo:str}/t/{ref:str}", name="web-layer")
@@ -155,7 +165,7 @@ class CatalogPages(Controller):
         self, ns: FromPath[str], repo: FromPath[str], ref: FromPath[str], request: Request[Any, Any, Any], state: State
     ) -> Response[Any]:
         session = await _session(request, state)
-        view = await _browse(state).layer(session.principal, ns, repo, ref)
+        view = await _browse(state).layer(await _readable(state, session, ns, repo), ref)
 
         def href(link: Any) -> str:
             return f"/r/{link.repository}/t/{link.tags[0] if link.tags else link.digest}"

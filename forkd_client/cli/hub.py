@@ -163,8 +163,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                 if (annotations or user_annotations) and not args.no_provenance:
                     progress.log(f"{ref.name}: attaching provenance to {result.digest[:19]}…")
                     result.provenance = attach_provenance(
-                        client,
-                        ref.name,
+                        client.repository(ref.name),
                         result.tag,
                         [link.digest for link in result.links],
                         annotations=annotations,
@@ -216,8 +215,9 @@ def _record_profile(store: SnapshotStore, args: argparse.Namespace, progress: Pr
 def _attach_profile(client: HubClient, name: str, head: str, chunks: list[int], cmd: str) -> dict[str, object]:
     from ..lazy.profile import attach_profile
 
-    manifest, _ = client.get_manifest(name, head)
-    digest = attach_profile(client, name, head, len(manifest), DEFAULT_CHUNK_SIZE, chunks)
+    repo = client.repository(name)
+    manifest, _ = repo.get_manifest(head)
+    digest = attach_profile(repo, head, len(manifest), DEFAULT_CHUNK_SIZE, chunks)
     return {"digest": digest, "chunks": len(chunks), "chunk_size": DEFAULT_CHUNK_SIZE, "exec": cmd}
 
 
@@ -352,7 +352,7 @@ def run_delete(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
     with _client(ref, ctx=None if args.json else ctx) as client:
         try:
-            body = client.delete(ref.name, ref.ref, cascade=args.cascade, force=args.force)
+            body = client.repository(ref.name).delete(ref.ref, cascade=args.cascade, force=args.force)
         except HasDependents as e:  # exits 4 (conflict), like every 409
             names = ", ".join(f"{d.get('repository')}:{d.get('tag') or d.get('digest')}" for d in e.dependents)
             raise HasDependents(

@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from ..errors import ClientError, InvalidSnapshotDir
+from ..exitcodes import exit_code_for
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
-from .exitcodes import exit_code_for
 from .output import Context, human_size
 
 

@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..hub.client import HubClient
 from ..hub.provenance import ARTIFACT_TYPE, PREDICATE_TYPE
 from ..hub.reference import Reference
-from ..hub.referrers import fetch_documents, list_referrers
+from ..hub.referrers import fetch_documents
 from .hub import _client
 from .output import Context
 
@@ -81,15 +81,14 @@ def _origin(args: argparse.Namespace, ctx: Context) -> tuple[Reference, str]:
 
 def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:
     """What ``forkd inspect REF --json`` prints (docs/cli.md). Raises the HubError family."""
-    data, digest = client.get_manifest(ref.name, ref.ref)
+    repo = client.repository(ref.name)
+    data, digest = repo.get_manifest(ref.ref)
     manifest = _object(data)
     config: dict[str, Any] = manifest["config"] if isinstance(manifest.get("config"), dict) else {}
     snapshot_annotations: dict[str, str] = {}
     if config.get("mediaType") in (mt.CONFIG, mt.CONFIG_V1) and isinstance(config.get("digest"), str):
         size = config.get("size")
-        blob = client.get_blob(
-            ref.name, config["digest"], size if isinstance(size, int) else None, limit=MAX_CONFIG_BYTES
-        )
+        blob = repo.get_blob(config["digest"], size if isinstance(size, int) else None, limit=MAX_CONFIG_BYTES)
         snapshot_annotations = _strings(_object(blob).get("annotations"))
     referrers: list[dict[str, Any]] = [
         {
@@ -97,17 +96,13 @@ def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:
             "artifactType": r.get("artifactType"),
             "annotations": _strings(r.get("annotations")),
         }
-        for r in list_referrers(client, ref.name, digest)
+        for r in repo.referrers(digest)
     ]
     provenance = []
     for r in referrers:
         if r["artifactType"] != ARTIFACT_TYPE:
             continue
-        statements = [
-            _object(d.data)
-            for d in fetch_documents(client, ref.name, str(r["digest"]))
-            if d.media_type == ARTIFACT_TYPE
-        ]
+        statements = [_object(d.data) for d in fetch_documents(repo, str(r["digest"])) if d.media_type == ARTIFACT_TYPE]
         statement = next((s for s in statements if s.get("predicateType") == PREDICATE_TYPE), None)
         provenance.append({"digest": r["digest"], "annotations": r["annotations"], "statement": statement})
     return {

@@ -26,9 +26,9 @@ from manifest.errors import ManifestError
 
 from ..config import forkd_home
 from ..errors import ClientError, InvalidTag, UsageError
+from ..exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from ..hub.errors import InvalidReference
 from . import guest, hub_commands, images, keys, local, packs, vmcmds
-from .exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from .helptext import HELP, document
 from .output import Context
 

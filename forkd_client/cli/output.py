@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from clikit.units import human_size
+
 from ..store import SnapshotStore
-from ..units import human_size
 
 __all__ = ["Context", "human_size"]
 

@@ -22,9 +22,9 @@ from typing import BinaryIO
 from manifest import mediatypes as mt
 from manifest.layer import DataBlob
 
-from .client import HubClient
 from .errors import DigestInvalid, HubError, NotFound
 from .progress import Progress
+from .repository import RepositoryClient
 from .state import TransferState
 
 __all__ = ["UPLOAD_PART", "RecipeUpload", "recipe_document", "upload_blob", "upload_part_bytes"]
@@ -67,9 +67,9 @@ class RecipeUpload:
         return sum(f.length for f in self.blob.frames if f.digest in self.inline)
 
     @classmethod
-    def plan(cls, client: HubClient, state: TransferState, name: str, blob: DataBlob) -> RecipeUpload:
+    def plan(cls, repo: RepositoryClient, state: TransferState, blob: DataBlob) -> RecipeUpload:
         """Resume the selection of an interrupted upload, or ask the hub which frames it holds."""
-        key = f"recipe|{client.base_url}|{name}|{blob.digest}"
+        key = f"recipe|{repo.hub.base_url}|{repo.name}|{blob.digest}"
         saved = state.get(key)
         if saved:
             try:
@@ -77,14 +77,15 @@ class RecipeUpload:
                 return cls(blob, key, str(doc["location"]), set(doc["inline"]))
             except (ValueError, KeyError, TypeError):
                 state.delete(key)
-        held = client.query_frames(name, [f.digest for f in blob.frames])
+        held = repo.query_frames([f.digest for f in blob.frames])
         return cls(blob, key, None, {f.digest for f in blob.frames if f.digest not in held})
 
     def _save(self, state: TransferState) -> None:
         state.set(self.key, json.dumps({"location": self.location, "inline": sorted(self.inline)}))
 
-    def send(self, client: HubClient, state: TransferState, name: str, progress: Progress) -> int:
+    def send(self, repo: RepositoryClient, state: TransferState, progress: Progress) -> int:
         """Upload the inline frames (resuming at the hub's offset), then finish with the recipe."""
+        client = repo.hub
         spans = _coalesced((f.offset, f.length) for f in self.blob.frames if f.digest in self.inline)
         size = sum(n for _, n in spans)
         offset = 0
@@ -98,9 +99,9 @@ class RecipeUpload:
                 self.location, offset = None, 0
         recipe = recipe_document(self.blob, self.inline)
         if not self.location:
-            self.location = client.start_upload(name)
+            self.location = repo.start_upload()
             self._save(state)
-            client.declare_recipe(name, self.location, recipe)  # the hub verifies each part as it arrives
+            repo.declare_recipe(self.location, recipe)  # the hub verifies each part as it arrives
         progress.advance(offset)
         part_size = upload_part_bytes()
         sent = 0
@@ -117,7 +118,7 @@ class RecipeUpload:
                 sent += len(part)
                 progress.advance(len(part))
         try:
-            client.finish_recipe(name, self.location, recipe)
+            repo.finish_recipe(self.location, recipe)
         finally:
             state.delete(self.key)  # finished, or refused (the hub dropped the session): start over next time
         return sent
@@ -156,9 +157,12 @@ def _read_spans(f: BinaryIO, spans: list[tuple[int, int]], offset: int, length: 
 
 
 def upload_blob(
-    client: HubClient, state: TransferState, name: str, digest: str, source: bytes | Path, progress: Progress
+    repo: RepositoryClient, state: TransferState, digest: str, source: bytes | Path, progress: Progress
 ) -> int:
-    key = f"upload|{client.base_url}|{name}|{digest}"
+    """Upload blob ``digest`` (its bytes, or a file) to ``repo`` in parts, resuming a session this
+    state remembers from the offset the hub committed; return the bytes sent. Raises: as the module says."""
+    client = repo.hub
+    key = f"upload|{client.base_url}|{repo.name}|{digest}"
     size = len(source) if isinstance(source, bytes) else source.stat().st_size
     location = state.get(key)
     offset = 0
@@ -171,7 +175,7 @@ def upload_blob(
             client.cancel_upload(location)  # type: ignore[arg-type]
             location, offset = None, 0
     if not location:
-        location = client.start_upload(name)
+        location = repo.start_upload()
         state.set(key, location)
     progress.advance(offset)
     part_size = upload_part_bytes()

@@ -6,7 +6,7 @@ content at any offset (``chunk-index.db``), or the hub. Chunks from the hub are 
 coalesced byte ranges of the layer's data blobs (touching frames merged into ranges of at most
 FORKD_PULL_RANGE_BYTES, up to 64 ranges per request, FORKD_PULL_PARALLEL requests in flight).
 Two stages overlap: a request to the hub answers with the bytes, a redirect or a fetch plan
-(``HubClient.open_ranges``); its frames are then cut into pieces of at most
+(``RepositoryClient.open_ranges``); its frames are then cut into pieces of at most
 FORKD_PULL_PIECE_BYTES, and twice FORKD_PULL_PARALLEL piece workers each fetch a piece from the
 object store (where the hub redirected or planned), decompress and hash every frame against its
 chunk digest, and write it straight into place: a killed pull leaves only verified chunks behind.
@@ -27,10 +27,10 @@ from manifest.assemble import FileAssembler, decompress_chunk
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import ChunkMap
 
-from .client import HubClient
 from .errors import DigestInvalid, HubError
 from .localchunks import LocalChunkIndex
 from .progress import Progress
+from .repository import RepositoryClient
 
 RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
 MAX_RANGE_BYTES = 8 << 20
@@ -82,19 +82,26 @@ Wanted = dict[str, dict[int, tuple[int, str, int, list[tuple[str, int]]]]]
 Piece = tuple[str, Callable[[Sequence[tuple[int, int]]], list[memoryview]], list[int]]
 
 
+@dataclass(frozen=True)
+class LinkFiles:
+    """What a link's fill writes: layer ``layer`` (pulled as ``tag``), its chunk maps and the
+    staged files they fill, by role (``memory.bin``, ``rootfs.ext4``)."""
+
+    layer: str
+    tag: str
+    maps: dict[str, ChunkMap]
+    assemblers: dict[str, FileAssembler]
+
+
 def fill_link(
-    client: HubClient,
+    repo: RepositoryClient,
     index: LocalChunkIndex,
-    name: str,
-    layer: str,
-    tag: str,
-    maps: dict[str, ChunkMap],
-    assemblers: dict[str, FileAssembler],
+    link: LinkFiles,
     progress: Progress,
     pools: FillPools | None = None,
     meanwhile: Callable[[], None] | None = None,
 ) -> FillCounts:
-    """Write every changed chunk of layer ``layer`` (in repository ``name``) into ``assemblers``,
+    """Write every changed chunk of ``link`` (its blobs in repository ``repo``) into its staged files,
     on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link).
     ``meanwhile`` is called on this thread whenever a request or piece is done (and once the
     first requests are out), while the pools move bytes: the pull installs earlier links there.
@@ -102,64 +109,81 @@ def fill_link(
     if pools is None:
         own = FillPools()
         try:
-            return fill_link(client, index, name, layer, tag, maps, assemblers, progress, own, meanwhile)
+            return fill_link(repo, index, link, progress, own, meanwhile)
         finally:
             own.close()
-    counts = FillCounts()
-    wanted: Wanted = {}
-    local = index.known(e.digest for m in maps.values() for e in m.entries if not e.is_zero)  # type: ignore[misc]
-    for role, chunk_map in maps.items():
-        assembler = assemblers[role]
-        for e in chunk_map.entries:
-            if e.is_zero:
-                continue
-            if assembler.resumed and assembler.holds(e.index, e.digest):  # type: ignore[arg-type]
-                counts.resumed += 1
-                continue
-            length = assembler.length(e.index)
-            blob = chunk_map.blobs[e.blob]
-            slot = wanted.get(blob, {}).get(e.offset)
-            if slot is not None:  # the same frame at several places of this layer
-                slot[3].append((role, e.index))
-                continue
-            data = index.read(e.digest) if e.digest in local else None
-            if data is not None and len(data) == length:
-                counts.local += 1
-                assembler.write(e.index, data)
-            else:
-                wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[assignment]  # typing debt, decisions/0008
-    max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
-    parallel = pools.parallel
-    piece_bytes = tunable("FORKD_PULL_PIECE_BYTES", PIECE_BYTES, 64 << 10)
-    requests = coalesce(wanted, max_range)
-    progress.task(f"pull {tag}", sum(f[0] for frames in wanted.values() for f in frames.values()))
-    offsets = {blob: sorted(frames) for blob, frames in wanted.items()}
+    fill = LinkFill(repo, link, progress, pools)
+    fill.sort_chunks(index)
+    return fill.run(meanwhile)
 
-    def ask(request: tuple[str, list[tuple[int, int]]]) -> list[Future[tuple[int, int]]]:
-        """One hub request; its frames cut into pieces of at most ``piece_bytes``, each handed to a
-        piece worker at once (the fetching never waits for this function's caller)."""
+
+class LinkFill:
+    """One link's fill, read as its stages: :meth:`sort_chunks` (each changed chunk resumed, read
+    locally, or wanted from the hub), then :meth:`run`: the wanted frames coalesced into requests,
+    :meth:`ask` (one hub request, its frames cut into pieces) and :meth:`verify` (one piece fetched,
+    each frame checked and written) overlapping on the pull's pools, settled before it returns."""
+
+    def __init__(self, repo: RepositoryClient, link: LinkFiles, progress: Progress, pools: FillPools) -> None:
+        self.repo, self.link, self.progress, self.pools = repo, link, progress, pools
+        self.counts = FillCounts()
+        self.wanted: Wanted = {}
+        self.offsets: dict[str, list[int]] = {}  # per blob, the wanted frames' offsets in order
+        self.piece_bytes = PIECE_BYTES  # FORKD_PULL_PIECE_BYTES, read by :meth:`run`
+
+    def sort_chunks(self, index: LocalChunkIndex) -> None:
+        """Stage 1: every changed chunk is resumed (the staged file already holds it), written from a
+        local snapshot holding the same content (``index``), or wanted from the hub (once per frame,
+        however many places of the layer hold it)."""
+        maps, counts, wanted = self.link.maps, self.counts, self.wanted
+        local = index.known(e.digest for m in maps.values() for e in m.entries if not e.is_zero)  # type: ignore[misc]
+        for role, chunk_map in maps.items():
+            assembler = self.link.assemblers[role]
+            for e in chunk_map.entries:
+                if e.is_zero:
+                    continue
+                if assembler.resumed and assembler.holds(e.index, e.digest):  # type: ignore[arg-type]
+                    counts.resumed += 1
+                    continue
+                length = assembler.length(e.index)
+                blob = chunk_map.blobs[e.blob]
+                slot = wanted.get(blob, {}).get(e.offset)
+                if slot is not None:  # the same frame at several places of this layer
+                    slot[3].append((role, e.index))
+                    continue
+                data = index.read(e.digest) if e.digest in local else None
+                if data is not None and len(data) == length:
+                    counts.local += 1
+                    assembler.write(e.index, data)
+                else:
+                    wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[assignment]  # typing debt, decisions/0008
+        self.offsets = {blob: sorted(frames) for blob, frames in wanted.items()}
+
+    def ask(self, request: tuple[str, list[tuple[int, int]]]) -> list[Future[tuple[int, int]]]:
+        """Stage 2: one hub request; its frames cut into pieces of at most ``piece_bytes``, each handed
+        to a piece worker at once (the fetching never waits for this function's caller)."""
         blob, ranges = request
-        read = client.open_ranges(name, blob, ranges)
-        frames, pieces = offsets[blob], []
+        read = self.repo.open_ranges(blob, ranges)
+        frames, pieces, wanted = self.offsets[blob], [], self.wanted
         for start, size in ranges:
             group: list[int] = []
             for offset in frames[bisect.bisect_left(frames, start) : bisect.bisect_left(frames, start + size)]:
-                if group and offset + wanted[blob][offset][0] - group[0] > piece_bytes:
+                if group and offset + wanted[blob][offset][0] - group[0] > self.piece_bytes:
                     pieces.append((blob, read, group))
                     group = []
                 group.append(offset)
             if group:
                 pieces.append((blob, read, group))
-        return [pools.workers.submit(verify, piece) for piece in pieces]
+        return [self.pools.workers.submit(self.verify, piece) for piece in pieces]
 
-    def verify(piece: Piece) -> tuple[int, int]:
-        """Fetch a piece (where the hub redirected or planned), verify each frame, write its chunk."""
+    def verify(self, piece: Piece) -> tuple[int, int]:
+        """Stage 3: fetch a piece (where the hub redirected or planned), verify each frame, write its chunk."""
         blob, read, group = piece
+        frames = self.wanted[blob]
         first, last = group[0], group[-1]
-        data = read([(first, last + wanted[blob][last][0] - first)])[0]
+        data = read([(first, last + frames[last][0] - first)])[0]
         nbytes = 0
         for offset in group:
-            flen, digest, length, places = wanted[blob][offset]
+            flen, digest, length, places = frames[offset]
             role, at = places[0]
             try:
                 chunk = decompress_chunk(
@@ -170,61 +194,73 @@ def fill_link(
                 )
             except (DigestMismatch, AssemblyError, ManifestError) as e:
                 raise DigestInvalid(
-                    f"layer {layer} ({tag}): {role} chunk {at} ({digest}) from blob {blob} "
+                    f"layer {self.link.layer} ({self.link.tag}): {role} chunk {at} ({digest}) from blob {blob} "
                     f"at offset {offset} is corrupt: {e}"
                 ) from None
             for where, index in places:
-                assemblers[where].write(index, chunk)
+                self.link.assemblers[where].write(index, chunk)
             nbytes += flen
-        progress.advance(nbytes)
+        self.progress.advance(nbytes)
         return len(group), nbytes
 
-    # Two stages overlap: ``parallel`` hub requests (bytes, or a redirect / fetch plan), each handing
-    # its pieces straight to twice as many piece workers fetching from the store and verifying. At
-    # most 2 * ``parallel`` requests are open (asked, or with pieces not done), which bounds what a
-    # hub serving bytes buffers.
-    askers = pools.askers
-    todo = iter(enumerate(requests))
-    asking: dict[Future, int] = {}
-    working: dict[Future, int] = {}
-    left: dict[int, int] = {}  # open request -> its pieces not done yet
-    drain = False
-    try:
-        while True:
-            while len(left) < 2 * parallel and (nxt := next(todo, None)) is not None:
-                asking[askers.submit(ask, nxt[1])] = nxt[0]
-                left[nxt[0]] = -1  # asked, pieces not known yet
-            if meanwhile is not None:
-                meanwhile()
-            if not asking and not working:
-                break
-            done, _ = wait([*asking, *working], return_when=FIRST_COMPLETED)
-            # answered requests first, in their order: when one request fails, the pieces of the
-            # requests before it are already queued (and are written, below)
-            for future in sorted(done, key=lambda f: asking.get(f, len(requests))):
-                if future in asking:
-                    number = asking.pop(future)
-                    pieces = future.result()
-                    left[number] = len(pieces)
-                    for piece in pieces:
-                        working[piece] = number
-                    if not pieces:
-                        del left[number]
-                else:
-                    number = working.pop(future)
-                    count, nbytes = future.result()
-                    counts.fetched += count
-                    counts.bytes_fetched += nbytes
-                    left[number] -= 1
-                    if not left[number]:
-                        del left[number]
-    except BaseException as e:
-        drain = isinstance(e, Exception)
-        raise
-    finally:
-        # On an error, pieces already queued are still verified and written (what a resumed pull
-        # keeps), requests not asked yet never start; on Ctrl-C queued pieces are dropped too.
-        # Either way this link's tasks are settled before it returns (the pools outlive it).
+    def run(self, meanwhile: Callable[[], None] | None) -> FillCounts:
+        """Stages 2 and 3 overlapping: ``parallel`` hub requests (bytes, or a redirect / fetch plan),
+        each handing its pieces straight to twice as many piece workers fetching from the store and
+        verifying. At most 2 * ``parallel`` requests are open (asked, or with pieces not done), which
+        bounds what a hub serving bytes buffers."""
+        max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
+        self.piece_bytes = tunable("FORKD_PULL_PIECE_BYTES", PIECE_BYTES, 64 << 10)
+        requests = coalesce(self.wanted, max_range)
+        self.progress.task(
+            f"pull {self.link.tag}", sum(f[0] for frames in self.wanted.values() for f in frames.values())
+        )
+        parallel, askers, counts = self.pools.parallel, self.pools.askers, self.counts
+        todo = iter(enumerate(requests))
+        asking: dict[Future, int] = {}
+        working: dict[Future, int] = {}
+        left: dict[int, int] = {}  # open request -> its pieces not done yet
+        drain = False
+        try:
+            while True:
+                while len(left) < 2 * parallel and (nxt := next(todo, None)) is not None:
+                    asking[askers.submit(self.ask, nxt[1])] = nxt[0]
+                    left[nxt[0]] = -1  # asked, pieces not known yet
+                if meanwhile is not None:
+                    meanwhile()
+                if not asking and not working:
+                    break
+                done, _ = wait([*asking, *working], return_when=FIRST_COMPLETED)
+                # answered requests first, in their order: when one request fails, the pieces of the
+                # requests before it are already queued (and are written, below)
+                for future in sorted(done, key=lambda f: asking.get(f, len(requests))):
+                    if future in asking:
+                        number = asking.pop(future)
+                        pieces = future.result()
+                        left[number] = len(pieces)
+                        for piece in pieces:
+                            working[piece] = number
+                        if not pieces:
+                            del left[number]
+                    else:
+                        number = working.pop(future)
+                        count, nbytes = future.result()
+                        counts.fetched += count
+                        counts.bytes_fetched += nbytes
+                        left[number] -= 1
+                        if not left[number]:
+                            del left[number]
+        except BaseException as e:
+            drain = isinstance(e, Exception)
+            raise
+        finally:
+            self._settle(asking, working, drain)
+        return counts
+
+    @staticmethod
+    def _settle(asking: dict[Future, int], working: dict[Future, int], drain: bool) -> None:
+        """On an error, pieces already queued are still verified and written (what a resumed pull
+        keeps), requests not asked yet never start; on Ctrl-C (``drain`` false) queued pieces are
+        dropped too. Either way this link's tasks are settled before it returns (the pools outlive it)."""
         for future in asking:
             future.cancel()
         wait(asking)
@@ -235,7 +271,6 @@ def fill_link(
             for future in working:
                 future.cancel()
         wait(working)
-    return counts
 
 
 def coalesce(wanted: Wanted, max_range: int, gap: int = RANGE_GAP) -> list[tuple[str, list[tuple[int, int]]]]:

@@ -22,8 +22,8 @@ from manifest.model import MAX_CHUNK_MAP_BYTES, ChunkMap, LayerConfig, LayerMani
 from ..install import fsync_path, settle_mtime
 from ..snapdir import LocalSnapshot, read_hub_meta
 from ..store import SnapshotStore
-from .client import ChainLink, HubClient
 from .errors import DigestInvalid, HubError
+from .repository import ChainLink, RepositoryClient
 
 __all__ = ["chunk_lists", "fetch_maps", "still_intact", "verify_files"]
 
@@ -58,13 +58,13 @@ def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig)
 
 
 def fetch_maps(
-    client: HubClient, name: str, link: ChainLink, manifest: LayerManifest, config: LayerConfig
+    repo: RepositoryClient, link: ChainLink, manifest: LayerManifest, config: LayerConfig
 ) -> dict[str, ChunkMap]:
     """A layer's chunk maps, each checked against its digest and the config. Raises DigestInvalid, HubError."""
     maps: dict[str, ChunkMap] = {}
     for role, desc in manifest.chunk_maps.items():
         try:
-            maps[role] = ChunkMap.from_json(client.get_blob(name, desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES))
+            maps[role] = ChunkMap.from_json(repo.get_blob(desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES))
         except ManifestError as e:
             raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
         info = config.files.get(role)

@@ -53,7 +53,7 @@ class LinkPrefetch:
         budget = VMSTATE_BUDGET
         for name, parsed, fetch in links[: fetched[-1] + 1]:
             link, manifest, config = parsed
-            self._maps[link.digest] = self._pool.submit(fetch_maps, client, name, link, manifest, config)
+            self._maps[link.digest] = self._pool.submit(fetch_maps, client.repository(name), link, manifest, config)
             if fetch and manifest.vmstate.size <= budget:
                 budget -= manifest.vmstate.size
                 self._vmstates[link.digest] = self._pool.submit(fetch_vmstate, name, parsed)
@@ -61,7 +61,7 @@ class LinkPrefetch:
     def maps(self, name: str, parsed: ParsedLink) -> dict[str, ChunkMap]:
         """The link's chunk maps, checked. Raises what :func:`.linkcheck.fetch_maps` raises."""
         future = self._maps.pop(parsed[0].digest, None)
-        return future.result() if future is not None else fetch_maps(self.client, name, *parsed)
+        return future.result() if future is not None else fetch_maps(self.client.repository(name), *parsed)
 
     def vmstate(self, name: str, parsed: ParsedLink) -> bytes:
         """The link's vmstate frame (not inflated nor checked yet). Raises what the fetch raises."""

@@ -27,9 +27,9 @@ from manifest.model import ChunkMap, LayerConfig, LayerManifest
 from ..errors import InvalidSnapshotDir, SnapshotExists, SnapshotNotFound
 from ..snapdir import FILE_ROLES, LocalSnapshot, validate_tag
 from ..store import SnapshotStore
-from .client import ChainLink, HubClient
 from .linkcheck import fetch_maps
 from .localchunks import LocalChunkIndex
+from .repository import ChainLink, RepositoryClient
 
 __all__ = ["PullPlan", "check_arguments", "index_held_head", "plan_pull"]
 
@@ -117,18 +117,14 @@ def plan_pull(
 
 
 def index_held_head(
-    store: SnapshotStore,
-    client: HubClient,
-    name: str,
-    plan: PullPlan,
-    link: tuple[ChainLink, LayerManifest, LayerConfig],
+    store: SnapshotStore, repo: RepositoryClient, plan: PullPlan, link: tuple[ChainLink, LayerManifest, LayerConfig]
 ) -> None:
     """Record where the head's chunks sit in the local snapshot holding its files, so the pull
     reads them there (each re-hashed on read). Fetches the head's chunk maps (metadata only).
     Raises HubError, DigestInvalid."""
     if plan.head_holder is None:
         return
-    maps: dict[str, ChunkMap] = fetch_maps(client, name, *link)
+    maps: dict[str, ChunkMap] = fetch_maps(repo, *link)
     index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
     try:
         for role, chunk_map in maps.items():

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from ..units import human_size
+from clikit.units import human_size
 
 if TYPE_CHECKING:
     from rich.progress import Task, TaskID

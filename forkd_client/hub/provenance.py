@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 from manifest import mediatypes as mt
 
 from ..errors import UsageError
-from .client import HubClient
 from .referrers import Document, push_referrer
+from .repository import RepositoryClient
 
 __all__ = [
     "ARTIFACT_TYPE",
@@ -199,8 +199,7 @@ ANNOTATION_PREDICATE_TYPE = "in-toto.io/predicate-type"
 
 
 def attach_provenance(
-    client: HubClient,
-    name: str,
+    repo: RepositoryClient,
     tag: str,
     chain: list[str],
     *,
@@ -209,20 +208,20 @@ def attach_provenance(
     started: str,
     forkd_version: str,
 ) -> dict[str, Any]:
-    """Push the provenance of the head ``chain[-1]`` of ``name`` as its referrer; return what the
+    """Push the provenance of the head ``chain[-1]`` of ``repo`` as its referrer; return what the
     push summary shows: ``{"digest", "artifactType", "annotations"}``.
 
     The referrer's annotations are the CI ones, then the ``--annotation`` ones (which win), plus
     ``org.opencontainers.image.created`` and ``in-toto.io/predicate-type``. Raises HubError family.
     """
     head = chain[-1]
-    manifest, _ = client.get_manifest(name, head)
+    manifest, _ = repo.get_manifest(head)
     finished = now_rfc3339()
     merged = {**annotations, **user_annotations}
     merged.setdefault(mt.ANNOTATION_CREATED, finished)
     merged[ANNOTATION_PREDICATE_TYPE] = PREDICATE_TYPE
     statement = provenance_statement(
-        subject_name=f"{urlsplit(client.base_url).netloc}/{name}:{tag}",
+        subject_name=f"{urlsplit(repo.hub.base_url).netloc}/{repo.name}:{tag}",
         subject_digest=head,
         chain=chain,
         annotations=annotations,
@@ -233,8 +232,7 @@ def attach_provenance(
     )
     document = Document(ARTIFACT_TYPE, json.dumps(statement, indent=2, sort_keys=True).encode())
     digest = push_referrer(
-        client,
-        name,
+        repo,
         subject_digest=head,
         subject_size=len(manifest),
         artifact_type=ARTIFACT_TYPE,

@@ -47,12 +47,12 @@ from manifest.vmstate import MAX_VMSTATE_BYTES, inflate_vmstate, max_vmstate_blo
 
 from ..errors import InvalidSnapshotDir, SnapshotExists
 from ..install import PrepareSpec
-from ..lazy.staged import open_index
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
-from .client import ChainLink, HubClient
+from .client import HubClient
 from .errors import DigestInvalid, HubError
-from .fill import FillPools, fill_link
+from .fill import FillPools, LinkFiles, fill_link
+from .lazystate import open_index
 from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .prefetch import LinkPrefetch
@@ -80,6 +80,7 @@ from .pullstages import (
     when_all_ready,
 )
 from .reference import Reference
+from .repository import ChainLink
 from .signing import Verified, verify_head
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class ChainPull:
         verify_keys: list[Ed25519PublicKey] | None = None,
     ) -> None:
         self.store, self.client, self.ref = store, client, ref
+        self.repo = client.repository(ref.name)  # the links' blobs may live elsewhere: repository_of
         self.as_tag, self.force, self.verify_keys = as_tag, force, verify_keys
         self.progress = progress or NullProgress()
         self.parsed: list[ParsedLink] = []  # the chain, base → head
@@ -146,7 +148,7 @@ class ChainPull:
         check_arguments(self.as_tag)  # preflight: everything that can be refused is, before any transfer
         received_before = self.client.bytes_received
         self._resolve()
-        check_chain(self.client, self.ref, self.parsed)
+        check_chain(self.repo, self.ref, self.parsed)
         self._verify_signature()
         head_tag = head_tag_for(self.ref, self.as_tag)
         plan = self._plan(head_tag)
@@ -157,18 +159,18 @@ class ChainPull:
 
     def _resolve(self) -> None:
         """One request for the chain base → head; each link's manifest and config parsed."""
-        chain = self.client.get_chain(self.ref.name, self.ref.ref)
+        chain = self.repo.get_chain(self.ref.ref)
         self.parsed = [parse_link(link) for link in chain]
 
     def _verify_signature(self) -> None:
         if self.verify_keys:
-            self.verified = verify_head(self.client, self.ref.name, self.parsed[-1][0].digest, self.verify_keys)
+            self.verified = verify_head(self.repo, self.parsed[-1][0].digest, self.verify_keys)
 
     def _plan(self, head_tag: str) -> PullPlan:
         """The local tags and what local snapshots already hold; the head's local copy indexed."""
         store, parsed = self.store, self.parsed
         plan = plan_pull(store, parsed, local_tags(store, parsed, head_tag), force=self.force)
-        index_held_head(store, self.client, repository_of(parsed[-1][0], self.ref), plan, parsed[-1])
+        index_held_head(store, self.client.repository(repository_of(parsed[-1][0], self.ref)), plan, parsed[-1])
         return plan
 
     def _pull_links(self, plan: PullPlan, result: PullResult) -> None:
@@ -206,7 +208,7 @@ class ChainPull:
 
     def _open_index(self) -> LocalChunkIndex:
         """Where chunks local files hold are looked up: installed snapshots, and the image a lazy
-        session of this head staged (``fork --lazy``, :mod:`forkd_client.lazy.staged`)."""
+        session of this head staged (``fork --lazy``, :mod:`forkd_client.hub.lazystate`)."""
         return open_index(self.store, self.parsed[-1][0].digest)
 
     def _existing(self, plan: PullPlan, link: ChainLink, config: LayerConfig, tag: str) -> LocalSnapshot | None:
@@ -321,13 +323,9 @@ class ChainPull:
                     parent_ready=parent.whole(role) if parent is not None else None,
                 )
             counts = fill_link(
-                self.client,
+                self.client.repository(name),
                 self.index,
-                name,
-                link.digest,
-                tag,
-                maps,
-                assemblers,
+                LinkFiles(link.digest, tag, maps, assemblers),
                 self.progress,
                 self.pools,
                 None if self.defer else functools.partial(self._install_while_filling, parent, assemblers),
@@ -358,8 +356,8 @@ class ChainPull:
                 f"layer {link.digest}: its vmstate declares {vm_info.size:,} bytes, over the "
                 f"{MAX_VMSTATE_BYTES:,}-byte vmstate limit"
             )
-        return self.client.get_blob(
-            name, manifest.vmstate.digest, manifest.vmstate.size, limit=max_vmstate_blob_bytes()
+        return self.client.repository(name).get_blob(
+            manifest.vmstate.digest, manifest.vmstate.size, limit=max_vmstate_blob_bytes()
         )
 
     def _stage(self, layer: str) -> tuple[Path, bool]:

@@ -28,10 +28,10 @@ from manifest.model import ChunkMap, LayerConfig, LayerManifest
 from ..errors import SnapshotNotFound
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
-from .client import ChainLink, HubClient
 from .errors import DigestInvalid, DiskFull, HubError
 from .localchunks import LocalChunkIndex
 from .reference import Reference
+from .repository import ChainLink, RepositoryClient
 from .signing import Verified
 
 RESUME_MARKER = ".resume.json"
@@ -96,7 +96,7 @@ def parse_link(link: ChainLink) -> ParsedLink:
         raise HubError(f"layer {link.digest} is not a valid forkd snapshot layer: {e}") from None
 
 
-def check_chain(client: HubClient, ref: Reference, parsed: list[ParsedLink]) -> None:
+def check_chain(repo: RepositoryClient, ref: Reference, parsed: list[ParsedLink]) -> None:
     """The hub's chain must be one: each config names the link below it as its parent, the base
     none, and a pinned digest must be the head (or a chain index listing exactly these links).
     Then every installed byte hangs off the head's digest. Raises DigestInvalid."""
@@ -109,7 +109,7 @@ def check_chain(client: HubClient, ref: Reference, parsed: list[ParsedLink]) -> 
             )
     digests = [link.digest for link, _, _ in parsed]
     if ref.digest and digests[-1] != ref.digest:
-        data, _ = client.get_manifest(ref.name, ref.digest)  # verified against the pinned digest
+        data, _ = repo.get_manifest(ref.digest)  # verified against the pinned digest
         try:
             listed = [m["digest"] for m in loads_json(data)["manifests"]]
         except (ValueError, KeyError, TypeError):

@@ -38,10 +38,11 @@ from manifest.signature import fingerprint
 from ..snapdir import LocalSnapshot, carried_fields
 from ..store import SnapshotStore
 from .blobupload import RecipeUpload, recipe_document, upload_blob, upload_part_bytes
-from .client import ANYWHERE, HubClient
+from .client import HubClient
 from .layers import BuiltLayer, build_layer
 from .progress import NullProgress, Progress
 from .reference import Reference
+from .repository import ANYWHERE, RepositoryClient
 from .signing import push_signature
 from .state import TransferState
 from .streaming import FrameUploader, StreamedBlob
@@ -131,45 +132,139 @@ def push(
     the digest it pointed at then); otherwise TagConflict, unless ``force``. With ``sign``, the
     head's signature is pushed as its referrer before the tag moves (:mod:`.signing`).
     """
-    progress = progress or NullProgress()
-    started = time.monotonic()
-    state = TransferState(store.root / "transfers.json")
-    chain = store.chain(local_tag)
-    name = ref.name
-    sent_before = client.bytes_sent
-    layer_tag = ref.tag or "latest"
-    result = PushResult(str(ref), "", hub=client.base_url, tag=layer_tag)
-    expect = ANYWHERE if force else client.tag_digest(name, layer_tag)
-    parent: LocalSnapshot | None = None
-    parent_digest: str | None = None
+    chain_push = ChainPush(store, client.repository(ref.name), public, progress or NullProgress(), chunk_size)
+    return chain_push.run(local_tag, ref, force=force, sign=sign)
 
-    def chunk_tree(path: Path, size: int, compute: Callable[[Path, int], str] = file_chunk_tree) -> str:
-        # kept in the verified record: an unchanged parent or base is not read again, here or next push
-        return store.verified.chunk_tree(path, size, compute)  # type: ignore[arg-type]
 
-    for snap in chain:
-        key = f"pushed|{client.base_url}|{name}|{_fingerprint(store, snap, parent_digest)}"
-        cached = state.get(key) or _pulled_layer(snap, parent, parent_digest, client.base_url)
-        # a format-v1 layer (blake3-named) is pushed again, as format v2
-        if cached and cached.startswith("sha256:") and client.manifest_exists(name, cached):
-            progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
-            result.links.append(LinkPushed(snap.tag, cached, skipped=True))
-        else:
-            result.links.append(
-                _push_link(
-                    store, client, state, snap, parent, parent_digest, name, public, progress, chunk_size, chunk_tree
+class ChainPush:
+    """One push to repository ``repo``; :meth:`run` reads as its stages: per link base → head, skip
+    it (the hub has its layer) or :meth:`push_link` (build the layer, :meth:`upload_blobs`, PUT its
+    manifest by digest) → sign the head → move the tag. What the stages share lives here."""
+
+    def __init__(
+        self, store: SnapshotStore, repo: RepositoryClient, public: bool, progress: Progress, chunk_size: int
+    ) -> None:
+        self.store, self.repo, self.public, self.progress, self.chunk_size = store, repo, public, progress, chunk_size
+        self.state = TransferState(store.root / "transfers.json")
+
+    def run(self, local_tag: str, ref: Reference, *, force: bool, sign: Ed25519PrivateKey | None) -> PushResult:
+        """Push the chain of ``local_tag``, then tag its head as ``ref`` (see :func:`push`)."""
+        store, repo, hub, progress = self.store, self.repo, self.repo.hub, self.progress
+        started = time.monotonic()
+        chain = store.chain(local_tag)
+        sent_before = hub.bytes_sent
+        layer_tag = ref.tag or "latest"
+        result = PushResult(str(ref), "", hub=hub.base_url, tag=layer_tag)
+        expect = ANYWHERE if force else repo.tag_digest(layer_tag)
+        parent: LocalSnapshot | None = None
+        parent_digest: str | None = None
+        for snap in chain:
+            key = f"pushed|{hub.base_url}|{repo.name}|{_fingerprint(store, snap, parent_digest)}"
+            cached = self.state.get(key) or _pulled_layer(snap, parent, parent_digest, hub.base_url)
+            # a format-v1 layer (blake3-named) is pushed again, as format v2
+            if cached and cached.startswith("sha256:") and repo.manifest_exists(cached):
+                progress.log(f"{snap.tag}: layer {cached[:19]}… already on the hub")
+                result.links.append(LinkPushed(snap.tag, cached, skipped=True))
+            else:
+                result.links.append(self.push_link(snap, parent, parent_digest))
+                self.state.set(key, result.links[-1].digest)
+            parent, parent_digest = snap, result.links[-1].digest
+        assert parent_digest is not None  # a chain has at least its base
+        if sign is not None:  # every link is on the hub by digest; the tag has not moved yet
+            progress.log(f"signing {parent_digest} with key {fingerprint(sign.public_key())[:23]}…")
+            result.signature = push_signature(repo, parent_digest, sign)
+        manifest, _ = repo.get_manifest(parent_digest)
+        result.digest = repo.put_manifest(layer_tag, manifest, public=self.public, expect=expect)
+        result.bytes_sent = hub.bytes_sent - sent_before
+        result.duration_seconds = time.monotonic() - started
+        return result
+
+    def chunk_tree(self, path: Path, size: int, compute: Callable[[Path, int], str] = file_chunk_tree) -> str:
+        """A file's chunk-tree digest, kept in the verified record: an unchanged parent or base is not
+        read again, here or next push."""
+        return self.store.verified.chunk_tree(path, size, compute)  # type: ignore[arg-type]
+
+    def digests(self, path: Path) -> dict[str, str]:
+        return self.store.verified.digests(path, ("blake3", "sha256"))
+
+    def push_link(self, snap: LocalSnapshot, parent: LocalSnapshot | None, parent_digest: str | None) -> LinkPushed:
+        """Build ``snap``'s layer against ``parent`` (a pure function of both: every hub gets the same
+        digests), upload what the hub lacks, PUT the manifest by digest."""
+        store, repo, progress = self.store, self.repo, self.progress
+        work = store.root / ".push" / hashlib.sha256(f"{snap.dir}|{parent_digest}".encode()).hexdigest()[:16]
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        try:
+            progress.log(f"{snap.tag}: computing layer against {parent.tag if parent else 'nothing (base)'}")
+            progress.busy(f"{snap.tag}: computing layer")  # piped: "still working" lines on a big layer
+            # new frames go to the hub while the layer is still being built (.streaming)
+            uploader = FrameUploader(repo, upload_part_bytes()) if _streaming() else None
+            try:
+                layer = build_layer(
+                    snap,
+                    parent,
+                    parent_digest,
+                    work,
+                    self.digests,
+                    self.chunk_tree,
+                    chunk_size=self.chunk_size,
+                    on_frame=uploader.frame if uploader is not None else None,
                 )
+            except BaseException:
+                if uploader is not None:
+                    uploader.abort()
+                raise
+            streamed = uploader.close() if uploader is not None else {}
+            uploaded, new_frames, held_frames, held_bytes = self.upload_blobs(layer, snap.tag, streamed)
+            if not repo.manifest_exists(layer.digest):
+                repo.put_manifest(layer.digest, layer.manifest, public=self.public)
+            return LinkPushed(
+                snap.tag,
+                layer.digest,
+                skipped=False,
+                bytes_uploaded=uploaded,
+                new_chunks=new_frames,
+                reused_chunks=held_frames,
+                changed_bytes=layer.changed_bytes,
+                reused_bytes=held_bytes,
             )
-            state.set(key, result.links[-1].digest)
-        parent, parent_digest = snap, result.links[-1].digest
-    if sign is not None:  # every link is on the hub by digest; the tag has not moved yet
-        progress.log(f"signing {parent_digest} with key {fingerprint(sign.public_key())[:23]}…")
-        result.signature = push_signature(client, name, parent_digest, sign)  # type: ignore[arg-type]
-    manifest, _ = client.get_manifest(name, parent_digest)  # type: ignore[arg-type]
-    result.digest = client.put_manifest(name, layer_tag, manifest, public=public, expect=expect)
-    result.bytes_sent = client.bytes_sent - sent_before
-    result.duration_seconds = time.monotonic() - started
-    return result
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def upload_blobs(self, layer: BuiltLayer, tag: str, streamed: dict[int, StreamedBlob]) -> tuple[int, int, int, int]:
+        """Finish the data blobs streamed during the build and upload what else the hub lacks; return
+        (bytes sent, frames uploaded, frames the hub already held, bytes of those held frames)."""
+        repo, state, progress = self.repo, self.state, self.progress
+        done: dict[str, StreamedBlob] = {}
+        for number, digest in enumerate(layer.data_blobs):
+            blob, stream = layer.data_blobs[digest], streamed.get(number)
+            if stream is not None and stream.declared == len(blob.frames):
+                done[digest] = stream
+            elif stream is not None:  # cannot happen with a whole build; start that blob over
+                repo.hub.cancel_upload(stream.location)
+        missing = [d for d in layer.blobs if d not in done and not repo.blob_exists(d)]
+        recipes = {d: RecipeUpload.plan(repo, state, layer.data_blobs[d]) for d in missing if d in layer.data_blobs}
+        total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
+        progress.task(f"push {tag}", total + sum(s.sent for s in done.values()))
+        sent = 0
+        for digest, stream in done.items():
+            blob = layer.data_blobs[digest]
+            repo.finish_recipe(stream.location, recipe_document(blob, stream.inline))
+            sent += stream.sent
+            progress.advance(stream.sent)
+        for digest in missing:
+            if digest in recipes:
+                sent += recipes[digest].send(repo, state, progress)
+            else:
+                sent += upload_blob(repo, state, digest, layer.blobs[digest], progress)
+        uploads = [(r.blob, r.inline) for r in recipes.values()] + [
+            (layer.data_blobs[d], s.inline) for d, s in done.items()
+        ]
+        new = sum(len(inline) for _, inline in uploads)
+        held = sum(len(blob.frames) - len(inline) for blob, inline in uploads)
+        held_bytes = sum(f.length for blob, inline in uploads for f in blob.frames if f.digest not in inline)
+        return sent, new, held, held_bytes
 
 
 def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_digest: str | None, hub: str) -> str | None:
@@ -182,112 +277,10 @@ def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_dige
     return origin["manifest_digest"]
 
 
-def _push_link(
-    store: SnapshotStore,
-    client: HubClient,
-    state: TransferState,
-    snap: LocalSnapshot,
-    parent: LocalSnapshot | None,
-    parent_digest: str | None,
-    name: str,
-    public: bool,
-    progress: Progress,
-    chunk_size: int,
-    chunk_tree: Callable[[Path, int, Callable[[Path, int], str]], str],
-) -> LinkPushed:
-    def digests(path: Path) -> dict[str, str]:
-        return store.verified.digests(path, ("blake3", "sha256"))
-
-    work = store.root / ".push" / hashlib.sha256(f"{snap.dir}|{parent_digest}".encode()).hexdigest()[:16]
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    try:
-        progress.log(f"{snap.tag}: computing layer against {parent.tag if parent else 'nothing (base)'}")
-        progress.busy(f"{snap.tag}: computing layer")  # piped: "still working" lines on a big layer
-        # new frames go to the hub while the layer is still being built (.streaming)
-        uploader = FrameUploader(client, name, upload_part_bytes()) if _streaming() else None
-        try:
-            layer = build_layer(
-                snap,
-                parent,
-                parent_digest,
-                work,
-                digests,
-                chunk_tree,
-                chunk_size=chunk_size,
-                on_frame=uploader.frame if uploader is not None else None,
-            )
-        except BaseException:
-            if uploader is not None:
-                uploader.abort()
-            raise
-        streamed = uploader.close() if uploader is not None else {}
-        uploaded, new_frames, held_frames, held_bytes = _upload_blobs(
-            client, state, name, layer, progress, snap.tag, streamed
-        )
-        if not client.manifest_exists(name, layer.digest):
-            client.put_manifest(name, layer.digest, layer.manifest, public=public)
-        return LinkPushed(
-            snap.tag,
-            layer.digest,
-            skipped=False,
-            bytes_uploaded=uploaded,
-            new_chunks=new_frames,
-            reused_chunks=held_frames,
-            changed_bytes=layer.changed_bytes,
-            reused_bytes=held_bytes,
-        )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def _streaming() -> bool:
     """``FORKD_PUSH_STREAM=1``: upload frames while building. Off by default: on the 2 shared cores
     where it was measured it was slower (docs/benchmarks.md, "Hub: chunk upload…")."""
     return os.environ.get("FORKD_PUSH_STREAM", "0").strip() in ("1", "true", "yes")
 
 
-def _upload_blobs(
-    client: HubClient,
-    state: TransferState,
-    name: str,
-    layer: BuiltLayer,
-    progress: Progress,
-    tag: str,
-    streamed: dict[int, StreamedBlob],
-) -> tuple[int, int, int, int]:
-    """Finish the data blobs streamed during the build and upload what else the hub lacks; return
-    (bytes sent, frames uploaded, frames the hub already held, bytes of those held frames)."""
-    done: dict[str, StreamedBlob] = {}
-    for number, digest in enumerate(layer.data_blobs):
-        blob, stream = layer.data_blobs[digest], streamed.get(number)
-        if stream is not None and stream.declared == len(blob.frames):
-            done[digest] = stream
-        elif stream is not None:  # cannot happen with a whole build; start that blob over
-            client.cancel_upload(stream.location)
-    missing = [d for d in layer.blobs if d not in done and not client.blob_exists(name, d)]
-    recipes = {d: RecipeUpload.plan(client, state, name, layer.data_blobs[d]) for d in missing if d in layer.data_blobs}
-    total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
-    progress.task(f"push {tag}", total + sum(s.sent for s in done.values()))
-    sent = 0
-    for digest, stream in done.items():
-        blob = layer.data_blobs[digest]
-        client.finish_recipe(name, stream.location, recipe_document(blob, stream.inline))
-        sent += stream.sent
-        progress.advance(stream.sent)
-    for digest in missing:
-        if digest in recipes:
-            sent += recipes[digest].send(client, state, name, progress)
-        else:
-            sent += upload_blob(client, state, name, digest, layer.blobs[digest], progress)
-    uploads = [(r.blob, r.inline) for r in recipes.values()] + [
-        (layer.data_blobs[d], s.inline) for d, s in done.items()
-    ]
-    new = sum(len(inline) for _, inline in uploads)
-    held = sum(len(blob.frames) - len(inline) for blob, inline in uploads)
-    held_bytes = sum(f.length for blob, inline in uploads for f in blob.frames if f.digest not in inline)
-    return sent, new, held, held_bytes
-
-
-__all__ = ["LinkPushed", "PushResult", "push", "upload_part_bytes"]
+__all__ = ["ChainPush", "LinkPushed", "PushResult", "push", "upload_part_bytes"]

@@ -18,10 +18,10 @@ from typing import Any
 
 from manifest.digest import digest_bytes
 
-from .client import MANIFEST_TYPE, HubClient
 from .errors import HubError
+from .repository import MANIFEST_TYPE, RepositoryClient
 
-__all__ = ["EMPTY_CONFIG", "Document", "fetch_documents", "list_referrers", "push_referrer", "upload_blob"]
+__all__ = ["EMPTY_CONFIG", "Document", "fetch_documents", "push_referrer", "upload_blob"]
 
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_CONFIG = b"{}"
@@ -37,20 +37,19 @@ class Document:
     data: bytes
 
 
-def upload_blob(client: HubClient, name: str, data: bytes) -> str:
-    """Upload the small blob ``data`` to ``name`` unless the hub holds it; return its sha256 digest.
+def upload_blob(repo: RepositoryClient, data: bytes) -> str:
+    """Upload the small blob ``data`` to ``repo`` unless the hub holds it; return its sha256 digest.
     Raises the HubError family."""
     digest = str(digest_bytes(data, "sha256"))
-    if not client.blob_exists(name, digest):
-        location = client.start_upload(name)
-        location = client.upload_chunk(location, data, 0)
-        client.finish_upload(location, digest)
+    if not repo.blob_exists(digest):
+        location = repo.start_upload()
+        location = repo.hub.upload_chunk(location, data, 0)
+        repo.hub.finish_upload(location, digest)
     return digest
 
 
 def push_referrer(
-    client: HubClient,
-    name: str,
+    repo: RepositoryClient,
     *,
     subject_digest: str,
     subject_size: int,
@@ -59,15 +58,13 @@ def push_referrer(
     annotations: Mapping[str, str],
 ) -> str:
     """Push an artifact of ``artifact_type`` holding ``documents`` as a referrer of ``subject_digest``
-    (an OCI image manifest of ``subject_size`` bytes in ``name``); return the artifact's digest."""
+    (an OCI image manifest of ``subject_size`` bytes in ``repo``); return the artifact's digest."""
     config = {
         "mediaType": EMPTY_MEDIA_TYPE,
-        "digest": upload_blob(client, name, EMPTY_CONFIG),
+        "digest": upload_blob(repo, EMPTY_CONFIG),
         "size": len(EMPTY_CONFIG),
     }
-    layers = [
-        {"mediaType": d.media_type, "digest": upload_blob(client, name, d.data), "size": len(d.data)} for d in documents
-    ]
+    layers = [{"mediaType": d.media_type, "digest": upload_blob(repo, d.data), "size": len(d.data)} for d in documents]
     manifest: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": MANIFEST_TYPE,
@@ -80,28 +77,21 @@ def push_referrer(
         manifest["annotations"] = dict(sorted(annotations.items()))
     data = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
     digest = str(digest_bytes(data, "sha256"))
-    client.put_manifest(name, digest, data, media_type=MANIFEST_TYPE)
+    repo.put_manifest(digest, data, media_type=MANIFEST_TYPE)
     return digest
 
 
-def list_referrers(client: HubClient, name: str, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
-    """The referrers of ``digest`` in ``name`` as the hub lists them (``digest``, ``artifactType``,
-    ``annotations`` …), oldest first."""
-    return client.referrers(name, digest, artifact_type)
-
-
-def fetch_documents(client: HubClient, name: str, digest: str) -> list[Document]:
+def fetch_documents(repo: RepositoryClient, digest: str) -> list[Document]:
     """The documents (layers) of the referrer artifact ``digest``, each verified against its digest.
 
     Raises: HubError (not an image manifest, a document over 4 MiB), DigestInvalid, NotFound.
     """
-    data, _ = client.get_manifest(name, digest)
+    data, _ = repo.get_manifest(digest)
     try:
         layers = json.loads(data)["layers"]
         wanted = [(str(layer["mediaType"]), str(layer["digest"]), int(layer["size"])) for layer in layers]
     except (ValueError, KeyError, TypeError) as e:
-        raise HubError(f"referrer {name}@{digest} is not an OCI image manifest with layers: {e}") from None
+        raise HubError(f"referrer {repo.name}@{digest} is not an OCI image manifest with layers: {e}") from None
     return [
-        Document(media_type, client.get_blob(name, blob, size, limit=MAX_DOCUMENT_BYTES))
-        for media_type, blob, size in wanted
+        Document(media_type, repo.get_blob(blob, size, limit=MAX_DOCUMENT_BYTES)) for media_type, blob, size in wanted
     ]

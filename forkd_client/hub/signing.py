@@ -36,7 +36,7 @@ from .errors import DigestInvalid, NotFound, SignatureInvalid
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-    from .client import HubClient
+    from .repository import RepositoryClient
 
 # manifest.signature (and cryptography, ~20 ms) is imported by the functions that sign or verify:
 # every pull asks keys_for_pull, and a pull with no trusted keys needs neither.
@@ -47,21 +47,21 @@ TRUSTED_KEYS_FILE = "trusted-keys.json"
 MAX_CANDIDATES = 32
 
 
-def push_signature(client: HubClient, name: str, digest: str, key: Ed25519PrivateKey) -> str:
-    """Sign ``digest`` (a manifest already in ``name``) and push the signature as its referrer;
+def push_signature(repo: RepositoryClient, digest: str, key: Ed25519PrivateKey) -> str:
+    """Sign ``digest`` (a manifest already in ``repo``) and push the signature as its referrer;
     return the signature artifact's digest. Raises HubError family."""
     from manifest.signature import EMPTY_CONFIG_BYTES, fingerprint, sign_digest, signature_artifact
 
     from .referrers import upload_blob
 
-    head, _ = client.get_manifest(name, digest)
+    head, _ = repo.get_manifest(digest)
     media_type = _media_type(head)
-    envelope = sign_digest(key, digest, name)
+    envelope = sign_digest(key, digest, repo.name)
     artifact = signature_artifact(envelope, fingerprint(key.public_key()), digest, len(head), media_type)
     for blob in (EMPTY_CONFIG_BYTES, envelope):  # the artifact names them by their sha256 digests
-        upload_blob(client, name, blob)
-    if not client.manifest_exists(name, artifact.digest):
-        client.put_manifest(name, artifact.digest, artifact.manifest)
+        upload_blob(repo, blob)
+    if not repo.manifest_exists(artifact.digest):
+        repo.put_manifest(artifact.digest, artifact.manifest)
     return artifact.digest
 
 
@@ -83,8 +83,8 @@ class Verified:
         return {"key": self.key, "artifact": self.artifact}
 
 
-def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519PublicKey]) -> Verified:
-    """Check that the hub holds a signature of ``digest`` in ``name`` by one of ``keys``.
+def verify_head(repo: RepositoryClient, digest: str, keys: list[Ed25519PublicKey]) -> Verified:
+    """Check that the hub holds a signature of ``digest`` in ``repo`` by one of ``keys``.
 
     Raises:
         SignatureInvalid: there is no signature referrer, or none verifies (the message says why
@@ -105,7 +105,7 @@ def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519Pub
     if not keys:
         raise ValueError("verify_head needs at least one trusted key")
     try:
-        found = client.referrers(name, digest, SIGNATURE_ARTIFACT)
+        found = repo.referrers(digest, SIGNATURE_ARTIFACT)
     except NotFound:
         found = []
     # Those naming a trusted key first: junk referrers anyone with push rights can add must not
@@ -118,19 +118,19 @@ def verify_head(client: HubClient, name: str, digest: str, keys: list[Ed25519Pub
         if descriptor.get("artifactType") not in (None, SIGNATURE_ARTIFACT):
             continue  # a hub that ignores the filter lists other referrers too
         try:
-            manifest, _ = client.get_manifest(name, artifact)
+            manifest, _ = repo.get_manifest(artifact)
             envelope_digest = envelope_digest_of(manifest, digest)
-            envelope = client.get_blob(name, envelope_digest, limit=MAX_ENVELOPE_BYTES)
-            return Verified(verify_envelope(envelope, digest, name, keys), artifact)
+            envelope = repo.get_blob(envelope_digest, limit=MAX_ENVELOPE_BYTES)
+            return Verified(verify_envelope(envelope, digest, repo.name, keys), artifact)
         except (SignatureError, DigestInvalid, NotFound) as e:  # this candidate fails; others may verify
             reasons.append(f"{artifact[:19]}…: {e}")
     trusted = ", ".join(fingerprint(k)[:23] + "…" for k in keys)
     if not reasons:
         raise SignatureInvalid(
-            f"{name}@{digest} is not signed (no signature referrer on the hub); refusing it (trusted keys: {trusted})"
+            f"{repo.name}@{digest} is not signed (no signature referrer on the hub); refusing it (trusted keys: {trusted})"
         )
     raise SignatureInvalid(
-        f"{name}@{digest} has no valid signature by a trusted key ({trusted}): " + "; ".join(reasons)
+        f"{repo.name}@{digest} has no valid signature by a trusted key ({trusted}): " + "; ".join(reasons)
     )
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from manifest import mediatypes as mt
 from manifest.layer import Frame
 
-from .client import HubClient
+from .repository import RepositoryClient
 
 __all__ = ["FrameUploader", "StreamedBlob"]
 
@@ -53,9 +53,8 @@ class StreamedBlob:
 class FrameUploader:
     """Streams frames to the hub on a thread of its own (see the module docstring)."""
 
-    def __init__(self, client: HubClient, name: str, part_bytes: int) -> None:
-        self._client = client
-        self._name = name
+    def __init__(self, repo: RepositoryClient, part_bytes: int) -> None:
+        self._repo = repo
         self._part = part_bytes
         self._queue: queue.Queue[object] = queue.Queue(maxsize=QUEUE_FRAMES)
         self._blobs: dict[int, StreamedBlob] = {}
@@ -118,19 +117,19 @@ class FrameUploader:
 
     def _send(self, blob: int, frames: list[tuple[Frame, bytes]]) -> None:
         """Declare ``frames`` on the blob's session and upload the bytes of those the hub lacks."""
-        client, name = self._client, self._name
+        repo = self._repo
         state = self._blobs.get(blob)
         if state is None:
-            state = StreamedBlob(client.start_upload(name))
-        held = client.query_frames(name, [f.digest for f, _ in frames])
+            state = StreamedBlob(repo.start_upload())
+        held = repo.query_frames([f.digest for f, _ in frames])
         part = {
             "mediaType": mt.RECIPE,
             "from": state.declared,
             "frames": [[f.digest, f.chunk, f.raw_length, f.length, f.digest not in held] for f, _ in frames],
         }
-        if not client.declare_recipe(name, state.location, part):
+        if not repo.declare_recipe(state.location, part):
             self._unsupported = True  # an older hub: push uploads after the build instead
-            client.cancel_upload(state.location)
+            repo.hub.cancel_upload(state.location)
             return
         self._blobs[blob] = state
         state.declared += len(frames)
@@ -138,5 +137,5 @@ class FrameUploader:
         state.inline.update(f.digest for f, _ in frames if f.digest not in held)
         state.held_bytes += sum(f.length for f, _ in frames if f.digest in held)
         if payload:
-            state.location = client.upload_chunk(state.location, payload, state.sent)
+            state.location = repo.hub.upload_chunk(state.location, payload, state.sent)
             state.sent += len(payload)

@@ -6,7 +6,7 @@ after the chunk's bytes). :meth:`LazyImage.read` serves a byte range: the chunks
 that are not present are fetched first (:meth:`LazyImage.ensure`), then the bytes are read from
 the staged file. Chunks local snapshots hold are copied in first (:meth:`LazyImage.adopt_local`,
 from the local chunk index, re-hashed on read); a missing chunk comes from the hub as coalesced ranges of the layers'
-data blobs through :meth:`HubClient.read_ranges` (so presigned redirects and fetch plans work);
+data blobs through :meth:`RepositoryClient.read_ranges` (so presigned redirects and fetch plans work);
 every frame is decompressed and checked against its chunk digest before it is written.
 Concurrent reads of the same chunk fetch it once (the later ones wait for that chunk, not for the
 rest of its request). A read that misses also fetches the missing chunks of the next
@@ -41,10 +41,10 @@ from manifest.fileops import punch_hole
 from ..hub.client import HubClient
 from ..hub.errors import GATEWAY_STATUSES, HubError, HubUnreachable
 from ..hub.fill import MAX_RANGE_BYTES, PARALLEL_REQUESTS, tunable
+from ..hub.lazystate import PRESENT_SUFFIX, write_chunk_list
 from .errors import ChunkFailure, ImageUnavailable, chunk_error
 from .plan import ImagePlan, Request
 from .profile import FirstTouches
-from .staged import PRESENT_SUFFIX, write_chunk_list
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
 READAHEAD_BYTES = 4 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
@@ -117,10 +117,6 @@ class LazyImage:
     @property
     def size(self) -> int:
         return self.plan.size
-
-    @property
-    def complete(self) -> bool:
-        return all(self.present)
 
     @property
     def missing(self) -> int:
@@ -301,7 +297,7 @@ class LazyImage:
             for offset in sorted(o for (b, o) in places if b == blob and start <= o < start + n)
         ]
         try:
-            views = self.client.read_ranges(repository, blob, ranges)
+            views = self.client.repository(repository).read_ranges(blob, ranges)
         except (HubError, OSError) as e:
             unreachable = isinstance(e, HubUnreachable | OSError) or e.status in GATEWAY_STATUSES
             for offset, _, _ in frames:

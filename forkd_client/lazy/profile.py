@@ -20,9 +20,9 @@ import threading
 
 from manifest import mediatypes as mt
 
-from ..hub.client import HubClient
 from ..hub.errors import HubError
-from ..hub.referrers import Document, fetch_documents, list_referrers, push_referrer
+from ..hub.referrers import Document, fetch_documents, push_referrer
+from ..hub.repository import RepositoryClient
 from .plan import ImagePlan
 
 ARTIFACT_TYPE = "application/vnd.forkd.access-profile.v1+json"
@@ -86,14 +86,11 @@ def parse_profile(data: bytes, chunk_size: int, count: int) -> list[int]:
     return list(dict.fromkeys(chunks))
 
 
-def attach_profile(
-    client: HubClient, name: str, head_digest: str, head_size: int, chunk_size: int, chunks: list[int]
-) -> str:
+def attach_profile(repo: RepositoryClient, head_digest: str, head_size: int, chunk_size: int, chunks: list[int]) -> str:
     """Attach ``chunks`` (first-read order) to the head layer; return the referrer's digest.
     Raises the HubError family (Forbidden without push access)."""
     return push_referrer(
-        client,
-        name,
+        repo,
         subject_digest=head_digest,
         subject_size=head_size,
         artifact_type=ARTIFACT_TYPE,
@@ -102,18 +99,18 @@ def attach_profile(
     )
 
 
-def fetch_profile(client: HubClient, name: str, head_digest: str, chunk_size: int, count: int) -> tuple[list[int], str]:
+def fetch_profile(repo: RepositoryClient, head_digest: str, chunk_size: int, count: int) -> tuple[list[int], str]:
     """The newest usable access profile of the head layer: ``(chunk indexes, note)``; the note says
     which profile was used or why none was (none attached, malformed, unreadable)."""
     try:
-        found = list_referrers(client, name, head_digest, ARTIFACT_TYPE)
+        found = repo.referrers(head_digest, ARTIFACT_TYPE)
     except HubError as e:
         return [], f"no access profile (listing referrers failed: {e})"
     note = "no access profile attached"
     for descriptor in reversed(found):
         digest = str(descriptor.get("digest", ""))
         try:
-            documents = fetch_documents(client, name, digest)
+            documents = fetch_documents(repo, digest)
             return parse_profile(documents[0].data, chunk_size, count), f"access profile {digest}"
         except (HubError, ValueError, IndexError) as e:
             note = f"access profile {digest} ignored: {e}"

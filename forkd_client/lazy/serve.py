@@ -93,7 +93,7 @@ def _write(path: Path, obj: dict[str, Any]) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from ..cli.exitcodes import exit_code_for
+    from ..exitcodes import exit_code_for
     from ..hub.client import HubClient
     from ..hub.reference import Reference
     from ..store import SnapshotStore

@@ -20,7 +20,7 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
 
 :meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
 first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull of the head
-pinned by digest, whose local chunk index (:func:`.staged.open_index`) also reads the staged image
+pinned by digest, whose local chunk index (:func:`..hub.lazystate.open_index`) also reads the staged image
 (re-hashing each chunk): same verification, records and forkd-compatible layout as a pull, the
 chunks fetched once.
 
@@ -49,6 +49,7 @@ from vmm import SnapshotFiles
 from ..hub.client import HubClient
 from ..hub.errors import DigestInvalid
 from ..hub.fill import tunable
+from ..hub.lazystate import state_key
 from ..hub.localchunks import LocalChunkIndex
 from ..hub.prefetch import LinkPrefetch
 from ..hub.pull import ChainPull
@@ -62,7 +63,6 @@ from .fusefs import LazyMount, PendingImage
 from .image import LazyImage
 from .plan import ImagePlan
 from .profile import PROFILE_WAIT_BYTES, attach_profile, fetch_profile, profile_head
-from .staged import state_key
 
 WARM_THREADS = 4
 WARM_READ_BYTES = 1 << 20
@@ -87,7 +87,7 @@ def _read_quietly(fd: int, offset: int, length: int) -> None:
 
 class LazyInstall(ChainPull):
     """A pull of the lazy session's head, pinned by its digest: its local chunk index reads the
-    session's staged image (:func:`.staged.open_index`), so no chunk is fetched twice."""
+    session's staged image (:func:`..hub.lazystate.open_index`), so no chunk is fetched twice."""
 
     def __init__(self, session: LazySession) -> None:
         ref = dataclasses.replace(session.ref, digest=session.head_digest)
@@ -156,7 +156,7 @@ class LazySession:
         pull._resolve()
         pull._verify_signature()
         parsed = pull.parsed
-        check_chain(self.client, self.ref, parsed)
+        check_chain(pull.repo, self.ref, parsed)
         head, _, head_config = parsed[-1]
         self.head_digest, self.head_compat = head.digest, dict(head_config.compat or {})
         self.head_repository, self.head_manifest_size = repository_of(head, self.ref), len(head.manifest)
@@ -216,7 +216,7 @@ class LazySession:
             ahead.close()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-lazy-profile") as pool:
             profile = pool.submit(
-                fetch_profile, self.client, self.head_repository, head.digest, plan.chunk_size, plan.count
+                fetch_profile, self.client.repository(self.head_repository), head.digest, plan.chunk_size, plan.count
             )
             vm_info = head_config.files[mt.VMSTATE_FILE]
             with open(staged / mt.VMSTATE_FILE, "wb") as out:
@@ -305,8 +305,7 @@ class LazySession:
         Raises the HubError family (Forbidden without push access)."""
         plan = self.image.plan
         return attach_profile(
-            self.client,
-            self.head_repository,
+            self.client.repository(self.head_repository),
             self.head_digest,
             self.head_manifest_size,
             plan.chunk_size,

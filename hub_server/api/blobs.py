@@ -1,6 +1,6 @@
 """Blob reads: ``GET``/``HEAD /v2/{ns}/{repo}/blobs/{digest}``, whole or by ``Range`` (one range → 206 with
 ``Content-Range``; several → ``multipart/byteranges``), or a 307 to the store's presigned URL, or (a
-recipe blob, for a client that accepts it) a fetch plan of presigned pack ranges (registry/blobplan.py)."""
+recipe blob, for a client that accepts it) a fetch plan of presigned pack ranges (registry/content/blobplan.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, head
 from litestar.di import NamedDependency
-from litestar.params import HeaderParameter
+from litestar.params import FromPath, HeaderParameter
 from litestar.response import Redirect, Stream
 
-from hub_server.api.deps import DIGEST_ROUTE, DigestRoute, remote_of
+from hub_server.api.deps import DELETE, PULL, remote_of
 from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
-from hub_server.registry.blobplan import BLOB_PLAN, wants_plan
-from hub_server.registry.blobs import BlobRead
+from hub_server.registry.content.blobplan import BLOB_PLAN, wants_plan
+from hub_server.registry.content.blobs import BlobRead
+from hub_server.registry.core.access import RepositoryScope
+from hub_server.registry.service import Registry
 
 OCTETS = "application/octet-stream"
 
@@ -26,17 +28,17 @@ def _headers(blob: BlobRead) -> dict[str, str]:
 class BlobController(Controller):
     path = "/v2/{ns:str}/{repo:str}/blobs/{digest:str}"
     tags = ["blobs"]
-    dependencies = DIGEST_ROUTE
 
-    @get("/", summary="Download a blob (Range supported)")
+    @get("/", summary="Download a blob (Range supported)", dependencies=PULL)
     async def download(
         self,
-        route: NamedDependency[DigestRoute],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
+        digest: FromPath[str],
         range_header: Annotated[str | None, HeaderParameter(name="range")] = None,
         accept: Annotated[str | None, HeaderParameter(name="accept")] = None,
     ) -> Response[Any] | Stream | Redirect:
-        registry = route.registry
-        blob = await registry.blobs.read(route.principal, route.ns, route.repo, route.digest, redirect=True)
+        blob = await registry.blobs.read(repository, digest, redirect=True)
         if blob.redirect_url is not None:
             return Redirect(blob.redirect_url, status_code=307)
         headers = _headers(blob)
@@ -65,9 +67,11 @@ class BlobController(Controller):
             headers=headers,
         )
 
-    @head("/", summary="Blob existence and size")
-    async def exists(self, route: NamedDependency[DigestRoute]) -> Response[None]:
-        blob = await route.registry.blobs.read(route.principal, route.ns, route.repo, route.digest)
+    @head("/", summary="Blob existence and size", dependencies=PULL)
+    async def exists(
+        self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], digest: FromPath[str]
+    ) -> Response[None]:
+        blob = await registry.blobs.read(repository, digest)
         # HEAD: Litestar sends no body and keeps our Content-Length (the blob's size).
         return Response(b"", media_type=OCTETS, headers={**_headers(blob), "Content-Length": str(blob.size)})
 
@@ -75,9 +79,14 @@ class BlobController(Controller):
         "/",
         summary="Remove the blob from this repository (its bytes go in GC when nothing references them)",
         status_code=202,
+        dependencies=DELETE,
     )
-    async def remove(self, route: NamedDependency[DigestRoute], request: Request[Any, Any, Any]) -> Response[None]:
-        await route.registry.blob_links.unlink(
-            route.principal, route.ns, route.repo, route.digest, remote=remote_of(request)
-        )
-        return Response(b"", status_code=202, headers={"Docker-Content-Digest": route.digest})
+    async def remove(
+        self,
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
+        digest: FromPath[str],
+        request: Request[Any, Any, Any],
+    ) -> Response[None]:
+        await registry.blob_links.unlink(repository, digest, remote=remote_of(request))
+        return Response(b"", status_code=202, headers={"Docker-Content-Digest": digest})

@@ -6,12 +6,13 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, patch
 from litestar.di import NamedDependency
-from litestar.params import FromPath, QueryParameter, RawBody
+from litestar.params import QueryParameter, RawBody
 
-from hub_server.api.deps import decode_json_body, json_body, remote_of
+from hub_server.api.deps import PULL, PUSH, decode_json_body, json_body, remote_of
 from hub_server.api.schemas import NamespacesOut, RepositoriesOut, RepositoryOut, RepositoryPatch
 from hub_server.api.tags import next_link
 from hub_server.auth.scopes import Principal
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.service import Registry
 
 PageSize = Annotated[int | None, QueryParameter(ge=1)]
@@ -51,35 +52,28 @@ class CatalogController(Controller):
             headers=next_link("/api/v1/repositories", n, page.next_last, namespace=namespace, q=q),
         )
 
-    @get("/repositories/{ns:str}/{repo:str}", summary="One repository and its tags")
+    @get("/repositories/{ns:str}/{repo:str}", summary="One repository and its tags", dependencies=PULL)
     async def repository(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
+        self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry]
     ) -> RepositoryOut:
-        return RepositoryOut.from_detail(await registry.catalog.repository(principal, ns, repo))
+        return RepositoryOut.from_detail(await registry.catalog.repository(repository))
 
     @patch(
         "/repositories/{ns:str}/{repo:str}",
         summary="Change visibility or description (push or admin), or the tag policies (admin)",
         operation_class=json_body(RepositoryPatch, "the fields to change"),
+        dependencies=PUSH,
     )
     async def update(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
         body: RawBody,
         request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
     ) -> RepositoryOut:
-        change = decode_json_body(body, RepositoryPatch, "repository change")
+        change = decode_json_body(body, RepositoryPatch, "repository change")  # the caller is authorized
         detail = await registry.catalog.update(
-            principal,
-            ns,
-            repo,
+            repository,
             public=change.public,
             description=change.description,
             policy=change.policy_change(),

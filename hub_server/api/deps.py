@@ -3,6 +3,10 @@
 ``principal``: the caller, from the ``Authorization`` header (``auth.credentials``: Bearer API
 or registry token, or Basic; 401 for a bad one on every route that declares it), also left in ``scope["state"]["principal"]`` for the access log.
 ``registry``: the :class:`~hub_server.registry.service.Registry` built by the app's lifespan.
+``repository``: for a route under ``{ns}/{repo}``, the caller's
+:class:`~hub_server.registry.core.access.RepositoryScope`, resolved and authorized once for the access the
+route declares (``dependencies=PULL``, ``PUSH``, ``DELETE``, ``NEGOTIATE`` or ``MANIFEST_READ``) before the
+handler runs; the handler hands it to one service call.
 """
 
 from __future__ import annotations
@@ -23,14 +27,18 @@ from litestar.params import FromPath
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.manifests import too_large
+from hub_server.registry.core.access import Access, RepositoryScope
+from hub_server.registry.push.manifests import too_large
 from hub_server.registry.service import Registry
 
 __all__ = [
+    "DELETE",
     "DEPENDENCIES",
-    "DIGEST_ROUTE",
+    "MANIFEST_READ",
+    "NEGOTIATE",
+    "PULL",
+    "PUSH",
     "ClientDisconnected",
-    "DigestRoute",
     "body_stream",
     "decode_json_body",
     "json_body",
@@ -59,30 +67,28 @@ DEPENDENCIES = {
 }
 
 
-@dataclass(frozen=True)
-class DigestRoute:
-    """What every ``/v2/{ns}/{repo}/<kind>/{digest}`` handler starts from: the caller, the registry and
-    the path's repository and digest (declared once, as the ``route`` dependency, not in every handler)."""
+def repository_scope(access: Access, *, cached: bool = False) -> dict[str, Provide]:
+    """The ``repository`` dependency of a route under ``{ns}/{repo}`` that needs ``access`` there
+    (``cached``: through the read cache, for manifest reads). Raises what
+    :func:`~hub_server.registry.core.access.resolve_scope` raises, before the handler runs."""
 
-    principal: Principal
-    registry: Registry
-    ns: str
-    repo: str
-    digest: str
+    async def provide_repository(
+        ns: FromPath[str],
+        repo: FromPath[str],
+        principal: NamedDependency[Principal],
+        registry: NamedDependency[Registry],
+    ) -> RepositoryScope:
+        return await registry.scope(principal, ns, repo, access, cached=cached)
 
-
-async def provide_digest_route(
-    ns: FromPath[str],
-    repo: FromPath[str],
-    digest: FromPath[str],
-    principal: NamedDependency[Principal],
-    registry: NamedDependency[Registry],
-) -> DigestRoute:
-    return DigestRoute(principal, registry, ns, repo, digest)
+    return {"repository": Provide(provide_repository)}
 
 
-#: For a controller whose path ends in ``{ns}/{repo}/<kind>/{digest}``: ``dependencies = DIGEST_ROUTE``.
-DIGEST_ROUTE = {"route": Provide(provide_digest_route)}
+#: ``dependencies=`` of a route under ``{ns}/{repo}``, by what it does there (core/access.py says who may).
+PULL = repository_scope("pull")
+PUSH = repository_scope("push")
+DELETE = repository_scope("delete")
+NEGOTIATE = repository_scope("negotiate")
+MANIFEST_READ = repository_scope("pull", cached=True)
 
 
 async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:

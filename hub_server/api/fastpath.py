@@ -1,14 +1,14 @@
 """A raw ASGI answer to manifest ``GET``/``HEAD`` requests the read cache can serve whole.
 
-Fleets poll manifests; with the read cache (``hub_server.registry.readcache``) such a request
+Fleets poll manifests; with the read cache (``hub_server.registry.core.readcache``) such a request
 touches neither the database nor the disk, and what is left of its cost is Litestar's routing,
 signature parsing and dependency resolution (~40% of a worker's time, docs/benchmarks.md). This
 wrapper sits inside the access log and the metrics middleware and in front of Litestar: for
 ``GET``/``HEAD /v2/{ns}/{repo}/manifests/{ref}`` without a query string it authenticates the
 ``Authorization`` header with the app's :class:`~hub_server.auth.credentials.Authenticator`
 (the same token cache and TTL as every route), checks read access on the cached repository
-facts exactly as :meth:`Manifests.get` does, and sends the cached bytes with the headers
-Litestar's handler would send (:func:`manifest_headers`; tests/hub_server/api/test_fastpath.py
+facts with the rule every route applies (``registry/core/access.py``, :func:`authorize` for ``pull``),
+and sends the cached bytes with the headers Litestar's handler would send (:func:`manifest_headers`; tests/hub_server/api/test_fastpath.py
 compares both byte for byte). It labels the request with Litestar's route template and leaves
 the principal in ``scope["state"]`` for the access log.
 
@@ -26,9 +26,9 @@ from hub_server.auth.errors import AuthError
 from hub_server.auth.scopes import Principal
 from hub_server.errors import HubError
 from hub_server.metrics import ASGIApp, Receive, Scope, Send
-from hub_server.registry.access import check_readable
-from hub_server.registry.names import parse_reference
-from hub_server.registry.readcache import CachedManifest, ReadCache
+from hub_server.registry.core.access import authorize
+from hub_server.registry.core.names import parse_reference
+from hub_server.registry.core.readcache import CachedManifest, ReadCache
 
 __all__ = ["MANIFEST_ROUTE", "ManifestFastPath", "manifest_headers"]
 
@@ -98,7 +98,7 @@ class ManifestFastPath:
         try:
             reference = parse_reference(ref)
             principal = await authenticator.principal(authorization[0].decode("latin-1") if authorization else None)
-            check_readable(principal, facts.full_name, facts)
+            authorize(principal, facts.full_name, facts, "pull")
         except (AuthError, HubError):  # refused or malformed: the route answers it, with its envelope
             return None
         digest = (

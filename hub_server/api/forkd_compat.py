@@ -15,9 +15,11 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath
 from litestar.response import Redirect, Stream
 
+from hub_server.api.deps import PULL
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.forkd_compat import PACK_SUFFIX, ForkdCompatService
+from hub_server.registry.core.access import RepositoryScope
+from hub_server.registry.forkd.compat import PACK_SUFFIX, ForkdCompatService
 from hub_server.settings import Settings
 
 __all__ = ["ForkdCompatController", "provide_forkd_compat"]
@@ -55,13 +57,12 @@ class ForkdCompatController(Controller):
         "/packs/{ns:str}/{repo:str}/{file:str}",
         summary="A forkd pack (v1 base, v2 chain) built from stored chunks",
         media_type=PACK_MEDIA_TYPE,
+        dependencies=PULL,
     )
     async def pack(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
+        repository: NamedDependency[RepositoryScope],
         file: FromPath[str],
-        principal: NamedDependency[Principal],
         forkd: NamedDependency[ForkdCompatService],
     ) -> Stream | Redirect:
         if not file.endswith(PACK_SUFFIX) or file == PACK_SUFFIX:
@@ -70,7 +71,7 @@ class ForkdCompatController(Controller):
                 f"pack file names are <tag>{PACK_SUFFIX} or @<digest>{PACK_SUFFIX}",
                 {"file": file[:200]},
             )
-        pack = await forkd.pack(principal, ns, repo, file.removesuffix(PACK_SUFFIX))
+        pack = await forkd.pack(repository, file.removesuffix(PACK_SUFFIX))
         headers = {"ETag": f'"sha256:{pack.sha256}"', "X-Checksum-Sha256": pack.sha256}
         url = await forkd.redirect_url(pack)  # on S3: the bytes come from the store
         if url is not None:

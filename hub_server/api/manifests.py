@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, head, put
-from litestar.di import NamedDependency
+from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
-from hub_server.api.deps import read_limited, remote_of
+from hub_server.api.deps import DELETE, MANIFEST_READ, PUSH, read_limited, remote_of
 from hub_server.api.schemas import DeleteOut
-from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.content.tags import ABSENT, ANY
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.service import Registry
-from hub_server.registry.tags import ABSENT, ANY
 
 
 def tag_expectation(if_match: str | None, if_none_match: str | None) -> str:
@@ -35,6 +35,14 @@ def tag_expectation(if_match: str | None, if_none_match: str | None) -> str:
     return value
 
 
+async def provide_tag_expectation(
+    if_match: Annotated[str | None, HeaderParameter(name="if-match")] = None,
+    if_none_match: Annotated[str | None, HeaderParameter(name="if-none-match")] = None,
+) -> str:
+    """The ``expect_tag`` dependency of a manifest PUT (:func:`tag_expectation` of its conditional headers)."""
+    return tag_expectation(if_match, if_none_match)
+
+
 class ManifestController(Controller):
     path = "/v2/{ns:str}/{repo:str}/manifests/{ref:str}"
     tags = ["manifests"]
@@ -44,76 +52,62 @@ class ManifestController(Controller):
         summary="Push a manifest: forkd layer or chain index (verified), or any OCI image manifest or index",
         status_code=201,
         request_max_body_size=None,
+        dependencies={**PUSH, "expect_tag": Provide(provide_tag_expectation)},
     )  # bounded by the manifest limit in read_limited (413 TOO_LARGE)
     async def push(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
         ref: FromPath[str],
         request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
+        expect_tag: NamedDependency[str],
         public: Annotated[bool, QueryParameter()] = False,
         content_type: Annotated[str | None, HeaderParameter(name="content-type")] = None,
-        if_match: Annotated[str | None, HeaderParameter(name="if-match")] = None,
-        if_none_match: Annotated[str | None, HeaderParameter(name="if-none-match")] = None,
     ) -> Response[None]:
         body = await read_limited(request, registry.ctx.limits.manifest_bytes, "manifest")
         result = await registry.manifests.put(
-            principal,
-            ns,
-            repo,
-            ref,
-            body,
-            content_type,
-            public=public,
-            remote=remote_of(request),
-            expect_tag=tag_expectation(if_match, if_none_match),
+            repository, ref, body, content_type, public=public, remote=remote_of(request), expect_tag=expect_tag
         )
-        headers = {"Location": f"/v2/{ns}/{repo}/manifests/{result.digest}", "Docker-Content-Digest": result.digest}
+        headers = {
+            "Location": f"/v2/{repository.full_name}/manifests/{result.digest}",
+            "Docker-Content-Digest": result.digest,
+        }
         if result.subject is not None:
             headers["OCI-Subject"] = result.subject
         return Response(b"", status_code=201, headers=headers)
 
-    @get("/", summary="Fetch the exact manifest bytes pushed")
+    @get("/", summary="Fetch the exact manifest bytes pushed", dependencies=MANIFEST_READ)
     async def fetch(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        ref: FromPath[str],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
+        self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], ref: FromPath[str]
     ) -> Response[bytes]:
-        m = await registry.manifests.get(principal, ns, repo, ref)
+        m = await registry.manifest_reads.get(repository, ref)
         return Response(m.data or b"", media_type=m.media_type, headers={"Docker-Content-Digest": m.digest})
 
-    @head("/", summary="Manifest existence, type and size")
+    @head("/", summary="Manifest existence, type and size", dependencies=MANIFEST_READ)
     async def exists(
-        self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        ref: FromPath[str],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
+        self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], ref: FromPath[str]
     ) -> Response[None]:
-        m = await registry.manifests.get(principal, ns, repo, ref, with_body=False)
+        m = await registry.manifest_reads.get(repository, ref, with_body=False)
         return Response(
             b"", media_type=m.media_type, headers={"Docker-Content-Digest": m.digest, "Content-Length": str(m.size)}
         )
 
-    @delete("/", summary="Delete a snapshot from the repository (?cascade=true | ?force=true)", status_code=202)
+    @delete(
+        "/",
+        summary="Delete a snapshot from the repository (?cascade=true | ?force=true)",
+        status_code=202,
+        dependencies=DELETE,
+    )
     async def remove(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
         ref: FromPath[str],
         request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
         cascade: Annotated[bool, QueryParameter()] = False,
         force: Annotated[bool, QueryParameter()] = False,
     ) -> DeleteOut:
         result = await registry.deletion.delete(
-            principal, ns, repo, ref, cascade=cascade, force=force, remote=remote_of(request)
+            repository, ref, cascade=cascade, force=force, remote=remote_of(request)
         )
         return DeleteOut.from_result(result)

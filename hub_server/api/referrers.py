@@ -8,26 +8,28 @@ from typing import Annotated
 
 from litestar import Controller, Response, get
 from litestar.di import NamedDependency
-from litestar.params import QueryParameter
+from litestar.params import FromPath, QueryParameter
 
-from hub_server.api.deps import DIGEST_ROUTE, DigestRoute
-from hub_server.registry.oci_content import OCI_INDEX
+from hub_server.api.deps import PULL
+from hub_server.registry.core.access import RepositoryScope
+from hub_server.registry.push.oci_content import OCI_INDEX
+from hub_server.registry.service import Registry
 
 
 class ReferrerController(Controller):
     path = "/v2/{ns:str}/{repo:str}/referrers/{digest:str}"
     tags = ["manifests"]
-    dependencies = DIGEST_ROUTE
+    dependencies = PULL
 
     @get("/", summary="Manifests that name this digest as their subject (an OCI image index; 200 even when none)")
     async def referrers(
         self,
-        route: NamedDependency[DigestRoute],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
+        digest: FromPath[str],
         artifact_type: Annotated[str | None, QueryParameter(name="artifactType")] = None,
     ) -> Response[bytes]:
-        manifests = await route.registry.referrers.list(
-            route.principal, route.ns, route.repo, route.digest, artifact_type
-        )
+        manifests = await registry.referrers.list(repository, digest, artifact_type)
         body = json.dumps(
             {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}, separators=(",", ":")
         ).encode()

@@ -9,11 +9,11 @@ from datetime import datetime
 
 import msgspec
 
-from hub_server.registry.catalog import RepositoryDetail, RepositoryPage
-from hub_server.registry.chunks import FrameQueryResult
-from hub_server.registry.deletion import DeleteResult
-from hub_server.registry.lineage import Chain, Lineage
-from hub_server.registry.policy import UNCHANGED, PolicyChange
+from hub_server.registry.content.policy import UNCHANGED, PolicyChange
+from hub_server.registry.push.chunks import FrameQueryResult
+from hub_server.registry.read.catalog import RepositoryDetail, RepositoryPage
+from hub_server.registry.read.lineage import Chain, Lineage
+from hub_server.registry.upkeep.deletion import DeleteResult
 
 __all__ = [
     "ChainLinkOut",

@@ -7,10 +7,11 @@ from urllib.parse import urlencode
 
 from litestar import Controller, Response, get
 from litestar.di import NamedDependency
-from litestar.params import FromPath, QueryParameter
+from litestar.params import QueryParameter
 
+from hub_server.api.deps import PULL
 from hub_server.api.schemas import TagListOut
-from hub_server.auth.scopes import Principal
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.service import Registry
 
 
@@ -28,19 +29,18 @@ def next_link(path: str, n: int | None, last: str | None, **query: str | None) -
 class TagController(Controller):
     path = "/v2/{ns:str}/{repo:str}/tags/list"
     tags = ["tags"]
+    dependencies = PULL
 
     @get("/", summary="List tags")
     async def list_tags(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        principal: NamedDependency[Principal],
+        repository: NamedDependency[RepositoryScope],
         registry: NamedDependency[Registry],
         n: Annotated[int | None, QueryParameter(ge=0)] = None,
         last: Annotated[str | None, QueryParameter()] = None,
     ) -> Response[TagListOut]:
-        page = await registry.tags.list(principal, ns, repo, n, last)  # n=0: an empty list, no Link
+        page = await registry.tags.list(repository, n, last)  # n=0: an empty list, no Link
+        name = repository.full_name
         return Response(
-            TagListOut(name=f"{ns}/{repo}", tags=page.items),
-            headers=next_link(f"/v2/{ns}/{repo}/tags/list", n, page.next_last),
+            TagListOut(name=name, tags=page.items), headers=next_link(f"/v2/{name}/tags/list", n, page.next_last)
         )

@@ -12,27 +12,27 @@ from litestar import Controller, Request, Response, delete, get, patch, post, pu
 from litestar.di import NamedDependency
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
-from hub_server.api.deps import body_stream
-from hub_server.auth.scopes import Principal
+from hub_server.api.deps import PUSH, body_stream
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.core.access import RepositoryScope
+from hub_server.registry.push.uploads import BlobCommitted, UploadStatus
 from hub_server.registry.service import Registry
-from hub_server.registry.uploads import BlobCommitted, UploadStatus
 
 _CONTENT_RANGE = re.compile(r"(?:bytes\s+)?([0-9]+)-([0-9]+)(?:/(?:[0-9]+|\*))?")
 
 
-def upload_headers(ns: str, repo: str, upload_id: str, size: int) -> dict[str, str]:
+def upload_headers(repository: str, upload_id: str, size: int) -> dict[str, str]:
     """Where the session lives and how much it holds (``Range`` is inclusive; ``Upload-Offset`` is exact)."""
     return {
-        "Location": f"/v2/{ns}/{repo}/blobs/uploads/{upload_id}",
+        "Location": f"/v2/{repository}/blobs/uploads/{upload_id}",
         "Range": f"0-{max(size - 1, 0)}",
         "Upload-Offset": str(size),
         "Docker-Upload-UUID": upload_id,
     }
 
 
-def committed_headers(ns: str, repo: str, blob: BlobCommitted) -> dict[str, str]:
-    return {"Location": f"/v2/{ns}/{repo}/blobs/{blob.digest}", "Docker-Content-Digest": blob.digest}
+def committed_headers(repository: str, blob: BlobCommitted) -> dict[str, str]:
+    return {"Location": f"/v2/{repository}/blobs/{blob.digest}", "Docker-Content-Digest": blob.digest}
 
 
 def parse_content_range(value: str | None) -> tuple[int, int] | None:
@@ -49,73 +49,66 @@ def parse_content_range(value: str | None) -> tuple[int, int] | None:
 
 
 @contextmanager
-def _session_position_on_416(ns: str, repo: str, upload_id: str) -> Iterator[None]:
+def _session_position_on_416(repository: str, upload_id: str) -> Iterator[None]:
     """A 416 for a chunk at the wrong offset tells the client where the (kept) session stands."""
     try:
         yield
     except HubError as e:
         if e.code is ErrorCode.RANGE_INVALID and "size" in e.detail:
-            e.headers.update(upload_headers(ns, repo, upload_id, e.detail["size"]))
+            e.headers.update(upload_headers(repository, upload_id, e.detail["size"]))
         raise
 
 
-def _respond(ns: str, repo: str, result: UploadStatus | BlobCommitted) -> Response[None]:
+def _respond(repository: str, result: UploadStatus | BlobCommitted) -> Response[None]:
     if isinstance(result, BlobCommitted):
-        return Response(b"", status_code=201, headers=committed_headers(ns, repo, result))
-    return Response(b"", status_code=202, headers=upload_headers(ns, repo, result.id, result.size))
+        return Response(b"", status_code=201, headers=committed_headers(repository, result))
+    return Response(b"", status_code=202, headers=upload_headers(repository, result.id, result.size))
 
 
 class UploadController(Controller):
     path = "/v2/{ns:str}/{repo:str}/blobs/uploads"
     tags = ["blobs"]
     request_max_body_size = None  # bodies are streamed; the blob size limit is enforced while writing
+    dependencies = PUSH
 
     @post("/", summary="Start an upload (or upload monolithically with ?digest=, or mount with ?mount=&from=)")
     async def start(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
+        repository: NamedDependency[RepositoryScope],
         registry: NamedDependency[Registry],
+        request: Request[Any, Any, Any],
         digest: Annotated[str | None, QueryParameter()] = None,
         mount: Annotated[str | None, QueryParameter()] = None,
         mount_from: Annotated[str | None, QueryParameter(name="from")] = None,
     ) -> Response[None]:
         body = body_stream(request) if digest is not None else None
-        result = await registry.uploads.start(
-            principal, ns, repo, digest=digest, body=body, mount=mount, mount_from=mount_from
-        )
-        return _respond(ns, repo, result)
+        result = await registry.uploads.start(repository, digest=digest, body=body, mount=mount, mount_from=mount_from)
+        return _respond(repository.full_name, result)
 
     @patch("/{upload_id:str}", summary="Append to an upload", status_code=202)
     async def append(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
         upload_id: FromPath[str],
         request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
         content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
     ) -> Response[None]:
-        with _session_position_on_416(ns, repo, upload_id):
+        with _session_position_on_416(repository.full_name, upload_id):
             status = await registry.uploads.append(
-                principal, ns, repo, upload_id, body_stream(request), parse_content_range(content_range)
+                repository, upload_id, body_stream(request), parse_content_range(content_range)
             )
-        return _respond(ns, repo, status)
+        return _respond(repository.full_name, status)
 
     @get("/{upload_id:str}", summary="Upload status (resume from the committed size)", status_code=204)
     async def status(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        upload_id: FromPath[str],
-        principal: NamedDependency[Principal],
+        repository: NamedDependency[RepositoryScope],
         registry: NamedDependency[Registry],
+        upload_id: FromPath[str],
     ) -> Response[None]:
-        status = await registry.uploads.status(principal, ns, repo, upload_id)
-        return Response(b"", status_code=204, headers=upload_headers(ns, repo, upload_id, status.size))
+        status = await registry.uploads.status(repository, upload_id)
+        return Response(b"", status_code=204, headers=upload_headers(repository.full_name, upload_id, status.size))
 
     @put(
         "/{upload_id:str}",
@@ -124,28 +117,24 @@ class UploadController(Controller):
     )
     async def finish(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
+        repository: NamedDependency[RepositoryScope],
+        registry: NamedDependency[Registry],
         upload_id: FromPath[str],
         digest: Annotated[str, QueryParameter()],
         request: Request[Any, Any, Any],
-        principal: NamedDependency[Principal],
-        registry: NamedDependency[Registry],
         content_range: Annotated[str | None, HeaderParameter(name="content-range")] = None,
     ) -> Response[None]:
-        with _session_position_on_416(ns, repo, upload_id):
+        with _session_position_on_416(repository.full_name, upload_id):
             blob = await registry.uploads.finish(
-                principal, ns, repo, upload_id, digest, body_stream(request), parse_content_range(content_range)
+                repository, upload_id, digest, body_stream(request), parse_content_range(content_range)
             )
-        return _respond(ns, repo, blob)
+        return _respond(repository.full_name, blob)
 
     @delete("/{upload_id:str}", summary="Cancel an upload", status_code=204)
     async def cancel(
         self,
-        ns: FromPath[str],
-        repo: FromPath[str],
-        upload_id: FromPath[str],
-        principal: NamedDependency[Principal],
+        repository: NamedDependency[RepositoryScope],
         registry: NamedDependency[Registry],
+        upload_id: FromPath[str],
     ) -> None:
-        await registry.uploads.cancel(principal, ns, repo, upload_id)
+        await registry.uploads.cancel(repository, upload_id)

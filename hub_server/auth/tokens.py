@@ -261,26 +261,6 @@ class TokenService:
         left = None if row.expires_at is None else (row.expires_at - now).total_seconds()
         return Principal(row.name, tuple(Scope.parse(s) for s in row.scope_list)), left
 
-    async def principal_from_header(self, authorization: str | None) -> Principal:
-        """The principal for an ``Authorization`` header value.
-
-        ``None`` (no header) is the anonymous principal; ``Bearer <token>`` authenticates
-        the token (the scheme is case-insensitive).
-
-        Raises:
-            Unauthorized: any other scheme, an empty or malformed value, or a token that
-                :meth:`authenticate` rejects.
-        """
-        if authorization is None:
-            return Principal.anonymous()
-        scheme, _, credentials = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            raise Unauthorized("unsupported authorization scheme: use 'Bearer <token>'", "malformed")
-        credentials = credentials.strip()
-        if not credentials or " " in credentials:
-            raise Unauthorized("malformed authorization header: use 'Bearer <token>'", "malformed")
-        return await self.authenticate(credentials)
-
     async def _touch(self, token_id: int | None, now: datetime) -> None:
         # Conditional, so concurrent requests within the same minute write at most once.
         cutoff = now - _LAST_USED_GRANULARITY

@@ -248,13 +248,13 @@ class Upload(SQLModel, table=True):
     created_at: datetime = _time()
     updated_at: datetime = _time(index=True)
     lease_owner: str | None = Field(default=None, sa_column=Column(String(36), nullable=True))
-    """The request (any replica) working on this session now; see ``registry/uploads.py``."""
+    """The request (any replica) working on this session now; see ``registry/push/uploads.py``."""
     lease_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
 
 
 class UploadRecipe(SQLModel, table=True):
     """A data blob's recipe declared when its upload session opened, and how far the frames that
-    streamed in since are verified (``registry/upload_verify.py``); any replica continues it."""
+    streamed in since are verified (``registry/push/upload_verify.py``); any replica continues it."""
 
     __tablename__ = "upload_recipes"
 
@@ -297,7 +297,7 @@ class GcMark(SQLModel, table=True):
 class Damage(SQLModel, table=True):
     """Stored content found damaged, by storage key: refused cheaply afterwards, never silently deleted.
 
-    ``kind``: ``forkd-pack`` (a forkd pack whose build failed on damaged content, ``registry/forkd_compat.py``),
+    ``kind``: ``forkd-pack`` (a forkd pack whose build failed on damaged content, ``registry/forkd/compat.py``),
     or what ``forkd-hub verify`` checked (``blob``, ``recipe``, ``pack``, ``frame``); ``moved_to``: where
     ``verify --quarantine`` moved the object (None: left in place, or nothing to move).
     """

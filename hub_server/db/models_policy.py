@@ -1,4 +1,4 @@
-"""Per-repository policies: immutable tags and retention (``registry/policy.py``, ``registry/retention.py``).
+"""Per-repository policies: immutable tags and retention (``registry/content/policy.py``, ``registry/upkeep/retention.py``).
 
 ::
 

@@ -11,7 +11,7 @@ only change through tags.
 - PostgreSQL: ``repository_search (repository_id, document)``, the same text as a
   ``to_tsvector('simple', …)`` with a GIN index.
 
-``hub_server.registry.search`` is the one reader.
+``hub_server.registry.read.search`` is the one reader.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``Registry``: one instance of every registry service, built from a :class:`RegistryContext`.
 
-The app keeps one on ``app.state.registry``; the HTTP layer calls exactly one method of one
-service per request. The CLI builds one for ``gc``.
+The app keeps one on ``app.state.registry``; the HTTP layer resolves the request's repository
+once (:meth:`Registry.scope`) and calls exactly one method of one service with it. The CLI builds
+one for ``gc``, ``verify`` and ``repo``.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ import time
 from sqlalchemy import func, text
 from sqlmodel import select
 
+from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository
-from hub_server.registry.blobs import BlobService, BlobUnlinker
-from hub_server.registry.browse import BrowseService
-from hub_server.registry.catalog import CatalogService
-from hub_server.registry.chunks import ChunkService
-from hub_server.registry.context import RegistryContext
-from hub_server.registry.deletion import DeleteService
-from hub_server.registry.gc import GarbageCollector
-from hub_server.registry.lineage import LineageService
-from hub_server.registry.manifests import ManifestService
-from hub_server.registry.paths import HEALTH_PROBE_KEY
-from hub_server.registry.referrers import ReferrerService
-from hub_server.registry.tags import TagService
-from hub_server.registry.uploads import UploadService
-from hub_server.registry.usage import stored_bytes
+from hub_server.registry.content.blobs import BlobService, BlobUnlinker
+from hub_server.registry.content.tags import TagService
+from hub_server.registry.core.access import Access, RepositoryScope, resolve_scope
+from hub_server.registry.core.context import RegistryContext
+from hub_server.registry.core.paths import HEALTH_PROBE_KEY
+from hub_server.registry.push.chunks import ChunkService
+from hub_server.registry.push.manifests import ManifestService
+from hub_server.registry.push.uploads import UploadService
+from hub_server.registry.read.browse import BrowseService
+from hub_server.registry.read.catalog import CatalogService
+from hub_server.registry.read.lineage import LineageService
+from hub_server.registry.read.manifests import ManifestReader
+from hub_server.registry.read.referrers import ReferrerService
+from hub_server.registry.upkeep.deletion import DeleteService
+from hub_server.registry.upkeep.gc import GarbageCollector
+from hub_server.registry.upkeep.usage import stored_bytes
 
 __all__ = ["HealthReport", "Registry"]
 
@@ -41,6 +45,7 @@ class Registry:
         self.blobs = BlobService(ctx)
         self.blob_links = BlobUnlinker(ctx)
         self.manifests = ManifestService(ctx)
+        self.manifest_reads = ManifestReader(ctx)
         self.referrers = ReferrerService(ctx)
         self.tags = TagService(ctx)
         self.chunks = ChunkService(ctx)
@@ -50,6 +55,13 @@ class Registry:
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
         self._gauges_at: float | None = None
+
+    async def scope(
+        self, principal: Principal, namespace: str, name: str, access: Access, *, cached: bool = False
+    ) -> RepositoryScope:
+        """The repository ``namespace/name`` as ``principal`` may ``access`` it: resolved and authorized
+        once per request (``core/access.py``), then handed to a service. Raises: as :func:`resolve_scope`."""
+        return await resolve_scope(self.ctx, principal, namespace, name, access, cached=cached)
 
     async def health(self) -> tuple[bool, HealthReport]:
         """Whether the database and the blob store answer (and the store has room: ``min_free_bytes``);
@@ -77,7 +89,7 @@ class Registry:
     async def refresh_gauges(self, max_age: float = GAUGE_MAX_AGE) -> None:
         """Update the storage and repository gauges (before ``/metrics`` renders), at most every ``max_age`` s.
 
-        Storage is read from the database (registry/usage.py: no walk of the store, cheap on S3);
+        Storage is read from the database (registry/upkeep/usage.py: no walk of the store, cheap on S3);
         scrapes in quick succession still reuse the last values.
         """
         now = time.monotonic()

@@ -3,7 +3,7 @@
 ``base`` holds the contract (read its docstring first), ``errors`` the error vocabulary,
 ``keys`` the key rules, ``factory.create_store`` picks a backend from a spec string,
 ``filesystem`` and ``memory`` are the backends, and ``testing.BlobStoreConformance`` is
-the suite every backend passes. The key layout lives in ``hub_server/registry/paths.py``.
+the suite every backend passes. The key layout lives in ``hub_server/registry/core/paths.py``.
 """
 
 from .base import DEFAULT_CHUNK_SIZE, BlobInfo, BlobStore, BlobStream, BlobWriter, Capabilities

@@ -1,7 +1,7 @@
 """The blob store contract: a dumb, async ``key -> bytes`` store.
 
 This is the bottom layer of the hub (HTTP → registry semantics → **storage**). It knows
-nothing about digests, manifests or repositories; ``hub_server/registry/paths.py`` decides
+nothing about digests, manifests or repositories; ``hub_server/registry/core/paths.py`` decides
 which keys exist. Every backend (filesystem, memory, S3 …) subclasses :class:`BlobStore` and
 passes :class:`hub_server.storage.testing.BlobStoreConformance`.
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from forkd_client.cli.exitcodes import EXIT_AUTH, EXIT_CONFLICT, EXIT_NETWORK, EXIT_USAGE, EXIT_VERIFICATION
+from forkd_client.exitcodes import EXIT_AUTH, EXIT_CONFLICT, EXIT_NETWORK, EXIT_USAGE, EXIT_VERIFICATION
 from tests.e2e.hubproc import HubProcess, forkd, free_port
 from tests.e2e.test_push_pull_cli import User, make_sources
 

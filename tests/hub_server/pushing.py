@@ -443,7 +443,7 @@ async def damage_stored_byte(ctx, blob: str, offset: int) -> None:
     from sqlmodel import select
 
     from hub_server.db.models import Frame, RecipeFrame
-    from hub_server.registry.paths import blob_key
+    from hub_server.registry.core.paths import blob_key
 
     async with ctx.sessions() as session:
         row = (

@@ -98,7 +98,9 @@ def test_routing_and_validation_errors_use_the_envelope(hub: Hub):
     r = hub.client.delete("/healthz")
     expect_error(r, 405, "METHOD_NOT_ALLOWED")
     assert "GET" in r.headers["Allow"]
-    expect_error(hub.client.get("/v2/acme/vm/tags/list", params={"n": "many"}), 400, "INVALID_REQUEST")
+    expect_error(hub.client.get("/api/v1/namespaces", params={"n": "many"}), 400, "INVALID_REQUEST")
+    # under /v2/{ns}/{repo}/ the caller's access to the repository is settled first (registry/core/access.py)
+    expect_error(hub.client.get("/v2/acme/vm/tags/list", params={"n": "many"}), 401, "UNAUTHORIZED")
     expect_error(hub.client.get("/v2/UPPER/vm/tags/list"), 400, "NAME_INVALID")
 
 

@@ -6,7 +6,7 @@ import json
 
 from hub_server.cli import main
 from hub_server.cli_verify import PROBLEMS_FOUND
-from hub_server.registry.paths import blob_key, quarantine_key
+from hub_server.registry.core.paths import blob_key, quarantine_key
 from hub_server.settings import default_storage
 from manifest.digest import digest_bytes
 

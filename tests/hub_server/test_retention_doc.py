@@ -11,9 +11,9 @@ from pathlib import Path
 import msgspec
 
 from hub_server.api.schemas import RepositoryPatch
-from hub_server.registry.gc import GcReport
-from hub_server.registry.policy import Retention
-from hub_server.registry.retention import ExpiredTag, select_expired
+from hub_server.registry.content.policy import Retention
+from hub_server.registry.upkeep.gc import GcReport
+from hub_server.registry.upkeep.retention import ExpiredTag, select_expired
 from hub_server.tagglobs import TagGlobs
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import auth, check

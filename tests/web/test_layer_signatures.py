@@ -6,7 +6,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from manifest.signature import fingerprint
 from tests.hub_server.conftest import Hub
-from tests.hub_server.registry.test_signature_policy import push_signature, push_untagged, tag, write_policy
+from tests.hub_server.registry.content.test_signature_policy import push_signature, push_untagged, tag, write_policy
 
 
 def layer_page(hub: Hub, token: str, url: str) -> str:

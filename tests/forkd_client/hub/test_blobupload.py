@@ -6,7 +6,7 @@ import io
 import random
 
 from forkd_client.hub.blobupload import _coalesced, _read_spans
-from forkd_client.hub.client import HubClient
+from forkd_client.hub.client import HubClient, RepositoryClient
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
@@ -51,18 +51,18 @@ def test_a_push_saves_an_upload_s_place_once_not_after_every_part(chain3, other_
     monkeypatch.setattr(TransferState, "set", counting)
     parts: list[int] = []
     started: list[str] = []
-    real_upload, real_start = HubClient.upload_chunk, HubClient.start_upload
+    real_upload, real_start = HubClient.upload_chunk, RepositoryClient.start_upload
 
     def counting_parts(self, location, data, offset):
         parts.append(len(data))
         return real_upload(self, location, data, offset)
 
-    def counting_starts(self, name):
-        started.append(name)
-        return real_start(self, name)
+    def counting_starts(self):
+        started.append(self.name)
+        return real_start(self)
 
     monkeypatch.setattr(HubClient, "upload_chunk", counting_parts)
-    monkeypatch.setattr(HubClient, "start_upload", counting_starts)
+    monkeypatch.setattr(RepositoryClient, "start_upload", counting_starts)
     client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
     ref = Reference.parse("acme/py:v1")
     pushed = push(chain3, client, "head", ref)

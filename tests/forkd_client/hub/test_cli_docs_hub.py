@@ -25,8 +25,7 @@ def test_push_pull_and_remote_inspect_examples_match(chain3, other_store, inproc
     ref = Reference.parse("acme/py:v1")
     result = push(chain3, inproc_hub.client(token), "head", ref)
     result.provenance = attach_provenance(
-        inproc_hub.client(token),
-        ref.name,
+        inproc_hub.client(token).repository(ref.name),
         result.tag,
         [link.digest for link in result.links],
         annotations=ci_annotations(GITHUB),

@@ -40,7 +40,7 @@ def envelope(status, code, message="boom", detail=None):
 def test_errors_are_typed(status, code, cls):
     c = client_for(lambda request: envelope(status, code, detail={"dependents": [{"repository": "a/b", "tag": "t"}]}))
     with pytest.raises(cls) as info:
-        c.repository("a/b")
+        c.repository("a/b").info()
     assert info.value.code == code and info.value.status == status
     if cls is HasDependents:
         assert info.value.dependents == [{"repository": "a/b", "tag": "t"}]
@@ -69,10 +69,10 @@ def test_blob_digest_is_verified():
     data = b"chunk map bytes"
     good = str(digest_bytes(data))
     c = client_for(lambda request: httpx.Response(200, content=data if good in str(request.url) else b"tampered"))
-    assert c.get_blob("a/b", good) == data
+    assert c.repository("a/b").get_blob(good) == data
     bad = str(digest_bytes(b"other"))
     with pytest.raises(DigestInvalid, match="digest mismatch"):
-        c.get_blob("a/b", bad)
+        c.repository("a/b").get_blob(bad)
 
 
 def test_multipart_byteranges_are_split_by_content_range():
@@ -89,7 +89,7 @@ def test_multipart_byteranges_are_split_by_content_range():
         return httpx.Response(206, content=body, headers={"content-type": "multipart/byteranges; boundary=XX"})
 
     ranges = [(0, 10), (100, 300), (5000, 1)]
-    parts = client_for(handler).read_ranges("a/b", "blake3:" + "0" * 64, ranges)
+    parts = client_for(handler).repository("a/b").read_ranges("blake3:" + "0" * 64, ranges)
     assert parts == [blob[o : o + n] for o, n in ranges]
 
 
@@ -100,9 +100,9 @@ def test_single_range_and_full_body_fallbacks():
         a, b = map(int, request.headers["range"].removeprefix("bytes=").split("-"))
         return httpx.Response(206, content=blob[a : b + 1], headers={"content-range": f"bytes {a}-{b}/{len(blob)}"})
 
-    assert client_for(single).read_ranges("a/b", "blake3:" + "0" * 64, [(5, 7)]) == [blob[5:12]]
+    assert client_for(single).repository("a/b").read_ranges("blake3:" + "0" * 64, [(5, 7)]) == [blob[5:12]]
     full = client_for(lambda request: httpx.Response(200, content=blob))
-    assert full.read_ranges("a/b", "blake3:" + "0" * 64, [(1, 2), (50, 3)]) == [blob[1:3], blob[50:53]]
+    assert full.repository("a/b").read_ranges("blake3:" + "0" * 64, [(1, 2), (50, 3)]) == [blob[1:3], blob[50:53]]
 
 
 def test_a_hub_cannot_make_the_client_buffer_more_than_a_request_needs():
@@ -111,20 +111,20 @@ def test_a_hub_cannot_make_the_client_buffer_more_than_a_request_needs():
     huge = b"x" * (2 << 20)
     c = client_for(lambda request: httpx.Response(200, content=huge))
     with pytest.raises(HubError, match="more than"):
-        c.get_blob("a/b", str(digest_bytes(b"small")), size=5)
+        c.repository("a/b").get_blob(str(digest_bytes(b"small")), size=5)
 
     def streaming(request):  # no Content-Length: the limit still holds while reading
         return httpx.Response(200, content=iter([b"y" * 65536] * 64))
 
     with pytest.raises(HubError, match="more than"):
-        client_for(streaming).read_ranges("a/b", "blake3:" + "0" * 64, [(0, 10)])
+        client_for(streaming).repository("a/b").read_ranges("blake3:" + "0" * 64, [(0, 10)])
 
 
 def test_a_blob_shorter_than_its_descriptor_is_refused():
     data = b"chunk map"
     c = client_for(lambda request: httpx.Response(200, content=data))
     with pytest.raises(DigestInvalid, match="descriptor says"):
-        c.get_blob("a/b", str(digest_bytes(data)), size=len(data) + 1)
+        c.repository("a/b").get_blob(str(digest_bytes(data)), size=len(data) + 1)
 
 
 def test_bad_tuning_variables_are_clear_errors(monkeypatch):
@@ -160,9 +160,9 @@ def test_the_token_stays_on_the_hub():
         )
 
     c = client_for(handler)
-    assert c.get_blob("a/b", digest) == data
+    assert c.repository("a/b").get_blob(digest) == data
     with pytest.raises(Unauthorized):
-        c.repository("a/b")
+        c.repository("a/b").info()
     assert seen[:2] == [("hub", "Bearer tok"), ("storage.example", None)]
     assert all(host == "hub" for host, _ in seen[2:])
 
@@ -173,11 +173,11 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 @pytest.mark.parametrize(
     "call",
     [
-        lambda c: c.repository("a/b"),
+        lambda c: c.repository("a/b").info(),
         lambda c: c.search("x"),
-        lambda c: c.lineage("a/b", "v1"),
-        lambda c: c.get_chain("a/b", "v1"),
-        lambda c: c.query_frames("a/b", ["blake3:" + "0" * 64]),
+        lambda c: c.repository("a/b").lineage("v1"),
+        lambda c: c.repository("a/b").get_chain("v1"),
+        lambda c: c.repository("a/b").query_frames(["blake3:" + "0" * 64]),
     ],
     ids=["repository", "search", "lineage", "chain", "frames-query"],
 )
@@ -191,7 +191,7 @@ def test_deeply_nested_answer_is_a_typed_error(call):
 def test_deeply_nested_error_envelope_keeps_the_status():
     c = client_for(lambda request: httpx.Response(404, content=DEEP, headers={"Content-Type": "application/json"}))
     with pytest.raises(NotFound, match="HTTP 404"):
-        c.repository("a/b")
+        c.repository("a/b").info()
 
 
 def test_a_blob_descriptor_over_our_limit_is_refused_without_a_request():
@@ -203,14 +203,14 @@ def test_a_blob_descriptor_over_our_limit_is_refused_without_a_request():
         return httpx.Response(200, content=b"x" * 100)
 
     with pytest.raises(HubError, match="declares 1,099,511,627,776 bytes, over the 1,000 bytes"):
-        client_for(handler).get_blob("a/b", "blake3:" + "0" * 64, 1 << 40, limit=1000)
+        client_for(handler).repository("a/b").get_blob("blake3:" + "0" * 64, 1 << 40, limit=1000)
     assert requests == []
 
 
 def test_a_manifest_answer_is_bounded_by_the_manifest_limit():
     big = b"{" + b" " * (2 << 20) + b"}"
     with pytest.raises(HubError, match="more than the 1,048,576"):
-        client_for(lambda request: httpx.Response(200, content=big)).get_manifest("a/b", "v1")
+        client_for(lambda request: httpx.Response(200, content=big)).repository("a/b").get_manifest("v1")
 
 
 def test_a_request_read_in_pieces_asks_the_hub_once_and_slices_what_it_sent():
@@ -222,7 +222,7 @@ def test_a_request_read_in_pieces_asks_the_hub_once_and_slices_what_it_sent():
         a, b = map(int, request.headers["range"].removeprefix("bytes=").split("-"))
         return httpx.Response(206, content=blob[a : b + 1], headers={"content-range": f"bytes {a}-{b}/{len(blob)}"})
 
-    read = client_for(single).open_ranges("a/b", "blake3:" + "0" * 64, [(100, 500)])
+    read = client_for(single).repository("a/b").open_ranges("blake3:" + "0" * 64, [(100, 500)])
     assert read([(100, 10), (550, 50)]) == [blob[100:110], blob[550:600]]
     assert read([(300, 1)]) == [blob[300:301]]
     assert asked == ["bytes=100-599"]

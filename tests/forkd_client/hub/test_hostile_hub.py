@@ -18,7 +18,7 @@ from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
 from manifest.digest import digest_bytes
 from manifest.model import canonical_json
-from tests.hub_server.registry.test_vmstate import zero_bomb
+from tests.hub_server.registry.push.test_vmstate import zero_bomb
 
 from .hubproxy import proxy
 

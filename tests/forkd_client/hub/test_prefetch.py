@@ -9,11 +9,11 @@ import pytest
 
 from forkd_client.hub import pull as pull_module
 from forkd_client.hub.client import HubClient
+from forkd_client.hub.lazystate import open_index
 from forkd_client.hub.pull import pull
 from forkd_client.hub.pullstages import parse_link
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.lazy.staged import open_index
 
 from .hubproxy import proxy
 
@@ -32,7 +32,7 @@ def _recording(inproc_hub, token: str) -> tuple[HubClient, list[tuple[str, bool]
 
 def _small_blobs(inproc_hub, token: str, ref: Reference) -> list[tuple[list[str], str]]:
     """Per link, base first: its chunk maps' digests and its vmstate's digest."""
-    chain = [parse_link(link) for link in inproc_hub.client(token).get_chain(ref.name, ref.ref)]
+    chain = [parse_link(link) for link in inproc_hub.client(token).repository(ref.name).get_chain(ref.ref)]
     return [([d.digest for d in m.chunk_maps.values()], m.vmstate.digest) for _, m, _ in chain]
 
 

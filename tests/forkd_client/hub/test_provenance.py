@@ -20,7 +20,7 @@ from forkd_client.hub.provenance import (
 )
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.hub.referrers import fetch_documents, list_referrers
+from forkd_client.hub.referrers import fetch_documents
 
 NOW = "2026-12-01T03:00:00Z"
 
@@ -126,9 +126,9 @@ def test_provenance_is_a_verified_referrer_of_the_head(chain3, inproc_hub):
     client = inproc_hub.client(token)
     result = push(chain3, client, "head", Reference.parse("acme/py:v1"))
     chain = [link.digest for link in result.links]
+    repo = client.repository("acme/py")
     attached = attach_provenance(
-        client,
-        "acme/py",
+        repo,
         "v1",
         chain,
         annotations=ci_annotations({"CI": "true"}, created=NOW),
@@ -136,15 +136,15 @@ def test_provenance_is_a_verified_referrer_of_the_head(chain3, inproc_hub):
         started=NOW,
         forkd_version="1",
     )
-    listed = list_referrers(client, "acme/py", result.digest)
+    listed = repo.referrers(result.digest)
     assert [r["digest"] for r in listed] == [attached["digest"]]
     assert listed[0]["artifactType"] == ARTIFACT_TYPE and listed[0]["annotations"] == attached["annotations"]
     assert attached["annotations"]["org.example.team"] == "ml"
     assert attached["annotations"]["in-toto.io/predicate-type"] == PREDICATE_TYPE
-    assert list_referrers(client, "acme/py", chain[0]) == []  # attached to the head only
-    [document] = fetch_documents(client, "acme/py", attached["digest"])
+    assert repo.referrers(chain[0]) == []  # attached to the head only
+    [document] = fetch_documents(repo, attached["digest"])
     statement = json.loads(document.data)
     assert statement["subject"][0]["digest"] == {"sha256": result.digest.split(":")[1]}
     assert len(statement["predicate"]["buildDefinition"]["resolvedDependencies"]) == len(chain) - 1
-    assert client.manifest_exists("acme/py", result.digest)  # the head is untouched: same digest, same tag
-    assert client.tag_digest("acme/py", "v1") == result.digest
+    assert client.repository("acme/py").manifest_exists(result.digest)  # the head is untouched: same digest, same tag
+    assert client.repository("acme/py").tag_digest("v1") == result.digest

@@ -29,7 +29,7 @@ def _wrap_head_fill(monkeypatch, chain3: SnapshotStore, around: Callable) -> Non
     head_tag = "py"
 
     def fill(*args):
-        if args[4] != head_tag:
+        if args[2].tag != head_tag:  # fill_link(repo, index, link: LinkFiles, progress, pools, meanwhile)
             return real(*args)
         return around(real, args, args[-1])
 

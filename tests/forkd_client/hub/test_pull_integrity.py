@@ -29,7 +29,7 @@ def _lying_push(chain3, inproc_hub, monkeypatch, liar: str):
     chunk map disagrees with its own chunks. Our hub proves file digests at push (issue 16 item 1)
     and refuses it; a hub without that proof (older, or hostile) would serve it, so the proof is
     switched off here to give the client that hub: the client must still catch the lie."""
-    from hub_server.registry import manifests as hub_manifests
+    from hub_server.registry.push import manifests as hub_manifests
 
     honest = VerifiedRecord.chunk_tree  # where a push learns every file's tree (its own pass or the record)
     lie = "blake3:" + blake3(b"not the assembled content").hexdigest()

@@ -151,7 +151,7 @@ def _mock(handler) -> HubClient:
 def test_a_garbled_chain_response_is_a_hub_error(body):
     client = _mock(lambda request: httpx.Response(200, content=body))
     with pytest.raises(HubError, match="acme/py"):
-        client.get_chain("acme/py", "latest")
+        client.repository("acme/py").get_chain("latest")
 
 
 def test_garbled_upload_and_query_responses_are_hub_errors():
@@ -162,9 +162,9 @@ def test_garbled_upload_and_query_responses_are_hub_errors():
         )
     )
     with pytest.raises(HubError, match="Location"):
-        client.start_upload("acme/py")
+        client.repository("acme/py").start_upload()
     with pytest.raises(HubError, match="frames/query"):
-        client.query_frames("acme/py", ["blake3:00"])
+        client.repository("acme/py").query_frames(["blake3:00"])
 
 
 def test_the_token_is_not_sent_to_a_host_that_merely_starts_like_the_hub():
@@ -175,7 +175,7 @@ def test_the_token_is_not_sent_to_a_host_that_merely_starts_like_the_hub():
         return httpx.Response(202, headers={"Location": "http://hub.test.evil.example/upload/1"})
 
     client = _mock(handler)
-    client.upload_chunk(client.start_upload("acme/py"), b"x", 0)
+    client.upload_chunk(client.repository("acme/py").start_upload(), b"x", 0)
     assert sent["hub.test"] == "Bearer fkd_tok"
     assert sent["hub.test.evil.example"] is None
 
@@ -184,5 +184,5 @@ def test_a_head_of_a_blob_bigger_than_any_answer_limit_is_not_refused():
     """A HEAD declares the size a GET would send (a v2 data blob may be ~1 GiB): no body is read."""
     size = 5 << 30
     client = _mock(lambda request: httpx.Response(200, headers={"Content-Length": str(size)}))
-    assert client.blob_exists("acme/py", "sha256:" + "0" * 64)
-    assert client.blob_size("acme/py", "sha256:" + "0" * 64) == size
+    assert client.repository("acme/py").blob_exists("sha256:" + "0" * 64)
+    assert client.repository("acme/py").blob_size("sha256:" + "0" * 64) == size

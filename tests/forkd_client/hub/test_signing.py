@@ -49,7 +49,7 @@ def installed(store: SnapshotStore) -> list[str]:
 def test_a_signed_chain_pulls_and_names_its_key(chain3, other_store, client, key):
     pushed = push(chain3, client, "head", REF, sign=key)
     assert pushed.signature is not None
-    listed = client.referrers("team/py", pushed.digest, SIGNATURE_ARTIFACT)
+    listed = client.repository("team/py").referrers(pushed.digest, SIGNATURE_ARTIFACT)
     assert [d["digest"] for d in listed] == [pushed.signature]
     pulled = pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
     assert pulled.signed_by is not None and pulled.signed_by.key == fingerprint(key.public_key())
@@ -96,12 +96,12 @@ def test_a_signature_moved_onto_another_head_never_verifies(chain3, other_store,
     chain3.import_snapshot(other, "other", parent="mid")
     b = push(chain3, client, "other", Reference.parse("team/py:b"))
     envelope = sign_digest(key, a.digest, "team/py")
-    head_b, _ = client.get_manifest("team/py", b.digest)
+    head_b, _ = client.repository("team/py").get_manifest(b.digest)
     forged = signature_artifact(envelope, fingerprint(key.public_key()), b.digest, len(head_b))
-    location = client.upload_chunk(client.start_upload("team/py"), envelope, 0)
-    if not client.blob_exists("team/py", forged.envelope_digest):
+    location = client.upload_chunk(client.repository("team/py").start_upload(), envelope, 0)
+    if not client.repository("team/py").blob_exists(forged.envelope_digest):
         client.finish_upload(location, forged.envelope_digest)
-    client.put_manifest("team/py", forged.digest, forged.manifest)
+    client.repository("team/py").put_manifest(forged.digest, forged.manifest)
     with pytest.raises(SignatureInvalid, match=f"the signature is for team/py@{a.digest}, not team/py@{b.digest}"):
         pull(other_store, client, Reference.parse("team/py:b"), as_tag="b", verify_keys=[key.public_key()])
     assert installed(other_store) == []
@@ -114,14 +114,16 @@ def test_a_tampered_signature_is_refused(chain3, other_store, client, key):
     raw[10] ^= 0x40
     doc["signature"] = base64.b64encode(bytes(raw)).decode()
     envelope = json.dumps(doc).encode()
-    head, _ = client.get_manifest("team/py", pushed.digest)
+    head, _ = client.repository("team/py").get_manifest(pushed.digest)
     artifact = signature_artifact(envelope, fingerprint(key.public_key()), pushed.digest, len(head))
-    client.finish_upload(client.upload_chunk(client.start_upload("team/py"), envelope, 0), artifact.envelope_digest)
-    location = client.upload_chunk(client.start_upload("team/py"), b"{}", 0)
+    client.finish_upload(
+        client.upload_chunk(client.repository("team/py").start_upload(), envelope, 0), artifact.envelope_digest
+    )
+    location = client.upload_chunk(client.repository("team/py").start_upload(), b"{}", 0)
     client.finish_upload(location, "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
-    client.put_manifest("team/py", artifact.digest, artifact.manifest)
+    client.repository("team/py").put_manifest(artifact.digest, artifact.manifest)
     with pytest.raises(SignatureInvalid, match="does not verify"):
-        verify_head(client, "team/py", pushed.digest, [key.public_key()])
+        verify_head(client.repository("team/py"), pushed.digest, [key.public_key()])
     with pytest.raises(SignatureInvalid):
         pull(other_store, client, REF, as_tag="py", verify_keys=[key.public_key()])
     assert installed(other_store) == []
@@ -131,7 +133,7 @@ def test_a_tampered_layer_blob_on_the_hub_installs_nothing(chain3, other_store, 
     """The head's vmstate blob is corrupted in the hub's store: the pull fails on it, and with
     --verify-key the base and middle links (already fetched and checked) are not installed either."""
     pushed = push(chain3, client, "head", REF, sign=key)
-    head, _ = client.get_manifest("team/py", pushed.digest)
+    head, _ = client.repository("team/py").get_manifest(pushed.digest)
     vmstate = json.loads(head)["layers"]
     digest = next(
         layer["digest"] for layer in vmstate if layer["mediaType"].startswith("application/vnd.forkd.vmstate")
@@ -180,7 +182,7 @@ def test_a_hub_that_lists_another_heads_signature_as_a_referrer_is_refused(
         {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": client.referrers("team/py", a.digest),
+            "manifests": client.repository("team/py").referrers(a.digest),
         }
     ).encode()  # A's genuine referrers
     assert a.signature in listing.decode()
@@ -204,14 +206,16 @@ def test_junk_referrers_do_not_hide_a_genuine_signature(chain3, other_store, cli
     junk = Ed25519PrivateKey.generate()
     for i in range(40):
         envelope = sign_digest(junk, pushed.digest, f"team/junk{i}")
-        head, _ = client.get_manifest("team/py", pushed.digest)
+        head, _ = client.repository("team/py").get_manifest(pushed.digest)
         artifact = signature_artifact(envelope, fingerprint(junk.public_key()), pushed.digest, len(head))
-        client.finish_upload(client.upload_chunk(client.start_upload("team/py"), envelope, 0), artifact.envelope_digest)
+        client.finish_upload(
+            client.upload_chunk(client.repository("team/py").start_upload(), envelope, 0), artifact.envelope_digest
+        )
         if i == 0:
             client.finish_upload(
-                client.upload_chunk(client.start_upload("team/py"), b"{}", 0),
+                client.upload_chunk(client.repository("team/py").start_upload(), b"{}", 0),
                 "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
             )
-        client.put_manifest("team/py", artifact.digest, artifact.manifest)
-    genuine = push_signature(client, "team/py", pushed.digest, key)  # the newest, behind 40 junk ones
-    assert verify_head(client, "team/py", pushed.digest, [key.public_key()]).artifact == genuine
+        client.repository("team/py").put_manifest(artifact.digest, artifact.manifest)
+    genuine = push_signature(client.repository("team/py"), pushed.digest, key)  # the newest, behind 40 junk ones
+    assert verify_head(client.repository("team/py"), pushed.digest, [key.public_key()]).artifact == genuine

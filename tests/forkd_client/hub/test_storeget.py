@@ -44,7 +44,7 @@ def test_ranges_from_a_real_store_are_exact_and_share_one_kept_alive_connection(
 @pytest.mark.slow
 def test_a_hub_client_reads_presigned_ranges_into_preallocated_buffers_and_counts_them(presigned):
     with HubClient("http://127.0.0.1:9") as client:
-        body = client._store_range(presigned, 100, 2 << 20, "sha256:" + "0" * 64)
+        body = client.store_range(presigned, 100, 2 << 20, "sha256:" + "0" * 64)
         assert bytes(body) == OBJECT[100 : 2 << 20]
         assert isinstance(body.obj, bytearray)  # httpx gave bytes joined from 64 KiB parts
         assert client.bytes_received == (2 << 20) - 100
@@ -59,7 +59,7 @@ def test_a_refused_presigned_url_is_a_typed_error_without_its_signature(presigne
         reader.get_range(tampered, 0, 10)
     assert refused.value.status == 403
     with HubClient("http://127.0.0.1:9") as client, pytest.raises(Forbidden) as e:
-        client._store_range(tampered, 0, 10, "sha256:" + "0" * 64)
+        client.store_range(tampered, 0, 10, "sha256:" + "0" * 64)
     assert "Signature" not in str(e.value)
 
 
@@ -173,7 +173,7 @@ def test_a_body_cut_short_is_unreachable_not_a_traceback(fake_store):
 
     url = fake_store(answer)
     with HubClient("http://127.0.0.1:9") as client, pytest.raises(HubUnreachable, match="IncompleteRead") as e:
-        client._store_range(url, 0, 100_000, "sha256:" + "0" * 64)
+        client.store_range(url, 0, 100_000, "sha256:" + "0" * 64)
     assert "secret" not in str(e.value)
 
 
@@ -182,4 +182,4 @@ def test_a_store_that_is_down_is_unreachable(fake_store):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     with HubClient("http://127.0.0.1:9") as client, pytest.raises(HubUnreachable, match="object store"):
-        client._store_range(f"http://127.0.0.1:{port}/b/k?X-Amz-Signature=x", 0, 10, "sha256:" + "0" * 64)
+        client.store_range(f"http://127.0.0.1:{port}/b/k?X-Amz-Signature=x", 0, 10, "sha256:" + "0" * 64)

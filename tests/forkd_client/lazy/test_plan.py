@@ -1,12 +1,13 @@
-"""forkd_client.lazy.plan and .staged: the chunk table of a chain head, its requests, and the
+"""forkd_client.lazy.plan and forkd_client.hub.lazystate: the chunk table of a chain head, its requests, and the
 staged state a later pull reads (bad input included)."""
 
 from __future__ import annotations
 
 import pytest
 
-from forkd_client.cli.exitcodes import EXIT_ERROR, EXIT_NETWORK, EXIT_VERIFICATION, exit_code_for
+from forkd_client.exitcodes import EXIT_ERROR, EXIT_NETWORK, EXIT_VERIFICATION, exit_code_for
 from forkd_client.hub.errors import HubUnreachable
+from forkd_client.hub.lazystate import present_chunks, write_chunk_list
 from forkd_client.lazy.errors import (
     ChunkCorrupt,
     ChunkFailure,
@@ -17,7 +18,6 @@ from forkd_client.lazy.errors import (
 )
 from forkd_client.lazy.plan import ImagePlan
 from forkd_client.lazy.profile import parse_profile, profile_document
-from forkd_client.lazy.staged import present_chunks, write_chunk_list
 from manifest.model import ChunkEntry, ChunkMap
 
 CS = 64 << 10

@@ -154,8 +154,7 @@ def test_a_saved_access_profile_is_fetched_first_by_the_next_session(chain3, oth
         assert second.image.chunks_fetched == len(wanted)  # the working set, nothing else
     # a malformed profile is skipped (never used, never fatal): the sound one still is
     push_referrer(
-        client,
-        "acme/py",
+        client.repository("acme/py"),
         subject_digest=second.head_digest,
         subject_size=second.head_manifest_size,
         artifact_type=ARTIFACT_TYPE,
@@ -305,18 +304,22 @@ def test_concurrent_reads_of_one_chunk_fetch_it_once(chain3, other_store, inproc
     import threading
     import time
 
-    from forkd_client.hub.client import HubClient
+    from forkd_client.hub.client import HubClient, RepositoryClient
 
     monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", "0")
     token = _pushed(chain3, inproc_hub)
     asked: list[tuple[str, list]] = []
     gate = threading.Event()
 
-    class Counting(HubClient):
-        def read_ranges(self, name, digest, ranges):  # the hub answers only once every reader is waiting
+    class CountingRepository(RepositoryClient):
+        def read_ranges(self, digest, ranges):  # the hub answers only once every reader is waiting
             asked.append((digest, list(ranges)))
             gate.wait(10)
-            return super().read_ranges(name, digest, ranges)
+            return super().read_ranges(digest, ranges)
+
+    class Counting(HubClient):
+        def repository(self, name):
+            return CountingRepository(self, name)
 
     client = Counting(str(inproc_hub.http.base_url), token, http=inproc_hub.http)
     want = (chain3.path("head") / "memory.bin").read_bytes()
@@ -486,7 +489,8 @@ def test_a_namespace_with_trusted_keys_is_forked_lazily_only_when_signed(
             session.open()
         assert session.staged is None  # refused before staging or mounting anything
     client = inproc_hub.client(token)
-    push_signature(client, REF.name, client.get_chain(REF.name, "v1")[-1].digest, key)
+    repo = client.repository(REF.name)
+    push_signature(repo, repo.get_chain("v1")[-1].digest, key)
     with LazySession(other_store, client, REF, as_tag="py") as session:
         files = session.open()
         assert files.vmstate.read_bytes() == (chain3.path("head") / "vmstate").read_bytes()

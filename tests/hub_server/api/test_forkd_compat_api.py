@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from hub_server.registry.forkd_compat import PACKS_PREFIX, pack_info_key, pack_key
+from hub_server.registry.forkd.compat import PACKS_PREFIX, pack_info_key, pack_key
 from manifest import mediatypes as mt
 from manifest.forkd_unpack import read_pack
 from manifest.model import Descriptor, chain_index

@@ -182,27 +182,6 @@ async def test_duplicate_scopes_are_dropped(tokens):
     assert (await tokens.get("ci")).scopes == ("pull:a/b", "admin")
 
 
-async def test_principal_from_header(tokens):
-    secret = await tokens.create("ci", ["pull:a/*"], None)
-    assert (await tokens.principal_from_header(None)).is_anonymous
-    assert (await tokens.principal_from_header(f"Bearer {secret}")).name == "ci"
-    assert (await tokens.principal_from_header(f"bearer {secret}")).name == "ci"
-    bad_headers = [
-        "",
-        "Bearer",
-        "Bearer ",
-        "Basic dXNlcjpwYXNz",
-        f"Basic {secret}",
-        "garbage",
-        f"Bearer {secret} extra",
-        f"Token {secret}",
-        "Bearer not-a-token",
-    ]
-    for header in bad_headers:
-        with pytest.raises(Unauthorized):
-            await tokens.principal_from_header(header)
-
-
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

@@ -6,7 +6,7 @@ of the tagged manifests). PostgreSQL: ``repository_search (repository_id, docume
 with a GIN index. On both, triggers on ``repositories`` (name, description) and ``tags`` rebuild
 a repository's row, so every writer keeps the index without knowing it; existing rows are
 indexed here. The SQL is frozen in this file on purpose (a revision never imports code that
-moves on). Read by ``hub_server.registry.search``; described in ``hub_server.db.search_index``.
+moves on). Read by ``hub_server.registry.read.search``; described in ``hub_server.db.search_index``.
 
 Revision ID: 0008
 Revises: 0007
