@@ -52,14 +52,15 @@ def test_contributing_names_no_machine_paths_and_every_package() -> None:
 
 
 def _forbidden_by_prose(text: str) -> dict[str, set[str]]:
-    """What docs/architecture.md's "Import rules" bullets forbid, per package. Understood forms:
-    "`a` imports nothing of ours; neither does `b`", "`a` imports only `b`", "`a` never imports `b` or `c`"."""
+    """What docs/architecture.md's "Import rules" bullets forbid, per package (or sub-package, dotted).
+    Understood forms: "`a` imports nothing of ours; neither does `b`", "`a` imports only `b`", "`a` never
+    imports `b` or `c`", "`a` and `b` never import `c` or `d`"; what follows a ':' explains."""
     ours = set(PYPROJECT["tool"]["importlinter"]["root_packages"])
     rules: dict[str, set[str]] = {}
     for line in section(text, "## Import rules").splitlines():
         if not line.startswith("- "):
             continue
-        names = re.findall(r"`([a-z_]+)`", line)
+        names = re.findall(r"`([a-z_.]+)`", line)
         source = names[0]
         if "imports nothing of ours" in line:
             rules[source] = ours - {source}
@@ -68,8 +69,11 @@ def _forbidden_by_prose(text: str) -> dict[str, set[str]]:
         elif "imports only" in line:
             allowed = set(re.findall(r"`([a-z_]+)`", line.split("imports only", 1)[1].split("(", 1)[0]))
             rules[source] = ours - {source} - allowed
-        elif "never imports" in line:
-            rules[source] = set(re.findall(r"`([a-z_]+)`", line.split("never imports", 1)[1].split("(", 1)[0]))
+        elif verb := next((v for v in ("never imports", "never import") if v in line), None):
+            before, after = line.split(verb, 1)
+            forbidden = set(re.findall(r"`([a-z_.]+)`", after.split(":", 1)[0].split("(", 1)[0]))
+            for each in re.findall(r"`([a-z_.]+)`", before):
+                rules[each] = forbidden
         else:
             raise AssertionError(f"an import rule this check cannot read (say it in one of the forms above): {line}")
     return rules
