@@ -34,6 +34,9 @@ MEMORY_FILE = "memory.bin"
 VMSTATE_FILE = "vmstate"
 ROOTFS_FILE = "rootfs.ext4"
 COMPAT_FILE = "vmm.json"
+#: device ids recorded in ``CompatInfo.device_ids``: the disk and the NIC
+ROOTFS_DEVICE = "rootfs"
+NIC_DEVICE = "net0"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ class BootSpec:
     mem_mib: int = 256
     vcpus: int = 1
     boot_timeout: float = 90.0
+    #: attach a virtio NIC (device id ``net0``); a snapshot's children then get one too
+    nic: bool = False
+    #: let that NIC's packets out (user-mode NAT: the guest reaches what the host reaches, the
+    #: host's own loopback as 10.0.2.2); without it the NIC is isolated
+    network: bool = False
 
 
 # Fields a host must reproduce exactly to restore a snapshot. Kernel fields are informational:
@@ -219,10 +227,11 @@ class VM(abc.ABC):
         """
 
     @abc.abstractmethod
-    def reseed(self, entropy: bytes | None = None) -> None:
-        """Feed fresh host entropy to the guest kernel RNG and force a CRNG reseed.
+    def reseed(self, entropy: bytes | None = None, clock_ns: int | None = None) -> None:
+        """Feed fresh host entropy to the guest kernel RNG and force a CRNG reseed; with
+        ``clock_ns`` (nanoseconds since the epoch) also set the guest's wall clock to it.
 
-        Raises ``GuestCommandFailed`` if the guest could not reseed.
+        Raises ``GuestCommandFailed`` if the guest could not reseed or set its clock.
         """
 
     @abc.abstractmethod
@@ -325,9 +334,17 @@ class Driver(abc.ABC):
         work_dir.mkdir(parents=True, exist_ok=True)
         return memory_path, work_dir
 
+    def _check_network(self, snap: SnapshotFiles, network: bool) -> None:
+        """``network=True`` needs a snapshot made with a NIC (devices cannot be added at restore)."""
+        if network and NIC_DEVICE not in snap.compat.device_ids:
+            raise RestoreFailed(
+                "this snapshot has no network device (it was booted without one), so its VMs cannot get a "
+                "network; bake it from a root filesystem image (forkd from-image / from-debian) to have one"
+            )
+
     def _child_disk(self, snap: SnapshotFiles, child_dir: Path) -> Path | None:
         """A private copy of the snapshot's disk for one VM (VMMs do not snapshot block contents)."""
-        if "rootfs" not in snap.compat.device_ids:
+        if ROOTFS_DEVICE not in snap.compat.device_ids:
             return None
         if snap.rootfs is None or not snap.rootfs.is_file():
             raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
@@ -337,8 +354,9 @@ class Driver(abc.ABC):
         clone_file(snap.rootfs, target, replace=True)
         return target
 
-    def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None) -> None:
+    def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None, network: bool = False) -> None:
         """Shared preconditions of ``fork``."""
+        self._check_network(snap, network)
         if n < 1:
             raise RestoreFailed(f"fork needs n >= 1, got {n}")
         if disks is not None and len(disks) != n:
@@ -346,35 +364,47 @@ class Driver(abc.ABC):
         self.check_restorable(snap)
 
     @abc.abstractmethod
-    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None) -> VM:
+    def restore_writable(
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
+    ) -> VM:
         """Restore ``snap`` with guest RAM mapped *shared* on ``memory_path``, a caller-made
         writable clone of ``snap.memory`` (never the stored file itself). The guest's writes land
         in that clone, so ``snapshot(vm, out_dir)`` afterwards yields the next chain link.
+        ``network`` lets the snapshot's NIC out (see ``BootSpec.network``); restored VMs are
+        reseeded and their wall clock set to the host's.
 
-        Raises ``CompatibilityError``, ``RestoreFailed``.
+        Raises ``CompatibilityError``, ``RestoreFailed`` (also for ``network`` without a NIC).
         """
 
     @abc.abstractmethod
     def fork(
-        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+        self,
+        snap: SnapshotFiles,
+        n: int,
+        disks: list[Path] | None = None,
+        work_dir: Path | None = None,
+        *,
+        network: bool = False,
     ) -> list[VM]:
-        """Start ``n`` resumed, reseeded copy-on-write children of ``snap``.
+        """Start ``n`` resumed, reseeded copy-on-write children of ``snap``, their wall clocks set
+        to the host's.
 
         ``snap.memory`` is mapped privately and never preallocated: children share its page cache
         and their writes stay in their own anonymous pages; the file is never written. ``disks``
-        gives each child its own disk (defaults to private copies of ``snap.rootfs``, if any).
-        Either all ``n`` children start or none is left running.
+        gives each child its own disk (by default each child writes to a private copy-on-write
+        view of ``snap.rootfs``, if any, that is discarded with it). A snapshot's NIC stays
+        isolated unless ``network``. Either all ``n`` children start or none is left running.
 
         Raises ``CompatibilityError``, ``RestoreFailed``.
         """
 
-    def start_fork(self, snap: SnapshotFiles, n: int) -> StartedFork:
+    def start_fork(self, snap: SnapshotFiles, n: int, *, network: bool = False) -> StartedFork:
         """``fork(snap, n)`` in two steps (see the module docstring): what can start before
         ``snap.vmstate`` exists starts now. This default starts nothing early.
 
         Raises ``CompatibilityError``, ``RestoreFailed`` (here or from ``finish``).
         """
-        return StartedFork(lambda: self.fork(snap, n))
+        return StartedFork(lambda: self.fork(snap, n, network=network))
 
 
 def require_agent_ok(result: ExecResult, what: str) -> ExecResult:

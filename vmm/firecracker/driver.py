@@ -24,12 +24,15 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 
 from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
+    NIC_DEVICE,
+    ROOTFS_DEVICE,
     ROOTFS_FILE,
     VM,
     VMSTATE_FILE,
@@ -40,13 +43,17 @@ from vmm.base import (
     SnapshotFiles,
     check_compat,
 )
-from vmm.errors import BootFailed, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
+from vmm.errors import BootFailed, CompatibilityError, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
 from vmm.files import merge_sparse, move_file
 from vmm.firecracker.api import FirecrackerApi
 from vmm.firecracker.vm import API_SOCKET, FIRECRACKER_LOG, FirecrackerVM
 from vmm.kvm import kvm_problem
 
 _TIMEOUT = 30.0
+_NO_NIC = (
+    "the Firecracker driver attaches no network device (Firecracker needs a host tap device for one); "
+    "snapshots with a NIC (from forkd from-image / from-debian) run on --vmm qemu"
+)
 
 
 class FirecrackerDriver(Driver):
@@ -93,6 +100,8 @@ class FirecrackerDriver(Driver):
         )
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
+        if NIC_DEVICE in snap.compat.device_ids:
+            raise CompatibilityError(_NO_NIC, {"device_ids": (snap.compat.device_ids, (ROOTFS_DEVICE,))})
         try:
             size = snap.memory.stat().st_size
         except OSError as exc:
@@ -104,7 +113,9 @@ class FirecrackerDriver(Driver):
     # -- boot / snapshot -------------------------------------------------------------------
 
     def boot(self, spec: BootSpec) -> FirecrackerVM:
-        device_ids = ("rootfs",) if spec.rootfs else ()
+        if spec.nic or spec.network:
+            raise BootFailed(_NO_NIC)
+        device_ids = (ROOTFS_DEVICE,) if spec.rootfs else ()
         compat = self.host_compat(spec.mem_mib, spec.vcpus, device_ids)
         work_dir = Path(spec.work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -176,8 +187,9 @@ class FirecrackerDriver(Driver):
     # -- restore ---------------------------------------------------------------------------
 
     def restore_writable(
-        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
     ) -> FirecrackerVM:
+        self._check_network(snap, network)
         memory_path, work_dir = self._prepare_writable(
             snap, memory_path, work_dir, "the link's pages are merged into it"
         )
@@ -187,9 +199,15 @@ class FirecrackerDriver(Driver):
         return vm
 
     def fork(
-        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+        self,
+        snap: SnapshotFiles,
+        n: int,
+        disks: list[Path] | None = None,
+        work_dir: Path | None = None,
+        *,
+        network: bool = False,
     ) -> list[VM]:
-        self._check_fork(snap, n, disks)
+        self._check_fork(snap, n, disks, network)
         children: list[VM] = []
         try:
             for i in range(n):
@@ -240,7 +258,7 @@ class FirecrackerDriver(Driver):
             if disk is not None:  # drive paths are baked into the vmstate; point at our own disk
                 vm.api.patch("/drives/rootfs", {"drive_id": "rootfs", "path_on_host": str(disk)})
             vm.resume()
-            vm.reseed()
+            vm.reseed(clock_ns=time.time_ns())
         except VmmError as exc:
             detail = vm.diagnostics()
             vm.kill()
