@@ -23,6 +23,7 @@ import abc
 import dataclasses
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,9 +322,14 @@ class Driver(abc.ABC):
         """Raise ``CompatibilityError`` (naming each differing field) if this host cannot restore
         ``snap``; ``VmmUnavailable`` if the driver cannot run at all."""
 
-    def _prepare_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, why: str) -> tuple[Path, Path]:
+    def _prepare_writable(
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None, network: bool, why: str
+    ) -> tuple[Path, Path, Path | None]:
         """Shared preconditions of ``restore_writable``: ``memory_path`` must be a clone, not the
-        stored file (``why`` says what would go wrong), and the snapshot restorable here."""
+        stored file (``why`` says what would go wrong), the snapshot restorable here (with a NIC
+        for ``network``); returns the memory path, the work dir (created) and the VM's disk (the
+        caller's, else a private copy of the snapshot's in the work dir)."""
+        self._check_network(snap, network)
         memory_path = Path(memory_path)
         if memory_path.exists() and os.path.samefile(memory_path, snap.memory):
             raise RestoreFailed(
@@ -332,7 +338,44 @@ class Driver(abc.ABC):
         self.check_restorable(dataclasses.replace(snap, memory=memory_path))
         work_dir = Path(work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
-        return memory_path, work_dir
+        return memory_path, work_dir, disk or self._child_disk(snap, work_dir)
+
+    @staticmethod
+    def _memory_mib(snap: SnapshotFiles) -> float:
+        """The guest RAM size the memory file really has (whole MiB, or fractional so it never
+        matches), so a record that lies about it is refused. Raises ``RestoreFailed``."""
+        try:
+            size = snap.memory.stat().st_size
+        except OSError as exc:
+            raise RestoreFailed(f"cannot read snapshot memory {snap.memory}: {exc}") from exc
+        return size >> 20 if size % (1 << 20) == 0 else round(size / 2**20, 3)
+
+    @staticmethod
+    def _child_dir(work_dir: Path | None, index: int, prefix: str) -> tuple[Path, bool]:
+        """Child ``index``'s work dir: ``work_dir/child-N`` (kept), else a temp dir the VM owns
+        (removed when it is killed)."""
+        if work_dir is None:
+            return Path(tempfile.mkdtemp(prefix=prefix)), True
+        child_dir = Path(work_dir) / f"child-{index}"
+        child_dir.mkdir(parents=True, exist_ok=True)
+        return child_dir, False
+
+    @staticmethod
+    def _save_disk(vm: VM, out_dir: Path, *, keep_running: bool) -> Path | None:
+        """The paused VM's disk as ``out_dir/rootfs.ext4`` (None without one): moved when it is
+        the VM's own copy (in its work dir) and the VM is done with it, else cloned. Raises ``OSError``."""
+        disk: Path | None = getattr(vm, "rootfs", None)
+        if disk is None:
+            return None
+        from manifest.fileops import clone_file
+        from vmm.files import move_file
+
+        target = out_dir / ROOTFS_FILE
+        if not keep_running and disk.parent.resolve() == Path(vm.work_dir).resolve():
+            move_file(disk, target)  # the VM's own copy: no second copy of a large image
+        else:
+            clone_file(disk, target, replace=True)
+        return target
 
     def _check_network(self, snap: SnapshotFiles, network: bool) -> None:
         """``network=True`` needs a snapshot made with a NIC (devices cannot be added at restore)."""

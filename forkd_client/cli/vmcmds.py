@@ -74,7 +74,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         metavar="DEFAULT|PATH",
         help="guest image: the cached default guest, or a directory built by `python -m vmm.guest build`",
     )
-    p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in the guest first")
+    p.add_argument(
+        "--exec",
+        dest="exec_cmd",
+        action="append",
+        metavar="CMD",
+        help="shell command to run in the guest first (repeatable: run in order, the first failure stops)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing snapshot with this tag")
     p.set_defaults(func=run_snapshot)
 
@@ -85,7 +91,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("--from", dest="parent", required=True, metavar="P", help="parent snapshot")
     p.add_argument("--tag", required=True, metavar="T")
-    p.add_argument("--exec", dest="exec_cmd", required=True, metavar="CMD", help="shell command to run in the guest")
+    p.add_argument(
+        "--exec",
+        dest="exec_cmd",
+        required=True,
+        action="append",
+        metavar="CMD",
+        help="shell command to run in the guest (repeatable: run in order, the first failure stops); in a "
+        "snapshot baked from an image it runs as root with the image's environment and working directory",
+    )
+    add_net_option(p, "the --exec commands")
     p.set_defaults(func=run_snapshot_diff)
 
     p = sub.add_parser(
@@ -97,6 +112,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("-n", dest="count", type=_positive_int, default=1, metavar="N", help="children (default 1)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in every child")
     p.add_argument("--keep", action="store_true", help="leave the children running; print their pids and work dirs")
+    add_net_option(p, "the children")
     p.add_argument(
         "--lazy",
         action="store_true",
@@ -112,6 +128,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "on the hub (an access-profile referrer; needs push access), so later lazy forks fetch those chunks first",
     )
     p.set_defaults(func=run_fork)
+
+
+def add_net_option(parser: argparse.ArgumentParser, who: str) -> None:
+    """``--net``: the guest's NIC reaches out (snapshots baked from a root filesystem image have one)."""
+    parser.add_argument(
+        "--net",
+        action="store_true",
+        help=f"give {who} outbound network through the VMM's user-mode NAT (the host's own loopback services "
+        "answer at 10.0.2.2); needs a snapshot baked from an image (from-image, from-debian); default: no network",
+    )
 
 
 @_reports_vmm_errors
@@ -150,7 +176,13 @@ def run_snapshot_diff(args: argparse.Namespace, ctx: Context) -> int:
 
     with ctx.store() as store:
         result = snapshot_diff(
-            store, args.parent, args.tag, args.exec_cmd, exec_timeout=args.exec_timeout, vmm=args.vmm
+            store,
+            args.parent,
+            args.tag,
+            args.exec_cmd,
+            exec_timeout=args.exec_timeout,
+            vmm=args.vmm,
+            network=args.net,
         )
     if args.json:
         ctx.json(result.to_obj())
@@ -179,7 +211,7 @@ def run_fork(args: argparse.Namespace, ctx: Context) -> int:
 
         return run_lazy_fork(args, ctx, _print_fork)
     with ctx.store() as store:
-        forked = fork(store, args.tag, args.count, vmm=args.vmm)
+        forked = fork(store, args.tag, args.count, vmm=args.vmm, network=args.net)
     try:
         if args.exec_cmd is not None:
             forked.run(args.exec_cmd, args.exec_timeout)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +32,6 @@ from vmm.base import (
     MEMORY_FILE,
     NIC_DEVICE,
     ROOTFS_DEVICE,
-    ROOTFS_FILE,
     VM,
     VMSTATE_FILE,
     Availability,
@@ -102,13 +100,8 @@ class FirecrackerDriver(Driver):
     def check_restorable(self, snap: SnapshotFiles) -> None:
         if NIC_DEVICE in snap.compat.device_ids:
             raise CompatibilityError(_NO_NIC, {"device_ids": (snap.compat.device_ids, (ROOTFS_DEVICE,))})
-        try:
-            size = snap.memory.stat().st_size
-        except OSError as exc:
-            raise RestoreFailed(f"cannot read snapshot memory {snap.memory}: {exc}") from exc
-        mem_mib = size >> 20 if size % (1 << 20) == 0 else round(size / 2**20, 3)
         recorded = snap.compat
-        check_compat(recorded, self.host_compat(mem_mib, recorded.vcpus, recorded.device_ids))
+        check_compat(recorded, self.host_compat(self._memory_mib(snap), recorded.vcpus, recorded.device_ids))
 
     # -- boot / snapshot -------------------------------------------------------------------
 
@@ -169,13 +162,12 @@ class FirecrackerDriver(Driver):
                     else:
                         move_file(vm.writable_memory, memory)
             os.replace(partial_state, vmstate)
-            rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
-            if rootfs and vm.rootfs:
-                clone_file(vm.rootfs, rootfs, replace=True)
             if resume:
+                rootfs = self._save_disk(vm, out_dir, keep_running=True)
                 vm.resume()
             else:
                 vm.kill()
+                rootfs = self._save_disk(vm, out_dir, keep_running=False)
         except (VmmError, OSError) as exc:
             for leftover in (partial_state, partial_mem):
                 leftover.unlink(missing_ok=True)
@@ -189,11 +181,9 @@ class FirecrackerDriver(Driver):
     def restore_writable(
         self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
     ) -> FirecrackerVM:
-        self._check_network(snap, network)
-        memory_path, work_dir = self._prepare_writable(
-            snap, memory_path, work_dir, "the link's pages are merged into it"
+        memory_path, work_dir, disk = self._prepare_writable(
+            snap, memory_path, work_dir, disk, network, "the link's pages are merged into it"
         )
-        disk = disk or self._child_disk(snap, work_dir)
         vm = self._restore(snap, memory_path, work_dir, disk, owns=False, track_dirty=True)
         vm.writable_memory = memory_path
         return vm
@@ -211,11 +201,7 @@ class FirecrackerDriver(Driver):
         children: list[VM] = []
         try:
             for i in range(n):
-                if work_dir is None:
-                    child_dir, owns = Path(tempfile.mkdtemp(prefix="forkd-fc-child-")), True
-                else:
-                    child_dir, owns = Path(work_dir) / f"child-{i}", False
-                    child_dir.mkdir(parents=True, exist_ok=True)
+                child_dir, owns = self._child_dir(work_dir, i, "forkd-fc-child-")
                 disk = disks[i] if disks else self._child_disk(snap, child_dir)
                 children.append(self._restore(snap, snap.memory, child_dir, disk, owns, track_dirty=False))
         except BaseException:

@@ -45,7 +45,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +56,6 @@ from vmm.base import (
     MEMORY_FILE,
     NIC_DEVICE,
     ROOTFS_DEVICE,
-    ROOTFS_FILE,
     VM,
     VMSTATE_FILE,
     Availability,
@@ -133,12 +131,7 @@ class QemuMicrovmDriver(Driver):
         is refused as well as one made with another accelerator, QEMU version or device set.
         """
         recorded = snap.compat
-        try:
-            size = snap.memory.stat().st_size
-        except OSError as exc:
-            raise RestoreFailed(f"cannot read snapshot memory {snap.memory}: {exc}") from exc
-        mem_mib = size >> 20 if size % (1 << 20) == 0 else round(size / 2**20, 3)
-        check_compat(recorded, self.host_compat(mem_mib, recorded.vcpus, recorded.device_ids))
+        check_compat(recorded, self.host_compat(self._memory_mib(snap), recorded.vcpus, recorded.device_ids))
 
     # -- boot / snapshot -------------------------------------------------------------------
 
@@ -198,18 +191,15 @@ class QemuMicrovmDriver(Driver):
             vm.qmp.execute("migrate", {"uri": f"exec:cat > {shlex.quote(str(partial))}"})
             self._wait_migration(vm)
             os.replace(partial, vmstate)
-            rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
-            if rootfs and vm.rootfs and (resume or not _owned_by(vm.rootfs, vm)):
-                clone_file(vm.rootfs, rootfs, replace=True)  # paused and flushed: matches the RAM's view
             if resume:
+                rootfs = self._save_disk(vm, out_dir, keep_running=True)  # paused and flushed: the RAM's view
                 clone_file(vm.memory_path, memory, replace=True)  # type: ignore[arg-type]  # typing debt, decisions/0008
                 vm.resume()
             else:
                 vm.kill()
+                rootfs = self._save_disk(vm, out_dir, keep_running=False)
                 if not in_place:
                     move_file(vm.memory_path, memory)  # type: ignore[arg-type]  # typing debt, decisions/0008
-                if rootfs and vm.rootfs and _owned_by(vm.rootfs, vm):
-                    move_file(vm.rootfs, rootfs)  # the VM's own copy, in its work dir: no second copy
         except (VmmError, OSError) as exc:
             partial.unlink(missing_ok=True)
             raise SnapshotFailed(f"snapshot of {vm!r} failed: {exc}") from exc
@@ -222,11 +212,9 @@ class QemuMicrovmDriver(Driver):
     def restore_writable(
         self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
     ) -> QemuVM:
-        self._check_network(snap, network)
-        memory_path, work_dir = self._prepare_writable(
-            snap, memory_path, work_dir, "mapping the stored file shared would modify it"
+        memory_path, work_dir, disk = self._prepare_writable(
+            snap, memory_path, work_dir, disk, network, "mapping the stored file shared would modify it"
         )
-        disk = disk or self._child_disk(snap, work_dir)
         argv = self._argv(snap.compat, memory_path, share=True, work_dir=work_dir, disk=disk, network=network)
         vm = self._start([*argv, "-incoming", "defer"], work_dir, memory_path, snap.compat, disk, False, RestoreFailed)
         try:
@@ -287,12 +275,9 @@ class QemuMicrovmDriver(Driver):
 
         try:
             for i in range(n):
-                if work_dir is None:
-                    child_dir = Path(tempfile.mkdtemp(prefix="forkd-child-"))
+                child_dir, owned = self._child_dir(work_dir, i, "forkd-child-")
+                if owned:
                     temp_dirs.append(child_dir)
-                else:
-                    child_dir = Path(work_dir) / f"child-{i}"
-                    child_dir.mkdir(parents=True, exist_ok=True)
                 disk = disks[i] if disks else self._shared_disk(snap)
                 argv = [
                     *self._argv(
@@ -439,11 +424,6 @@ class QemuMicrovmDriver(Driver):
             if status in ("failed", "cancelled") or time.monotonic() > deadline:
                 raise SnapshotFailed(f"migration {status or 'timed out'}: {info.get('error-desc', '')}")
             time.sleep(0.005)
-
-
-def _owned_by(disk: Path, vm: QemuVM) -> bool:
-    """A disk file in the VM's own work dir is the VM's copy (made for it), free to move."""
-    return Path(disk).parent.resolve() == Path(vm.work_dir).resolve()
 
 
 def _opt(path: Path) -> str:
