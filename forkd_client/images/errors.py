@@ -20,7 +20,8 @@ message names the reference, blob, layer entry or path that was wrong.
         │   ├── UnsafePath         a name with ``..``, a parent that climbs out of the root through a symlink,
         │   │                      a hard link to something outside, missing or not a regular file
         │   ├── LimitExceeded      a count or size over :class:`~forkd_client.images.limits.ImageLimits`
-        │   │                      (declared, or produced by decompression); ``.limit`` names the field
+        │   │                      (declared, or produced by decompression; also a manifest or config
+        │   │                      too large); ``.limit`` names the field
         │   └── CorruptLayer       the layer does not decompress, or is not a tar archive
         ├── ReservedPathInImage    (also ValueError) the image already has ``/.forkd``
         ├── RootfsTooSmall         (also ValueError) an explicit size cannot hold the tree; ``.needed_mib``
@@ -97,10 +98,10 @@ class LayerRejected(ImageError, ValueError):
     ``entry`` the tar entry name (None when the layer as a whole is at fault)."""
 
     def __init__(self, message: str, *, layer: int | None = None, entry: str | None = None) -> None:
-        where = f"layer {layer}" if layer is not None else "layer"
+        where = [f"layer {layer}"] if layer is not None else []
         if entry is not None:
-            where += f", entry {entry!r}"
-        super().__init__(f"{where}: {message}")
+            where.append(f"entry {entry!r}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
         self.layer = layer
         self.entry = entry
 

@@ -20,7 +20,7 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import zstandard
 
@@ -126,7 +126,7 @@ def tar_entries(
     before asking for the next). Raises LimitExceeded or CorruptLayer."""
     try:
         tar = tarfile.open(  # noqa: SIM115 - closed by the `with tar:` below, after the open is checked
-            fileobj=stream,  # type: ignore[arg-type]  # tarfile only calls read() in stream mode
+            fileobj=cast(IO[bytes], stream),  # tarfile only calls read() in stream mode
             mode="r|",
             tarinfo=_guarded_tarinfo(budget.limits, layer),
             encoding="utf-8",
@@ -142,7 +142,8 @@ def tar_entries(
                 raise CorruptLayer(f"cannot read the next entry ({e})", layer=layer) from None
             if info is None:
                 return
-            tar.members.clear()  # stream mode keeps every header otherwise: memory would grow with entries
+            # stream mode keeps every header in TarFile.members otherwise: memory would grow with entries
+            tar.members.clear()  # type: ignore[attr-defined]  # an attribute typeshed does not declare
             budget.entries += 1
             if budget.entries > budget.limits.max_entries:
                 raise LimitExceeded(

@@ -46,10 +46,10 @@ def entry_xattrs(
         return found
     if sum(len(k) + len(v) for k, v in found.items()) > limits.max_xattr_bytes:
         raise LimitExceeded("extended attributes too large", limit="max_xattr_bytes", layer=layer, entry=info.name)
-    kept = {}
-    for name, value in found.items():
+    kept: dict[str, bytes] = {}
+    for name, raw in found.items():
         if name.startswith(KEPT_PREFIXES) or name in KEPT_NAMES:
-            kept[name] = value
+            kept[name] = raw
         else:
             note(f"skipped extended attribute {name!r} of /{info.name.lstrip('/')} (layer {layer})")
     return kept
