@@ -137,11 +137,11 @@ def write_forkd_dir(
                 os.utime(fd, ns=(ns, ns))
             finally:
                 os.close(fd)
-        for path in sorted(made, key=len, reverse=True):
-            fd = root.open_canonical(path)
-            if fd is not None:
-                os.utime(fd, ns=(ns, ns))
-                os.close(fd)
+        for directory in sorted(made, key=len, reverse=True):
+            dfd = root.open_canonical(directory)
+            if dfd is not None:
+                os.utime(dfd, ns=(ns, ns))
+                os.close(dfd)
     finally:
         root.close()
 
