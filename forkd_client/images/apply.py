@@ -140,7 +140,7 @@ class _Applier:
             os.chmod(self.root.fd, 0o755)
             os.utime(self.root.fd, ns=(0, 0))
             for index, layer in enumerate(layers):
-                self.layer = index
+                self.layer = self.root.layer = index
                 with open(layer.path, "rb") as raw:
                     stream = DecompressedStream(raw, self.budget, index)
                     reported = 0

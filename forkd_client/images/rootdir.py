@@ -42,6 +42,7 @@ class RootDir:
     def __init__(self, path: str | os.PathLike[str], *, max_symlink_hops: int = 40) -> None:
         self.fd = os.open(path, DIR_FLAGS)
         self.max_symlink_hops = max_symlink_hops
+        self.layer: int | None = None  # named in errors (the applier sets it)
         self._cache: dict[Path_, tuple[int, Path_]] = {}
         self._retired: list[int] = []
 
@@ -88,7 +89,9 @@ class RootDir:
                     continue
                 if name == "..":
                     if not canon:
-                        raise UnsafePath("its path climbs out of the root through a symlink", entry=entry)
+                        raise UnsafePath(
+                            "its path climbs out of the root through a symlink", layer=self.layer, entry=entry
+                        )
                     canon.pop()
                     os.close(fds.pop())
                     continue
@@ -104,7 +107,9 @@ class RootDir:
                     hops += 1
                     if hops > self.max_symlink_hops:
                         raise UnsafePath(
-                            f"more than {self.max_symlink_hops} symlinks on the way to its parent", entry=entry
+                            f"more than {self.max_symlink_hops} symlinks on the way to its parent",
+                            layer=self.layer,
+                            entry=entry,
                         )
                     target = os.readlink(name, dir_fd=cur)
                     if target.startswith("/"):
@@ -114,7 +119,9 @@ class RootDir:
                     pending.extend(reversed(target.split("/")))
                     continue
                 if not stat.S_ISDIR(st.st_mode):
-                    raise LayerRejected(f"its parent /{'/'.join([*canon, name])} is not a directory", entry=entry)
+                    raise LayerRejected(
+                        f"its parent /{'/'.join([*canon, name])} is not a directory", layer=self.layer, entry=entry
+                    )
                 fds.append(os.open(name, DIR_FLAGS, dir_fd=cur))
                 canon.append(name)
         except BaseException:

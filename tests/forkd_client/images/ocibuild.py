@@ -338,3 +338,49 @@ def layout_from_rootfs_tar(rootfs_tar: Path, root: Path, *, tag: str = "latest",
     }
     (root / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
     return LayoutInfo(m_digest, m_digest, cfg_digest, [layer_digest], [diff_id])
+
+
+def tree_listing(root: Path, *, mtimes: bool = True) -> dict[str, dict]:
+    """Every entry under ``root`` (not followed through symlinks) → type, mode, uid, gid, size, content
+    sha256, link target, xattrs, mtime (whole seconds) and hard-link group (the sorted paths sharing its
+    inode). What two extractions of the same image must agree on, file by file."""
+    import os
+    import stat as st_
+
+    found: dict[str, dict] = {}
+    by_inode: dict[tuple[int, int], list[str]] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.join(directory, name)
+            rel = "/" + os.path.relpath(path, root)
+            s = os.lstat(path)
+            kind = (
+                "dir"
+                if st_.S_ISDIR(s.st_mode)
+                else "symlink"
+                if st_.S_ISLNK(s.st_mode)
+                else "file"
+                if st_.S_ISREG(s.st_mode)
+                else "other"
+            )
+            item: dict = {"type": kind, "uid": s.st_uid, "gid": s.st_gid}
+            if kind != "symlink":
+                item["mode"] = oct(st_.S_IMODE(s.st_mode))
+                item["xattrs"] = {
+                    x: os.getxattr(path, x, follow_symlinks=False).hex()
+                    for x in sorted(os.listxattr(path, follow_symlinks=False))
+                }
+            if kind == "file":
+                item["size"] = s.st_size
+                with open(path, "rb") as f:
+                    item["sha256"] = hashlib.sha256(f.read()).hexdigest()
+                by_inode.setdefault((s.st_dev, s.st_ino), []).append(rel)
+            if kind == "symlink":
+                item["target"] = os.readlink(path)
+            if mtimes and kind != "dir":
+                item["mtime"] = int(s.st_mtime)
+            found[rel] = item
+    for paths in by_inode.values():
+        for p in paths:
+            found[p]["links"] = sorted(paths)
+    return found
