@@ -377,7 +377,7 @@ def tree_listing(root: Path, *, mtimes: bool = True) -> dict[str, dict]:
                 by_inode.setdefault((s.st_dev, s.st_ino), []).append(rel)
             if kind == "symlink":
                 item["target"] = os.readlink(path)
-            if mtimes and kind != "dir":
+            if mtimes:
                 item["mtime"] = int(s.st_mtime)
             found[rel] = item
     for paths in by_inode.values():
