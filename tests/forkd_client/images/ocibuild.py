@@ -216,7 +216,8 @@ def write_layout(
         layer_descs.append({"mediaType": media_type, "digest": blobs.put(data), "size": len(data)})
     manifests = []
     config_digest = manifest_digest = ""
-    for os_name, arch in platforms or [("linux", "amd64")]:
+    single_arch = config_kw.pop("arch", "amd64")
+    for os_name, arch in platforms or [("linux", single_arch)]:
         cfg = config if config is not None else image_config(diff_ids, arch=arch, **config_kw)
         cfg = {**cfg, "os": os_name, "architecture": arch} if config is None else cfg
         cfg_bytes = json.dumps(cfg, sort_keys=True).encode()
@@ -241,7 +242,7 @@ def write_layout(
                 "platform": {"os": os_name, "architecture": arch},
             }
         )
-        if (os_name, arch) == ("linux", "amd64") or not config_digest:
+        if (os_name, arch) == ("linux", "amd64") or not platforms:
             config_digest, manifest_digest = cfg_digest, m_digest
     if platforms:
         index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
