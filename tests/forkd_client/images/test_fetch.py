@@ -116,9 +116,9 @@ def test_selection_by_tag_digest_or_the_only_image(tmp_path):
     two = write_layout(layout, LAYERS, tag="two")
     assert fetch(f"oci:{layout}:two", tmp_path / "w2").manifest_digest == two.manifest_digest
     assert fetch(f"oci:{layout}@{one.manifest_digest}", tmp_path / "w3").manifest_digest == one.manifest_digest
-    with pytest.raises(ImageNotFound, match="holds 2 images.*one, two"):
+    with pytest.raises(ImageNotFound, match=r"holds 2 images.*one, two"):
         fetch(f"oci:{layout}", tmp_path / "w4")
-    with pytest.raises(ImageNotFound, match="no image tagged 'three'.*one, two"):
+    with pytest.raises(ImageNotFound, match=r"no image tagged 'three'.*one, two"):
         fetch(f"oci:{layout}:three", tmp_path / "w5")
     with pytest.raises(ImageNotFound, match="missing from the layout"):
         fetch(f"oci:{layout}@sha256:{'0' * 64}", tmp_path / "w6")
@@ -167,7 +167,7 @@ def test_artifacts_schema1_and_unknown_layer_types_are_unsupported(tmp_path):
             "layers": [],
         },
     )
-    with pytest.raises(UnsupportedImage, match="not a container image.*forkd.snapshot"):
+    with pytest.raises(UnsupportedImage, match=r"not a container image.*forkd\.snapshot"):
         fetch(f"oci:{layout}:snap", tmp_path / "w1")
     _raw_manifest(layout, "old", {"schemaVersion": 1, "name": "x", "fsLayers": []})
     with pytest.raises(UnsupportedImage, match="schema 1"):
