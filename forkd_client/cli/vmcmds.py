@@ -18,9 +18,10 @@ from .output import Context, human_size
 if TYPE_CHECKING:
     from vmm import ExecResult
 
-    from ..vmops import Forked
+    from ..vmops import Forked, SnapshotResult
 
 VMM_CHOICES = ("qemu", "qemu-microvm", "firecracker")
+_NEEDS_NIC = "; needs a snapshot baked from an image (from-image, from-debian)"
 Command = Callable[[argparse.Namespace, Context], int]
 
 
@@ -130,13 +131,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run_fork)
 
 
-def add_net_option(parser: argparse.ArgumentParser, who: str) -> None:
+def add_net_option(parser: argparse.ArgumentParser, who: str, needs: str = _NEEDS_NIC) -> None:
     """``--net``: the guest's NIC reaches out (snapshots baked from a root filesystem image have one)."""
     parser.add_argument(
         "--net",
         action="store_true",
         help=f"give {who} outbound network through the VMM's user-mode NAT (the host's own loopback services "
-        "answer at 10.0.2.2); needs a snapshot baked from an image (from-image, from-debian); default: no network",
+        f"answer at 10.0.2.2){needs}; default: no network",
     )
 
 
@@ -159,6 +160,12 @@ def run_snapshot(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.json(result.to_obj())
         return 0
+    print_snapshot(ctx, result)
+    return 0
+
+
+def print_snapshot(ctx: Context, result: SnapshotResult) -> None:
+    """What a new base snapshot says: the --exec output, then timings, compat and size."""
     _print_exec_output(ctx, result.exec_result)
     t = result.timings_ms
     snap = result.snapshot
@@ -167,7 +174,6 @@ def run_snapshot(args: argparse.Namespace, ctx: Context) -> int:
         f"saved in {_secs(t['snapshot_ms'] + t['install_ms'])}"
     )
     ctx.print(f"  {_compat_line(snap.compat)}; {human_size(snap.logical_size)} ({human_size(snap.disk_size)} on disk)")
-    return 0
 
 
 @_reports_vmm_errors

@@ -39,17 +39,12 @@ from .layout import LayoutSource
 from .limits import ImageLimits
 from .manifests import ImageConfig
 from .progress import Progress, no_progress
+from .provenance import BASE_DIGEST, BASE_NAME, DEBIAN_PACKAGES, DEBIAN_SUITE, DEBIAN_VARIANT, INDEX_DIGEST
 from .reference import DockerArchiveRef, ImageRef, OciLayoutRef, RegistryRef, parse_image_reference
 from .registry import RegistrySource
 
 #: bump when the same inputs would give different bytes (it is part of every cache key)
 BUILDER_VERSION = "1"
-BASE_DIGEST = "org.opencontainers.image.base.digest"
-BASE_NAME = "org.opencontainers.image.base.name"
-INDEX_DIGEST = "dev.forkd.image.index.digest"
-DEBIAN_SUITE = "dev.forkd.debian.suite"
-DEBIAN_VARIANT = "dev.forkd.debian.variant"
-DEBIAN_PACKAGES = "dev.forkd.debian.packages"
 
 
 @dataclass(frozen=True)

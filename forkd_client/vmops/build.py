@@ -144,7 +144,7 @@ def snapshot_base(
     failed), GuestExecFailed, and vmm's BootFailed / SnapshotFailed / GuestCommandTimeout.
     Nothing is left behind on any error.
     """
-    _check_new_base(store, tag, force)
+    check_new_base(store, tag, force)
     driver = require_driver(vmm)
     image = load_guest(guest)
     steps = GuestSteps.of(exec_cmd, exec_timeout)
@@ -174,7 +174,7 @@ def snapshot_rootfs(
     Raises what :func:`snapshot_base` raises, and OSError when ``rootfs`` cannot be copied.
     Nothing is left behind on any error.
     """
-    _check_new_base(store, tag, force)
+    check_new_base(store, tag, force)
     driver = require_driver(vmm)
     image = load_guest(guest)
     with store.staging(f"snapshot-{tag}") as staged:
@@ -189,7 +189,9 @@ def snapshot_rootfs(
     return result
 
 
-def _check_new_base(store: SnapshotStore, tag: str, force: bool) -> None:
+def check_new_base(store: SnapshotStore, tag: str, force: bool) -> None:
+    """``tag`` may become a new base: valid, and free (or ``force`` and nothing chains on it).
+    Raises InvalidTag, SnapshotExists, DependentsExist."""
     validate_tag(tag)
     if store.exists(tag):
         if not force:
