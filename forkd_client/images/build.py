@@ -25,7 +25,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .apply import ApplyReport, LayerInput, apply_layers
 from .archive import fetch_archive
@@ -40,7 +40,9 @@ from .limits import ImageLimits
 from .manifests import ImageConfig
 from .progress import Progress, no_progress
 from .reference import DockerArchiveRef, ImageRef, OciLayoutRef, RegistryRef, parse_image_reference
-from .registry import RegistrySource
+
+if TYPE_CHECKING:
+    from .registry import RegistrySource
 
 #: bump when the same inputs would give different bytes (it is part of every cache key)
 BUILDER_VERSION = "1"
@@ -238,6 +240,8 @@ class ImageBuild(RootfsBuild):
             self._identity = {"name": self.ref.name, "archive": _file_digest(self.ref.path)}
             return self._identity
         if isinstance(self.ref, RegistryRef):
+            from .registry import RegistrySource  # httpx is imported only when a registry is used
+
             self.registry = RegistrySource(self.ref)
             source: LayoutSource | RegistrySource = self.registry
         else:
