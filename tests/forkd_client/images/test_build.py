@@ -145,8 +145,12 @@ def test_a_work_directory_left_by_a_killed_build_is_swept(tmp_path, layout):
     stale = cache / "tmp" / "deadbeef"
     (stale / "tree").mkdir(parents=True)
     (stale / ".lock").touch()
+    fresh = cache / "tmp" / "cafebabe"  # just made by another builder that has not locked it yet
+    fresh.mkdir()
+    (fresh / ".lock").touch()
+    os.utime(stale, (1, 1))
     build_rootfs(f"oci:{layout[0]}:v1", cache_dir=cache)
-    assert entries(cache, "tmp") == []
+    assert entries(cache, "tmp") == ["cafebabe"]
 
 
 def test_the_cache_location_follows_the_environment(monkeypatch, tmp_path):
