@@ -21,6 +21,7 @@ Errors: everything :mod:`forkd_client.images.errors` lists; OSError for host fac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -161,7 +162,8 @@ class RootfsBuild:
         with self.cache.lock(key):
             hit = self.cache.lookup(key)
             if hit is not None:
-                return BuiltRootfs.from_record(hit)
+                with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged record: build again
+                    return BuiltRootfs.from_record(hit)
             with self.cache.work_dir() as work:
                 return self._build(key, work)
 

@@ -84,6 +84,9 @@ def test_a_cache_entry_whose_file_changed_is_rebuilt(tmp_path, layout):
     rebuilt = build_rootfs(f"oci:{path}:v1", cache_dir=cache)
     assert not rebuilt.cache_hit and rebuilt.key == built.key
     assert build_rootfs(f"oci:{path}:v1", cache_dir=cache).cache_hit
+    record = built.path.parent / "built.json"
+    record.write_text(record.read_text().replace('"workdir"', '"renamed"'))
+    assert not build_rootfs(f"oci:{path}:v1", cache_dir=cache).cache_hit
 
 
 def test_an_index_records_its_digest(tmp_path):
