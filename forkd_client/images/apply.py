@@ -339,7 +339,12 @@ class _Applier:
         victim = None if base == OPAQUE else base[len(WHITEOUT) :]
         if victim in ("", ".", ".."):
             raise UnsafePath("a whiteout that names no entry", layer=self.layer, entry=self.entry)
-        hit = self.root.resolve_dir(parts[:-1], entry=self.entry)
+        try:
+            hit = self.root.resolve_dir(parts[:-1], entry=self.entry)
+        except UnsafePath:
+            raise
+        except LayerRejected:
+            return  # a parent that is not a directory holds nothing to hide
         if hit is None:
             return
         pfd, pcanon = hit

@@ -21,11 +21,12 @@ Errors: everything :mod:`forkd_client.images.errors` lists; OSError for host fac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .apply import ApplyReport, LayerInput, apply_layers
 from .archive import fetch_archive
@@ -41,7 +42,9 @@ from .manifests import ImageConfig
 from .progress import Progress, no_progress
 from .provenance import BASE_DIGEST, BASE_NAME, DEBIAN_PACKAGES, DEBIAN_SUITE, DEBIAN_VARIANT, INDEX_DIGEST
 from .reference import DockerArchiveRef, ImageRef, OciLayoutRef, RegistryRef, parse_image_reference
-from .registry import RegistrySource
+
+if TYPE_CHECKING:
+    from .registry import RegistrySource
 
 #: bump when the same inputs would give different bytes (it is part of every cache key)
 BUILDER_VERSION = "1"
@@ -154,7 +157,8 @@ class RootfsBuild:
         with self.cache.lock(key):
             hit = self.cache.lookup(key)
             if hit is not None:
-                return BuiltRootfs.from_record(hit)
+                with contextlib.suppress(KeyError, TypeError, ValueError):  # a damaged record: build again
+                    return BuiltRootfs.from_record(hit)
             with self.cache.work_dir() as work:
                 return self._build(key, work)
 
@@ -233,6 +237,8 @@ class ImageBuild(RootfsBuild):
             self._identity = {"name": self.ref.name, "archive": _file_digest(self.ref.path)}
             return self._identity
         if isinstance(self.ref, RegistryRef):
+            from .registry import RegistrySource  # httpx is imported only when a registry is used
+
             self.registry = RegistrySource(self.ref)
             source: LayoutSource | RegistrySource = self.registry
         else:

@@ -7,7 +7,7 @@
     debian/<key>.tar           an mmdebstrap tarball (key: the Debian inputs, debian.DebianInputs.key)
     locks/<key>.lock           flock'ed while a key is being built (a second builder waits, then hits)
     tmp/<random>/              one build's work directory (blobs, tree, staging), flock'ed by its owner;
-                               one left by a killed build is removed by the next build
+                               one left by a killed build is removed by a later build
 
 A build writes everything in its work directory and publishes with one ``rename`` (a whole directory for an
 image, the tarball for Debian), so a reader sees a complete entry or none. A hit is checked cheaply: the file
@@ -26,6 +26,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from manifest.fileops import write_atomically
 CACHE_ENV = "FORKD_ROOTFS_CACHE"
 IMAGE_FILE = "rootfs.ext4"
 RECORD_FILE = "built.json"
+STALE_AFTER = 60.0
 
 
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
@@ -89,10 +91,15 @@ class RootfsCache:
             shutil.rmtree(work, ignore_errors=True)
 
     def _sweep(self, tmp: Path) -> None:
-        """Remove work directories whose builder is gone (their lock is free)."""
+        """Remove work directories whose builder is gone: their lock is free, and they are older than
+        :data:`STALE_AFTER` seconds (a new one is locked a moment after it is made)."""
+        now = time.time()
         for old in tmp.iterdir():
             lock = old / ".lock"
-            if not lock.exists():
+            try:
+                if now - old.stat().st_mtime < STALE_AFTER or not lock.exists():
+                    continue
+            except FileNotFoundError:
                 continue
             with _flock(lock, blocking=False) as free:
                 if free:

@@ -7,7 +7,8 @@ has one is refused with :class:`ReservedPathInImage`):
   busybox and a helper in practice), owner 0:0, parent directories 0755;
 - ``env``: one ``export NAME='value'`` line per config ``Env`` entry, the value POSIX single-quoted (``'``
   written as ``'\\''``), so ``. /.forkd/env`` in busybox sh reproduces every value byte for byte. Entries that
-  no POSIX shell can export (no ``=``, a name that is not ``[A-Za-z_][A-Za-z0-9_]*``, a NUL) are left out
+  no POSIX shell can export (no ``=``, a name that is not ``[A-Za-z_][A-Za-z0-9_]*``, a NUL, text that is not
+  UTF-8) are left out
   with a note;
 - ``workdir``: the config's WorkingDir (``/`` when unset) and a newline;
 - ``image.json``: provenance and config as JSON (sorted keys).
@@ -76,11 +77,19 @@ def env_file(env: list[str], note: Callable[[str], None]) -> str:
     lines = []
     for item in env:
         name, sep, value = item.partition("=")
-        if not sep or not _NAME.fullmatch(name) or "\x00" in value:
+        if not sep or not _NAME.fullmatch(name) or "\x00" in value or not _utf8(value):
             note(f"left out of /.forkd/env: {item[:80]!r} (not exportable by a POSIX shell)")
             continue
         lines.append(f"export {name}={shell_quote(value)}\n")
     return "".join(lines)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape
+        return False
+    return True
 
 
 def check_reserved(tree: Path) -> None:
@@ -106,8 +115,10 @@ def write_forkd_dir(
     check_reserved(tree)
     files: dict[str, tuple[bytes, int]] = dict(inject or {})
     check_inject(files)
-    files["env"] = (env_file(env, note).encode("utf-8", "surrogateescape"), 0o644)
-    files["workdir"] = (((workdir or "/") + "\n").encode("utf-8", "surrogateescape"), 0o644)
+    if not _utf8(workdir or "/"):
+        raise InvalidSetting(f"the image's WorkingDir {workdir!r} is not valid UTF-8")
+    files["env"] = (env_file(env, note).encode("utf-8"), 0o644)
+    files["workdir"] = (((workdir or "/") + "\n").encode("utf-8"), 0o644)
     files["image.json"] = (json.dumps(image_json, sort_keys=True, indent=2).encode() + b"\n", 0o644)
     ns = mtime * 1_000_000_000
     root = RootDir(tree)

@@ -30,6 +30,8 @@ from .limits import ImageLimits
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _READ = 1 << 20
+BLOCKSIZE = tarfile.BLOCKSIZE
+_nti = tarfile.nti  # type: ignore[attr-defined]  # tarfile's number parser (not in typeshed)
 #: what the decompressors and tarfile raise for input that is not what it claims to be
 DECODE_ERRORS = (tarfile.TarError, zlib.error, gzip.BadGzipFile, zstandard.ZstdError, EOFError, RecursionError)
 
@@ -105,6 +107,13 @@ def _guarded_tarinfo(limits: ImageLimits, layer: int) -> type[tarfile.TarInfo]:
         tarfile.SOLARIS_XHDTYPE,
     )
 
+    max_map = max(limits.max_header_bytes // 24, 1)  # entries of a GNU sparse map (24 bytes each in GNU form)
+
+    def too_many(name: str) -> LimitExceeded:
+        return LimitExceeded(
+            f"a sparse map of more than {max_map} entries", limit="max_header_bytes", layer=layer, entry=name
+        )
+
     class GuardedTarInfo(tarfile.TarInfo):
         def _proc_member(self, tarfile: tarfile.TarFile) -> Any:  # noqa: N805 - tarfile's own hook
             if self.type in big and self.size > limits.max_header_bytes:
@@ -115,6 +124,45 @@ def _guarded_tarinfo(limits: ImageLimits, layer: int) -> type[tarfile.TarInfo]:
                     entry=self.name,
                 )
             return super()._proc_member(tarfile)  # type: ignore[misc]  # tarfile's documented subclass hook
+
+        # tarfile reads GNU sparse maps without a bound: these are its own two readers (Python 3.11), bounded
+        def _proc_sparse(self, tarfile: tarfile.TarFile) -> Any:  # noqa: N805
+            structs, isextended, origsize = self._sparse_structs  # type: ignore[attr-defined]
+            del self._sparse_structs  # type: ignore[attr-defined]
+            while isextended:
+                if len(structs) > max_map:
+                    raise too_many(self.name)
+                buf = tarfile.fileobj.read(BLOCKSIZE)
+                pos = 0
+                for _ in range(21):
+                    try:
+                        offset, numbytes = _nti(buf[pos : pos + 12]), _nti(buf[pos + 12 : pos + 24])
+                    except ValueError:
+                        break
+                    if offset and numbytes:
+                        structs.append((offset, numbytes))
+                    pos += 24
+                isextended = bool(buf[504])
+            self.sparse = structs
+            self.offset_data = tarfile.fileobj.tell()
+            tarfile.offset = self.offset_data + self._block(self.size)  # type: ignore[attr-defined]
+            self.size = origsize
+            return self
+
+        def _proc_gnusparse_10(self, next: tarfile.TarInfo, pax_headers: Any, tarfile: tarfile.TarFile) -> None:  # noqa: A002
+            sparse: list[int] = []
+            buf = tarfile.fileobj.read(BLOCKSIZE)
+            fields_text, buf = buf.split(b"\n", 1)
+            fields = int(fields_text)
+            if fields > max_map:
+                raise too_many(next.name)
+            while len(sparse) < fields * 2:
+                if b"\n" not in buf:
+                    buf += tarfile.fileobj.read(BLOCKSIZE)
+                number, buf = buf.split(b"\n", 1)
+                sparse.append(int(number))
+            next.offset_data = tarfile.fileobj.tell()
+            next.sparse = list(zip(sparse[::2], sparse[1::2], strict=False))  # type: ignore[assignment]  # typeshed: bytes
 
     return GuardedTarInfo
 

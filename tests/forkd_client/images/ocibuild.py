@@ -205,7 +205,9 @@ def write_layout(
     """Write (or add to) an OCI image layout at ``root``: ``layers`` are uncompressed tars, stored with
     ``compression``; ``media`` ``oci`` or ``docker`` (schema2 media types). With ``platforms``
     (``[(os, arch), …]``) the tag names an image index with one manifest per platform (same layers).
-    ``config`` replaces the generated config (its diff_ids are then yours to get right)."""
+    ``config`` replaces the generated config (its diff_ids are then yours to get right); other keywords go to
+    :func:`image_config` (``env``, ``workdir``, ``user``, ``cmd``, ``entrypoint``, and ``arch`` for a single
+    manifest)."""
     blobs = _Blobs(root)
     (root / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
     diff_ids = [sha256(layer) for layer in layers]

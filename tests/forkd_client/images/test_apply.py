@@ -186,3 +186,8 @@ def test_progress_reports_apply_bytes(tmp_path):
     apply_layers([LayerInput(tmp_path / "l")], tmp_path / "tree", progress=lambda *a: seen.append(a))
     assert seen[-1] == ("apply", len(tar), len(tar))
     assert all(phase == "apply" for phase, _, _ in seen) and len(seen) >= 2
+
+
+def test_a_whiteout_under_a_file_hides_nothing(tmp_path):
+    tree, _ = apply(tmp_path, [Entry.file("a", b"file")], [Entry.whiteout("a/b")])
+    assert (tree / "a").read_bytes() == b"file"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,28 @@ def test_an_absolute_symlink_parent_resolves_inside_the_root(tmp_path):
     apply_layers([LayerInput(tmp_path / "l")], tmp_path / "tree")
     assert (tmp_path / "tree/inside").read_bytes() == b"i"
     assert not Path("/inside").exists()
+
+
+def _sparse_file(path: Path, regions: int) -> bytes:
+    with open(path, "wb") as f:
+        for i in range(regions):
+            f.seek(i * 65536)
+            f.write(b"data%05d" % i)
+        f.truncate(regions * 65536)
+    return path.read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
+@pytest.mark.parametrize("fmt", ["gnu", "posix"])
+def test_sparse_entries_apply_and_their_maps_are_bounded(tmp_path, fmt):
+    src = tmp_path / "src"
+    src.mkdir()
+    content = _sparse_file(src / "holes", 200)
+    subprocess.run(
+        ["tar", f"--format={fmt}", "--sparse", "-C", str(src), "-cf", str(tmp_path / "l.tar"), "holes"], check=True
+    )
+    apply_layers([LayerInput(tmp_path / "l.tar")], tmp_path / "tree")
+    assert (tmp_path / "tree/holes").read_bytes() == content
+    with pytest.raises(LimitExceeded, match="sparse map"):
+        apply_layers([LayerInput(tmp_path / "l.tar")], tmp_path / "tree2", limits=L.replace(max_header_bytes=24 * 100))
+    assert not (tmp_path / "tree2").exists() and sorted(os.listdir(tmp_path)) == ["l.tar", "src", "tree"]

@@ -84,6 +84,9 @@ def test_a_cache_entry_whose_file_changed_is_rebuilt(tmp_path, layout):
     rebuilt = build_rootfs(f"oci:{path}:v1", cache_dir=cache)
     assert not rebuilt.cache_hit and rebuilt.key == built.key
     assert build_rootfs(f"oci:{path}:v1", cache_dir=cache).cache_hit
+    record = built.path.parent / "built.json"
+    record.write_text(record.read_text().replace('"workdir"', '"renamed"'))
+    assert not build_rootfs(f"oci:{path}:v1", cache_dir=cache).cache_hit
 
 
 def test_an_index_records_its_digest(tmp_path):
@@ -145,8 +148,12 @@ def test_a_work_directory_left_by_a_killed_build_is_swept(tmp_path, layout):
     stale = cache / "tmp" / "deadbeef"
     (stale / "tree").mkdir(parents=True)
     (stale / ".lock").touch()
+    fresh = cache / "tmp" / "cafebabe"  # just made by another builder that has not locked it yet
+    fresh.mkdir()
+    (fresh / ".lock").touch()
+    os.utime(stale, (1, 1))
     build_rootfs(f"oci:{layout[0]}:v1", cache_dir=cache)
-    assert entries(cache, "tmp") == []
+    assert entries(cache, "tmp") == ["cafebabe"]
 
 
 def test_the_cache_location_follows_the_environment(monkeypatch, tmp_path):

@@ -30,7 +30,7 @@ ENV = [
 @pytest.mark.skipif(not os.access("/bin/busybox", os.X_OK), reason="needs /bin/busybox (busybox-static)")
 def test_env_round_trips_through_busybox_sh(tmp_path):
     notes: list[str] = []
-    text = env_file([*ENV, "BAD-NAME=x", "NOEQUALS"], notes.append)
+    text = env_file([*ENV, "BAD-NAME=x", "NOEQUALS", "SURROGATE=\ud800"], notes.append)
     (tmp_path / "env").write_text(text)
     out = subprocess.run(
         ["/bin/busybox", "sh", "-c", ". ./env; /bin/busybox env -0"],
@@ -44,7 +44,7 @@ def test_env_round_trips_through_busybox_sh(tmp_path):
     for item in ENV:
         name, value = item.split("=", 1)
         assert seen[name] == value, name
-    assert "BAD-NAME" not in seen and len(notes) == 2
+    assert "BAD-NAME" not in seen and "SURROGATE" not in seen and len(notes) == 3
 
 
 def test_write_forkd_dir_lays_out_the_reserved_directory(tmp_path):
