@@ -10,32 +10,27 @@ runs (``~/.cache/forkd/test-rootfs``, keyed by its inputs; a fresh machine spend
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import http.server
 import io
 import json
 import os
 import shutil
-import socketserver
 import subprocess
-import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from forkd_client.cli.main import main
-from forkd_client.images import DebianSpec, build_rootfs
+from forkd_client.images import build_rootfs
 from forkd_client.images.build import BuiltRootfs
-from forkd_client.images.cache import CACHE_ENV, RootfsCache
+from forkd_client.images.cache import RootfsCache
 from forkd_client.images.debian import debian_inputs
 from forkd_client.images.provenance import BASE_DIGEST, BASE_NAME, DEBIAN_PACKAGES, DEBIAN_SUITE
 from forkd_client.store import SnapshotStore
 from tests.e2e.hubproc import HubProcess
+from tests.e2e.realenv import INCLUDE, SPEC, pip_install, rootfs_cache_env, wheel_index
 from tests.forkd_client.images.ocibuild import LayoutInfo, layout_from_rootfs_tar
 from tests.forkd_client.vmfixtures import QEMU, no_vm_left_running  # noqa: F401  (autouse)
 from tests.forkd_daemon import assert_forkd_sees_every_link
@@ -49,8 +44,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="building a root filesystem keeps file ownership: needs root"),
 ]
 
-SPEC = DebianSpec("bookworm", ("python3", "python3-numpy", "python3-pip"))
-INCLUDE = ",".join(SPEC.packages)
 NUMPY_RANDOM = "python3 -c 'import numpy; print(numpy.random.default_rng().integers(1 << 62))'"
 MEM = "384"
 
@@ -77,17 +70,8 @@ def own_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def rootfs_cache() -> Iterator[Path]:
     """The test rootfs cache, kept across runs, exported so the CLI builds into it too."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    cache = base / "forkd" / "test-rootfs"
-    saved = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = str(cache)
-    try:
+    with rootfs_cache_env() as cache:
         yield cache
-    finally:
-        if saved is None:
-            os.environ.pop(CACHE_ENV, None)
-        else:
-            os.environ[CACHE_ENV] = saved
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +80,9 @@ def debian(rootfs_cache: Path) -> BuiltRootfs:
 
 
 @pytest.fixture(scope="module")
-def layout(debian: BuiltRootfs, rootfs_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, LayoutInfo]:
+def layout(
+    debian: BuiltRootfs, rootfs_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, LayoutInfo]:
     """The same userland as a one-layer OCI image, with an Env and a WorkingDir of its own."""
     tarball = RootfsCache(rootfs_cache).debian_tarball(debian_inputs(SPEC).key)
     root = tmp_path_factory.mktemp("layout")
@@ -201,49 +187,13 @@ def test_from_image_of_a_hub_repository_pushed_by_skopeo(
 
 
 @pytest.fixture
-def wheel_index(tmp_path: Path) -> Iterator[int]:
-    """A one-wheel package index on the host's loopback (the guest reaches it as 10.0.2.2)."""
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    write_wheel(wheels / "forkdprobe-1.0-py3-none-any.whl", "forkdprobe", "VALUE = 'installed over --net'\n")
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-            super().__init__(*args, directory=str(wheels), **kwargs)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        yield server.server_address[1]
-        server.shutdown()
+def probe_index(tmp_path: Path) -> Iterator[int]:
+    with wheel_index(tmp_path / "wheels", "forkdprobe", "VALUE = 'installed over --net'\n") as port:
+        yield port
 
 
-def write_wheel(path: Path, package: str, source: str) -> None:
-    """A minimal pure-Python wheel (PEP 427) with a RECORD pip accepts."""
-    dist = f"{package}-1.0.dist-info"
-    files = {
-        f"{package}/__init__.py": source.encode(),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n".encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: forkd-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append(f"{dist}/RECORD,,")
-    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
-    with zipfile.ZipFile(path, "w") as whl:
-        for name, data in files.items():
-            whl.writestr(name, data)
-
-
-def test_net_lets_pip_reach_a_wheel_index_on_the_hosts_loopback(base: Path, wheel_index: int) -> None:
-    pip = (
-        "pip install --break-system-packages --no-index --trusted-host 10.0.2.2 "
-        f"--find-links http://10.0.2.2:{wheel_index}/ forkdprobe"
-    )
+def test_net_lets_pip_reach_a_wheel_index_on_the_hosts_loopback(base: Path, probe_index: int) -> None:
+    pip = pip_install(probe_index, "forkdprobe")
     code, _, err = cli(base, "snapshot-diff", "--from", "py-base", "--tag", "py-offline", "--exec", pip)
     assert code == 1 and "No matching distribution found for forkdprobe" in err, "no --net, no network"
     ok(base, "snapshot-diff", "--from", "py-base", "--tag", "py-probe", "--net", "--exec", pip)
