@@ -25,6 +25,7 @@ from manifest.errors import DigestMismatch
 
 from .errors import DependentsExist, InvalidTag, SnapshotExists, UsageError, VerificationFailed
 from .hub.errors import GATEWAY_STATUSES, Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
+from .images.errors import RegistryAuthFailed, RegistryUnreachable
 
 __all__ = [
     "EXIT_AUTH",
@@ -58,8 +59,10 @@ def exit_code_for(error: BaseException) -> int:
         return EXIT_AUTH
     if isinstance(error, VerificationFailed | DigestMismatch):
         return EXIT_VERIFICATION
-    if isinstance(error, HubUnreachable):
+    if isinstance(error, HubUnreachable | RegistryUnreachable):
         return EXIT_NETWORK
+    if isinstance(error, RegistryAuthFailed):
+        return EXIT_AUTH
     if isinstance(error, SnapshotExists | DependentsExist):
         return EXIT_CONFLICT
     if isinstance(error, HubError):

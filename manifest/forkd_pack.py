@@ -212,7 +212,8 @@ def write_pack(
     manifest = manifest_text.encode()
     v2 = _is_v2(links)
     with atomic_write(out) as raw:
-        compressor = zstandard.ZstdCompressor(level=level)
+        # every core: a pack of a real environment (GiB-sized images) is CPU-bound in zstd
+        compressor = zstandard.ZstdCompressor(level=level, threads=-1)
         with compressor.stream_writer(raw, closefd=False) as zst:
             _append(zst, MANIFEST_NAME, io.BytesIO(manifest), len(manifest), mtime)
             for link, files in zip(links, sources, strict=False):

@@ -2,7 +2,7 @@
 
 forkd keeps a snapshot's disk image outside the snapshot directory (``snapshot.json``
 ``rootfs``, e.g. ``/var/cache/forkd/python-3-12-slim.ext4``) because Firecracker reopens that
-exact path at restore. Its ``pack`` writes the image zstd-compressed (level 19) next to the pack,
+exact path at restore. Its ``pack`` writes the image zstd-compressed (forkd: level 19; here 9, see SIDECAR_LEVEL) next to the pack,
 named by the first 16 hex characters of the image's sha256, and records
 ``rootfs = {target_path, sha256, size}`` in manifest.toml (sha256 and size of the *uncompressed*
 image); ``unpack``/``pull`` decompress it to ``target_path`` (/work/shared/reference/forkd-formats.md
@@ -29,7 +29,10 @@ from .fileops import atomic_write
 from .forkd_pack import CorruptPack, PackHashMismatch, PackManifestInvalid, PackTooLarge, is_sha256_hex
 
 SIDECAR_SUFFIX = ".rootfs.zst"
-SIDECAR_LEVEL = 19  # forkd's level: sidecars are written once and fetched many times
+# forkd writes level 19; any level decodes the same. Measured on a real 1 GiB Debian python rootfs (300 MiB of
+# data; zstd -T2): level 19 took 210 s for 70 MB, level 9 8.6 s for 80 MB. A pack of a real environment must not
+# take minutes for 14% fewer bytes, so: level 9, on every core.
+SIDECAR_LEVEL = 9
 _BLOCK = 1 << 20
 
 
@@ -85,7 +88,7 @@ def write_sidecar(
     if out.is_file():
         return info, out
     with open(image, "rb") as src, atomic_write(out) as dst:
-        compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        compressor = zstandard.ZstdCompressor(level=level, write_content_size=True, threads=-1)
         compressor.copy_stream(src, dst, size=info.size, read_size=_BLOCK, write_size=_BLOCK)
     return info, out
 

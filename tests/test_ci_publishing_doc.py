@@ -44,7 +44,7 @@ def test_the_workflow_runs_the_script_with_what_it_requires() -> None:
     runs = " ".join(step.get("run", "") for step in job["steps"])
     assert "scripts/examples/ci-publish.sh" in runs
     required = set(re.findall(r'\[ -n "\$\{(\w+):-\}" \] \|\| die', SCRIPT))
-    assert required == {"FORKD_HUB_URL", "FORKD_TOKEN", "REPO", "BASE_EXEC", "LINK_EXEC", "FORKD_SIGNING_KEY_PEM"}
+    assert required == {"FORKD_HUB_URL", "FORKD_TOKEN", "REPO", "LINK_EXEC", "FORKD_SIGNING_KEY_PEM"}
     assert required <= set(job["env"])
 
 

@@ -25,6 +25,8 @@ RENAMES_ALLOWED = {
     "forkd_client/install.py": "swaps snapshot directories in and out of snapshots/",
     "forkd_client/importing.py": "moves imported files into a staging directory, and back on failure",
     "forkd_client/store.py": "moves a removed snapshot directory to the trash in one step",
+    "forkd_client/images/apply.py": "publishes the directory tree it built (a directory, not a file)",
+    "forkd_client/images/cache.py": "publishes a built rootfs directory and the tarball mmdebstrap wrote",
     "hub_server/storage/filesystem.py": "the filesystem store's own staged-writer commit (storage/base.py contract)",
 }
 

@@ -23,6 +23,7 @@ import abc
 import dataclasses
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,9 @@ MEMORY_FILE = "memory.bin"
 VMSTATE_FILE = "vmstate"
 ROOTFS_FILE = "rootfs.ext4"
 COMPAT_FILE = "vmm.json"
+#: device ids recorded in ``CompatInfo.device_ids``: the disk and the NIC
+ROOTFS_DEVICE = "rootfs"
+NIC_DEVICE = "net0"
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,11 @@ class BootSpec:
     mem_mib: int = 256
     vcpus: int = 1
     boot_timeout: float = 90.0
+    #: attach a virtio NIC (device id ``net0``); a snapshot's children then get one too
+    nic: bool = False
+    #: let that NIC's packets out (user-mode NAT: the guest reaches what the host reaches, the
+    #: host's own loopback as 10.0.2.2); without it the NIC is isolated
+    network: bool = False
 
 
 # Fields a host must reproduce exactly to restore a snapshot. Kernel fields are informational:
@@ -219,10 +228,11 @@ class VM(abc.ABC):
         """
 
     @abc.abstractmethod
-    def reseed(self, entropy: bytes | None = None) -> None:
-        """Feed fresh host entropy to the guest kernel RNG and force a CRNG reseed.
+    def reseed(self, entropy: bytes | None = None, clock_ns: int | None = None) -> None:
+        """Feed fresh host entropy to the guest kernel RNG and force a CRNG reseed; with
+        ``clock_ns`` (nanoseconds since the epoch) also set the guest's wall clock to it.
 
-        Raises ``GuestCommandFailed`` if the guest could not reseed.
+        Raises ``GuestCommandFailed`` if the guest could not reseed or set its clock.
         """
 
     @abc.abstractmethod
@@ -312,9 +322,14 @@ class Driver(abc.ABC):
         """Raise ``CompatibilityError`` (naming each differing field) if this host cannot restore
         ``snap``; ``VmmUnavailable`` if the driver cannot run at all."""
 
-    def _prepare_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, why: str) -> tuple[Path, Path]:
+    def _prepare_writable(
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None, network: bool, why: str
+    ) -> tuple[Path, Path, Path | None]:
         """Shared preconditions of ``restore_writable``: ``memory_path`` must be a clone, not the
-        stored file (``why`` says what would go wrong), and the snapshot restorable here."""
+        stored file (``why`` says what would go wrong), the snapshot restorable here (with a NIC
+        for ``network``); returns the memory path, the work dir (created) and the VM's disk (the
+        caller's, else a private copy of the snapshot's in the work dir)."""
+        self._check_network(snap, network)
         memory_path = Path(memory_path)
         if memory_path.exists() and os.path.samefile(memory_path, snap.memory):
             raise RestoreFailed(
@@ -323,11 +338,56 @@ class Driver(abc.ABC):
         self.check_restorable(dataclasses.replace(snap, memory=memory_path))
         work_dir = Path(work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
-        return memory_path, work_dir
+        return memory_path, work_dir, disk or self._child_disk(snap, work_dir)
+
+    @staticmethod
+    def _memory_mib(snap: SnapshotFiles) -> float:
+        """The guest RAM size the memory file really has (whole MiB, or fractional so it never
+        matches), so a record that lies about it is refused. Raises ``RestoreFailed``."""
+        try:
+            size = snap.memory.stat().st_size
+        except OSError as exc:
+            raise RestoreFailed(f"cannot read snapshot memory {snap.memory}: {exc}") from exc
+        return size >> 20 if size % (1 << 20) == 0 else round(size / 2**20, 3)
+
+    @staticmethod
+    def _child_dir(work_dir: Path | None, index: int, prefix: str) -> tuple[Path, bool]:
+        """Child ``index``'s work dir: ``work_dir/child-N`` (kept), else a temp dir the VM owns
+        (removed when it is killed)."""
+        if work_dir is None:
+            return Path(tempfile.mkdtemp(prefix=prefix)), True
+        child_dir = Path(work_dir) / f"child-{index}"
+        child_dir.mkdir(parents=True, exist_ok=True)
+        return child_dir, False
+
+    @staticmethod
+    def _save_disk(vm: VM, out_dir: Path, *, keep_running: bool) -> Path | None:
+        """The paused VM's disk as ``out_dir/rootfs.ext4`` (None without one): moved when it is
+        the VM's own copy (in its work dir) and the VM is done with it, else cloned. Raises ``OSError``."""
+        disk: Path | None = getattr(vm, "rootfs", None)
+        if disk is None:
+            return None
+        from manifest.fileops import clone_file
+        from vmm.files import move_file
+
+        target = out_dir / ROOTFS_FILE
+        if not keep_running and disk.parent.resolve() == Path(vm.work_dir).resolve():
+            move_file(disk, target)  # the VM's own copy: no second copy of a large image
+        else:
+            clone_file(disk, target, replace=True)
+        return target
+
+    def _check_network(self, snap: SnapshotFiles, network: bool) -> None:
+        """``network=True`` needs a snapshot made with a NIC (devices cannot be added at restore)."""
+        if network and NIC_DEVICE not in snap.compat.device_ids:
+            raise RestoreFailed(
+                "this snapshot has no network device (it was booted without one), so its VMs cannot get a "
+                "network; bake it from a root filesystem image (forkd from-image / from-debian) to have one"
+            )
 
     def _child_disk(self, snap: SnapshotFiles, child_dir: Path) -> Path | None:
         """A private copy of the snapshot's disk for one VM (VMMs do not snapshot block contents)."""
-        if "rootfs" not in snap.compat.device_ids:
+        if ROOTFS_DEVICE not in snap.compat.device_ids:
             return None
         if snap.rootfs is None or not snap.rootfs.is_file():
             raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
@@ -337,8 +397,9 @@ class Driver(abc.ABC):
         clone_file(snap.rootfs, target, replace=True)
         return target
 
-    def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None) -> None:
+    def _check_fork(self, snap: SnapshotFiles, n: int, disks: list[Path] | None, network: bool = False) -> None:
         """Shared preconditions of ``fork``."""
+        self._check_network(snap, network)
         if n < 1:
             raise RestoreFailed(f"fork needs n >= 1, got {n}")
         if disks is not None and len(disks) != n:
@@ -346,35 +407,47 @@ class Driver(abc.ABC):
         self.check_restorable(snap)
 
     @abc.abstractmethod
-    def restore_writable(self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None) -> VM:
+    def restore_writable(
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
+    ) -> VM:
         """Restore ``snap`` with guest RAM mapped *shared* on ``memory_path``, a caller-made
         writable clone of ``snap.memory`` (never the stored file itself). The guest's writes land
         in that clone, so ``snapshot(vm, out_dir)`` afterwards yields the next chain link.
+        ``network`` lets the snapshot's NIC out (see ``BootSpec.network``); restored VMs are
+        reseeded and their wall clock set to the host's.
 
-        Raises ``CompatibilityError``, ``RestoreFailed``.
+        Raises ``CompatibilityError``, ``RestoreFailed`` (also for ``network`` without a NIC).
         """
 
     @abc.abstractmethod
     def fork(
-        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+        self,
+        snap: SnapshotFiles,
+        n: int,
+        disks: list[Path] | None = None,
+        work_dir: Path | None = None,
+        *,
+        network: bool = False,
     ) -> list[VM]:
-        """Start ``n`` resumed, reseeded copy-on-write children of ``snap``.
+        """Start ``n`` resumed, reseeded copy-on-write children of ``snap``, their wall clocks set
+        to the host's.
 
         ``snap.memory`` is mapped privately and never preallocated: children share its page cache
         and their writes stay in their own anonymous pages; the file is never written. ``disks``
-        gives each child its own disk (defaults to private copies of ``snap.rootfs``, if any).
-        Either all ``n`` children start or none is left running.
+        gives each child its own disk (by default each child writes to a private copy-on-write
+        view of ``snap.rootfs``, if any, that is discarded with it). A snapshot's NIC stays
+        isolated unless ``network``. Either all ``n`` children start or none is left running.
 
         Raises ``CompatibilityError``, ``RestoreFailed``.
         """
 
-    def start_fork(self, snap: SnapshotFiles, n: int) -> StartedFork:
+    def start_fork(self, snap: SnapshotFiles, n: int, *, network: bool = False) -> StartedFork:
         """``fork(snap, n)`` in two steps (see the module docstring): what can start before
         ``snap.vmstate`` exists starts now. This default starts nothing early.
 
         Raises ``CompatibilityError``, ``RestoreFailed`` (here or from ``finish``).
         """
-        return StartedFork(lambda: self.fork(snap, n))
+        return StartedFork(lambda: self.fork(snap, n, network=network))
 
 
 def require_agent_ok(result: ExecResult, what: str) -> ExecResult:

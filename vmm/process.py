@@ -23,16 +23,20 @@ _work_dirs: dict[subprocess.Popen[bytes], Path] = {}
 _lock = threading.Lock()
 
 
-def spawn(argv: list[str], cwd: Path, log_path: Path, console_pipes: bool = False) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: list[str], cwd: Path, log_path: Path, console_pipes: bool = False, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in ``cwd`` with stdout+stderr appended to ``log_path``.
 
     With ``console_pipes`` stdin and stdout are pipes (a serial console on stdio, as Firecracker
-    has); stderr still goes to the log. Raises ``OSError`` if the binary cannot be executed.
+    has); stderr still goes to the log. ``env`` adds to (or replaces) variables of this process's
+    environment. Raises ``OSError`` if the binary cannot be executed.
     """
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
+            env={**os.environ, **env} if env else None,
             stdin=subprocess.PIPE if console_pipes else subprocess.DEVNULL,
             stdout=subprocess.PIPE if console_pipes else log,
             stderr=log,

@@ -125,9 +125,37 @@ HELP: HelpTable = {
         ["forkd snapshot --tag py-base --exec 'echo warm'", "forkd snapshot --tag big --mem-mib 1024"],
     ),
     "snapshot-diff": (
-        "Restore a snapshot, run a command, and save the result as a chain link on it.",
+        "Restore a snapshot, run a command, and save the result as a chain link on it. Its memory and its root "
+        "filesystem changes travel as chunks when pushed.",
         {"tag": "local tag for the new link"},
-        ["forkd snapshot-diff --from py-base --tag py-numpy --exec 'pip install numpy'"],
+        [
+            "forkd snapshot-diff --from py-base --tag py-tools --exec 'touch /root/tools'",
+            "forkd snapshot-diff --from py-base --tag py-numpy --net --exec 'pip install --break-system-packages numpy'",
+        ],
+    ),
+    "from-image": (
+        "Bake a base snapshot from an OCI image: its layers (verified by sha256, applied as a container runtime "
+        "does) become an ext4 root filesystem that the guest boots; --exec steps run inside as root with the "
+        "image's environment, like RUN lines. The image's digest and name are recorded as annotations. Built "
+        "root filesystems are cached by the image's digest (docs/images.md).",
+        {},
+        [
+            "forkd from-image registry.example.com/library/python:3.12-slim --tag py-base",
+            "forkd from-image oci:./python-layout:3.12 --tag py-base --exec 'python3 -V'",
+            "forkd from-image docker-archive:python.tar --tag py-base --mem-mib 1024",
+            "forkd from-image 127.0.0.1:8080/acme/python:3.12 --tag py-base --net --exec 'pip install numpy'",
+        ],
+    ),
+    "from-debian": (
+        "Bake a base snapshot from Debian packages: mmdebstrap builds a minimal userland of --suite with "
+        "--include packages from the Debian archive this host's apt uses; it becomes the guest's root "
+        "filesystem. The suite and the installed versions are recorded as annotations; built userlands are "
+        "cached by their inputs.",
+        {},
+        [
+            "forkd from-debian --include python3,python3-pip --tag py-base",
+            "forkd from-debian --suite bookworm --include python3-numpy --tag py-numpy --exec 'python3 -c \"import numpy\"'",
+        ],
     ),
     "fork": (
         "Start N copy-on-write children of a snapshot (chain verified, host compatibility checked), "

@@ -170,6 +170,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                         user_annotations=user_annotations,
                         started=started,
                         forkd_version=forkd_version(),
+                        sources=_chain_sources(store, args.local_tag),
                     )
                 if profile is not None:
                     progress.log(f"{ref.name}: attaching the access profile to {result.digest[:19]}…")
@@ -201,6 +202,17 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
             f"{result.profile['exec']!r}; lazy forks fetch them first)"
         )
     return 0
+
+
+def _chain_sources(store: SnapshotStore, tag: str) -> dict[str, str]:
+    """The annotations naming what the chain of ``tag`` was baked from (its nearest link that says)."""
+    from ..images.provenance import SOURCE_KEYS
+
+    for snap in reversed(store.chain(tag)):
+        found = {k: v for k, v in snap.annotations.items() if k in SOURCE_KEYS}
+        if found:
+            return found
+    return {}
 
 
 def _record_profile(store: SnapshotStore, args: argparse.Namespace, progress: Progress) -> list[int]:

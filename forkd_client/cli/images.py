@@ -126,6 +126,7 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
         except ClientError as e:
             problem = e
         info = snap.to_obj()
+        info["built_from"] = _built_from(store, args.tag)
         info["depth"] = len(chain) if chain else None
         info["ancestors"] = chain[:-1] if chain else []
         info["dependents"] = store.dependents(args.tag)
@@ -140,6 +141,22 @@ def run_inspect(args: argparse.Namespace, ctx: Context) -> int:
         ctx.error(str(problem))
         return exit_code_for(problem)  # 6 when a parent's content changed, 1 for a broken chain
     return 0
+
+
+def _built_from(store: SnapshotStore, tag: str) -> dict[str, Any] | None:
+    """The image or Debian userland the chain's base was baked from (``forkd from-image`` /
+    ``from-debian`` record it as annotations): the nearest snapshot of the chain that says."""
+    from ..images.provenance import SOURCE_KEYS, describe_source
+
+    try:
+        chain = store.chain(tag)
+    except ClientError:
+        return None
+    for snap in reversed(chain):
+        if described := describe_source(snap.annotations):
+            keys = {k: v for k, v in snap.annotations.items() if k in SOURCE_KEYS}
+            return {"tag": snap.tag, "source": described, "annotations": keys}
+    return None
 
 
 def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> None:
@@ -157,6 +174,8 @@ def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> N
         ("Logical size", f"{human_size(snap.logical_size)} ({snap.logical_size} bytes)"),
         ("Managed", "yes (forkd-hub.json)" if snap.managed else "no (made by forkd)"),
     ]
+    if built := info.get("built_from"):
+        lines.append(("Built from", built["source"] + ("" if built["tag"] == snap.tag else f" (base {built['tag']})")))
     if info.get("verified"):
         lines.append(("Chain verified", "yes"))
     origin = snap.origin or {}

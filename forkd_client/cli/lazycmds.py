@@ -43,7 +43,7 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
         raise UsageError("--save-profile records what --exec reads; it does not combine with --keep")
     ref = Reference.parse(args.tag)
     with ctx.store() as store, _client(ref, ctx=None if args.json else ctx) as client:
-        lazy = lazy_fork(store, client, ref, args.count, as_tag=args.as_tag, vmm=args.vmm)
+        lazy = lazy_fork(store, client, ref, args.count, as_tag=args.as_tag, vmm=args.vmm, network=args.net)
         with lazy.session:
             try:
                 lazy.forked.run(args.exec_cmd, args.exec_timeout)
@@ -107,7 +107,7 @@ def _run_detached_fork(
         driver = require_driver(args.vmm or files.compat.vmm)
         check_host_compat(ready["compat"], driver, memory=files.memory, what=args.tag)  # type: ignore[arg-type]
         started = time.monotonic()
-        children = _spawn(driver, files, args.count)
+        children = _spawn(driver, files, args.count, args.net)
         forked = Forked(
             ready["tag"], list(ready["chain"]), 0.0, (time.monotonic() - started) * 1000, str(files.memory), children
         )

@@ -18,9 +18,10 @@ from .output import Context, human_size
 if TYPE_CHECKING:
     from vmm import ExecResult
 
-    from ..vmops import Forked
+    from ..vmops import Forked, SnapshotResult
 
 VMM_CHOICES = ("qemu", "qemu-microvm", "firecracker")
+_NEEDS_NIC = "; needs a snapshot baked from an image (from-image, from-debian)"
 Command = Callable[[argparse.Namespace, Context], int]
 
 
@@ -74,7 +75,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         metavar="DEFAULT|PATH",
         help="guest image: the cached default guest, or a directory built by `python -m vmm.guest build`",
     )
-    p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in the guest first")
+    p.add_argument(
+        "--exec",
+        dest="exec_cmd",
+        action="append",
+        metavar="CMD",
+        help="shell command to run in the guest first (repeatable: run in order, the first failure stops)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing snapshot with this tag")
     p.set_defaults(func=run_snapshot)
 
@@ -85,7 +92,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     )
     p.add_argument("--from", dest="parent", required=True, metavar="P", help="parent snapshot")
     p.add_argument("--tag", required=True, metavar="T")
-    p.add_argument("--exec", dest="exec_cmd", required=True, metavar="CMD", help="shell command to run in the guest")
+    p.add_argument(
+        "--exec",
+        dest="exec_cmd",
+        required=True,
+        action="append",
+        metavar="CMD",
+        help="shell command to run in the guest (repeatable: run in order, the first failure stops); in a "
+        "snapshot baked from an image it runs as root with the image's environment and working directory",
+    )
+    add_net_option(p, "the --exec commands")
     p.set_defaults(func=run_snapshot_diff)
 
     p = sub.add_parser(
@@ -97,6 +113,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("-n", dest="count", type=_positive_int, default=1, metavar="N", help="children (default 1)")
     p.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="shell command to run in every child")
     p.add_argument("--keep", action="store_true", help="leave the children running; print their pids and work dirs")
+    add_net_option(p, "the children")
     p.add_argument(
         "--lazy",
         action="store_true",
@@ -112,6 +129,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "on the hub (an access-profile referrer; needs push access), so later lazy forks fetch those chunks first",
     )
     p.set_defaults(func=run_fork)
+
+
+def add_net_option(parser: argparse.ArgumentParser, who: str, needs: str = _NEEDS_NIC) -> None:
+    """``--net``: the guest's NIC reaches out (snapshots baked from a root filesystem image have one)."""
+    parser.add_argument(
+        "--net",
+        action="store_true",
+        help=f"give {who} outbound network through the VMM's user-mode NAT (the host's own loopback services "
+        f"answer at 10.0.2.2){needs}; default: no network",
+    )
 
 
 @_reports_vmm_errors
@@ -133,6 +160,12 @@ def run_snapshot(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.json(result.to_obj())
         return 0
+    print_snapshot(ctx, result)
+    return 0
+
+
+def print_snapshot(ctx: Context, result: SnapshotResult) -> None:
+    """What a new base snapshot says: the --exec output, then timings, compat and size."""
     _print_exec_output(ctx, result.exec_result)
     t = result.timings_ms
     snap = result.snapshot
@@ -141,7 +174,6 @@ def run_snapshot(args: argparse.Namespace, ctx: Context) -> int:
         f"saved in {_secs(t['snapshot_ms'] + t['install_ms'])}"
     )
     ctx.print(f"  {_compat_line(snap.compat)}; {human_size(snap.logical_size)} ({human_size(snap.disk_size)} on disk)")
-    return 0
 
 
 @_reports_vmm_errors
@@ -150,7 +182,13 @@ def run_snapshot_diff(args: argparse.Namespace, ctx: Context) -> int:
 
     with ctx.store() as store:
         result = snapshot_diff(
-            store, args.parent, args.tag, args.exec_cmd, exec_timeout=args.exec_timeout, vmm=args.vmm
+            store,
+            args.parent,
+            args.tag,
+            args.exec_cmd,
+            exec_timeout=args.exec_timeout,
+            vmm=args.vmm,
+            network=args.net,
         )
     if args.json:
         ctx.json(result.to_obj())
@@ -179,7 +217,7 @@ def run_fork(args: argparse.Namespace, ctx: Context) -> int:
 
         return run_lazy_fork(args, ctx, _print_fork)
     with ctx.store() as store:
-        forked = fork(store, args.tag, args.count, vmm=args.vmm)
+        forked = fork(store, args.tag, args.count, vmm=args.vmm, network=args.net)
     try:
         if args.exec_cmd is not None:
             forked.run(args.exec_cmd, args.exec_timeout)

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from manifest import mediatypes as mt
 
@@ -156,18 +156,23 @@ def provenance_statement(
     started: str,
     finished: str,
     forkd_version: str,
+    sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """An in-toto Statement v1 with an SLSA provenance v1 predicate for a pushed head.
 
     ``subject_digest`` is the head manifest's ``algorithm:hex``; ``chain`` the layer digests base
     → head (the ancestors become resolved dependencies); ``annotations`` what the CI environment
-    said (:func:`ci_annotations`), ``user_annotations`` the ``--annotation`` ones.
+    said (:func:`ci_annotations`), ``user_annotations`` the ``--annotation`` ones; ``sources`` what
+    the chain's base was baked from (``forkd from-image`` / ``from-debian`` annotations,
+    :mod:`forkd_client.images.provenance`): the image, or each Debian package as a ``pkg:deb`` purl,
+    becomes a resolved dependency too.
     """
     algorithm, _, hexdigest = subject_digest.partition(":")
     dependencies: list[dict[str, Any]] = []
     revision, source = annotations.get(mt.ANNOTATION_REVISION), annotations.get(mt.ANNOTATION_SOURCE)
     if source and revision:
         dependencies.append({"uri": f"git+{source}", "digest": {"gitCommit": revision}})
+    dependencies += source_dependencies(sources or {})
     for parent in chain[:-1]:
         p_alg, _, p_hex = parent.partition(":")
         dependencies.append({"name": "parent layer", "digest": {p_alg: p_hex}})
@@ -193,6 +198,24 @@ def provenance_statement(
     }
 
 
+def source_dependencies(sources: Mapping[str, str]) -> list[dict[str, Any]]:
+    """SLSA resolved dependencies for what a base was baked from: the OCI image (its name and manifest
+    digest), or every requested Debian package with its installed version as a purl."""
+    from ..images import provenance as src
+
+    if digest := sources.get(src.BASE_DIGEST):
+        d_alg, _, d_hex = digest.partition(":")
+        return [{"name": "base image", "uri": sources.get(src.BASE_NAME, ""), "digest": {d_alg: d_hex}}]
+    suite = sources.get(src.DEBIAN_SUITE)
+    if not suite:
+        return []
+    packages = [p.split("=", 1) for p in sources.get(src.DEBIAN_PACKAGES, "").split(",") if "=" in p]
+    return [
+        {"name": "debian package", "uri": f"pkg:deb/debian/{name}@{quote(version, safe='')}?arch=amd64&distro={suite}"}
+        for name, version in packages
+    ]
+
+
 #: the artifact type (and document media type) of a provenance referrer
 ARTIFACT_TYPE = "application/vnd.in-toto+json"
 ANNOTATION_PREDICATE_TYPE = "in-toto.io/predicate-type"
@@ -207,17 +230,19 @@ def attach_provenance(
     user_annotations: Mapping[str, str],
     started: str,
     forkd_version: str,
+    sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Push the provenance of the head ``chain[-1]`` of ``repo`` as its referrer; return what the
     push summary shows: ``{"digest", "artifactType", "annotations"}``.
 
-    The referrer's annotations are the CI ones, then the ``--annotation`` ones (which win), plus
+    The referrer's annotations are the base's source (``sources``: the image or Debian userland it was
+    baked from), the CI ones, then the ``--annotation`` ones (which win), plus
     ``org.opencontainers.image.created`` and ``in-toto.io/predicate-type``. Raises HubError family.
     """
     head = chain[-1]
     manifest, _ = repo.get_manifest(head)
     finished = now_rfc3339()
-    merged = {**annotations, **user_annotations}
+    merged = {**(sources or {}), **annotations, **user_annotations}
     merged.setdefault(mt.ANNOTATION_CREATED, finished)
     merged[ANNOTATION_PREDICATE_TYPE] = PREDICATE_TYPE
     statement = provenance_statement(
@@ -229,6 +254,7 @@ def attach_provenance(
         started=started,
         finished=finished,
         forkd_version=forkd_version,
+        sources=sources,
     )
     document = Document(ARTIFACT_TYPE, json.dumps(statement, indent=2, sort_keys=True).encode())
     digest = push_referrer(

@@ -97,6 +97,7 @@ def lazy_fork(
     *,
     as_tag: str | None = None,
     vmm: str | None = None,
+    network: bool = False,
 ) -> LazyFork:
     """Open a lazy session of ``ref`` and start ``n`` children of its head. On any error the
     session is closed (its staged state kept). Raises what the module raises, ValueError (``n`` < 1)."""
@@ -112,7 +113,7 @@ def lazy_fork(
         compat = session.head_compat
         check_host_compat(compat, driver, memory=files.memory, what=f"{ref}")  # type: ignore[arg-type]
         spawn_started = time.monotonic()
-        children = driver.start_fork(files, n)  # the VMMs start while the maps and the vmstate arrive
+        children = driver.start_fork(files, n, network=network)  # the VMMs start while the maps and the vmstate arrive
         session.prepare()
         # with an access profile, the chunks children read first are fetched before they run
         # (they arrive in a few large requests; a child faulting on each would wait for many small ones)

@@ -17,10 +17,13 @@ The compat vocabulary mapping lives in :mod:`forkd_client.vmmcompat`.
 from .build import (
     ANNOTATION_EXEC,
     DEFAULT_EXEC_TIMEOUT,
+    GuestSteps,
     LayerDiff,
     SnapshotResult,
+    check_new_base,
     snapshot_base,
     snapshot_diff,
+    snapshot_rootfs,
 )
 from .errors import INSTALL_HINT, GuestExecFailed, VmSetupError
 from .fork import Child, Forked, fork
@@ -42,9 +45,11 @@ __all__ = [
     "Child",
     "Forked",
     "GuestExecFailed",
+    "GuestSteps",
     "LayerDiff",
     "SnapshotResult",
     "VmSetupError",
+    "check_new_base",
     "fork",
     "load_guest",
     "make_driver",
@@ -52,4 +57,5 @@ __all__ = [
     "restorable",
     "snapshot_base",
     "snapshot_diff",
+    "snapshot_rootfs",
 ]

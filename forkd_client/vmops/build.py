@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,8 @@ from manifest.diff import diff_files
 from manifest.fileops import clone_file
 from manifest.holes import fill_unsafe_holes
 from manifest.mediatypes import MEMORY_FILE
-from vmm import VM, Driver, ExecResult, SnapshotFiles
-from vmm.base import COMPAT_FILE
+from vmm import VM, BootSpec, Driver, ExecResult, SnapshotFiles
+from vmm.base import COMPAT_FILE, ROOTFS_FILE
 
 from ..errors import DependentsExist, SnapshotExists
 from ..install import PrepareSpec
@@ -99,6 +100,31 @@ class SnapshotResult:
         return obj
 
 
+@dataclass(frozen=True)
+class GuestSteps:
+    """What runs in the guest before it is snapshotted: shell commands in order (each like a
+    Dockerfile ``RUN`` line; the first that fails stops the bake), each under ``timeout``
+    seconds, with the guest's NIC let out (``network``) or isolated."""
+
+    commands: tuple[str, ...] = ()
+    timeout: float = DEFAULT_EXEC_TIMEOUT
+    network: bool = False
+
+    @classmethod
+    def of(
+        cls, commands: str | Sequence[str] | None, timeout: float = DEFAULT_EXEC_TIMEOUT, network: bool = False
+    ) -> GuestSteps:
+        """From one command, several, or none."""
+        if commands is None:
+            return cls((), timeout, network)
+        return cls((commands,) if isinstance(commands, str) else tuple(commands), timeout, network)
+
+    @property
+    def annotation(self) -> str | None:
+        """The ``dev.forkd.exec`` annotation: the commands, one per line (None: none ran)."""
+        return "\n".join(self.commands) if self.commands else None
+
+
 def snapshot_base(
     store: SnapshotStore,
     tag: str,
@@ -106,7 +132,7 @@ def snapshot_base(
     mem_mib: int = 256,
     vcpus: int = 1,
     guest: str | Path | None = None,
-    exec_cmd: str | None = None,
+    exec_cmd: str | Sequence[str] | None = None,
     exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
     force: bool = False,
     vmm: str | None = None,
@@ -118,21 +144,78 @@ def snapshot_base(
     failed), GuestExecFailed, and vmm's BootFailed / SnapshotFailed / GuestCommandTimeout.
     Nothing is left behind on any error.
     """
+    check_new_base(store, tag, force)
+    driver = require_driver(vmm)
+    image = load_guest(guest)
+    steps = GuestSteps.of(exec_cmd, exec_timeout)
+    with store.staging(f"snapshot-{tag}") as staged:
+        spec = image.boot_spec(staged / VM_WORK_DIR, mem_mib=mem_mib, vcpus=vcpus)
+        return _bake_base(store, driver, spec, staged, tag, steps, {}, force)
+
+
+def snapshot_rootfs(
+    store: SnapshotStore,
+    tag: str,
+    rootfs: Path,
+    *,
+    mem_mib: int = 512,
+    vcpus: int = 1,
+    steps: GuestSteps = GuestSteps(),
+    annotations: dict[str, str] | None = None,
+    guest: str | Path | None = None,
+    force: bool = False,
+    vmm: str | None = None,
+) -> SnapshotResult:
+    """Boot a copy of the ext4 image ``rootfs`` as the guest's root filesystem (the project's
+    kernel and agent; the image itself is never written), run ``steps``, snapshot it and install
+    it as base ``tag`` with ``annotations`` (e.g. the image's provenance). The guest gets a NIC,
+    isolated unless ``steps.network``; the snapshot's disk is its ``rootfs.ext4``.
+
+    Raises what :func:`snapshot_base` raises, and OSError when ``rootfs`` cannot be copied.
+    Nothing is left behind on any error.
+    """
+    check_new_base(store, tag, force)
+    driver = require_driver(vmm)
+    image = load_guest(guest)
+    with store.staging(f"snapshot-{tag}") as staged:
+        disk = staged / VM_WORK_DIR / ROOTFS_FILE
+        disk.parent.mkdir(parents=True)
+        started = time.monotonic()
+        clone_file(rootfs, disk)  # the VM writes its disk: never the cached image
+        copy_ms = _ms_since(started)
+        spec = image.root_boot_spec(staged / VM_WORK_DIR, disk, mem_mib=mem_mib, vcpus=vcpus, network=steps.network)
+        result = _bake_base(store, driver, spec, staged, tag, steps, annotations or {}, force)
+    result.timings_ms["rootfs_copy_ms"] = copy_ms
+    return result
+
+
+def check_new_base(store: SnapshotStore, tag: str, force: bool) -> None:
+    """``tag`` may become a new base: valid, and free (or ``force`` and nothing chains on it).
+    Raises InvalidTag, SnapshotExists, DependentsExist."""
     validate_tag(tag)
     if store.exists(tag):
         if not force:
             raise SnapshotExists(tag)
         if dependents := store.dependents(tag):
             raise DependentsExist(tag, dependents)
-    driver = require_driver(vmm)
-    image = load_guest(guest)
+
+
+def _bake_base(
+    store: SnapshotStore,
+    driver: Driver,
+    spec: BootSpec,
+    staged: Path,
+    tag: str,
+    steps: GuestSteps,
+    annotations: dict[str, str],
+    force: bool,
+) -> SnapshotResult:
     timings: dict[str, float] = {}
-    with store.staging(f"snapshot-{tag}") as staged:
-        started = time.monotonic()
-        vm = driver.boot(image.boot_spec(staged / VM_WORK_DIR, mem_mib=mem_mib, vcpus=vcpus))
-        timings["boot_ms"] = _ms_since(started)
-        snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings, what=f"snapshot {tag!r}")
-        installed = _install(store, staged, tag, snap, exec_cmd, timings, force=force)
+    started = time.monotonic()
+    vm = driver.boot(spec)
+    timings["boot_ms"] = _ms_since(started)
+    snap, result = _exec_and_snapshot(driver, vm, staged, steps, timings, what=f"snapshot {tag!r}")
+    installed = _install(store, staged, tag, snap, _annotations(steps, annotations), timings, force=force)
     return SnapshotResult(installed, timings, result)
 
 
@@ -140,12 +223,15 @@ def snapshot_diff(
     store: SnapshotStore,
     parent: str,
     tag: str,
-    exec_cmd: str,
+    exec_cmd: str | Sequence[str],
     *,
     exec_timeout: float = DEFAULT_EXEC_TIMEOUT,
     vmm: str | None = None,
+    network: bool = False,
 ) -> SnapshotResult:
-    """Restore ``parent`` writable on a clone of its memory, run ``exec_cmd``, install link ``tag``.
+    """Restore ``parent`` writable on a clone of its memory, run ``exec_cmd`` (one command or
+    several, in order), install link ``tag``. ``network`` lets the parent's NIC out (it must
+    have one: snapshots baked from a root filesystem image do).
 
     ``parent``'s chain is verified first (through the verified record: no re-hash of unchanged
     files) and its compat checked against this host. The link records ``parent_content_hash``
@@ -153,9 +239,13 @@ def snapshot_diff(
 
     Raises InvalidTag, SnapshotExists, SnapshotNotFound, ChainBroken, ParentContentMismatch,
     VmSetupError, CompatibilityError (naming the fields), GuestExecFailed, and vmm's
-    RestoreFailed / SnapshotFailed / GuestCommandTimeout. Nothing is left behind on any error.
+    RestoreFailed (also for ``network`` without a NIC) / SnapshotFailed / GuestCommandTimeout.
+    Nothing is left behind on any error.
     """
     validate_tag(tag)
+    steps = GuestSteps.of(exec_cmd, exec_timeout, network)
+    if not steps.commands:
+        raise ValueError("snapshot-diff needs at least one command to run")
     if store.exists(tag):
         raise SnapshotExists(tag)
     timings: dict[str, float] = {}
@@ -170,14 +260,16 @@ def snapshot_diff(
         clone_file(source.memory, staged / MEMORY_FILE)
         timings["clone_ms"] = _ms_since(started)
         started = time.monotonic()
-        vm = driver.restore_writable(source, staged / MEMORY_FILE, staged / VM_WORK_DIR)
+        vm = driver.restore_writable(source, staged / MEMORY_FILE, staged / VM_WORK_DIR, network=network)
         timings["restore_ms"] = _ms_since(started)
-        snap, result = _exec_and_snapshot(driver, vm, staged, exec_cmd, exec_timeout, timings, what=f"snapshot {tag!r}")
+        snap, result = _exec_and_snapshot(driver, vm, staged, steps, timings, what=f"snapshot {tag!r}")
         started = time.monotonic()
         fill_unsafe_holes(snap.memory, source.memory)  # forkd reads a link's holes as the parent's bytes
         diff = count_changed_chunks(source.memory, snap.memory)
         timings["diff_ms"] = _ms_since(started)
-        installed = _install(store, staged, tag, snap, exec_cmd, timings, parent=parent, parent_hash=parent_hash)
+        installed = _install(
+            store, staged, tag, snap, _annotations(steps, {}), timings, parent=parent, parent_hash=parent_hash
+        )
     return SnapshotResult(installed, timings, result, diff)
 
 
@@ -195,21 +287,25 @@ def _exec_and_snapshot(
     driver: Driver,
     vm: VM,
     staged: Path,
-    exec_cmd: str | None,
-    exec_timeout: float,
+    steps: GuestSteps,
     timings: dict[str, float],
     *,
     what: str,
 ) -> tuple[SnapshotFiles, ExecResult | None]:
-    """Run the command, snapshot into ``staged`` (consuming the VM), drop the VM's work files."""
+    """Run the steps, snapshot into ``staged`` (consuming the VM), drop the VM's work files.
+    The result is the steps' outputs joined, with the last step's exit status."""
     result = None
     try:
-        if exec_cmd is not None:
+        if steps.commands:
             started = time.monotonic()
-            result = vm.run(exec_cmd, timeout=exec_timeout)
+            outputs: list[str] = []
+            for command in steps.commands:
+                step = vm.run(command, timeout=steps.timeout)
+                outputs.append(step.output)
+                if not step.ok:
+                    raise GuestExecFailed(command, step.exit_code, step.output, what=what)
+            result = ExecResult(0, "".join(outputs))
             timings["exec_ms"] = _ms_since(started)
-            if not result.ok:
-                raise GuestExecFailed(exec_cmd, result.exit_code, result.output, what=what)
         started = time.monotonic()
         snap = driver.snapshot(vm, staged)
         timings["snapshot_ms"] = _ms_since(started)
@@ -220,12 +316,20 @@ def _exec_and_snapshot(
     return snap, result
 
 
+def _annotations(steps: GuestSteps, declared: dict[str, str]) -> dict[str, str] | None:
+    """The snapshot's annotations: ``declared`` (e.g. provenance) and the commands that ran."""
+    merged = dict(declared)
+    if steps.annotation is not None:
+        merged[ANNOTATION_EXEC] = steps.annotation
+    return merged or None
+
+
 def _install(
     store: SnapshotStore,
     staged: Path,
     tag: str,
     snap: SnapshotFiles,
-    exec_cmd: str | None,
+    annotations: dict[str, str] | None,
     timings: dict[str, float],
     *,
     parent: str | None = None,
@@ -240,7 +344,7 @@ def _install(
             parent=parent,
             parent_content_hash=parent_hash,
             compat=to_manifest_compat(snap.compat),
-            annotations={ANNOTATION_EXEC: exec_cmd} if exec_cmd is not None else None,
+            annotations=annotations,
         ),
     )
     installed = store.commit([(staged, tag)], force=force)[0]

@@ -140,10 +140,12 @@ class Forked:
             self.kill()
 
 
-def fork(store: SnapshotStore, tag: str, n: int, *, vmm: str | None = None) -> Forked:
+def fork(store: SnapshotStore, tag: str, n: int, *, vmm: str | None = None, network: bool = False) -> Forked:
     """Verify ``tag``'s chain, check compat, and start ``n`` resumed CoW children of its head.
 
     ``vmm`` picks the driver (default: the one named in the snapshot's compat, else QEMU).
+    ``network`` lets the children's NIC out (the snapshot must have one); by default it is
+    isolated. Each child's wall clock is set to the host's as it starts.
     Raises ValueError (``n`` < 1), SnapshotNotFound, ChainBroken, ParentContentMismatch,
     VmSetupError, CompatibilityError naming each differing field, RestoreFailed.
     """
@@ -156,17 +158,17 @@ def fork(store: SnapshotStore, tag: str, n: int, *, vmm: str | None = None) -> F
     driver = require_driver(vmm or head.compat.get("vmm"))
     snap = restorable(head, driver)
     started = time.monotonic()
-    children = _spawn(driver, snap, n)
+    children = _spawn(driver, snap, n, network)
     return Forked(
         tag, [s.tag for s in chain], verify_ms, (time.monotonic() - started) * 1000, str(snap.memory), children
     )
 
 
-def _spawn(driver: Driver, snap: SnapshotFiles, n: int) -> list[Child]:
+def _spawn(driver: Driver, snap: SnapshotFiles, n: int, network: bool) -> list[Child]:
     started = time.monotonic()
 
     def one(index: int) -> Child:
-        vm = driver.fork(snap, 1)[0]
+        vm = driver.fork(snap, 1, network=network)[0]
         return Child(index, vm, (time.monotonic() - started) * 1000)
 
     with ThreadPoolExecutor(max_workers=min(n, _MAX_PARALLEL)) as pool:

@@ -21,6 +21,9 @@ DEPENDS = {
     "virtio_mmio": "virtio,virtio_ring",
     "virtio_blk": "virtio,virtio_ring",
     "virtio-rng": "virtio,virtio_ring",
+    "virtio_net": "net_failover",
+    "net_failover": "failover",
+    "failover": "",
 }
 
 
@@ -59,7 +62,10 @@ def test_build_reuses_a_matching_build_and_rebuilds_on_change(tmp_path: Path, mo
     assert image.kernel_release == RELEASE and image.kernel.read_bytes() == b"MZ fake bzImage"
     files = {e.path: (e.mode, e.data) for e in read_newc(image.initrd.read_bytes())}
     order = files["lib/modules/load-order"][1].decode().split()
-    assert order == list(GUEST_MODULES)  # dependencies first
+    # dependencies first: virtio_net's (net_failover, failover) come right before it
+    assert order == ["virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "failover", "net_failover", "virtio_net", "virtio_rng"]
+    assert set(GUEST_MODULES) <= set(order)
+    assert "bin/forkd-clock" in files and "forkd-agent" in files
     assert "lib/modules/virtio_rng.ko" in files and "bin/forkd-reseed" in files
     assert files["init"][1].startswith(b"#!/bin/sh")
     assert "dev/console" in files

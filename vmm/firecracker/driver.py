@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import os
 import platform
-import tempfile
+import time
 from pathlib import Path
 
 from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
-    ROOTFS_FILE,
+    NIC_DEVICE,
+    ROOTFS_DEVICE,
     VM,
     VMSTATE_FILE,
     Availability,
@@ -40,13 +41,17 @@ from vmm.base import (
     SnapshotFiles,
     check_compat,
 )
-from vmm.errors import BootFailed, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
+from vmm.errors import BootFailed, CompatibilityError, RestoreFailed, SnapshotFailed, VmmError, VmmUnavailable
 from vmm.files import merge_sparse, move_file
 from vmm.firecracker.api import FirecrackerApi
 from vmm.firecracker.vm import API_SOCKET, FIRECRACKER_LOG, FirecrackerVM
 from vmm.kvm import kvm_problem
 
 _TIMEOUT = 30.0
+_NO_NIC = (
+    "the Firecracker driver attaches no network device (Firecracker needs a host tap device for one); "
+    "snapshots with a NIC (from forkd from-image / from-debian) run on --vmm qemu"
+)
 
 
 class FirecrackerDriver(Driver):
@@ -93,18 +98,17 @@ class FirecrackerDriver(Driver):
         )
 
     def check_restorable(self, snap: SnapshotFiles) -> None:
-        try:
-            size = snap.memory.stat().st_size
-        except OSError as exc:
-            raise RestoreFailed(f"cannot read snapshot memory {snap.memory}: {exc}") from exc
-        mem_mib = size >> 20 if size % (1 << 20) == 0 else round(size / 2**20, 3)
+        if NIC_DEVICE in snap.compat.device_ids:
+            raise CompatibilityError(_NO_NIC, {"device_ids": (snap.compat.device_ids, (ROOTFS_DEVICE,))})
         recorded = snap.compat
-        check_compat(recorded, self.host_compat(mem_mib, recorded.vcpus, recorded.device_ids))
+        check_compat(recorded, self.host_compat(self._memory_mib(snap), recorded.vcpus, recorded.device_ids))
 
     # -- boot / snapshot -------------------------------------------------------------------
 
     def boot(self, spec: BootSpec) -> FirecrackerVM:
-        device_ids = ("rootfs",) if spec.rootfs else ()
+        if spec.nic or spec.network:
+            raise BootFailed(_NO_NIC)
+        device_ids = (ROOTFS_DEVICE,) if spec.rootfs else ()
         compat = self.host_compat(spec.mem_mib, spec.vcpus, device_ids)
         work_dir = Path(spec.work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -158,13 +162,12 @@ class FirecrackerDriver(Driver):
                     else:
                         move_file(vm.writable_memory, memory)
             os.replace(partial_state, vmstate)
-            rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
-            if rootfs and vm.rootfs:
-                clone_file(vm.rootfs, rootfs, replace=True)
             if resume:
+                rootfs = self._save_disk(vm, out_dir, keep_running=True)
                 vm.resume()
             else:
                 vm.kill()
+                rootfs = self._save_disk(vm, out_dir, keep_running=False)
         except (VmmError, OSError) as exc:
             for leftover in (partial_state, partial_mem):
                 leftover.unlink(missing_ok=True)
@@ -176,28 +179,29 @@ class FirecrackerDriver(Driver):
     # -- restore ---------------------------------------------------------------------------
 
     def restore_writable(
-        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
     ) -> FirecrackerVM:
-        memory_path, work_dir = self._prepare_writable(
-            snap, memory_path, work_dir, "the link's pages are merged into it"
+        memory_path, work_dir, disk = self._prepare_writable(
+            snap, memory_path, work_dir, disk, network, "the link's pages are merged into it"
         )
-        disk = disk or self._child_disk(snap, work_dir)
         vm = self._restore(snap, memory_path, work_dir, disk, owns=False, track_dirty=True)
         vm.writable_memory = memory_path
         return vm
 
     def fork(
-        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+        self,
+        snap: SnapshotFiles,
+        n: int,
+        disks: list[Path] | None = None,
+        work_dir: Path | None = None,
+        *,
+        network: bool = False,
     ) -> list[VM]:
-        self._check_fork(snap, n, disks)
+        self._check_fork(snap, n, disks, network)
         children: list[VM] = []
         try:
             for i in range(n):
-                if work_dir is None:
-                    child_dir, owns = Path(tempfile.mkdtemp(prefix="forkd-fc-child-")), True
-                else:
-                    child_dir, owns = Path(work_dir) / f"child-{i}", False
-                    child_dir.mkdir(parents=True, exist_ok=True)
+                child_dir, owns = self._child_dir(work_dir, i, "forkd-fc-child-")
                 disk = disks[i] if disks else self._child_disk(snap, child_dir)
                 children.append(self._restore(snap, snap.memory, child_dir, disk, owns, track_dirty=False))
         except BaseException:
@@ -240,7 +244,7 @@ class FirecrackerDriver(Driver):
             if disk is not None:  # drive paths are baked into the vmstate; point at our own disk
                 vm.api.patch("/drives/rootfs", {"drive_id": "rootfs", "path_on_host": str(disk)})
             vm.resume()
-            vm.reseed()
+            vm.reseed(clock_ns=time.time_ns())
         except VmmError as exc:
             detail = vm.diagnostics()
             vm.kill()

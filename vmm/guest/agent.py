@@ -30,13 +30,15 @@ import time
 from collections.abc import Callable
 
 from vmm.base import ExecResult, require_agent_ok
-from vmm.errors import GuestCommandFailed, GuestCommandTimeout, VmmError
+from vmm.errors import BootFailed, GuestCommandFailed, GuestCommandTimeout, VmmError
+from vmm.guest.clock_helper import timespec
 from vmm.processvm import ProcessVM
 
-AGENT_VERSION = 1
+AGENT_VERSION = 2
 # Seconds the host waits beyond a command's own timeout (the guest kills it at the timeout).
 _GRACE_S = 5.0
 _B64_LINE = re.compile(rb"^[A-Za-z0-9+/=]*$")
+_FATAL = b"forkd-init: fatal: "  # the init could not bring the guest up (e.g. no root fs)
 _UNKNOWN_OP = "forkd-agent: unknown op"  # the agent's answer to a request line that arrived garbled
 _UNKNOWN_OP_RC = 127
 _UNKNOWN_OP_STATUS = b"127"
@@ -45,53 +47,128 @@ _UNDECODABLE_RC = 125
 _RUN_RESENDS = 2  # a garbled run request is sent again at most this many times
 _SIGKILL_STATUS = 137  # what the guest shell reports for a command its timeout killed
 
-INIT_SCRIPT = r"""#!/bin/sh
-# forkd guest init + agent (PID 1). Protocol: vmm/guest/agent.py in forkd-hub.
-/bin/busybox mount -t proc proc /proc
-/bin/busybox --install -s /bin
-export PATH=/bin:/sbin HOME=/root
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mount -t tmpfs -o mode=0700 tmpfs /run
-A=/run/agent
-mkdir -p $A /root
-while read -r m; do
-  insmod "/lib/modules/$m.ko" || echo "forkd-init: insmod $m failed"
-done < /lib/modules/load-order
-# A data disk, if the VMM attached one (virtio-blk probing is synchronous in insmod).
-[ -b /dev/vda ] && mount /dev/vda /mnt 2>/dev/null
-hostname forkd-guest
-ip link set lo up 2>/dev/null
-echo 1 > /proc/sys/kernel/printk
-stty -F /dev/ttyS0 raw -echo
+#: The agent's request loop, shared by both ways the guest boots. The prelude before it defines
+#: ``BB`` (busybox), ``F`` (the helpers' directory), ``A`` (a tmpfs work directory) and ``run_cmd``
+#: (runs ``$A/cmd`` under a timeout of ``$1`` seconds).
+AGENT_LOOP = r"""$BB stty -F /dev/ttyS0 raw -echo
 exec 0</dev/ttyS0 1>/dev/ttyS0 2>&1
 echo "forkd-agent: ready"
 while true; do
   read -r nonce op a1 a2 || continue
   rc=0
   case "$op" in
-    hello) uname -r > $A/out ;;
+    hello) $BB uname -r > $A/out ;;
     run)
-      if echo "$a2" | base64 -d > $A/cmd 2>/dev/null; then
-        ( cd / && timeout -s KILL "$a1" sh $A/cmd ) < /dev/null > $A/out 2>&1
+      if echo "$a2" | $BB base64 -d > $A/cmd 2>/dev/null; then
+        run_cmd "$a1" < /dev/null > $A/out 2>&1
         rc=$?
       else
         echo "forkd-agent: undecodable command" > $A/out; rc=125
       fi ;;
     reseed)
-      echo "$a1" | base64 -d > $A/seed 2>/dev/null
-      /bin/forkd-reseed < $A/seed > $A/out 2>&1
+      echo "$a1" | $BB base64 -d > $A/seed 2>/dev/null
+      $F/forkd-reseed < $A/seed > $A/out 2>&1
       rc=$?
-      cat $A/seed > /dev/urandom
-      rm -f $A/seed ;;
+      $BB cat $A/seed > /dev/urandom
+      $BB rm -f $A/seed
+      if [ -n "$a2" ]; then
+        echo "$a2" | $BB base64 -d > $A/clock 2>/dev/null
+        $F/forkd-clock < $A/clock >> $A/out 2>&1
+        c=$?
+        [ "$rc" = 0 ] && [ "$c" != 0 ] && rc=$((16 + c))
+      fi ;;
     *) echo "forkd-agent: unknown op '$op'" > $A/out; rc=127 ;;
   esac
   echo "$nonce begin"
-  base64 $A/out
+  $BB base64 $A/out
   echo "$nonce end $rc"
 done
 """
+
+#: /init of the initramfs (PID 1). It loads the drivers; with ``forkd.root=DEVICE`` on the kernel
+#: command line it mounts that ext4 disk as the root filesystem, copies busybox, the helpers and
+#: the agent into a tmpfs at ``/run/forkd`` of that root (so any image works, whatever it holds,
+#: and nothing is written into the image but an empty ``/run`` when it had none) and hands over
+#: to the agent there (``ROOTFS_AGENT``); otherwise the agent runs here, with the disk (if any)
+#: mounted at /mnt as data.
+INIT_SCRIPT = (
+    r"""#!/bin/sh
+# forkd guest init (PID 1). Protocol: vmm/guest/agent.py in forkd-hub.
+/bin/busybox mount -t proc proc /proc
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin HOME=/root
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+while read -r m; do
+  insmod "/lib/modules/$m.ko" || echo "forkd-init: insmod $m failed"
+done < /lib/modules/load-order
+echo 1 > /proc/sys/kernel/printk
+root=$(sed -n 's/.*forkd\.root=\([^ ]*\).*/\1/p' /proc/cmdline)
+if [ -n "$root" ]; then
+  mkdir -p /newroot
+  mount -t ext4 -o rw "$root" /newroot || { echo "forkd-init: fatal: cannot mount the root filesystem $root as ext4"; exec sleep 2147483647; }
+  [ -d /newroot/run ] || mkdir -m 0755 /newroot/run
+  mount -t tmpfs -o mode=0755 tmpfs /newroot/run
+  mkdir -p /newroot/run/forkd
+  cp /bin/busybox /bin/forkd-reseed /bin/forkd-clock /forkd-agent /newroot/run/forkd/
+  for d in dev proc sys; do
+    [ -d /newroot/$d ] || mkdir -m 0555 /newroot/$d
+    mount --move /$d /newroot/$d
+  done
+  exec switch_root /newroot /run/forkd/busybox sh /run/forkd/forkd-agent
+fi
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=0700 tmpfs /run
+BB=/bin/busybox F=/bin A=/run/agent
+mkdir -p $A /root
+# A data disk, if the VMM attached one (virtio-blk probing is synchronous in insmod).
+[ -b /dev/vda ] && mount /dev/vda /mnt 2>/dev/null
+hostname forkd-guest
+ip link set lo up 2>/dev/null
+run_cmd() { ( cd / && timeout -s KILL "$1" sh $A/cmd ); }
+"""
+    + AGENT_LOOP
+)
+
+#: The agent on a booted root filesystem (``/run/forkd/forkd-agent``, PID 1 after switch_root).
+#: Commands run with the image's own ``/bin/sh``, as root, with the environment an image records
+#: (``/.forkd/env``: ``export NAME='value'`` lines, after a default PATH and HOME) in its working
+#: directory (``/.forkd/workdir``), like a Dockerfile's RUN line. A virtio NIC, if attached, gets
+#: QEMU user-mode networking's fixed address (10.0.2.15, gateway 10.0.2.2 = the host's loopback,
+#: DNS 10.0.2.3); whether packets leave the VM is the host's choice (restricted by default).
+ROOTFS_AGENT = (
+    r"""BB=/run/forkd/busybox F=/run/forkd A=/run/forkd/agent
+$BB mkdir -p $A /dev/pts /dev/shm
+$BB mount -t devpts devpts /dev/pts 2>/dev/null
+$BB mount -t tmpfs -o mode=1777 tmpfs /dev/shm 2>/dev/null
+[ -d /tmp ] || $BB mkdir -m 1777 /tmp
+$BB hostname forkd-guest
+$BB ip link set lo up 2>/dev/null
+if [ -e /sys/class/net/eth0 ]; then
+  $BB ip link set eth0 up
+  $BB ip addr add 10.0.2.15/24 dev eth0
+  $BB ip route add default via 10.0.2.2
+  if [ ! -s /etc/resolv.conf ] && [ -d /etc ]; then
+    $BB rm -f /etc/resolv.conf
+    echo "nameserver 10.0.2.3" > /etc/resolv.conf
+  fi
+fi
+run_cmd() {
+  if [ ! -x /bin/sh ]; then
+    echo "forkd-agent: this image has no /bin/sh: --exec needs a POSIX shell in the image"
+    return 126
+  fi
+  (
+    export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+    if [ -r /.forkd/env ]; then . /.forkd/env; fi
+    wd=$($BB cat /.forkd/workdir 2>/dev/null)
+    cd "${wd:-/}" 2>/dev/null || cd /
+    exec $BB timeout -s KILL "$1" /bin/sh $A/cmd
+  )
+}
+"""
+    + AGENT_LOOP
+)
 
 
 class AgentChannel:
@@ -147,8 +224,17 @@ class AgentChannel:
                 return reply
         raise GuestCommandFailed(f"the guest's serial line garbled the request {_RUN_RESENDS + 1} times in a row")
 
-    def reseed(self, entropy: bytes | None = None, timeout: float = 10.0, resend_every: float = 2.0) -> ExecResult:
-        """Send 64 bytes of host entropy (or ``entropy``) for RNDADDENTROPY + RNDRESEEDCRNG.
+    def reseed(
+        self,
+        entropy: bytes | None = None,
+        timeout: float = 10.0,
+        resend_every: float = 2.0,
+        clock_ns: int | None = None,
+    ) -> ExecResult:
+        """Send 64 bytes of host entropy (or ``entropy``) for RNDADDENTROPY + RNDRESEEDCRNG, and
+        with ``clock_ns`` (nanoseconds since the epoch) set the guest's wall clock to it
+        (``forkd-clock``; an agent of version 1 ignores it). Exit status 16 + N: the reseed
+        worked, the clock helper exited N.
 
         Reseeding is idempotent (more entropy is harmless), so a request whose bytes the guest's
         serial line lost — no answer, or the agent's "unknown op" for a line that arrived cut
@@ -157,11 +243,15 @@ class AgentChannel:
         ``GuestCommandTimeout`` after ``timeout`` seconds.
         """
         data = entropy if entropy is not None else os.urandom(64)
-        encoded = base64.b64encode(data[:256]).decode()
+        args = [base64.b64encode(data[:256]).decode()]
         deadline = time.monotonic() + timeout
+        started = time.monotonic_ns()
         nonces: set[str] = set()
         while True:
-            nonces.add(self._send("reseed", encoded))
+            if clock_ns is not None:  # read per attempt: a resend carries the time it is sent at
+                now = clock_ns + (time.monotonic_ns() - started) if nonces else clock_ns
+                args[1:] = [base64.b64encode(timespec(now)).decode()]
+            nonces.add(self._send("reseed", *args))
             reply = self._await(nonces, min(deadline, time.monotonic() + resend_every), quiet_timeout=True)
             if reply is not None and not reply.output.startswith(_UNKNOWN_OP):
                 return reply
@@ -201,6 +291,8 @@ class AgentChannel:
                 if quiet_timeout:
                     return None
                 raise GuestCommandTimeout("guest agent did not answer in time")
+            if line.startswith(_FATAL):
+                raise BootFailed(line.decode(errors="replace"))
             parts = line.split()
             if (
                 garbled
@@ -281,5 +373,8 @@ class AgentBackedVM(ProcessVM):
             )
         return result
 
-    def reseed(self, entropy: bytes | None = None) -> None:
-        require_agent_ok(self.agent.reseed(entropy), "guest RNG reseed (forkd-reseed)")
+    def reseed(self, entropy: bytes | None = None, clock_ns: int | None = None) -> None:
+        result = self.agent.reseed(entropy, clock_ns=clock_ns)
+        if result.exit_code > 16:
+            require_agent_ok(ExecResult(result.exit_code - 16, result.output), "guest clock set (forkd-clock)")
+        require_agent_ok(result, "guest RNG reseed (forkd-reseed)")

@@ -25,7 +25,8 @@ from pathlib import Path
 from vmm.base import BootSpec
 from vmm.errors import GuestBuildError
 from vmm.guest import initramfs as cpio
-from vmm.guest.agent import AGENT_VERSION, INIT_SCRIPT
+from vmm.guest.agent import AGENT_VERSION, INIT_SCRIPT, ROOTFS_AGENT
+from vmm.guest.clock_helper import clock_elf
 from vmm.guest.kernel import GUEST_MODULES, KernelTree, fetch_kernel, open_kernel_tree
 from vmm.guest.reseed_helper import reseed_elf
 
@@ -33,6 +34,8 @@ BUSYBOX = Path("/bin/busybox")
 CMDLINE = "console=ttyS0 reboot=t panic=-1 quiet rdinit=/init"
 GUEST_FILE = "guest.json"
 ROOTFS_MARKER = "forkd-rootfs"
+#: kernel command line argument naming the disk the init boots as the root filesystem
+ROOT_ARG = "forkd.root"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,23 @@ class GuestImage:
             rootfs=rootfs,
             mem_mib=mem_mib,
             vcpus=vcpus,
+        )
+
+    def root_boot_spec(
+        self, work_dir: Path, rootfs: Path, mem_mib: int = 512, vcpus: int = 1, network: bool = False
+    ) -> BootSpec:
+        """A ``BootSpec`` that boots ``rootfs`` (an ext4 image the VM may write: pass a copy) as the
+        root filesystem, with the agent handed over to it and a NIC (isolated unless ``network``)."""
+        return BootSpec(
+            kernel=self.kernel,
+            initrd=self.initrd,
+            cmdline=f"{self.cmdline} {ROOT_ARG}=/dev/vda",
+            work_dir=Path(work_dir),
+            rootfs=rootfs,
+            mem_mib=mem_mib,
+            vcpus=vcpus,
+            nic=True,
+            network=network,
         )
 
 
@@ -128,7 +148,9 @@ def _fingerprint() -> str:
     for part in (
         str(AGENT_VERSION).encode(),
         INIT_SCRIPT.encode(),
+        ROOTFS_AGENT.encode(),
         reseed_elf(),
+        clock_elf(),
         CMDLINE.encode(),
         " ".join(GUEST_MODULES).encode(),
         _busybox_bytes(),
@@ -196,7 +218,9 @@ def _initramfs_entries(tree: KernelTree) -> list[cpio.Entry]:
         cpio.regular("bin/busybox", _busybox_bytes(), 0o755),
         cpio.symlink("bin/sh", "busybox"),
         cpio.regular("bin/forkd-reseed", reseed_elf(), 0o755),
+        cpio.regular("bin/forkd-clock", clock_elf(), 0o755),
         cpio.regular("init", INIT_SCRIPT.encode(), 0o755),
+        cpio.regular("forkd-agent", ROOTFS_AGENT.encode(), 0o755),
         cpio.regular("etc/hostname", b"forkd-guest\n"),
         cpio.regular("lib/modules/load-order", "".join(f"{n}\n" for n, _ in modules).encode()),
     ]

@@ -18,8 +18,9 @@ from vmm.errors import GuestBuildError
 METAPACKAGE = "linux-image-cloud-amd64"
 
 # Loaded in this order by the guest init. virtio-mmio finds microvm's devices through ACPI (the
-# cloud kernel lacks VIRTIO_MMIO_CMDLINE_DEVICES); virtio_rng lets a VMM offer a hardware RNG.
-GUEST_MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "virtio_rng")
+# cloud kernel lacks VIRTIO_MMIO_CMDLINE_DEVICES); virtio_rng lets a VMM offer a hardware RNG;
+# virtio_net drives the NIC of root-filesystem guests (ext4 itself is built into the kernel).
+GUEST_MODULES = ("virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "virtio_net", "virtio_rng")
 _MODULE_FILES = {"virtio-rng": "virtio_rng"}  # file name → module name where they differ
 
 

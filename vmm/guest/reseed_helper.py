@@ -32,7 +32,7 @@ position-independent, so the ELF wrapper can place it anywhere::
 
 from __future__ import annotations
 
-import struct
+from vmm.guest.elf import static_elf
 
 _CODE = bytes.fromhex(
     "4881ec100100004531e4ba000100004429e2741531c031ff4a8d7424080f054885c07e054901c4ebe1"
@@ -42,18 +42,7 @@ _CODE = bytes.fromhex(
     "2f6465762f7572616e646f6d00"
 )
 
-_BASE = 0x400000
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
-
 
 def reseed_elf() -> bytes:
     """The helper as a complete static ELF64 executable (one PT_LOAD segment, no sections)."""
-    header_size = _EHDR.size + _PHDR.size
-    total = header_size + len(_CODE)
-    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little-endian, SysV ABI
-    ehdr = _EHDR.pack(
-        ident, 2, 0x3E, 1, _BASE + header_size, _EHDR.size, 0, 0, _EHDR.size, _PHDR.size, 1, 0, 0, 0
-    )  # ET_EXEC, EM_X86_64
-    phdr = _PHDR.pack(1, 5, 0, _BASE, _BASE, total, total, 0x1000)  # PT_LOAD, R+X
-    return ehdr + phdr + _CODE
+    return static_elf(_CODE)

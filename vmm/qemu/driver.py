@@ -45,8 +45,8 @@ import hashlib
 import os
 import shlex
 import shutil
-import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,7 +54,8 @@ from manifest.fileops import clone_file
 from vmm import process
 from vmm.base import (
     MEMORY_FILE,
-    ROOTFS_FILE,
+    NIC_DEVICE,
+    ROOTFS_DEVICE,
     VM,
     VMSTATE_FILE,
     Availability,
@@ -71,6 +72,8 @@ from vmm.qemu import host
 from vmm.qemu.vm import CONSOLE_LOG, CONSOLE_SOCKET, QEMU_LOG, QMP_SOCKET, QemuVM
 
 _CONNECT_TIMEOUT = 30.0
+#: every guest's NIC has the same address: each VM has its own user-mode network
+_GUEST_MAC = "52:54:00:12:34:56"
 _MIGRATION_TIMEOUT = 120.0
 
 
@@ -81,10 +84,14 @@ class QemuMicrovmDriver(Driver):
     machine = "microvm"
     arch = "x86_64"
 
-    def __init__(self, binary: str = "qemu-system-x86_64", accel: str | None = None) -> None:
-        """``accel`` (or ``$FORKD_VMM_ACCEL``) forces ``tcg``/``kvm``; by default it is probed."""
+    def __init__(
+        self, binary: str = "qemu-system-x86_64", accel: str | None = None, clock: Callable[[], int] = time.time_ns
+    ) -> None:
+        """``accel`` (or ``$FORKD_VMM_ACCEL``) forces ``tcg``/``kvm``; by default it is probed.
+        ``clock`` is the wall clock (ns since the epoch) restored guests are set to."""
         self.binary = binary
         self._accel_override = accel
+        self._clock = clock
 
     # -- probing ---------------------------------------------------------------------------
 
@@ -124,17 +131,14 @@ class QemuMicrovmDriver(Driver):
         is refused as well as one made with another accelerator, QEMU version or device set.
         """
         recorded = snap.compat
-        try:
-            size = snap.memory.stat().st_size
-        except OSError as exc:
-            raise RestoreFailed(f"cannot read snapshot memory {snap.memory}: {exc}") from exc
-        mem_mib = size >> 20 if size % (1 << 20) == 0 else round(size / 2**20, 3)
-        check_compat(recorded, self.host_compat(mem_mib, recorded.vcpus, recorded.device_ids))
+        check_compat(recorded, self.host_compat(self._memory_mib(snap), recorded.vcpus, recorded.device_ids))
 
     # -- boot / snapshot -------------------------------------------------------------------
 
     def boot(self, spec: BootSpec) -> QemuVM:
-        device_ids = ("rootfs",) if spec.rootfs else ()
+        device_ids = ((ROOTFS_DEVICE,) if spec.rootfs else ()) + ((NIC_DEVICE,) if spec.nic else ())
+        if spec.network and not spec.nic:
+            raise BootFailed("BootSpec.network needs nic=True (a network without a network device)")
         compat = self.host_compat(spec.mem_mib, spec.vcpus, device_ids)
         work_dir = Path(spec.work_dir)
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +148,7 @@ class QemuMicrovmDriver(Driver):
                 f"{memory} already exists; boot needs a fresh work_dir (refusing to overwrite what may be a snapshot)"
             )
         cmdline = spec.cmdline + (" " + " ".join(host.tcg_kernel_args()) if compat.accel == "tcg" else "")
-        argv = self._argv(compat, memory, share=True, work_dir=work_dir, disk=spec.rootfs)
+        argv = self._argv(compat, memory, share=True, work_dir=work_dir, disk=spec.rootfs, network=spec.network)
         argv += ["-kernel", str(spec.kernel), "-append", cmdline]
         if spec.initrd:
             argv += ["-initrd", str(spec.initrd)]
@@ -187,14 +191,13 @@ class QemuMicrovmDriver(Driver):
             vm.qmp.execute("migrate", {"uri": f"exec:cat > {shlex.quote(str(partial))}"})
             self._wait_migration(vm)
             os.replace(partial, vmstate)
-            rootfs = out_dir / ROOTFS_FILE if vm.rootfs else None
-            if rootfs and vm.rootfs:
-                clone_file(vm.rootfs, rootfs, replace=True)  # paused and flushed: matches the RAM's view
             if resume:
+                rootfs = self._save_disk(vm, out_dir, keep_running=True)  # paused and flushed: the RAM's view
                 clone_file(vm.memory_path, memory, replace=True)  # type: ignore[arg-type]  # typing debt, decisions/0008
                 vm.resume()
             else:
                 vm.kill()
+                rootfs = self._save_disk(vm, out_dir, keep_running=False)
                 if not in_place:
                     move_file(vm.memory_path, memory)  # type: ignore[arg-type]  # typing debt, decisions/0008
         except (VmmError, OSError) as exc:
@@ -207,27 +210,50 @@ class QemuMicrovmDriver(Driver):
     # -- restore ---------------------------------------------------------------------------
 
     def restore_writable(
-        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None
+        self, snap: SnapshotFiles, memory_path: Path, work_dir: Path, disk: Path | None = None, *, network: bool = False
     ) -> QemuVM:
-        memory_path, work_dir = self._prepare_writable(
-            snap, memory_path, work_dir, "mapping the stored file shared would modify it"
+        memory_path, work_dir, disk = self._prepare_writable(
+            snap, memory_path, work_dir, disk, network, "mapping the stored file shared would modify it"
         )
-        disk = disk or self._child_disk(snap, work_dir)
-        vm = self._restore_one(snap, memory_path, work_dir, disk, share=True, owns=False)
+        argv = self._argv(snap.compat, memory_path, share=True, work_dir=work_dir, disk=disk, network=network)
+        vm = self._start([*argv, "-incoming", "defer"], work_dir, memory_path, snap.compat, disk, False, RestoreFailed)
+        try:
+            self._load_state(vm, snap)
+        except BaseException:
+            vm.kill()
+            raise
         vm.memory_path = memory_path
         return vm
 
     def fork(
-        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+        self,
+        snap: SnapshotFiles,
+        n: int,
+        disks: list[Path] | None = None,
+        work_dir: Path | None = None,
+        *,
+        network: bool = False,
     ) -> list[VM]:
-        return self.start_fork(snap, n, disks, work_dir).finish()
+        return self.start_fork(snap, n, disks, work_dir, network=network).finish()
 
     def start_fork(
-        self, snap: SnapshotFiles, n: int, disks: list[Path] | None = None, work_dir: Path | None = None
+        self,
+        snap: SnapshotFiles,
+        n: int,
+        disks: list[Path] | None = None,
+        work_dir: Path | None = None,
+        *,
+        network: bool = False,
     ) -> StartedFork:
         """Start every child's process now (``-incoming defer``: it maps ``snap.memory`` and waits);
-        ``finish`` drives each child's QMP restore from ``snap.vmstate`` from its own thread."""
-        self._check_fork(snap, n, disks)
+        ``finish`` drives each child's QMP restore from ``snap.vmstate`` from its own thread.
+
+        Without ``disks``, each child's disk is the snapshot's rootfs opened with ``snapshot=on``:
+        QEMU keeps the child's writes in a temporary qcow2 overlay in the child's work dir (so a
+        killed child leaves none behind elsewhere), and the stored image is opened read-only. That
+        costs nothing per child on any filesystem, where a private copy of a 1 GiB image would cost
+        a 1 GiB copy per child without reflinks."""
+        self._check_fork(snap, n, disks, network)
         # QEMU start-up dominates and runs in parallel. On any failure nothing is left running.
         vms: list[QemuVM] = []
         temp_dirs: list[Path] = []
@@ -249,15 +275,20 @@ class QemuMicrovmDriver(Driver):
 
         try:
             for i in range(n):
-                if work_dir is None:
-                    child_dir = Path(tempfile.mkdtemp(prefix="forkd-child-"))
+                child_dir, owned = self._child_dir(work_dir, i, "forkd-child-")
+                if owned:
                     temp_dirs.append(child_dir)
-                else:
-                    child_dir = Path(work_dir) / f"child-{i}"
-                    child_dir.mkdir(parents=True, exist_ok=True)
-                disk = disks[i] if disks else self._child_disk(snap, child_dir)
+                disk = disks[i] if disks else self._shared_disk(snap)
                 argv = [
-                    *self._argv(snap.compat, snap.memory, share=False, work_dir=child_dir, disk=disk),
+                    *self._argv(
+                        snap.compat,
+                        snap.memory,
+                        share=False,
+                        work_dir=child_dir,
+                        disk=disk,
+                        disk_overlay=not disks,
+                        network=network,
+                    ),
                     "-incoming",
                     "defer",
                 ]
@@ -273,7 +304,27 @@ class QemuMicrovmDriver(Driver):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _argv(self, compat: CompatInfo, memory: Path, share: bool, work_dir: Path, disk: Path | None) -> list[str]:
+    def _shared_disk(self, snap: SnapshotFiles) -> Path | None:
+        """The snapshot's own disk, for children that write to an overlay of it."""
+        if ROOTFS_DEVICE not in snap.compat.device_ids:
+            return None
+        if snap.rootfs is None or not snap.rootfs.is_file():
+            raise RestoreFailed("snapshot has a rootfs device but no rootfs file; pass disks=")
+        return snap.rootfs.resolve()
+
+    def _argv(
+        self,
+        compat: CompatInfo,
+        memory: Path,
+        share: bool,
+        work_dir: Path,
+        disk: Path | None,
+        *,
+        disk_overlay: bool = False,
+        network: bool = False,
+    ) -> list[str]:
+        """The QEMU command line. The devices come from ``compat.device_ids`` (a restore must
+        recreate the snapshot's exact device set); ``network`` only opens the NIC's NAT."""
         mem = f"{compat.mem_mib}M"
         argv = [
             self.binary,
@@ -305,9 +356,16 @@ class QemuMicrovmDriver(Driver):
         if disk is not None:
             argv += [
                 "-drive",
-                f"id=rootfs,file={_opt(disk)},format=raw,if=none",
+                f"id=rootfs,file={_opt(disk)},format=raw,if=none{',snapshot=on' if disk_overlay else ''}",
                 "-device",
                 "virtio-blk-device,drive=rootfs",
+            ]
+        if NIC_DEVICE in compat.device_ids:
+            argv += [
+                "-netdev",
+                f"user,id={NIC_DEVICE},restrict={'off' if network else 'on'}",
+                "-device",
+                f"virtio-net-device,netdev={NIC_DEVICE},mac={_GUEST_MAC}",
             ]
         return argv
 
@@ -324,22 +382,11 @@ class QemuMicrovmDriver(Driver):
         for stale in (QMP_SOCKET, CONSOLE_SOCKET):
             (work_dir / stale).unlink(missing_ok=True)
         try:
-            proc = process.spawn(argv, work_dir, work_dir / QEMU_LOG)
+            # TMPDIR: where QEMU puts a snapshot=on drive's overlay (a SIGKILLed child cannot unlink it)
+            proc = process.spawn(argv, work_dir, work_dir / QEMU_LOG, env={"TMPDIR": str(work_dir)})
         except OSError as exc:
             raise error(f"cannot start {self.binary}: {exc}") from exc
         return QemuVM(proc, work_dir, memory, compat, rootfs=disk, owns_work_dir=owns)
-
-    def _restore_one(
-        self, snap: SnapshotFiles, memory: Path, work_dir: Path, disk: Path | None, share: bool, owns: bool
-    ) -> QemuVM:
-        argv = self._argv(snap.compat, memory, share=share, work_dir=work_dir, disk=disk)
-        vm = self._start([*argv, "-incoming", "defer"], work_dir, memory, snap.compat, disk, owns, error=RestoreFailed)
-        try:
-            self._load_state(vm, snap)
-        except BaseException:
-            vm.kill()
-            raise
-        return vm
 
     def _load_state(self, vm: QemuVM, snap: SnapshotFiles) -> None:
         """QMP restore of one started ``-incoming defer`` process, then resume and reseed."""
@@ -357,7 +404,7 @@ class QemuMicrovmDriver(Driver):
             if status not in ("paused", "running", "prelaunch"):
                 raise RestoreFailed(f"restored VM is in state {status!r}")
             vm.resume()
-            vm.reseed()
+            vm.reseed(clock_ns=self._clock())
         except VmmError as exc:
             if isinstance(exc, RestoreFailed) and not isinstance(exc, CompatibilityError):
                 msg = str(exc)

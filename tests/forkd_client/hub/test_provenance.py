@@ -17,6 +17,7 @@ from forkd_client.hub.provenance import (
     ci_annotations,
     parse_annotations,
     provenance_statement,
+    source_dependencies,
 )
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
@@ -148,3 +149,35 @@ def test_provenance_is_a_verified_referrer_of_the_head(chain3, inproc_hub):
     assert len(statement["predicate"]["buildDefinition"]["resolvedDependencies"]) == len(chain) - 1
     assert client.repository("acme/py").manifest_exists(result.digest)  # the head is untouched: same digest, same tag
     assert client.repository("acme/py").tag_digest("v1") == result.digest
+
+
+def test_the_base_image_or_debian_packages_are_resolved_dependencies():
+    image = {
+        "org.opencontainers.image.base.name": "registry.example/library/python:3.12",
+        "org.opencontainers.image.base.digest": "sha256:" + "c" * 64,
+    }
+    assert source_dependencies(image) == [
+        {"name": "base image", "uri": "registry.example/library/python:3.12", "digest": {"sha256": "c" * 64}}
+    ]
+    debian = {
+        "dev.forkd.debian.suite": "bookworm",
+        "dev.forkd.debian.variant": "minbase",
+        "dev.forkd.debian.packages": "python3=3.11.2-1+b1,python3-pip=23.0.1+dfsg-1",
+    }
+    assert source_dependencies(debian) == [
+        {"name": "debian package", "uri": "pkg:deb/debian/python3@3.11.2-1%2Bb1?arch=amd64&distro=bookworm"},
+        {"name": "debian package", "uri": "pkg:deb/debian/python3-pip@23.0.1%2Bdfsg-1?arch=amd64&distro=bookworm"},
+    ]
+    assert source_dependencies({}) == []
+    statement = provenance_statement(
+        subject_name="hub/acme/py:v1",
+        subject_digest="sha256:" + "a" * 64,
+        chain=["sha256:" + "a" * 64],
+        annotations={},
+        user_annotations={},
+        started=NOW,
+        finished=NOW,
+        forkd_version="1",
+        sources=debian,
+    )
+    assert statement["predicate"]["buildDefinition"]["resolvedDependencies"] == source_dependencies(debian)
