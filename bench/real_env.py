@@ -34,9 +34,11 @@ from pathlib import Path
 import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.common import human, print_table  # noqa: E402
-from bench.procs import ForkdUser, HubServer  # noqa: E402
+from common import human, print_table  # noqa: E402
+from procs import ForkdUser, HubServer  # noqa: E402
+
 from forkd_client.images import DebianSpec, build_rootfs  # noqa: E402
 from forkd_client.images.cache import RootfsCache, cache_root  # noqa: E402
 from forkd_client.images.debian import debian_inputs  # noqa: E402

@@ -63,7 +63,16 @@ def test_build_reuses_a_matching_build_and_rebuilds_on_change(tmp_path: Path, mo
     files = {e.path: (e.mode, e.data) for e in read_newc(image.initrd.read_bytes())}
     order = files["lib/modules/load-order"][1].decode().split()
     # dependencies first: virtio_net's (net_failover, failover) come right before it
-    assert order == ["virtio_ring", "virtio", "virtio_mmio", "virtio_blk", "failover", "net_failover", "virtio_net", "virtio_rng"]
+    assert order == [
+        "virtio_ring",
+        "virtio",
+        "virtio_mmio",
+        "virtio_blk",
+        "failover",
+        "net_failover",
+        "virtio_net",
+        "virtio_rng",
+    ]
     assert set(GUEST_MODULES) <= set(order)
     assert "bin/forkd-clock" in files and "forkd-agent" in files
     assert "lib/modules/virtio_rng.ko" in files and "bin/forkd-reseed" in files

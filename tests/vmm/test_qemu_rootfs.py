@@ -106,7 +106,13 @@ def test_the_image_is_the_root_and_commands_get_its_environment(
         assert env["PATH"] == "/bin" and env["LANG"] == "C.UTF-8" and env["HOME"] == "/root"
         assert vm.run("id", check=True).output.startswith("uid=0 ")  # root (the image has no passwd)
         # the agent lives in a tmpfs, not in the image
-        assert vm.run("ls /run/forkd", check=True).output.split() == ["agent", "busybox", "forkd-agent", "forkd-clock", "forkd-reseed"]
+        assert vm.run("ls /run/forkd", check=True).output.split() == [
+            "agent",
+            "busybox",
+            "forkd-agent",
+            "forkd-clock",
+            "forkd-reseed",
+        ]
     finally:
         vm.kill()
     assert file_sha256(image) == image_hash, "the VM writes its own copy, never the image"
