@@ -23,7 +23,7 @@ gates=0
 bash scripts/check.sh || gates=$?
 
 suite=0
-python3 -m pytest -n "${FORKD_TEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@" || suite=$?
+python3 -m pytest -n "${FORKD_TEST_WORKERS:-4}" --dist loadgroup --durations=25 "$@" || suite=$?
 if [ "$gates" != 0 ]; then
     echo "the suite ran, but the code-health gates failed (scripts/check.sh, above)" >&2
     exit 1
