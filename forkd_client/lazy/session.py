@@ -7,25 +7,31 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
 1. ``start`` resolves the chain (one request), checks it is one chain hanging off the head's digest,
    verifies the head's signature when the namespace has trusted keys (as ``forkd pull`` does:
    :func:`~forkd_client.hub.signing.keys_for_pull`) (:class:`~forkd_client.hub.pull.ChainPull`'s
-   own stages), and mounts the head's image at the size its config gives
-   (:class:`~.fusefs.PendingImage`: reads wait for step 2);
+   own stages), and mounts the head's files at the sizes its config gives
+   (:class:`~.fusefs.PendingImage`: reads wait for step 2): ``memory.bin``, and ``rootfs.ext4``
+   when the head has a root filesystem (children open it read-only, as the base of their
+   ``snapshot=on`` disk overlays);
 2. ``prepare`` fetches every link's chunk maps and the head's vmstate at once
-   (:class:`~forkd_client.hub.prefetch.LinkPrefetch`, each map checked), stages the head's vmstate (checked against its digest as it is inflated) and the head's
-   memory image (:class:`~.image.LazyImage`) in a resumable staging directory keyed by the
-   head's digest (``<store>/.staging/resume-lazy-<hex>``): a killed session leaves the verified
-   chunks there, and the next lazy session of the same head keeps them;
+   (:class:`~forkd_client.hub.prefetch.LinkPrefetch`, each map checked), stages the head's
+   vmstate (checked against its digest as it is inflated) and each served file
+   (:class:`~.image.LazyImage`, planned from the chunk maps of the links that make it:
+   :func:`~.plan.file_links`) in a resumable staging directory keyed by the head's digest
+   (``<store>/.staging/resume-lazy-<hex>``): a killed session leaves the verified chunks there,
+   and the next lazy session of the same head keeps them;
 3. copies in the chunks local snapshots already hold (the local chunk index), lets the mount
-   serve the image (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the
-   head (:mod:`.profile`, asked for meanwhile), fetches those chunks in the background at once.
+   serve the files (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the
+   head's memory (:mod:`.profile`, asked for meanwhile), fetches those chunks in the background at
+   once. With ``FORKD_LAZY_ROOTFS_WHOLE=1`` the root filesystem is fetched whole here, before
+   ``prepare`` returns (children then never wait for a disk read).
 
 :meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
-first, when given) and then installs the chain with :class:`LazyInstall`, a ChainPull of the head
-pinned by digest, whose local chunk index (:func:`.staged.open_index`) also reads the staged image
-(re-hashing each chunk): same verification, records and forkd-compatible layout as a pull, the
-chunks fetched once.
+first, when given; the root filesystem's blocks the children read first) and then installs the
+chain with :class:`LazyInstall`, a ChainPull of the head pinned by digest, whose local chunk
+index (:func:`.staged.open_index`) also reads the staged files (re-hashing each chunk): same
+verification, records and forkd-compatible layout as a pull, the chunks fetched once.
 
-Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, SignatureError, the errors of
-:mod:`forkd_client.hub.pull`.
+Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, SignatureError, HubError (a file a
+link's map applies to that its parent does not have), the errors of :mod:`forkd_client.hub.pull`.
 """
 
 from __future__ import annotations
@@ -57,15 +63,18 @@ from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
 from ..store import SnapshotStore
 from ..vmmcompat import from_manifest_compat
-from .errors import LazyUnsupported, chunk_error
+from .errors import ChunkFailure, LazyUnsupported, chunk_error
 from .fusefs import LazyMount, PendingImage
 from .image import LazyImage
-from .plan import ImagePlan
+from .plan import ChainFiles, ImagePlan, file_links
 from .profile import PROFILE_WAIT_BYTES, attach_profile, fetch_profile, profile_head
 from .staged import state_key
 
 WARM_THREADS = 4
 WARM_READ_BYTES = 1 << 20
+#: FORKD_LAZY_ROOTFS_WHOLE=1: the root filesystem is fetched whole before the children run (the
+#: alternative to serving it lazily, measured in bench/lazy_fork.py --rootfs)
+ROOTFS_WHOLE_DEFAULT = 0
 
 
 def _runs(chunks: list[int], chunk_size: int, limit: int) -> list[tuple[int, int]]:
@@ -95,7 +104,10 @@ class LazyInstall(ChainPull):
 
 
 class LazySession:
-    """One lazily served chain head; use as a context manager (unmounts, keeps the staged state)."""
+    """One lazily served chain head; use as a context manager (unmounts, keeps the staged state).
+
+    :attr:`image` is the head's memory image, :attr:`rootfs` its root filesystem (None when the
+    head has none); both exist once :meth:`prepare` has run."""
 
     image: LazyImage
     mount: LazyMount
@@ -112,6 +124,8 @@ class LazySession:
         self.chain: list[str] = []  # layer digests, base → head
         self.staged: Path | None = None
         self.files: SnapshotFiles | None = None
+        self.rootfs: LazyImage | None = None
+        self.pending_rootfs: PendingImage | None = None
         self.chunks_local = 0
         self.installed: PullResult | None = None  # then the staged state is removed on close
         self.head_repository, self.head_manifest_size = ref.name, 0
@@ -123,6 +137,8 @@ class LazySession:
         self._profile_head: list[int] = []  # its chunks, in file order
         #: how much of the hub profile (frame bytes, in its order) a fork waits for before its children run
         self.profile_wait_bytes = tunable("FORKD_LAZY_PROFILE_WAIT_BYTES", PROFILE_WAIT_BYTES, 0)
+        #: whether the root filesystem is fetched whole in :meth:`prepare` instead of on demand
+        self.rootfs_whole = tunable("FORKD_LAZY_ROOTFS_WHOLE", ROOTFS_WHOLE_DEFAULT, 0) > 0
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> LazySession:
@@ -161,28 +177,27 @@ class LazySession:
         self.head_digest, self.head_compat = head.digest, dict(head_config.compat or {})
         self.head_repository, self.head_manifest_size = repository_of(head, self.ref), len(head.manifest)
         self.chain = [link.digest for link, _, _ in parsed]
-        for link, _, config in parsed:
-            if mt.ROOTFS_FILE in config.files:
-                raise LazyUnsupported(
-                    f"layer {link.digest} has a {mt.ROOTFS_FILE}; a lazy fork serves memory images only "
-                    "(use forkd pull, then forkd fork)"
-                )
         memory = head_config.files.get(mt.MEMORY_FILE)
         if memory is None:
             raise LazyUnsupported(f"layer {head.digest} has no {mt.MEMORY_FILE}: nothing to fork from")
+        rootfs = head_config.files.get(mt.ROOTFS_FILE)
         self._pull, self._parsed = pull, parsed
         self.staged = staged = self._stack.enter_context(self.store.resumable_staging(state_key(head.digest)))
         self._stack.callback(self._drop_if_installed)  # runs after the unmount below
-        self._stack.callback(self._close_image)  # after the unmount too: no read reaches a closed image
+        self._stack.callback(self._close_images)  # after the unmount too: no read reaches a closed image
         self.pending = PendingImage(memory.size)
-        self.mount = LazyMount(self.pending, staged / "mnt")
+        served = {mt.MEMORY_FILE: self.pending}
+        if rootfs is not None:
+            self.pending_rootfs = served[mt.ROOTFS_FILE] = PendingImage(rootfs.size)
+        self.mount = LazyMount(served, staged / "mnt")
         self._stack.callback(self.mount.unmount)
-        self._stack.callback(self.pending.fail, "the lazy session was closed")  # waiting reads answer EIO
+        for pending in served.values():  # waiting reads answer EIO
+            self._stack.callback(pending.fail, "the lazy session was closed")
         self.files = SnapshotFiles(
-            memory=self.mount.path,
+            memory=self.mount.path_of(mt.MEMORY_FILE),
             vmstate=staged / mt.VMSTATE_FILE,
             compat=from_manifest_compat(head_config.compat),
-            rootfs=None,
+            rootfs=self.mount.path_of(mt.ROOTFS_FILE) if rootfs is not None else None,
         )
         return self.files
 
@@ -203,17 +218,12 @@ class LazySession:
             lambda name, p: pull._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
         )
         try:
-            plan = ImagePlan.from_maps(
-                [(p[0].digest, name, ahead.maps(name, p).get(mt.MEMORY_FILE)) for name, p in named]
-            )
-            if plan.size != self.pending.size:
-                raise DigestInvalid(
-                    f"layer {head.digest}: {mt.MEMORY_FILE} is {plan.size:,} bytes by its chunk maps, "
-                    f"{self.pending.size:,} by its config"
-                )
+            links = [(p[0].digest, name, p[2], ahead.maps(name, p)) for name, p in named]
+            plans = {role: self._plan(role, pending.size, links) for role, pending in self._served().items()}
             frame = ahead.vmstate(named[-1][0], parsed[-1])
         finally:
             ahead.close()
+        plan = plans[mt.MEMORY_FILE]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-lazy-profile") as pool:
             profile = pool.submit(
                 fetch_profile, self.client, self.head_repository, head.digest, plan.chunk_size, plan.count
@@ -225,13 +235,22 @@ class LazySession:
                 except (AssemblyError, DigestMismatch) as e:
                     raise DigestInvalid(str(e)) from None
             self.image = LazyImage(plan, staged / mt.MEMORY_FILE, self.client, resume=True)
+            if mt.ROOTFS_FILE in plans:
+                self.rootfs = LazyImage(plans[mt.ROOTFS_FILE], staged / mt.ROOTFS_FILE, self.client, resume=True)
             index = LocalChunkIndex(self.store.root / "chunk-index.db", self.store.verified)
             try:
-                wanted = {s.digest for s in plan.sources if s is not None}
-                self.chunks_local = self.image.adopt_local(index.read, index.known(wanted))
+                wanted = {s.digest for p in plans.values() for s in p.sources if s is not None}
+                known = index.known(wanted)
+                self.chunks_local = sum(image.adopt_local(index.read, known) for image in self.images())
             finally:
                 index.close()
             self.pending.set(self.image)
+            if self.pending_rootfs is not None and self.rootfs is not None:
+                self.pending_rootfs.set(self.rootfs)
+            if self.rootfs is not None and self.rootfs_whole:  # children start once the disk is all local
+                self.rootfs.fill()
+                if self.rootfs.failures:
+                    raise chunk_error(sorted(self.rootfs.failures.values(), key=lambda f: f.index))
             self.hub_profile, self.profile_note = profile.result()
         if self.hub_profile:  # the working set first, in the background, while children start
             cut = profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)
@@ -243,6 +262,34 @@ class LazySession:
         else:
             self._head_done.set()
 
+    def _served(self) -> dict[str, PendingImage]:
+        """The mounted files, by role (memory first)."""
+        served = {mt.MEMORY_FILE: self.pending}
+        if self.pending_rootfs is not None:
+            served[mt.ROOTFS_FILE] = self.pending_rootfs
+        return served
+
+    def _plan(self, role: str, size: int, links: list[ChainFiles]) -> ImagePlan:
+        """The chunk table of the head's ``role``, checked against the ``size`` its config gives.
+        Raises LazyUnsupported, HubError, DigestInvalid."""
+        plan = ImagePlan.from_maps(file_links(role, links), role)
+        if plan.size != size:
+            raise DigestInvalid(
+                f"layer {self.head_digest}: {role} is {plan.size:,} bytes by its chunk maps, {size:,} by its config"
+            )
+        return plan
+
+    def images(self) -> list[LazyImage]:
+        """The served files' images (memory, then the root filesystem if any), once prepared."""
+        if not hasattr(self, "image"):
+            return []
+        return [self.image] if self.rootfs is None else [self.image, self.rootfs]
+
+    @property
+    def failures(self) -> list[ChunkFailure]:
+        """Every chunk that could not be served, of any file (memory first), by index."""
+        return [f for image in self.images() for f in sorted(image.failures.values(), key=lambda f: f.index)]
+
     def _fetch_working_set(self) -> None:
         """The hub profile's chunks: its head (what children read first, up to
         FORKD_LAZY_PROFILE_WAIT_BYTES of frames), then the rest of it."""
@@ -252,18 +299,19 @@ class LazySession:
             self._head_done.set()
         self.image.fill(self.hub_profile[len(self._profile_head) :], self._stop, rest=False)
 
-    def _close_image(self) -> None:
-        if hasattr(self, "image"):
-            self.image.close()
+    def _close_images(self) -> None:
+        for image in self.images():
+            image.close()
 
     def _drop_if_installed(self) -> None:
         if self.installed is not None and self.staged is not None:
             shutil.rmtree(self.staged, ignore_errors=True)
 
     def raise_failures(self) -> None:
-        """Raise ChunkCorrupt / ChunkUnfetchable naming every chunk that could not be served, if any."""
-        if self.image.failures:
-            raise chunk_error(sorted(self.image.failures.values(), key=lambda f: f.index))
+        """Raise ChunkCorrupt / ChunkUnfetchable naming every chunk (of any served file) that could
+        not be served, if any."""
+        if failures := self.failures:
+            raise chunk_error(failures)
 
     def wait_for_profile_head(self, timeout: float | None = None) -> bool:
         """Wait until the head of the hub profile (the chunks children read first, up to
@@ -314,10 +362,13 @@ class LazySession:
         )
 
     def fill_and_install(self, first: Iterable[int] = ()) -> PullResult:
-        """Fetch every missing chunk (``first``, then the hub's access profile, first), then
-        install the chain as a pull does. Raises ChunkCorrupt / ChunkUnfetchable (nothing
-        installed), the errors of a pull."""
+        """Fetch every missing chunk (of the memory image: ``first``, then the hub's access
+        profile, first; of the root filesystem: the blocks read so far first), then install the
+        chain as a pull does. Raises ChunkCorrupt / ChunkUnfetchable (nothing installed), the
+        errors of a pull."""
         self.image.fill([*first, *self.hub_profile])
+        if self.rootfs is not None:
+            self.rootfs.fill(list(self.rootfs.profile))
         self.raise_failures()
         self.installed = LazyInstall(self).run()
         return self.installed
