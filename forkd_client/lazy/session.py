@@ -51,6 +51,7 @@ from manifest import mediatypes as mt
 from manifest.errors import AssemblyError, DigestMismatch
 from manifest.vmstate import inflate_vmstate
 from vmm import SnapshotFiles
+from vmm.base import ROOTFS_DEVICE
 
 from ..hub.client import HubClient
 from ..hub.errors import DigestInvalid
@@ -181,6 +182,12 @@ class LazySession:
         if memory is None:
             raise LazyUnsupported(f"layer {head.digest} has no {mt.MEMORY_FILE}: nothing to fork from")
         rootfs = head_config.files.get(mt.ROOTFS_FILE)
+        compat = from_manifest_compat(head_config.compat)
+        if rootfs is None and ROOTFS_DEVICE in compat.device_ids:
+            raise LazyUnsupported(
+                f"layer {head.digest} boots a disk its layer does not carry (no {mt.ROOTFS_FILE}; forkd's "
+                "snapshot.json names one outside the snapshot): use forkd pull, then forkd fork"
+            )
         self._pull, self._parsed = pull, parsed
         self.staged = staged = self._stack.enter_context(self.store.resumable_staging(state_key(head.digest)))
         self._stack.callback(self._drop_if_installed)  # runs after the unmount below
@@ -196,7 +203,7 @@ class LazySession:
         self.files = SnapshotFiles(
             memory=self.mount.path_of(mt.MEMORY_FILE),
             vmstate=staged / mt.VMSTATE_FILE,
-            compat=from_manifest_compat(head_config.compat),
+            compat=compat,
             rootfs=self.mount.path_of(mt.ROOTFS_FILE) if rootfs is not None else None,
         )
         return self.files

@@ -197,3 +197,22 @@ def test_file_links_is_the_run_of_links_that_have_the_file_as_a_pull_assembles_i
     with pytest.raises(HubError, match=r"layer L1: rootfs\.ext4 applies to a parent file this chain does not have"):
         file_links("rootfs.ext4", links)
     assert file_links("rootfs.ext4", [("L0", "r", mem, {})]) == []
+
+
+def test_a_head_whose_disk_is_outside_its_layer_is_refused_before_anything_is_mounted(
+    store, other_store, inproc_hub, tmp_path
+):
+    """forkd's layout may name a disk outside the snapshot (snapshot.json ``rootfs``): the layer
+    carries no rootfs.ext4 for its rootfs device, so there is nothing to serve the children's disk from."""
+    from forkd_client.lazy.errors import LazyUnsupported
+
+    src = make_base_source(tmp_path / "src", seed=3)
+    store.import_snapshot(src, "outside", compat={"vmm": "qemu-microvm", "deviceIds": "rootfs,net0"})
+    token = inproc_hub.token("ci", "push:acme/*")
+    push(store, inproc_hub.client(token), "outside", REF)
+    with LazySession(other_store, inproc_hub.client(token), REF) as session:
+        with pytest.raises(
+            LazyUnsupported, match=r"boots a disk its layer does not carry .*forkd pull, then forkd fork"
+        ):
+            session.open()
+        assert session.staged is None
