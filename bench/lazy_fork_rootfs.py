@@ -1,7 +1,7 @@
 """Lazy fork of a real environment (a Debian userland with python3 on its root filesystem):
 the disk served lazily vs fetched whole first vs pull-then-fork.
 
-    python bench/lazy_fork_rootfs.py [--mem-mib 512] [--mbit 1000] [--repeat 1] [--exec CMD] [--dir DIR]
+    python bench/lazy_fork_rootfs.py [--mem-mib 512] [--mbit 1000 [--mbit 200 …]] [--repeat 1] [--exec CMD] [--dir DIR]
 
 Bakes one real QEMU (TCG) base with ``forkd from-debian --include python3,python3-pip`` (the
 userland comes from the rootfs cache when an earlier run built it), pushes it to a real
@@ -18,8 +18,9 @@ imports a few stdlib modules and prints) in one child by three paths:
 Time is from the call to the child's answer; "installed" is from the call until the chain is
 installed (lazy: the background fill after the answer, then the install, as ``forkd fork
 --lazy`` does). Bytes are what the hub client received before the answer. Over loopback, then
-over a veth pair to the hub in a network namespace of its own, shaped to ``--mbit`` Mbit/s each
-way (bench/netshape.py ``server_netns``; needs root and iproute2, else that half is skipped).
+over a veth pair to the hub in a network namespace of its own, shaped to each ``--mbit`` Mbit/s
+each way in turn (bench/netshape.py ``server_netns``; needs root and iproute2, else that part is
+skipped).
 With ``--repeat N`` each path runs N times per network and the medians are printed.
 """
 
@@ -36,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -71,7 +73,7 @@ def rootfs_whole(on: bool) -> Iterator[None]:
             os.environ["FORKD_LAZY_ROOTFS_WHOLE"] = before
 
 
-def pull_then_fork(root: Path, url: str, token: str, command: str) -> dict[str, object]:
+def pull_then_fork(root: Path, url: str, token: str, command: str) -> dict[str, Any]:
     with SnapshotStore(root) as store, HubClient(url, token) as client:
         started = time.perf_counter()
         pull(store, client, REF, as_tag="py")
@@ -84,7 +86,7 @@ def pull_then_fork(root: Path, url: str, token: str, command: str) -> dict[str, 
         return {"answer": answer, "s": answered, "installed_s": installed, "bytes": client.bytes_received}
 
 
-def lazy(root: Path, url: str, token: str, command: str, *, whole: bool) -> dict[str, object]:
+def lazy(root: Path, url: str, token: str, command: str, *, whole: bool) -> dict[str, Any]:
     with SnapshotStore(root) as store, HubClient(url, token) as client, rootfs_whole(whole):
         started = time.perf_counter()
         done = lazy_fork(store, client, REF, 1, as_tag="py")
@@ -111,7 +113,7 @@ def lazy(root: Path, url: str, token: str, command: str, *, whole: bool) -> dict
 
 
 def one_network(label: str, root: Path, url: str, token: str, command: str, repeat: int) -> list[list[object]]:
-    results: dict[str, list[dict[str, object]]] = {path: [] for path in PATHS}
+    results: dict[str, list[dict[str, Any]]] = {path: [] for path in PATHS}
     for k in range(repeat):  # the paths alternate, so a load change hits each of them alike
         for path in PATHS:
             where = root / f"{label}-{k}-{PATHS.index(path)}".replace(" ", "_").replace("/", "_")
@@ -122,12 +124,12 @@ def one_network(label: str, root: Path, url: str, token: str, command: str, repe
             print(f"[{label}] {path}: {json.dumps(result)}", flush=True)
             results[path].append(result)
             shutil.rmtree(where, ignore_errors=True)
-    full_s = median([float(r["s"]) for r in results["pull-then-fork"]])  # type: ignore[arg-type]
+    full_s = median([float(r["s"]) for r in results["pull-then-fork"]])
     rows: list[list[object]] = []
     for path, runs in results.items():
-        s = median([float(r["s"]) for r in runs])  # type: ignore[arg-type]
-        installed = median([float(r["installed_s"]) for r in runs])  # type: ignore[arg-type]
-        received = median([float(r["bytes"]) for r in runs])  # type: ignore[arg-type]
+        s = median([float(r["s"]) for r in runs])
+        installed = median([float(r["installed_s"]) for r in runs])
+        received = median([float(r["bytes"]) for r in runs])
         rows.append(
             [
                 label,
@@ -143,7 +145,7 @@ def one_network(label: str, root: Path, url: str, token: str, command: str, repe
     return rows
 
 
-def bake(src: Path, mem_mib: int) -> dict[str, object]:
+def bake(src: Path, mem_mib: int) -> dict[str, Any]:
     """``forkd from-debian`` into ``src`` (the userland from the rootfs cache after a first build)."""
     args = ["from-debian", "--include", "python3,python3-pip", "--tag", "py", "--mem-mib", str(mem_mib)]
     done = subprocess.run(
@@ -157,19 +159,22 @@ def bake(src: Path, mem_mib: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mem-mib", type=int, default=512, help="guest RAM (default 512)")
-    parser.add_argument("--mbit", type=int, default=1000, help="the shaped link's rate (default 1000 Mbit/s)")
+    parser.add_argument(
+        "--mbit", type=int, action="append", help="a shaped link's rate, repeatable (default 1000 Mbit/s)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each path per network (medians printed)")
     parser.add_argument("--exec", dest="command", default=DEFAULT_EXEC, help="what the child runs")
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
     args = parser.parse_args()
+    args.mbit = args.mbit or [1000]
     root = Path(tempfile.mkdtemp(prefix="lazy-rootfs-bench-", dir=args.dir))
     try:
         started = time.perf_counter()
         baked = bake(root / "src", args.mem_mib)
         rootfs = baked.get("rootfs") or {}
         print(
-            f"baked {args.mem_mib} MiB guest on {rootfs.get('source', '?')} "  # type: ignore[union-attr]
-            f"({human(int(rootfs.get('size', 0)))} rootfs, cache hit: {rootfs.get('cache_hit')}) "  # type: ignore[union-attr]
+            f"baked {args.mem_mib} MiB guest on {rootfs.get('source', '?')} "
+            f"({human(int(rootfs.get('size', 0)))} rootfs, cache hit: {rootfs.get('cache_hit')}) "
             f"in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
@@ -208,16 +213,19 @@ def main() -> None:
 
 
 def shaped_network(bed: ServerNetns, root: Path, store: SnapshotStore, args: argparse.Namespace) -> list[list[object]]:
-    """The same paths against a hub in the namespace, behind the shaped veth pair."""
+    """The same paths against a hub in the namespace, behind the veth pair shaped to each rate in turn."""
+    rows: list[list[object]] = []
     with HubServer(root / "hub-ns", root / "hub-ns.log", host=bed.server_ip, launcher=bed.launcher) as hub:
         token = hub.token("bench", "push:bench/*")
         with HubClient(hub.url, token) as client:
             push(store, client, "py", REF)
-        with bed.shaped(args.mbit) as why:
-            if why is not None:
-                print(f"shaped run skipped: {why}")
-                return []
-            return one_network(f"{args.mbit} Mbit/s", root, hub.url, token, args.command, args.repeat)
+        for mbit in args.mbit:
+            with bed.shaped(mbit) as why:
+                if why is not None:
+                    print(f"shaped run skipped: {why}")
+                    continue
+                rows += one_network(f"{mbit} Mbit/s", root, hub.url, token, args.command, args.repeat)
+    return rows
 
 
 if __name__ == "__main__":
