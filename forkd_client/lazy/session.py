@@ -20,8 +20,8 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
    and the next lazy session of the same head keeps them;
 3. copies in the chunks local snapshots already hold (the local chunk index), lets the mount
    serve the files (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the
-   head's memory (:mod:`.profile`, asked for meanwhile), fetches those chunks in the background at
-   once. With ``FORKD_LAZY_ROOTFS_WHOLE=1`` the root filesystem is fetched whole here, before
+   head (:mod:`.profile`, asked for meanwhile: its memory image's chunks, and its root
+   filesystem's), fetches those chunks in the background at once (:mod:`.workingset`). With ``FORKD_LAZY_ROOTFS_WHOLE=1`` the root filesystem is fetched whole here, before
    ``prepare`` returns (children then never wait for a disk read).
 
 :meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import shutil
-import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,31 +66,13 @@ from .errors import ChunkFailure, LazyUnsupported, chunk_error
 from .fusefs import LazyMount, PendingImage
 from .image import LazyImage
 from .plan import ChainFiles, ImagePlan, file_links
-from .profile import PROFILE_WAIT_BYTES, attach_profile, fetch_profile, profile_head
+from .profile import PROFILE_WAIT_BYTES, FileProfile, attach_profile, fetch_profiles
 from .staged import state_key
+from .workingset import WorkingSet
 
-WARM_THREADS = 4
-WARM_READ_BYTES = 1 << 20
 #: FORKD_LAZY_ROOTFS_WHOLE=1: the root filesystem is fetched whole before the children run (the
-#: alternative to serving it lazily, measured in bench/lazy_fork.py --rootfs)
+#: alternative to serving it lazily, measured in bench/lazy_fork_rootfs.py)
 ROOTFS_WHOLE_DEFAULT = 0
-
-
-def _runs(chunks: list[int], chunk_size: int, limit: int) -> list[tuple[int, int]]:
-    """``(offset, length)`` byte runs covering sorted ``chunks``, neighbours merged, at most ``limit`` each."""
-    runs: list[tuple[int, int]] = []
-    for i in chunks:
-        offset = i * chunk_size
-        if runs and runs[-1][0] + runs[-1][1] == offset and runs[-1][1] + chunk_size <= limit:
-            runs[-1] = (runs[-1][0], runs[-1][1] + chunk_size)
-        else:
-            runs.append((offset, chunk_size))
-    return runs
-
-
-def _read_quietly(fd: int, offset: int, length: int) -> None:
-    with contextlib.suppress(OSError):
-        os.pread(fd, length, offset)
 
 
 class LazyInstall(ChainPull):
@@ -130,13 +110,11 @@ class LazySession:
         self.chunks_local = 0
         self.installed: PullResult | None = None  # then the staged state is removed on close
         self.head_repository, self.head_manifest_size = ref.name, 0
-        self.hub_profile: list[int] = []  # the access profile the hub had for the head
+        self.hub_profile: list[int] = []  # the access profile the hub had for the head's memory image
+        self.hub_rootfs_profile: list[int] = []  # ... and for its root filesystem
         self.profile_note = ""
-        self._stop = threading.Event()
-        self._prefetch: threading.Thread | None = None
-        self._head_done = threading.Event()  # the head of the hub profile is in (see wait_for_profile_head)
-        self._profile_head: list[int] = []  # its chunks, in file order
-        #: how much of the hub profile (frame bytes, in its order) a fork waits for before its children run
+        self.working_set = WorkingSet([], 0)  # the hub profiles' chunks, fetched first (set by prepare)
+        #: how much of each hub profile (frame bytes, in its order) a fork waits for before its children run
         self.profile_wait_bytes = tunable("FORKD_LAZY_PROFILE_WAIT_BYTES", PROFILE_WAIT_BYTES, 0)
         #: whether the root filesystem is fetched whole in :meth:`prepare` instead of on demand
         self.rootfs_whole = tunable("FORKD_LAZY_ROOTFS_WHOLE", ROOTFS_WHOLE_DEFAULT, 0) > 0
@@ -211,10 +189,11 @@ class LazySession:
     def prepare(self) -> None:
         """The second half of :meth:`open`: every link's chunk maps and the head's vmstate,
         fetched concurrently (:class:`~forkd_client.hub.prefetch.LinkPrefetch`), checked; the
-        vmstate staged (checked as it is inflated); the image's chunks that local snapshots hold
-        copied in; then the mount serves the image, and the hub's access profile (asked for
-        meanwhile) is fetched in the background. On error, reads waiting on the mount answer EIO
-        and the caller closes the session. Raises what the module raises."""
+        vmstate staged (checked as it is inflated); the files' chunks that local snapshots hold
+        copied in; then the mount serves the files (with FORKD_LAZY_ROOTFS_WHOLE=1 the root
+        filesystem is fetched whole first), and the hub's access profile (asked for meanwhile) is
+        fetched in the background. On error, reads waiting on the mount answer EIO and the caller
+        closes the session. Raises what the module raises."""
         pull, parsed, staged = self._pull, self._parsed, self.staged
         assert staged is not None, "start() first"
         head, _, head_config = parsed[-1]
@@ -232,9 +211,8 @@ class LazySession:
             ahead.close()
         plan = plans[mt.MEMORY_FILE]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-lazy-profile") as pool:
-            profile = pool.submit(
-                fetch_profile, self.client, self.head_repository, head.digest, plan.chunk_size, plan.count
-            )
+            geometry = {role: (p.chunk_size, p.count) for role, p in plans.items()}
+            profile = pool.submit(fetch_profiles, self.client, self.head_repository, head.digest, geometry)
             vm_info = head_config.files[mt.VMSTATE_FILE]
             with open(staged / mt.VMSTATE_FILE, "wb") as out:
                 try:
@@ -258,16 +236,16 @@ class LazySession:
                 self.rootfs.fill()
                 if self.rootfs.failures:
                     raise chunk_error(sorted(self.rootfs.failures.values(), key=lambda f: f.index))
-            self.hub_profile, self.profile_note = profile.result()
-        if self.hub_profile:  # the working set first, in the background, while children start
-            cut = profile_head(self.image.plan, self.hub_profile, self.profile_wait_bytes)
-            self._profile_head = sorted(self.hub_profile[:cut])
-            self._prefetch = threading.Thread(target=self._fetch_working_set, name="forkd-lazy-profile", daemon=True)
-            self._prefetch.start()
-            self._stack.callback(self._prefetch.join)
-            self._stack.callback(self._stop.set)
-        else:
-            self._head_done.set()
+            profiles, self.profile_note = profile.result()
+        self.hub_profile = profiles.get(mt.MEMORY_FILE, [])
+        self.hub_rootfs_profile = profiles.get(mt.ROOTFS_FILE, [])
+        # the working set first, in the background, while children start
+        profiled = [(self.image, self.mount.path_of(mt.MEMORY_FILE), self.hub_profile)]
+        if self.rootfs is not None:
+            profiled.append((self.rootfs, self.mount.path_of(mt.ROOTFS_FILE), self.hub_rootfs_profile))
+        self.working_set = WorkingSet(profiled, self.profile_wait_bytes)
+        self.working_set.start()
+        self._stack.callback(self.working_set.close)
 
     def _served(self) -> dict[str, PendingImage]:
         """The mounted files, by role (memory first)."""
@@ -297,15 +275,6 @@ class LazySession:
         """Every chunk that could not be served, of any file (memory first), by index."""
         return [f for image in self.images() for f in sorted(image.failures.values(), key=lambda f: f.index)]
 
-    def _fetch_working_set(self) -> None:
-        """The hub profile's chunks: its head (what children read first, up to
-        FORKD_LAZY_PROFILE_WAIT_BYTES of frames), then the rest of it."""
-        try:  # all of the head is waited for: in file order, so it coalesces into few ranges
-            self.image.fill(self._profile_head, self._stop, rest=False)
-        finally:
-            self._head_done.set()
-        self.image.fill(self.hub_profile[len(self._profile_head) :], self._stop, rest=False)
-
     def _close_images(self) -> None:
         for image in self.images():
             image.close()
@@ -321,61 +290,45 @@ class LazySession:
             raise chunk_error(failures)
 
     def wait_for_profile_head(self, timeout: float | None = None) -> bool:
-        """Wait until the head of the hub profile (the chunks children read first, up to
-        :attr:`profile_wait_bytes` of frames) is present or failed; at once without a profile.
-        A child restored after it faults on local chunks instead of waiting for the hub at every
-        first touch. False on timeout."""
-        return self._head_done.wait(timeout)
+        """Wait until the head of each hub profile (the chunks children read first, up to
+        :attr:`profile_wait_bytes` of frames per file) is present or failed; at once without a
+        profile. A child restored after it faults on local chunks instead of waiting for the hub
+        at every first touch. False on timeout."""
+        return self.working_set.wait_head(timeout)
 
     def warm_page_cache(self) -> None:
-        """Read the hub profile's head through the mount, several runs at once, so that the kernel
-        holds it in the mount's page cache (``kernel_cache``): a child's page faults on it are then
-        answered by the kernel instead of each waiting for a FUSE round trip through this process
-        behind the child's single vCPU. Call after :meth:`wait_for_profile_head`. Never raises: a
-        read that fails here fails again, visibly, when a child makes it."""
-        runs = _runs(
-            [i for i in self._profile_head if self.image.present[i]], self.image.plan.chunk_size, WARM_READ_BYTES
-        )
-        if not runs:
-            return
-        self.image.recording = False  # these reads are not a child's: keep them out of the profile
-        fd = os.open(self.mount.path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no kernel readahead past the runs into missing chunks
-            with ThreadPoolExecutor(max_workers=WARM_THREADS, thread_name_prefix="forkd-lazy-warm") as pool:
-                list(pool.map(lambda run: _read_quietly(fd, *run), runs))
-        finally:
-            os.close(fd)
-            self.image.recording = True
+        """Read the hub profiles' heads through the mount (:meth:`.WorkingSet.warm_page_cache`).
+        Call after :meth:`wait_for_profile_head`. Never raises."""
+        self.working_set.warm_page_cache()
 
     def wait_for_working_set(self, timeout: float | None = None) -> bool:
-        """Wait until the hub profile's chunks were fetched (or failed); False on timeout."""
-        if self._prefetch is not None:
-            self._prefetch.join(timeout)
-            return not self._prefetch.is_alive()
-        return True
+        """Wait until the hub profiles' chunks were fetched (or failed); False on timeout."""
+        return self.working_set.wait_all(timeout)
 
     def save_profile(self) -> str:
-        """Attach this session's page-access profile to the head layer on the hub; its digest.
-        Raises the HubError family (Forbidden without push access)."""
-        plan = self.image.plan
+        """Attach this session's access profile (the first reads of its memory image, and of its
+        root filesystem when it has one) to the head layer on the hub; its digest. Raises the
+        HubError family (Forbidden without push access)."""
+        disk = self.rootfs
+        more = [] if disk is None else [FileProfile(mt.ROOTFS_FILE, disk.plan.chunk_size, list(disk.profile))]
         return attach_profile(
             self.client,
             self.head_repository,
             self.head_digest,
             self.head_manifest_size,
-            plan.chunk_size,
+            self.image.plan.chunk_size,
             list(self.image.profile),
+            more=more,
         )
 
     def fill_and_install(self, first: Iterable[int] = ()) -> PullResult:
         """Fetch every missing chunk (of the memory image: ``first``, then the hub's access
-        profile, first; of the root filesystem: the blocks read so far first), then install the
-        chain as a pull does. Raises ChunkCorrupt / ChunkUnfetchable (nothing installed), the
-        errors of a pull."""
+        profile, first; of the root filesystem: the blocks read so far, then its hub profile,
+        first), then install the chain as a pull does. Raises ChunkCorrupt / ChunkUnfetchable
+        (nothing installed), the errors of a pull."""
         self.image.fill([*first, *self.hub_profile])
         if self.rootfs is not None:
-            self.rootfs.fill(list(self.rootfs.profile))
+            self.rootfs.fill([*self.rootfs.profile, *self.hub_rootfs_profile])
         self.raise_failures()
         self.installed = LazyInstall(self).run()
         return self.installed

@@ -1,4 +1,5 @@
-"""The in-process hub and the 3-link chain of tests/forkd_client/hub, and a real hub process, for the lazy tests."""
+"""The in-process hub and the 3-link chain of tests/forkd_client/hub, a real hub process, and an HTTP
+server on the host's loopback (reached from a guest with --net), for the lazy tests."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 
 from tests.e2e.hubproc import HubProcess
 from tests.forkd_client.hub.conftest import inproc_hub, other_store  # noqa: F401
+from tests.vmm.test_qemu_rootfs import loopback_server  # noqa: F401  (an HTTP server on the host's loopback)
 
 
 @pytest.fixture

@@ -74,13 +74,18 @@ def _same_chain(lazy_home: Path, plain_home: Path, tag: str) -> None:
 
 
 @needs_qemu
-def test_lazy_children_read_both_layers_files_from_the_served_disk_and_the_install_is_a_pulls(built, hub, tmp_path):
+def test_lazy_children_read_both_layers_files_from_the_served_disk_and_the_install_is_a_pulls(
+    built, hub, tmp_path, loopback_server
+):
     _push(built, tmp_path, hub)
     bob = _user(tmp_path, hub, "bob")
-    run = run_forkd(bob, "fork", REF, "--lazy", "--as", "disk", "-n", "2", "--exec", READ_ALL, "--json")
+    # --net passes through: the children reach a server on the host's loopback through the NAT
+    fetch = f"printf 'GET /hello.txt HTTP/1.0\\r\\n\\r\\n' | nc -w 5 10.0.2.2 {loopback_server} | tail -n 1"
+    command = f"{READ_ALL} && {fetch}"
+    run = run_forkd(bob, "fork", REF, "--lazy", "--as", "disk", "-n", "2", "--net", "--exec", command, "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert [c["output"].split() for c in out["children"]] == [SEEN, SEEN]
+    assert [c["output"].split() for c in out["children"]] == [[*SEEN, "hello", "from", "the", "host"]] * 2
     disk = out["rootfs_before_fill"]
     assert 0 < disk["chunks_fetched"] < disk["chunks"]  # read from the served disk, not all of it
     assert out["failed_chunks"] == [] and out["installed"]["digest"] == out["digest"]
@@ -172,3 +177,22 @@ def test_pull_lazy_mounts_the_disk_too_and_installs_it_in_the_background(built, 
     wait_until(lambda: gone(out["server"]["pid"]))
     assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "disk"
     assert (tmp_path / "bob" / "home" / "snapshots" / "disk" / mt.ROOTFS_FILE).read_bytes() == want
+
+
+@needs_qemu
+def test_a_profile_recorded_at_push_covers_the_disk_and_the_first_lazy_fork_fetches_it_first(built, hub, tmp_path):
+    env = {**user_env(tmp_path / "alice", hub), "FORKD_HOME": str(built)}
+    login(env, hub, "ci", "push:acme/*")
+    pushed = run_forkd(env, "push", "link", REF, "--record-profile", "--profile-exec", READ_ALL, "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    profile = json.loads(pushed.stdout)["profile"]
+    assert profile["chunks"] > 0 and profile["rootfs_chunks"] > 0 and profile["exec"] == READ_ALL
+
+    bob = _user(tmp_path, hub, "bob")
+    run = run_forkd(bob, "fork", REF, "--lazy", "-n", "1", "--exec", READ_ALL, "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["children"][0]["output"].split() == SEEN
+    assert out["profile"]["used"] == f"access profile {profile['digest']} (memory.bin, rootfs.ext4)"
+    # the disk's working set was fetched before the child ran: it read (nearly) nothing else
+    assert out["rootfs_before_fill"]["chunks_fetched"] <= profile["rootfs_chunks"] + 64

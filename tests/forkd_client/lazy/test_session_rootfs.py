@@ -216,3 +216,51 @@ def test_a_head_whose_disk_is_outside_its_layer_is_refused_before_anything_is_mo
         ):
             session.open()
         assert session.staged is None
+
+
+def test_a_saved_profile_carries_the_disks_first_reads_and_the_next_session_fetches_them_first(
+    disk_chain, other_store, inproc_hub, tmp_path, monkeypatch
+):
+    from forkd_client.hub.referrers import Document, push_referrer
+    from forkd_client.lazy.profile import ARTIFACT_TYPE
+
+    monkeypatch.setenv("FORKD_LAZY_READAHEAD_BYTES", "0")
+    token = _pushed(disk_chain, inproc_hub)
+    client = inproc_hub.client(token)
+    with LazySession(other_store, client, REF, as_tag="disk") as first:
+        files = first.open()
+        assert files.rootfs is not None and first.rootfs is not None
+        with open(files.rootfs, "rb") as f:
+            for chunk in (40, 1, 63):
+                f.seek(chunk * CS)
+                f.read(100)
+        assert first.rootfs.profile == [40, 1, 63]
+        saved = first.save_profile()
+    with SnapshotStore(tmp_path / "second") as second_store, LazySession(second_store, client, REF) as second:
+        second.open()
+        assert second.hub_rootfs_profile == [40, 1, 63] and second.hub_profile == []
+        assert second.profile_note == f"access profile {saved} (memory.bin, rootfs.ext4)"
+        assert second.wait_for_profile_head(timeout=60) and second.wait_for_working_set(timeout=60)
+        disk = second.rootfs
+        assert disk is not None and all(disk.present[i] for i in (40, 1, 63))
+        assert disk.chunks_fetched == 3 and second.image.chunks_fetched == 0  # the working set, nothing else
+        second.warm_page_cache()
+        assert disk.profile == [] and disk.chunks_fetched == 3  # warming reads only what is there, records nothing
+    # a newer profile whose disk document is malformed: its memory profile is used, the disk's
+    # comes from the older one
+    push_referrer(
+        client,
+        REF.name,
+        subject_digest=second.head_digest,
+        subject_size=second.head_manifest_size,
+        artifact_type=ARTIFACT_TYPE,
+        documents=[
+            Document(ARTIFACT_TYPE, b'{"file": "memory.bin", "chunkSize": 65536, "chunks": [0]}'),
+            Document(ARTIFACT_TYPE, b'{"file": "rootfs.ext4", "chunkSize": 65536, "chunks": [-1]}'),
+        ],
+        annotations={"n": "2"},
+    )
+    with SnapshotStore(tmp_path / "third") as third_store, LazySession(third_store, client, REF) as third:
+        third.open()
+        assert third.hub_profile == [0] and third.hub_rootfs_profile == [40, 1, 63]
+        assert f"{saved} (rootfs.ext4)" in third.profile_note
