@@ -13,7 +13,12 @@ imports a few stdlib modules and prints) in one child by three paths:
 * **lazy, disk lazy** (the default of ``forkd fork --lazy``): memory and ``rootfs.ext4`` both
   served through the FUSE mount, each chunk fetched and verified when the child first reads it;
 * **lazy, disk whole first** (``FORKD_LAZY_ROOTFS_WHOLE=1``): memory lazy, the disk fetched whole
-  (verified) before the child is restored.
+  (verified) before the child is restored;
+* the two lazy paths again, **with a profile from the push**: the same head pushed to another
+  repository with an access profile recorded at push (``forkd push --record-profile
+  --profile-exec CMD``: one local child runs the same command through a recording mount), so
+  each is that repository's first lazy fork but knows which memory and disk chunks the child
+  reads first, and fetches them before it restores the child.
 
 Time is from the call to the child's answer; "installed" is from the call until the chain is
 installed (lazy: the background fill after the answer, then the install, as ``forkd fork
@@ -51,12 +56,22 @@ from forkd_client.hub.pull import pull  # noqa: E402
 from forkd_client.hub.push import push  # noqa: E402
 from forkd_client.hub.reference import Reference  # noqa: E402
 from forkd_client.lazy.fork import lazy_fork  # noqa: E402
+from forkd_client.lazy.profile import FileProfile, attach_profile  # noqa: E402
+from forkd_client.lazy.record import record_profile  # noqa: E402
 from forkd_client.store import SnapshotStore  # noqa: E402
 from forkd_client.vmops import fork  # noqa: E402
+from manifest.chunking import DEFAULT_CHUNK_SIZE  # noqa: E402
 
 REF = Reference.parse("bench/py:v1")
+PROFILED = Reference.parse("bench/py-profiled:v1")  # the same head, with a profile recorded at push
 DEFAULT_EXEC = "python3 -c 'import json, email.parser, http.client, decimal; print(json.dumps(7))'"
-PATHS = ("pull-then-fork", "lazy, disk lazy", "lazy, disk whole first")
+PATHS = (
+    "pull-then-fork",
+    "lazy, disk lazy",
+    "lazy, disk whole first",
+    "lazy, disk lazy, profile from the push",
+    "lazy, disk whole first, profile from the push",
+)
 
 
 @contextlib.contextmanager
@@ -86,10 +101,10 @@ def pull_then_fork(root: Path, url: str, token: str, command: str) -> dict[str, 
         return {"answer": answer, "s": answered, "installed_s": installed, "bytes": client.bytes_received}
 
 
-def lazy(root: Path, url: str, token: str, command: str, *, whole: bool) -> dict[str, Any]:
+def lazy(root: Path, url: str, token: str, command: str, *, whole: bool, ref: Reference) -> dict[str, Any]:
     with SnapshotStore(root) as store, HubClient(url, token) as client, rootfs_whole(whole):
         started = time.perf_counter()
-        done = lazy_fork(store, client, REF, 1, as_tag="py")
+        done = lazy_fork(store, client, ref, 1, as_tag="py")
         with done.session:
             try:
                 done.forked.run(command, 600)
@@ -120,7 +135,8 @@ def one_network(label: str, root: Path, url: str, token: str, command: str, repe
             if path == "pull-then-fork":
                 result = pull_then_fork(where, url, token, command)
             else:
-                result = lazy(where, url, token, command, whole=path.endswith("whole first"))
+                whole, ref = "whole first" in path, PROFILED if path.endswith("profile from the push") else REF
+                result = lazy(where, url, token, command, whole=whole, ref=ref)
             print(f"[{label}] {path}: {json.dumps(result)}", flush=True)
             results[path].append(result)
             shutil.rmtree(where, ignore_errors=True)
@@ -143,6 +159,15 @@ def one_network(label: str, root: Path, url: str, token: str, command: str, repe
             ]
         )
     return rows
+
+
+def push_both(store: SnapshotStore, client: HubClient, profile: list[FileProfile]) -> None:
+    """The head as REF, and as PROFILED with ``profile`` attached (what ``push --record-profile`` does)."""
+    push(store, client, "py", REF)
+    head = push(store, client, "py", PROFILED).digest
+    manifest, _ = client.get_manifest(PROFILED.name, head)
+    memory, more = profile[0], profile[1:]
+    attach_profile(client, PROFILED.name, head, len(manifest), memory.chunk_size, memory.chunks, more=more)
 
 
 def bake(src: Path, mem_mib: int) -> dict[str, Any]:
@@ -180,18 +205,24 @@ def main() -> None:
         )
         rows: list[list[object]] = []
         with SnapshotStore(root / "src") as store:
+            recorded = time.perf_counter()
+            profile = record_profile(store, "py", DEFAULT_CHUNK_SIZE, exec_cmd=args.command)
+            print(
+                f"profile recorded in {time.perf_counter() - recorded:.1f} s: "
+                + ", ".join(f"{len(p.chunks)} chunks of {p.file}" for p in profile)
+            )
             with HubServer(root / "hub", root / "hub.log") as hub:
                 token = hub.token("bench", "push:bench/*")
                 with HubClient(hub.url, token) as client:
                     pushed = time.perf_counter()
-                    push(store, client, "py", REF)
+                    push_both(store, client, profile)
                     print(f"pushed in {time.perf_counter() - pushed:.1f} s ({human(client.bytes_sent)} sent)")
                 rows += one_network("loopback", root, hub.url, token, args.command, args.repeat)
             with server_netns() as bed:
                 if isinstance(bed, str):
                     print(f"shaped run skipped: {bed}")
                 else:
-                    rows += shaped_network(bed, root, store, args)
+                    rows += shaped_network(bed, root, store, profile, args)
         print_table(
             [
                 "network",
@@ -212,13 +243,15 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def shaped_network(bed: ServerNetns, root: Path, store: SnapshotStore, args: argparse.Namespace) -> list[list[object]]:
+def shaped_network(
+    bed: ServerNetns, root: Path, store: SnapshotStore, profile: list[FileProfile], args: argparse.Namespace
+) -> list[list[object]]:
     """The same paths against a hub in the namespace, behind the veth pair shaped to each rate in turn."""
     rows: list[list[object]] = []
     with HubServer(root / "hub-ns", root / "hub-ns.log", host=bed.server_ip, launcher=bed.launcher) as hub:
         token = hub.token("bench", "push:bench/*")
         with HubClient(hub.url, token) as client:
-            push(store, client, "py", REF)
+            push_both(store, client, profile)
         for mbit in args.mbit:
             with bed.shaped(mbit) as why:
                 if why is not None:
