@@ -21,13 +21,14 @@ lazily from a FUSE mount, filled in the background, then installed exactly as ``
 3. copies in the chunks local snapshots already hold (the local chunk index), lets the mount
    serve the files (:class:`~.fusefs.LazyMount`), and when the hub has an access profile for the
    head (:mod:`.profile`, asked for meanwhile: its memory image's chunks, and its root
-   filesystem's), fetches those chunks in the background at once (:mod:`.workingset`). With ``FORKD_LAZY_ROOTFS_WHOLE=1`` the root filesystem is fetched whole here, before
-   ``prepare`` returns (children then never wait for a disk read).
+   filesystem's), fetches those chunks in the background at once (:mod:`.workingset`). With
+   ``FORKD_LAZY_ROOTFS_WHOLE=1`` the root filesystem is fetched whole here, before ``prepare``
+   returns (children then never wait for a disk read).
 
-:meth:`LazySession.fill_and_install` fetches every chunk still missing (the page-access profile
-first, when given; the root filesystem's blocks the children read first) and then installs the
-chain with :class:`LazyInstall`, a ChainPull of the head pinned by digest, whose local chunk
-index (:func:`.staged.open_index`) also reads the staged files (re-hashing each chunk): same
+:meth:`LazySession.fill_and_install` fetches every chunk still missing (of each file, what the
+children read first, then the hub's access profile) and then installs the chain with
+:class:`LazyInstall`, a ChainPull of the head pinned by digest, whose local chunk index
+(:func:`.staged.open_index`) also reads the staged files (re-hashing each chunk): same
 verification, records and forkd-compatible layout as a pull, the chunks fetched once.
 
 Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, SignatureError, HubError (a file a
