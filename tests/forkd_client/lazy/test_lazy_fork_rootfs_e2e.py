@@ -177,6 +177,9 @@ def test_pull_lazy_mounts_the_disk_too_and_installs_it_in_the_background(built, 
     wait_until(lambda: gone(out["server"]["pid"]))
     assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "disk"
     assert (tmp_path / "bob" / "home" / "snapshots" / "disk" / mt.ROOTFS_FILE).read_bytes() == want
+    carol = _user(tmp_path, hub, "carol")
+    assert run_forkd(carol, "pull", REF, "--as", "disk").returncode == 0
+    _same_chain(tmp_path / "bob" / "home", tmp_path / "carol" / "home", "disk")
 
 
 @needs_qemu
