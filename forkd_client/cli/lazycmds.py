@@ -60,15 +60,16 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
         print_fork(ctx, lazy.forked, True)
         before = lazy.stats or lazy.snapshot_stats()
         ctx.print(
-            f"Served {lazy.session.head_digest} lazily: {before['chunks_fetched']} of {before['chunks']} chunks "
-            f"({human_size(before['bytes_fetched'])}) fetched while the children ran, "
+            f"Served {lazy.session.head_digest} lazily: {before['chunks_fetched']} of {before['chunks']} "
+            f"memory chunks ({human_size(before['bytes_fetched'])}) fetched while the children ran, "
             f"{before['chunks_local']} found locally"
         )
         disk = lazy.rootfs_stats if lazy.stats else lazy.snapshot_rootfs_stats()
         if disk is not None:
             ctx.print(
-                f"Root filesystem served lazily: {disk['chunks_fetched']} of {disk['chunks']} chunks "
-                f"({human_size(disk['bytes_fetched'])}) fetched while the children ran, {disk['chunks_local']} found locally"
+                f"Root filesystem: {disk['chunks_fetched']} of {disk['chunks']} chunks "
+                f"({human_size(disk['bytes_fetched'])}) fetched while the children ran, "
+                f"{disk['chunks_local']} found locally"
             )
         ctx.print(f"Working set: {lazy.session.profile_note or 'no access profile'}")
         if lazy.saved_profile:
