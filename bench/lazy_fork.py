@@ -141,7 +141,8 @@ def main() -> None:
                     for ref in REFS.values():
                         push(store, client, "big", ref)
                     recorded_s = time.perf_counter()
-                    profile = record_profile(store, "big", DEFAULT_CHUNK_SIZE)  # forkd push --record-profile
+                    memory = record_profile(store, "big", DEFAULT_CHUNK_SIZE)[0]  # forkd push --record-profile
+                    profile = memory.chunks
                     recorded_s = time.perf_counter() - recorded_s
                     for ref in RECORDED.values():
                         head = push(store, client, "big", ref).digest

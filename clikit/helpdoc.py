@@ -6,11 +6,21 @@ unexplained, and examples, applied by :func:`document` to the built parser from 
 from __future__ import annotations
 
 import argparse
+import textwrap
 
-__all__ = ["HelpTable", "document"]
+__all__ = ["HelpFormatter", "HelpTable", "document"]
 
 #: command path ("token create") → (description, {dest: help for arguments without one}, examples)
 HelpTable = dict[str, tuple[str, dict[str, str], list[str]]]
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs kept as written; argument helps wrapped at spaces only, so a path, an
+    option or a name with hyphens (``docs/lazy-fork.md``, ``--profile-exec``) stays whole and can be
+    copied or searched for."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
 
 
 def document(parser: argparse.ArgumentParser, table: HelpTable) -> None:
@@ -30,7 +40,7 @@ def document(parser: argparse.ArgumentParser, table: HelpTable) -> None:
                     description, arguments, examples = table[key]
                     sub.description = description
                     sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
-                    sub.formatter_class = argparse.RawDescriptionHelpFormatter
+                    sub.formatter_class = HelpFormatter
                     sub.set_defaults(command_usage=sub.format_usage)  # for errors about an argument
                     for arg in sub._actions:  # noqa: SLF001
                         if arg.help is None and arg.dest in arguments:

@@ -46,6 +46,7 @@ INTEGRATION_PARAMS = frozenset({"postgresql", "s3"})
 #: Files whose every test starts a helper process or mounts a filesystem, with why (path -> reason).
 INTEGRATION_FILES: dict[str, str] = {
     "tests/forkd_client/lazy/test_session.py": "lazy sessions serve a FUSE file (/dev/fuse, as root)",
+    "tests/forkd_client/lazy/test_session_rootfs.py": "lazy sessions serve FUSE files (/dev/fuse, as root)",
     "tests/forkd_client/lazy/test_early_mount.py": "reads through a FUSE mount",
     "tests/forkd_client/lazy/test_fusefs.py": "mounts the FUSE file system it tests",
     "tests/vmm/test_process.py": "the module under test starts and reaps processes",

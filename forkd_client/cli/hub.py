@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from manifest.chunking import DEFAULT_CHUNK_SIZE
+from manifest.mediatypes import ROOTFS_FILE
 
 from ..errors import ClientError, Interrupted, UsageError
 from ..hub.client import LOGIN_HINT, HubClient
@@ -34,6 +35,8 @@ from .output import Context, human_size
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from ..lazy.profile import FileProfile
 
 # A pull's start-up pays for every module imported here: what only push (its provenance and
 # signing key, cryptography) or a forkd-registry pull needs is imported where those run.
@@ -197,9 +200,11 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     if result.signature:
         ctx.print(f"signed: {result.signature} (a referrer of {result.digest[:19]}…)")
     if result.profile:
+        got = result.profile
+        disk = "" if got.get("rootfs_chunks") is None else f" of memory, {got['rootfs_chunks']} of the root filesystem"
         ctx.print(
-            f"access profile: {result.profile['digest']} ({result.profile['chunks']} chunks read by "
-            f"{result.profile['exec']!r}; lazy forks fetch them first)"
+            f"access profile: {got['digest']} ({got['chunks']} chunks{disk} read by {got['exec']!r}; "
+            "lazy forks fetch them first)"
         )
     return 0
 
@@ -215,22 +220,33 @@ def _chain_sources(store: SnapshotStore, tag: str) -> dict[str, str]:
     return {}
 
 
-def _record_profile(store: SnapshotStore, args: argparse.Namespace, progress: Progress) -> list[int]:
-    """``--record-profile``: the chunks one child of the local head reads running ``--profile-exec``.
-    Raises what :func:`forkd_client.lazy.record.record_profile` raises."""
+def _record_profile(store: SnapshotStore, args: argparse.Namespace, progress: Progress) -> list[FileProfile]:
+    """``--record-profile``: the chunks one child of the local head reads running ``--profile-exec``
+    (of its memory image, then of its root filesystem when it has one). Raises what
+    :func:`forkd_client.lazy.record.record_profile` raises."""
     from ..lazy.record import record_profile
 
     progress.log(f"{args.local_tag}: recording the access profile of one child running {args.profile_exec!r}…")
     return record_profile(store, args.local_tag, DEFAULT_CHUNK_SIZE, exec_cmd=args.profile_exec)
 
 
-def _attach_profile(client: HubClient, name: str, head: str, chunks: list[int], cmd: str) -> dict[str, object]:
+def _attach_profile(
+    client: HubClient, name: str, head: str, profiles: list[FileProfile], cmd: str
+) -> dict[str, object]:
     from ..lazy.profile import attach_profile
 
     repo = client.repository(name)
     manifest, _ = repo.get_manifest(head)
-    digest = attach_profile(repo, head, len(manifest), DEFAULT_CHUNK_SIZE, chunks)
-    return {"digest": digest, "chunks": len(chunks), "chunk_size": DEFAULT_CHUNK_SIZE, "exec": cmd}
+    memory, more = profiles[0], profiles[1:]
+    digest = attach_profile(repo, head, len(manifest), memory.chunk_size, memory.chunks, more=more)
+    disk = next((len(p.chunks) for p in more if p.file == ROOTFS_FILE), None)
+    return {
+        "digest": digest,
+        "chunks": len(memory.chunks),
+        "rootfs_chunks": disk,
+        "chunk_size": DEFAULT_CHUNK_SIZE,
+        "exec": cmd,
+    }
 
 
 def _signing_key(path: Path) -> Ed25519PrivateKey:

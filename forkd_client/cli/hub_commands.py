@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         "--record-profile",
         action="store_true",
         help="before uploading, fork one child of LOCAL_TAG through a recording mount, run --profile-exec in it, "
-        "and attach the chunks it read (in order) to the pushed head: the first lazy fork of it then fetches "
+        "and attach the memory and disk chunks it read (in order) to the pushed head: the first lazy fork of it "
+        "then fetches "
         "its working set first (docs/lazy-fork.md; needs FUSE and the VMM here)",
     )
     p.add_argument(
@@ -126,8 +127,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument(
         "--lazy",
         action="store_true",
-        help="return once the head's memory image is mounted (a detached process fetches and verifies chunks as "
-        "they are read, fills the rest, then installs the chain as a plain pull does; docs/lazy-fork.md)",
+        help="return once the head's memory image (and root filesystem) is mounted (a detached process fetches "
+        "and verifies chunks as they are read, fills the rest, then installs the chain as a plain pull does; "
+        "docs/lazy-fork.md)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(

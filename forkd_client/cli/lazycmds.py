@@ -49,7 +49,7 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
                 lazy.forked.run(args.exec_cmd, args.exec_timeout)
             finally:
                 lazy.forked.kill()
-            failures = bool(lazy.session.image.failures)
+            failures = bool(lazy.session.failures)
             if not failures:
                 if args.save_profile:
                     lazy.saved_profile = lazy.session.save_profile()
@@ -60,10 +60,17 @@ def run_lazy_fork(args: argparse.Namespace, ctx: Context, print_fork: Callable[[
         print_fork(ctx, lazy.forked, True)
         before = lazy.stats or lazy.snapshot_stats()
         ctx.print(
-            f"Served {lazy.session.head_digest} lazily: {before['chunks_fetched']} of {before['chunks']} chunks "
-            f"({human_size(before['bytes_fetched'])}) fetched while the children ran, "
+            f"Served {lazy.session.head_digest} lazily: {before['chunks_fetched']} of {before['chunks']} "
+            f"memory chunks ({human_size(before['bytes_fetched'])}) fetched while the children ran, "
             f"{before['chunks_local']} found locally"
         )
+        disk = lazy.rootfs_stats if lazy.stats else lazy.snapshot_rootfs_stats()
+        if disk is not None:
+            ctx.print(
+                f"Root filesystem: {disk['chunks_fetched']} of {disk['chunks']} chunks "
+                f"({human_size(disk['bytes_fetched'])}) fetched while the children ran, "
+                f"{disk['chunks_local']} found locally"
+            )
         ctx.print(f"Working set: {lazy.session.profile_note or 'no access profile'}")
         if lazy.saved_profile:
             ctx.print(f"Saved this fork's access profile on the hub as {lazy.saved_profile}")
@@ -101,8 +108,12 @@ def _run_detached_fork(
         return e.exit_code
     pids: list[int] = []
     try:
+        rootfs = ready.get("rootfs")
         files = SnapshotFiles(
-            Path(ready["memory"]), Path(ready["vmstate"]), from_manifest_compat(ready["compat"]), rootfs=None
+            Path(ready["memory"]),
+            Path(ready["vmstate"]),
+            from_manifest_compat(ready["compat"]),
+            rootfs=Path(rootfs) if rootfs else None,
         )
         driver = require_driver(args.vmm or files.compat.vmm)
         check_host_compat(ready["compat"], driver, memory=files.memory, what=args.tag)  # type: ignore[arg-type]
@@ -127,15 +138,17 @@ def _run_detached_fork(
     else:
         print_fork(ctx, forked, args.exec_cmd is not None)
         ctx.print(
-            f"Memory served lazily by pid {server.pid} until the children exit; the chain is installed as "
+            f"{'Memory and disk' if ready.get('rootfs') else 'Memory'} served lazily by pid {server.pid} "
+            "until the children exit; the chain is installed as "
             f"{ready['tag']} once filled (log: {control / 'server.log'})"
         )
     return 1 if forked.failed else 0
 
 
 def run_lazy_pull(args: argparse.Namespace, ctx: Context) -> int:
-    """``forkd pull REF --lazy``: a detached server mounts the head's image and fills it in the background,
-    installing the chain once filled; returns once the image is mounted."""
+    """``forkd pull REF --lazy``: a detached server mounts the head's memory image (and root
+    filesystem) and fills them in the background, installing the chain once filled; returns once
+    they are mounted."""
     if args.verify_key or args.hub:
         raise UsageError("pull --lazy takes a hub reference, without --verify-key or --hub")
     from ..lazy.serve import ServerFailed
@@ -148,9 +161,10 @@ def run_lazy_pull(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.json({**ready, "server": {"pid": server.pid, "control": str(control)}})
     else:
+        disk = f", root filesystem at {ready['rootfs']}" if ready.get("rootfs") else ""
         ctx.print(
-            f"{args.ref}: memory image mounted at {ready['memory']}; filling in the background (pid {server.pid}), "
-            f"installed as {ready['tag']} when complete (log: {control / 'server.log'})"
+            f"{args.ref}: memory image mounted at {ready['memory']}{disk}; filling in the background "
+            f"(pid {server.pid}), installed as {ready['tag']} when complete (log: {control / 'server.log'})"
         )
     return 0
 

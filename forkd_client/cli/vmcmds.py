@@ -117,16 +117,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument(
         "--lazy",
         action="store_true",
-        help="fork from a hub chain before it is downloaded: memory pages are fetched (and verified) as the "
-        "children touch them, the rest afterwards, then the chain is installed as `forkd pull` installs it "
+        help="fork from a hub chain before it is downloaded: memory pages and disk blocks are fetched (and "
+        "verified) as the children touch them, the rest afterwards, then the chain is installed as `forkd pull` "
+        "installs it "
         "(docs/lazy-fork.md; with --exec, or --keep: then a detached process serves them until they exit)",
     )
     p.add_argument("--as", dest="as_tag", metavar="LOCAL_TAG", help="with --lazy: local tag to install the head as")
     p.add_argument(
         "--save-profile",
         action="store_true",
-        help="with --lazy: attach the order in which the children first read memory chunks to the head layer "
-        "on the hub (an access-profile referrer; needs push access), so later lazy forks fetch those chunks first",
+        help="with --lazy: attach the order in which the children first read memory (and disk) chunks to the "
+        "head layer on the hub (an access-profile referrer; needs push access), so later lazy forks fetch those "
+        "chunks first",
     )
     p.set_defaults(func=run_fork)
 

@@ -3,14 +3,15 @@
 Here, below both, because ``forkd pull`` reads it and ``fork --lazy`` (:mod:`forkd_client.lazy`,
 which builds on the pull) writes it: the client's hub code never imports the lazy package.
 
-A lazy session of head layer ``H`` stages under ``<store>/.staging/resume-lazy-<hex of H>/``:
-``memory.bin`` (the head's image, sparse where nothing was fetched), ``memory.bin.present``
-(one byte per chunk, written after the chunk's verified bytes) and ``memory.bin.chunks`` (the
-chunk size on the first line, then the digest of every chunk, one line each, empty for a zero
-chunk; written when the session starts). :func:`open_index` gives ``forkd pull`` of the same head (and a lazy session's own
-install) a local chunk index that also reads the chunks present there, each re-hashed when read:
-a killed lazy session costs the next pull nothing it had already verified, and a stale or
-tampered file can cost a download, never correctness.
+A lazy session of head layer ``H`` stages under ``<store>/.staging/resume-lazy-<hex of H>/``, for
+each file it serves (``memory.bin``, and ``rootfs.ext4`` when the head has one), e.g. for
+``memory.bin``: ``memory.bin`` (the head's image, sparse where nothing was fetched),
+``memory.bin.present`` (one byte per chunk, written after the chunk's verified bytes) and
+``memory.bin.chunks`` (the chunk size on the first line, then the digest of every chunk, one line
+each, empty for a zero chunk; written when the session starts). :func:`open_index` gives ``forkd
+pull`` of the same head (and a lazy session's own install) a local chunk index that also reads the
+chunks present there, each re-hashed when read: a killed lazy session costs the next pull nothing
+it had already verified, and a stale or tampered file can cost a download, never correctness.
 
 Errors: OSError.
 """
@@ -67,12 +68,12 @@ def present_chunks(image: Path) -> dict[str, tuple[int, int]]:
 
 
 class StagedImageIndex(LocalChunkIndex):
-    """The local chunk index, plus the chunks present in a lazy session's staged image (each
-    re-hashed when read, like every local chunk)."""
+    """The local chunk index, plus the chunks present in a lazy session's staged files (each
+    re-hashed when read, like every local chunk); ``where``: digest -> (file, offset, length)."""
 
-    def __init__(self, db_path: Path, store: SnapshotStore, image: Path, where: dict[str, tuple[int, int]]) -> None:
+    def __init__(self, db_path: Path, store: SnapshotStore, where: dict[str, tuple[Path, int, int]]) -> None:
         super().__init__(db_path, store.verified)
-        self._image, self._where = image, where
+        self._where = where
 
     def known(self, digests: Iterable[str]) -> set[str]:
         wanted = list(digests)
@@ -82,9 +83,9 @@ class StagedImageIndex(LocalChunkIndex):
         where = self._where.get(digest)
         if where is not None:
             try:
-                with open(self._image, "rb") as f:
-                    f.seek(where[0])
-                    data = f.read(where[1])
+                with open(where[0], "rb") as f:
+                    f.seek(where[1])
+                    data = f.read(where[2])
             except OSError:
                 data = b""
             if "blake3:" + blake3.blake3(data).hexdigest() == digest:
@@ -94,8 +95,11 @@ class StagedImageIndex(LocalChunkIndex):
 
 def open_index(store: SnapshotStore, head_digest: str) -> LocalChunkIndex:
     """The local chunk index for a pull of ``head_digest``: with the chunks a lazy session of the
-    same head staged, when there are any."""
+    same head staged (in any file it served), when there are any."""
     db = store.root / "chunk-index.db"
-    image = state_dir(store, head_digest) / mt.MEMORY_FILE
-    where = present_chunks(image)
-    return StagedImageIndex(db, store, image, where) if where else LocalChunkIndex(db, store.verified)
+    where: dict[str, tuple[Path, int, int]] = {}
+    for role in mt.CHUNKED_FILES:
+        image = state_dir(store, head_digest) / role
+        for digest, (offset, length) in present_chunks(image).items():
+            where.setdefault(digest, (image, offset, length))
+    return StagedImageIndex(db, store, where) if where else LocalChunkIndex(db, store.verified)

@@ -10,13 +10,15 @@
         └── DigestInvalid
             └── ChunkCorrupt     a chunk's bytes did not match its digest (the read got EIO; exit 6)
 
-Both chunk errors carry the :class:`ChunkFailure` records naming layer, chunk index, file offset
-and digest.
+Both chunk errors carry the :class:`ChunkFailure` records naming the file (``memory.bin`` or
+``rootfs.ext4``), layer, chunk index, file offset and digest.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from manifest import mediatypes as mt
 
 from ..errors import ClientError
 from ..hub.errors import DigestInvalid, HubError, HubUnreachable
@@ -24,24 +26,27 @@ from ..hub.errors import DigestInvalid, HubError, HubUnreachable
 
 @dataclass(frozen=True)
 class ChunkFailure:
-    """A chunk of the head's memory image that could not be served, and why."""
+    """A chunk of one of the head's served files (memory image, root filesystem) that could not be
+    served, and why."""
 
     layer: str  # manifest digest of the layer whose chunk map lists it
-    index: int  # chunk index in the head's memory image
-    offset: int  # byte offset in the head's memory image
+    index: int  # chunk index in the head's file
+    offset: int  # byte offset in the head's file
     digest: str  # the chunk's digest
     reason: str
     corrupt: bool  # True: bytes arrived but did not verify; False: they could not be fetched
     unreachable: bool = False  # not fetched because nothing answered (no connection, timeout, a gateway 5xx)
+    file: str = mt.MEMORY_FILE  # the file role: memory.bin or rootfs.ext4
 
     def describe(self) -> str:
         return (
-            f"layer {self.layer}: memory.bin chunk {self.index} (offset {self.offset}, {self.digest}) "
+            f"layer {self.layer}: {self.file} chunk {self.index} (offset {self.offset}, {self.digest}) "
             f"{'is corrupt' if self.corrupt else 'could not be fetched'}: {self.reason}"
         )
 
     def to_obj(self) -> dict[str, object]:
         return {
+            "file": self.file,
             "layer": self.layer,
             "index": self.index,
             "offset": self.offset,

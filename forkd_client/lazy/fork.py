@@ -1,14 +1,17 @@
 """``forkd fork REF --lazy``: children of a hub chain started before it has finished downloading.
 
 :func:`lazy_fork` starts a :class:`~.session.LazySession` (chain resolved and verified, head's
-memory image mounted before its chunk maps are fetched), checks the head's compat against this
-host, starts ``n`` VMM processes mapping the mounted image (``Driver.start_fork``), *then*
-fetches the maps and the vmstate (:meth:`~.session.LazySession.prepare`) while those processes
-start, and restores the children from the vmstate: copy-on-write children mapping the mounted
-image exactly as :func:`forkd_client.vmops.fork` maps a local one. The caller runs its command in them (:meth:`Forked.run`), then
-:meth:`LazyFork.finish`: when a chunk could not be served (the child that read it got EIO on a
-page fault and stopped) it raises ChunkCorrupt / ChunkUnfetchable naming each chunk and
-installs nothing; otherwise it fills the rest and installs the chain as ``forkd pull`` would.
+memory image, and root filesystem if it has one, mounted before their chunk maps are fetched),
+checks the head's compat against this host, starts ``n`` VMM processes mapping the mounted image
+and opening the mounted disk as the read-only base of their ``snapshot=on`` overlays
+(``Driver.start_fork``), *then* fetches the maps and the vmstate
+(:meth:`~.session.LazySession.prepare`) while those processes start, and restores the children
+from the vmstate: copy-on-write children exactly as :func:`forkd_client.vmops.fork` makes them
+from a local snapshot. The caller runs its command in them (:meth:`Forked.run`), then
+:meth:`LazyFork.finish`: when a chunk could not be served (the child that read it got EIO: on a
+page fault of its memory it stopped, on a disk read its guest got an I/O error) it raises
+ChunkCorrupt / ChunkUnfetchable naming each chunk and installs nothing; otherwise it fills the
+rest and installs the chain as ``forkd pull`` would.
 
 Errors: LazyUnsupported, ChunkCorrupt, ChunkUnfetchable, VmSetupError, CompatibilityError,
 RestoreFailed, the errors of :mod:`forkd_client.hub.pull`.
@@ -32,6 +35,7 @@ from ..vmops.fork import Child, Forked
 from ..vmops.host import make_driver, require_driver
 from .errors import chunk_error
 from .fusefs import fuse_module
+from .image import LazyImage
 from .session import LazySession
 
 
@@ -44,22 +48,22 @@ class LazyFork:
     open_ms: float
     installed: PullResult | None = None
     saved_profile: str | None = None  # the access-profile referrer this fork attached
-    stats: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)  # the memory image's, before the fill
+    rootfs_stats: dict[str, int] | None = None  # the root filesystem's, before the fill
 
     def snapshot_stats(self) -> dict[str, int]:
-        image = self.session.image
-        return {
-            "chunks": image.plan.count,
-            "chunks_fetched": image.chunks_fetched,
-            "chunks_local": image.chunks_local,
-            "chunks_resumed": image.chunks_resumed,
-            "bytes_fetched": image.bytes_fetched,
-        }
+        """Where the memory image's chunks came from so far."""
+        return image_stats(self.session.image)
+
+    def snapshot_rootfs_stats(self) -> dict[str, int] | None:
+        """Where the root filesystem's chunks came from so far (None: the head has none)."""
+        return None if self.session.rootfs is None else image_stats(self.session.rootfs)
 
     def finish(self, *, install: bool = True) -> None:
         """Stop the children (unless kept), then raise the chunk failures if any, else fill the
-        rest and (with ``install``) install the chain. The stats before the fill stay in ``stats``."""
-        self.stats = self.snapshot_stats()
+        rest and (with ``install``) install the chain. The stats before the fill stay in ``stats``
+        and ``rootfs_stats``."""
+        self.stats, self.rootfs_stats = self.snapshot_stats(), self.snapshot_rootfs_stats()
         if not self.forked.kept:
             self.forked.kill()
         self.session.raise_failures()
@@ -73,11 +77,24 @@ class LazyFork:
             "tag": self.session.head_tag,
             "open_ms": round(self.open_ms, 1),
             "before_fill": self.stats or self.snapshot_stats(),
-            "failed_chunks": [f.to_obj() for f in self.session.image.failures.values()],
+            "rootfs_before_fill": self.rootfs_stats if self.stats else self.snapshot_rootfs_stats(),
+            "failed_chunks": [f.to_obj() for f in self.session.failures],
             "profile": {"used": self.session.profile_note, "saved": self.saved_profile},
             "installed": None if self.installed is None else self.installed.to_obj(),
             **{k: v for k, v in self.forked.to_obj().items() if k not in ("tag",)},
         }
+
+
+def image_stats(image: LazyImage) -> dict[str, int]:
+    """Where ``image``'s chunks came from so far: fetched from the hub, copied from local
+    snapshots, kept from an interrupted session (and the frame bytes fetched)."""
+    return {
+        "chunks": image.plan.count,
+        "chunks_fetched": image.chunks_fetched,
+        "chunks_local": image.chunks_local,
+        "chunks_resumed": image.chunks_resumed,
+        "bytes_fetched": image.bytes_fetched,
+    }
 
 
 def _warm_up(vmm: str | None) -> None:
@@ -133,9 +150,9 @@ def lazy_fork(
     except BaseException as e:
         if children is not None:
             children.cancel()
-        failures = session.image.failures if hasattr(session, "image") else {}
+        failures = session.failures
         session.close()
         if failures and not isinstance(e, KeyboardInterrupt):  # a child stopped on a chunk it could not read
-            raise chunk_error(sorted(failures.values(), key=lambda f: f.index)) from e
+            raise chunk_error(failures) from e
         raise
     return LazyFork(session, forked, open_ms)

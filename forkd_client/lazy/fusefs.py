@@ -1,21 +1,23 @@
-"""A read-only one-file FUSE filesystem exposing a :class:`~.image.LazyImage` as ``memory.bin``.
+"""A read-only FUSE filesystem exposing :class:`~.image.LazyImage` files by role: ``memory.bin``,
+and ``rootfs.ext4`` when the head has a root filesystem.
 
 The binding is mfusepy (ctypes over libfuse; chosen by measurement, docs/decisions/0010-lazy-fork-fuse.md).
 Opens for writing are accepted, because QEMU 7.2 opens its memory file O_RDWR even with
 ``share=off`` (reference: vmm-qemu.md); writes and truncation are refused (EROFS): a
-``MAP_PRIVATE`` mapping never writes back. A read whose chunk could not be served answers EIO
-(the chunk is recorded on the image). The kernel keeps what was read in the page cache
+``MAP_PRIVATE`` mapping never writes back, and a child's disk is a ``snapshot=on`` overlay whose
+backing file QEMU only reads. A read whose chunk could not be served answers EIO (the chunk is
+recorded on the image). The kernel keeps what was read in the page cache
 (``kernel_cache``), so every page crosses into this process at most once per mount.
 
 :class:`LazyMount` mounts on a directory and serves from a thread until :meth:`LazyMount.unmount`;
-``handles`` counts the file's open handles (a mapping keeps one until it is unmapped, so a server
-can tell when nothing uses the file any more).
+``handles`` counts the files' open handles (a mapping keeps one until it is unmapped, a VMM's
+disk one until it exits, so a server can tell when nothing uses them any more).
 
-The mount can come up before the image exists: :class:`PendingImage` knows only the file's size
+The mount can come up before the images exist: :class:`PendingImage` knows only the file's size
 (from the head's config), and its reads wait until :meth:`PendingImage.set` gives it the
 :class:`~.image.LazyImage` (then they are served) or :meth:`PendingImage.fail` says it will never
-come (then they answer EIO). So a VMM can open and map the file while the chunk maps and the
-vmstate are still being fetched.
+come (then they answer EIO). So a VMM can open and map the memory file and open its disk while
+the chunk maps and the vmstate are still being fetched.
 
 Errors: LazyUnsupported (no FUSE on this host: /dev/fuse, libfuse or fusermount missing), OSError.
 """
@@ -31,6 +33,7 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,8 +75,8 @@ class OpenCount:
 
 
 class ServedImage(Protocol):
-    """What the mount serves: a :class:`~.image.LazyImage`, or a local file recording its reads
-    (:class:`~.record.RecordingImage`)."""
+    """What the mount serves as one file: a :class:`~.image.LazyImage`, or a local file recording
+    its reads (:class:`~.record.RecordingImage`)."""
 
     @property
     def size(self) -> int: ...
@@ -113,8 +116,15 @@ class PendingImage:
         return self._image.read(offset, size)
 
 
-def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
+def _operations(files: Mapping[str, PendingImage], fuse: Any, handles: OpenCount) -> Any:
     """The filesystem's operations (a class built on first use, mfusepy being imported lazily)."""
+    by_path = {"/" + name: image for name, image in files.items()}
+
+    def served(path: str) -> PendingImage:
+        image = by_path.get(path)
+        if image is None:
+            raise fuse.FuseOSError(errno.ENOENT)
+        return image
 
     class LazyFile(fuse.Operations):
         use_ns = True
@@ -126,16 +136,13 @@ def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
         def getattr(self, path: str, fh: int | None = None) -> dict[str, int]:
             if path == "/":
                 return {"st_mode": stat.S_IFDIR | 0o755, "st_nlink": 2, **self._times}
-            if path == "/" + FILE_NAME:
-                return {"st_mode": stat.S_IFREG | 0o644, "st_nlink": 1, "st_size": image.size, **self._times}
-            raise fuse.FuseOSError(errno.ENOENT)
+            return {"st_mode": stat.S_IFREG | 0o644, "st_nlink": 1, "st_size": served(path).size, **self._times}
 
         def readdir(self, path: str, fh: int) -> list[str]:
-            return [".", "..", FILE_NAME]
+            return [".", "..", *files]
 
         def open(self, path: str, flags: int) -> int:
-            if path != "/" + FILE_NAME:
-                raise fuse.FuseOSError(errno.ENOENT)
+            served(path)
             if flags & os.O_TRUNC:
                 raise fuse.FuseOSError(errno.EROFS)
             handles.add(1)
@@ -146,6 +153,7 @@ def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
             return 0
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+            image = served(path)
             try:
                 return image.read(offset, size)
             except (HubError, ImageUnavailable):
@@ -155,7 +163,7 @@ def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
             raise fuse.FuseOSError(errno.EROFS)
 
         def truncate(self, path: str, length: int, fh: int | None = None) -> None:
-            if length != image.size:
+            if length != served(path).size:
                 raise fuse.FuseOSError(errno.EROFS)
 
         def create(self, path: str, mode: int, fi: Any = None) -> int:
@@ -165,34 +173,37 @@ def _operations(image: PendingImage, fuse: Any, handles: OpenCount) -> Any:
             raise fuse.FuseOSError(errno.EROFS)
 
         def statfs(self, path: str) -> dict[str, int]:
-            return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": image.size // 4096, "f_namemax": 255}
+            blocks = sum(image.size for image in files.values()) // 4096
+            return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": blocks, "f_namemax": 255}
 
     return LazyFile()
 
 
 class LazyMount:
-    """``image`` served as ``<mountpoint>/memory.bin`` from a background thread; ``image`` may be a
-    :class:`PendingImage` (reads wait until it is set), else (any :class:`ServedImage`) it is
-    wrapped in one already set.
+    """``images`` served from a background thread as ``<mountpoint>/<name>`` for each ``name:
+    image`` (a single image: as ``memory.bin``); an image may be a :class:`PendingImage` (reads
+    wait until it is set), else (any :class:`ServedImage`) it is wrapped in one already set.
+    :attr:`path` is ``memory.bin``'s path (or the only file's), :meth:`path_of` any file's.
 
-    Raises LazyUnsupported (no FUSE here), OSError (the mount did not appear in time).
+    Raises LazyUnsupported (no FUSE here), OSError (the mount did not appear in time),
+    ValueError (no file, or a name that is not a plain file name).
     """
 
-    def __init__(self, image: ServedImage | PendingImage, mountpoint: Path) -> None:
+    def __init__(self, images: Mapping[str, ServedImage | PendingImage] | ServedImage, mountpoint: Path) -> None:
+        named = dict(images) if isinstance(images, Mapping) else {FILE_NAME: images}
+        if not named or any(not name or "/" in name or name in (".", "..") for name in named):
+            raise ValueError(f"a lazy mount serves plain file names, got {sorted(named)}")
         fuse = fuse_module()
-        if not isinstance(image, PendingImage):
-            pending = PendingImage(image.size)
-            pending.set(image)
-            image = pending
-        self.image = image
+        self.files = {name: _pending(image) for name, image in named.items()}
+        self.image = self.files.get(FILE_NAME) or next(iter(self.files.values()))
         self.mountpoint = Path(mountpoint)
         if os.path.ismount(self.mountpoint):  # left by a killed session ("transport endpoint is not connected")
             _fusermount_unmount(self.mountpoint)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
-        self.path = self.mountpoint / FILE_NAME
+        self.path = self.path_of(FILE_NAME if FILE_NAME in self.files else next(iter(self.files)))
         self.error: BaseException | None = None
-        self.handles = OpenCount()  # open handles of memory.bin, mappings included
-        ops = _operations(image, fuse, self.handles)
+        self.handles = OpenCount()  # open handles of the files, mappings and VMM disks included
+        ops = _operations(self.files, fuse, self.handles)
 
         def serve() -> None:
             try:
@@ -220,7 +231,7 @@ class LazyMount:
         while not os.path.ismount(self.mountpoint):
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.unmount()
-                raise OSError(f"the lazy memory image did not mount on {self.mountpoint}: {self.error or 'timeout'}")
+                raise OSError(f"the lazy images did not mount on {self.mountpoint}: {self.error or 'timeout'}")
             time.sleep(0.01)
         # libfuse took over the signals that had their default action (SIGTERM, SIGHUP: "unmount and
         # go on"); give them back, so they end this process as they would without a mount
@@ -228,11 +239,26 @@ class LazyMount:
             if handler is not None:
                 signal.signal(sig, handler)
 
+    def path_of(self, name: str) -> Path:
+        """Where file ``name`` of this mount is. KeyError: the mount does not serve it."""
+        if name not in self.files:
+            raise KeyError(name)
+        return self.mountpoint / name
+
     def unmount(self) -> None:
         """Unmount (lazily: children still mapping the file keep their pages) and stop serving. Idempotent."""
         if os.path.ismount(self.mountpoint):
             _fusermount_unmount(self.mountpoint)
         self._thread.join(timeout=10)
+
+
+def _pending(image: ServedImage | PendingImage) -> PendingImage:
+    """``image`` as a :class:`PendingImage` (one already set, unless it is one)."""
+    if isinstance(image, PendingImage):
+        return image
+    pending = PendingImage(image.size)
+    pending.set(image)
+    return pending
 
 
 def _loop_options(fuse: Any) -> dict[str, int]:

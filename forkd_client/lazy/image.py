@@ -1,18 +1,20 @@
-"""The head's memory image, staged in a local file and filled on demand (the heart of a lazy fork).
+"""One of the head's files (``memory.bin``, ``rootfs.ext4``), staged in a local file and filled on
+demand (the heart of a lazy fork).
 
-:class:`LazyImage` keeps the staged file (the full size of the head's ``memory.bin``, sparse
-at first) and a present-bitmap next to it (``memory.bin.present``, one byte per chunk, written
-after the chunk's bytes). :meth:`LazyImage.read` serves a byte range: the chunks it touches
-that are not present are fetched first (:meth:`LazyImage.ensure`), then the bytes are read from
+:class:`LazyImage` keeps the staged file (the full size of the head's file, e.g. ``memory.bin``,
+sparse at first; its name is the file's role) and a present-bitmap next to it
+(``memory.bin.present``, one byte per chunk, written after the chunk's bytes).
+:meth:`LazyImage.read` serves a byte range: the chunks it touches that are not present are fetched first (:meth:`LazyImage.ensure`), then the bytes are read from
 the staged file. Chunks local snapshots hold are copied in first (:meth:`LazyImage.adopt_local`,
 from the local chunk index, re-hashed on read); a missing chunk comes from the hub as coalesced ranges of the layers'
 data blobs through :meth:`RepositoryClient.read_ranges` (so presigned redirects and fetch plans work);
 every frame is decompressed and checked against its chunk digest before it is written.
 Concurrent reads of the same chunk fetch it once (the later ones wait for that chunk, not for the
 rest of its request). A read that misses also fetches the missing chunks of the next
-FORKD_LAZY_READAHEAD_BYTES (4 MiB; 0 turns it off) in the same request, and answers once its own
-chunks are verified and written: the readahead's frames are verified and written on background
-threads, in order, each waking the reads that wait for it.
+FORKD_LAZY_READAHEAD_BYTES (4 MiB; 0 turns it off) in the same request (a guest's memory is
+clustered, and so are a file's blocks on ext4), and answers once its own chunks are verified and
+written: the readahead's frames are verified and written on background threads, in order, each
+waking the reads that wait for it.
 
 A chunk that fails verification or cannot be fetched is recorded (:class:`ChunkFailure`) and
 every read that touches it raises ChunkCorrupt / ChunkUnfetchable: wrong bytes are never served.
@@ -47,7 +49,7 @@ from .plan import ImagePlan, Request
 from .profile import FirstTouches
 
 FILL_BATCH_CHUNKS = 128  # chunks one background-fill step asks for (8 MiB of 64 KiB chunks)
-READAHEAD_BYTES = 4 << 20  # fetched after a missing read, in the same requests (guest memory is clustered)
+READAHEAD_BYTES = 4 << 20  # fetched after a missing read, in the same requests (memory, ext4 blocks: clustered)
 #: frames of one blob at most this far apart are fetched in one range (the bytes between are
 #: dropped): a guest's working set is clustered, and each range costs the hub a lookup
 RANGE_GAP_BYTES = 128 << 10
@@ -57,7 +59,8 @@ LocalReader = Callable[[str], bytes | None]
 
 
 class LazyImage:
-    """The head's ``memory.bin`` at ``path``, filled on demand; see the module docstring.
+    """The head's file staged at ``path`` (named as its role: ``memory.bin``, ``rootfs.ext4``),
+    filled on demand; see the module docstring.
 
     ``resume``: keep the chunks a previous session left in ``path`` whose bytes still hash
     right (the bitmap is a hint, never trusted).
@@ -271,7 +274,9 @@ class LazyImage:
     def _fail(self, index: int, reason: str, *, corrupt: bool, unreachable: bool = False) -> None:
         s = self.plan.sources[index]
         assert s is not None
-        failure = ChunkFailure(s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt, unreachable)
+        failure = ChunkFailure(
+            s.layer, index, index * self.plan.chunk_size, s.digest, reason, corrupt, unreachable, self.path.name
+        )
         with self._lock:
             self.failures.setdefault(index, failure)
         self._release((index,))

@@ -4,11 +4,12 @@ A lazy fork fetches the chunks its children read first before it lets them run, 
 has an access profile on the hub (:mod:`.profile`). A fork records one (``forkd fork --lazy
 --save-profile``), but then the *first* lazy fork of a pushed head has none and waits for the hub
 at every first touch. The publisher can record it instead, from its local copy: one child of the
-local head is started with its memory image served through the same one-file FUSE mount a lazy
-fork uses (:class:`~.fusefs.LazyMount`), backed here by the local file
-(:class:`RecordingImage`), runs a command (default ``true``: the restore and the guest agent's
-first answer, what every fork needs), and the order in which its reads first touched each chunk
-is the profile. The bytes served are the local file's; nothing is written.
+local head is started with its memory image (and its root filesystem, when it has one) served
+through the same FUSE mount a lazy fork uses (:class:`~.fusefs.LazyMount`), backed here by the
+local files (:class:`RecordingImage`), runs a command (default ``true``: the restore and the guest
+agent's first answer, what every fork needs), and the order in which its reads first touched each
+chunk of each file is the profile. The bytes served are the local files'; nothing is written (the
+child's disk writes go to its own overlay).
 
 Errors: LazyUnsupported (no FUSE here), ProfileNotRecorded (the child's command failed), the
 errors of :func:`forkd_client.vmops.fork` (SnapshotNotFound, ChainBroken, VmSetupError,
@@ -22,13 +23,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from manifest import mediatypes as mt
 from vmm import VmmError
 
 from ..store import SnapshotStore
 from ..vmops.host import require_driver, restorable
 from .errors import ProfileNotRecorded
 from .fusefs import LazyMount
-from .profile import FirstTouches
+from .profile import FileProfile, FirstTouches
 
 #: what a recording child runs by default: nothing but the restore and the agent's answer
 DEFAULT_PROFILE_EXEC = "true"
@@ -36,8 +38,9 @@ PROFILE_EXEC_TIMEOUT_S = 600.0
 
 
 class RecordingImage:
-    """The local memory image at ``path`` served through a mount: reads return its bytes, and the
-    first read of each ``chunk_size`` chunk is appended to :attr:`profile` (as a lazy image does)."""
+    """A local file at ``path`` (a memory image, a disk image) served through a mount: reads return
+    its bytes, and the first read of each ``chunk_size`` chunk is appended to :attr:`profile` (as a
+    lazy image does)."""
 
     def __init__(self, path: Path, chunk_size: int) -> None:
         if chunk_size <= 0:
@@ -70,20 +73,28 @@ def record_profile(
     exec_cmd: str = DEFAULT_PROFILE_EXEC,
     timeout: float = PROFILE_EXEC_TIMEOUT_S,
     vmm: str | None = None,
-) -> list[int]:
+) -> list[FileProfile]:
     """The access profile of local snapshot ``tag``'s head: one child forked from it through a
-    recording mount runs ``exec_cmd``; returns the chunk indexes (of ``chunk_size``) its reads
-    first touched, in order. Raises what the module raises."""
+    recording mount runs ``exec_cmd``; returns, for its memory image and then (when it has one) its
+    root filesystem, the chunk indexes (of ``chunk_size``) its reads first touched, in order.
+    Raises what the module raises."""
     chain = store.verify_chain(tag)
     head = chain[-1]
     driver = require_driver(vmm or head.compat.get("vmm"))
     snap = restorable(head, driver)
-    image = RecordingImage(snap.memory, chunk_size)
+    images = {mt.MEMORY_FILE: RecordingImage(snap.memory, chunk_size)}
     try:
+        if snap.rootfs is not None:
+            images[mt.ROOTFS_FILE] = RecordingImage(snap.rootfs, chunk_size)
         with tempfile.TemporaryDirectory(prefix="forkd-profile-") as scratch:
-            mount = LazyMount(image, Path(scratch) / "mnt")
+            mount = LazyMount(dict(images), Path(scratch) / "mnt")
             try:
-                vm = driver.fork(dataclasses.replace(snap, memory=mount.path), 1)[0]
+                served = dataclasses.replace(
+                    snap,
+                    memory=mount.path_of(mt.MEMORY_FILE),
+                    rootfs=mount.path_of(mt.ROOTFS_FILE) if mt.ROOTFS_FILE in images else None,
+                )
+                vm = driver.fork(served, 1)[0]
                 try:
                     result = vm.run(exec_cmd, timeout=timeout)
                 except VmmError as e:
@@ -93,10 +104,11 @@ def record_profile(
             finally:
                 mount.unmount()
     finally:
-        image.close()
+        for image in images.values():
+            image.close()
     if result.exit_code != 0:
         raise ProfileNotRecorded(
             f"{tag}: the recording child's {exec_cmd!r} exited {result.exit_code}; no profile recorded"
             + (f" ({result.output.strip()[-200:]})" if result.output.strip() else "")
         )
-    return list(image.profile)
+    return [FileProfile(role, chunk_size, list(image.profile)) for role, image in images.items()]

@@ -1,17 +1,19 @@
 """The detached lazy server: ``python -m forkd_client.lazy.serve REF --hub URL --home DIR --control DIR``.
 
 ``forkd fork REF --lazy --keep`` and ``forkd pull REF --lazy`` return while the head's memory image
-must stay served (children outlive the CLI; a pull returns once the head is mountable), so the
-session runs in this process, started in its own session by :func:`start_server`. It talks to the
-CLI through files in the control directory:
+(and root filesystem) must stay served (children outlive the CLI; a pull returns once the head is
+mountable), so the session runs in this process, started in its own session by
+:func:`start_server`. It talks to the CLI through files in the control directory:
 
-- ``ready.json`` (written by the server): ``{"memory", "vmstate", "compat", "digest", "tag", "chain"}``
-  once the image is mounted, or ``error.json`` ``{"message", "exit_code"}`` when it could not be;
+- ``ready.json`` (written by the server): ``{"memory", "rootfs", "vmstate", "compat", "digest", "tag",
+  "chain", "pid"}`` once the files are mounted (``rootfs``: null when the head has none), or
+  ``error.json`` ``{"message", "exit_code"}`` when they could not be;
 - ``children.json`` (written by the CLI, ``--children``): the pids of the children mapping the file;
 - ``result.json`` (written by the server): the install (a pull's result) or the error that stopped it.
 
 The server fills the rest (the children's access profile first), installs the chain as ``forkd
-pull`` does, and unmounts once it is installed (or failed) AND every child has exited.
+pull`` does, and unmounts once it is installed (or failed) AND every child has exited AND no
+process holds a served file open (a child's QEMU keeps its disk open until it exits).
 
 Errors are written to ``error.json`` / ``result.json``; the exit status is the CLI's for that class.
 """
@@ -116,6 +118,7 @@ def serve(args: argparse.Namespace) -> int:
                     control / READY,
                     {
                         "memory": str(files.memory),
+                        "rootfs": None if files.rootfs is None else str(files.rootfs),
                         "vmstate": str(files.vmstate),
                         "compat": session.head_compat,
                         "digest": session.head_digest,

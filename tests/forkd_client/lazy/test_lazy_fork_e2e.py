@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,34 +17,19 @@ import pytest
 from forkd_client.lazy.serve import start_server, wait_ready
 from forkd_client.store import SnapshotStore
 from forkd_client.vmops import snapshot_base, snapshot_diff
-from tests.e2e.hubproc import HubProcess, forkd
-from tests.e2e.logscan import assert_no_traceback
+from tests.e2e.hubproc import HubProcess
 
 from ..vmfixtures import needs_qemu, no_vm_left_running  # noqa: F401  (autouse)
+from .lazycli import gone, login, run_forkd, user_env, wait_until
 
 MEM_MIB = 128
 
 
-def _env(root: Path, hub: HubProcess) -> dict[str, str]:
-    return {
-        **os.environ,
-        "FORKD_HOME": str(root / "home"),
-        "XDG_CONFIG_HOME": str(root / "cfg"),
-        "FORKD_HUB_URL": hub.url,
-    }
-
-
-def _forkd(env: dict[str, str], *args: str, input: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(forkd(*args), env=env, capture_output=True, text=True, input=input, timeout=600)
-    assert_no_traceback(result.stdout + result.stderr, f"forkd {' '.join(args)}")
-    return result
-
-
 def _push(store_root: Path, root: Path, hub: HubProcess) -> dict[str, str]:
-    env = {**_env(root, hub), "FORKD_HOME": str(store_root)}
+    env = {**user_env(root, hub), "FORKD_HOME": str(store_root)}
     token = hub.token("ci", "push:acme/*")
-    assert _forkd(env, "login", hub.url, "--token-stdin", input=token + "\n").returncode == 0
-    pushed = _forkd(env, "push", "link", "acme/vm:v1", "--json")
+    assert run_forkd(env, "login", hub.url, "--token-stdin", input=token + "\n").returncode == 0
+    pushed = run_forkd(env, "push", "link", "acme/vm:v1", "--json")
     assert pushed.returncode == 0, pushed.stderr
     return env
 
@@ -61,19 +44,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "store"
 
 
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log")
-    yield h
-    assert h.stop() == 0
-
-
 @needs_qemu
 def test_lazy_children_answer_and_the_filled_chain_is_what_a_pull_installs(built, hub, tmp_path):
     alice = _push(built, tmp_path / "alice", hub)
-    bob = _env(tmp_path / "bob", hub)
-    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
-    run = _forkd(
+    bob = user_env(tmp_path / "bob", hub)
+    login(bob, hub, "bob", "pull:acme/*")
+    run = run_forkd(
         bob, "fork", "acme/vm:v1", "--lazy", "--as", "vm", "-n", "2", "--exec", "cat /root/m1 /root/m2", "--json"
     )
     assert run.returncode == 0, run.stderr
@@ -88,11 +64,9 @@ def test_lazy_children_answer_and_the_filled_chain_is_what_a_pull_installs(built
     assert set(example) == set(out) and set(example["before_fill"]) == set(before)  # the doc shows what it prints
 
     # byte-identical to a normal pull of the same reference
-    carol = _env(tmp_path / "carol", hub)
-    assert (
-        _forkd(carol, "login", hub.url, "--token-stdin", input=hub.token("carol", "pull:acme/*") + "\n").returncode == 0
-    )
-    assert _forkd(carol, "pull", "acme/vm:v1", "--as", "vm").returncode == 0
+    carol = user_env(tmp_path / "carol", hub)
+    login(carol, hub, "carol", "pull:acme/*")
+    assert run_forkd(carol, "pull", "acme/vm:v1", "--as", "vm").returncode == 0
     with SnapshotStore(tmp_path / "bob" / "home") as lazy, SnapshotStore(tmp_path / "carol" / "home") as plain:
         assert [s.tag for s in lazy.chain("vm")] == [s.tag for s in plain.chain("vm")]
         for a, b in zip(lazy.chain("vm"), plain.chain("vm"), strict=True):
@@ -100,7 +74,7 @@ def test_lazy_children_answer_and_the_filled_chain_is_what_a_pull_installs(built
                 assert (a.dir / role).read_bytes() == (b.dir / role).read_bytes(), (a.tag, role)
             assert a.origin == b.origin and a.compat == b.compat
     # and later forks use it directly
-    again = _forkd(bob, "fork", "vm", "--exec", "cat /root/m2", "--json")
+    again = run_forkd(bob, "fork", "vm", "--exec", "cat /root/m2", "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["children"][0]["output"].split() == ["two"]
     assert alice  # the pusher's environment stayed usable
@@ -116,32 +90,32 @@ def test_a_chunk_corrupted_on_the_hub_stops_the_child_names_the_chunk_and_instal
         for at in range(0, len(raw), 997):
             raw[at] ^= 0xFF
         pack.write_bytes(bytes(raw))
-    bob = _env(tmp_path / "bob", hub)
-    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
-    run = _forkd(bob, "fork", "acme/vm:v1", "--lazy", "-n", "1", "--exec", "cat /root/m2")
+    bob = user_env(tmp_path / "bob", hub)
+    login(bob, hub, "bob", "pull:acme/*")
+    run = run_forkd(bob, "fork", "acme/vm:v1", "--lazy", "-n", "1", "--exec", "cat /root/m2")
     assert run.returncode == 6, (run.stdout, run.stderr)
     assert "forkd: error: layer sha256:" in run.stderr
     assert "memory.bin chunk " in run.stderr and "is corrupt" in run.stderr
-    listed = _forkd(bob, "images", "--json")
+    listed = run_forkd(bob, "images", "--json")
     assert json.loads(listed.stdout) == []
 
 
 @needs_qemu
 def test_a_profile_recorded_at_push_is_what_the_first_lazy_fork_fetches_first(built, hub, tmp_path):
-    env = {**_env(tmp_path / "alice", hub), "FORKD_HOME": str(built)}
-    assert _forkd(env, "login", hub.url, "--token-stdin", input=hub.token("ci", "push:acme/*") + "\n").returncode == 0
-    refused = _forkd(env, "push", "link", "acme/vm:v2", "--record-profile", "--profile-exec", "exit 3")
+    env = {**user_env(tmp_path / "alice", hub), "FORKD_HOME": str(built)}
+    login(env, hub, "ci", "push:acme/*")
+    refused = run_forkd(env, "push", "link", "acme/vm:v2", "--record-profile", "--profile-exec", "exit 3")
     assert refused.returncode == 1, (refused.stdout, refused.stderr)
     assert "forkd: error: link: the recording child's 'exit 3' exited 3; no profile recorded" in refused.stderr
-    assert _forkd(env, "pull", "acme/vm:v2").returncode != 0  # refused before any upload: no tag
-    pushed = _forkd(env, "push", "link", "acme/vm:v2", "--record-profile", "--json")
+    assert run_forkd(env, "pull", "acme/vm:v2").returncode != 0  # refused before any upload: no tag
+    pushed = run_forkd(env, "push", "link", "acme/vm:v2", "--record-profile", "--json")
     assert pushed.returncode == 0, pushed.stderr
     profile = json.loads(pushed.stdout)["profile"]
     assert profile["chunks"] > 0 and profile["exec"] == "true" and profile["chunk_size"] == 65536
 
-    bob = _env(tmp_path / "bob", hub)
-    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
-    run = _forkd(bob, "fork", "acme/vm:v2", "--lazy", "-n", "1", "--exec", "cat /root/m1 /root/m2", "--json")
+    bob = user_env(tmp_path / "bob", hub)
+    login(bob, hub, "bob", "pull:acme/*")
+    run = run_forkd(bob, "fork", "acme/vm:v2", "--lazy", "-n", "1", "--exec", "cat /root/m1 /root/m2", "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     assert out["children"][0]["output"].split() == ["one", "two"]
@@ -150,53 +124,38 @@ def test_a_profile_recorded_at_push_is_what_the_first_lazy_fork_fetches_first(bu
     assert out["before_fill"]["chunks_fetched"] <= profile["chunks"] + 64
 
 
-def _wait(condition, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 @needs_qemu
 def test_kept_lazy_children_outlive_the_cli_and_the_server_leaves_after_them(built, hub, tmp_path):
     _push(built, tmp_path / "alice", hub)
-    bob = _env(tmp_path / "bob", hub)
-    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
-    run = _forkd(bob, "fork", "acme/vm:v1", "--lazy", "--keep", "--as", "vm", "--exec", "cat /root/m2", "--json")
+    bob = user_env(tmp_path / "bob", hub)
+    login(bob, hub, "bob", "pull:acme/*")
+    run = run_forkd(bob, "fork", "acme/vm:v1", "--lazy", "--keep", "--as", "vm", "--exec", "cat /root/m2", "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     child, server = out["children"][0]["pid"], out["server"]["pid"]
     assert out["children"][0]["output"].split() == ["two"] and out["kept"]
-    assert not _gone(child) and not _gone(server)
+    assert not gone(child) and not gone(server)
     result = Path(out["server"]["control"]) / "result.json"
-    _wait(result.exists)  # filled and installed while the child still runs
+    wait_until(result.exists)  # filled and installed while the child still runs
     assert json.loads(result.read_text())["installed"]["tag"] == "vm"
-    assert not _gone(server)  # still serving the child's file
+    assert not gone(server)  # still serving the child's file
     os.kill(child, signal.SIGKILL)
-    _wait(lambda: _gone(server), timeout=30)
+    wait_until(lambda: gone(server), timeout=30)
     assert not os.path.ismount(Path(out["memory_file"]).parent)
-    assert "vm" in {i["tag"] for i in json.loads(_forkd(bob, "images", "--json").stdout)}
+    assert "vm" in {i["tag"] for i in json.loads(run_forkd(bob, "images", "--json").stdout)}
 
 
 @needs_qemu
 def test_pull_lazy_returns_once_mounted_and_installs_in_the_background(built, hub, tmp_path):
     _push(built, tmp_path / "alice", hub)
-    bob = _env(tmp_path / "bob", hub)
-    assert _forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
-    run = _forkd(bob, "pull", "acme/vm:v1", "--lazy", "--as", "vm", "--json")
+    bob = user_env(tmp_path / "bob", hub)
+    login(bob, hub, "bob", "pull:acme/*")
+    run = run_forkd(bob, "pull", "acme/vm:v1", "--lazy", "--as", "vm", "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     want = (built / "snapshots" / "link" / "memory.bin").read_bytes()
     assert Path(out["memory"]).read_bytes() == want  # readable through the mount, fetched as read
-    _wait(lambda: _gone(out["server"]["pid"]))
+    wait_until(lambda: gone(out["server"]["pid"]))
     assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "vm"
     assert (tmp_path / "bob" / "home" / "snapshots" / "vm" / "memory.bin").read_bytes() == want
 
@@ -208,13 +167,13 @@ def test_a_killed_lazy_server_leaves_chunks_a_later_pull_resumes_from(hub, tmp_p
     memory = os.urandom(8 << 20) + bytes(8 << 20)
     (src / "memory.bin").write_bytes(memory)
     (src / "vmstate").write_bytes(b"state" * 100)
-    alice = _env(tmp_path / "alice", hub)
-    assert _forkd(alice, "import", str(src), "img").returncode == 0
-    assert _forkd(alice, "login", hub.url, "--token-stdin", input=hub.token("ci", "push:acme/*") + "\n").returncode == 0
-    assert _forkd(alice, "push", "img", "acme/img:v1").returncode == 0
-    bob = _env(tmp_path / "bob", hub)
+    alice = user_env(tmp_path / "alice", hub)
+    assert run_forkd(alice, "import", str(src), "img").returncode == 0
+    login(alice, hub, "ci", "push:acme/*")
+    assert run_forkd(alice, "push", "img", "acme/img:v1").returncode == 0
+    bob = user_env(tmp_path / "bob", hub)
     token = hub.token("bob", "pull:acme/*")
-    assert _forkd(bob, "login", hub.url, "--token-stdin", input=token + "\n").returncode == 0
+    assert run_forkd(bob, "login", hub.url, "--token-stdin", input=token + "\n").returncode == 0
     # the server of `fork --lazy --keep`, before the CLI told it its children: serving, not filling yet
     control = tmp_path / "control"
     server = start_server("acme/img:v1", hub.url, token, tmp_path / "bob" / "home", control, as_tag=None, children=True)
@@ -226,7 +185,7 @@ def test_a_killed_lazy_server_leaves_chunks_a_later_pull_resumes_from(hub, tmp_p
     mountpoint = Path(ready["memory"]).parent
     assert os.path.ismount(mountpoint)  # dead ("transport endpoint is not connected") until a session clears it
     subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=True)
-    pulled = _forkd(bob, "pull", "acme/img:v1", "--as", "img", "--json")
+    pulled = run_forkd(bob, "pull", "acme/img:v1", "--as", "img", "--json")
     assert pulled.returncode == 0, pulled.stderr
     link = json.loads(pulled.stdout)["links"][-1]
     # 128 data chunks; the 64 read (4 MiB) and those read ahead with them are not fetched again

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from forkd_client.lazy.plan import ChunkSource, ImagePlan
 from forkd_client.lazy.profile import profile_head
 
@@ -30,3 +32,14 @@ def test_the_head_is_the_longest_prefix_whose_frames_fit_the_limit():
 def test_indexes_outside_the_image_cost_nothing():
     plan = _plan([100, 100])
     assert profile_head(plan, [-1, 7, 0, 1], 100) == 3
+
+
+def test_a_document_is_the_profile_of_the_file_it_names():
+    from forkd_client.lazy.profile import parse_profile, profile_document
+
+    disk = profile_document(1 << 16, [5, 2, 5], "rootfs.ext4")
+    assert parse_profile(disk, 1 << 16, 8, "rootfs.ext4") == [5, 2]
+    with pytest.raises(ValueError, match=r"not an access profile of memory\.bin"):
+        parse_profile(disk, 1 << 16, 8)
+    with pytest.raises(ValueError, match=r"not an access profile of rootfs\.ext4"):
+        parse_profile(profile_document(1 << 16, [1]), 1 << 16, 8, "rootfs.ext4")

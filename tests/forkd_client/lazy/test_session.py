@@ -200,7 +200,7 @@ def test_a_fork_waits_for_the_head_of_the_profile_which_is_fetched_first(
 def test_warming_the_page_cache_reads_the_profile_head_through_the_mount_and_records_nothing(
     chain3, other_store, inproc_hub, tmp_path
 ):
-    from forkd_client.lazy.session import _runs
+    from forkd_client.lazy.workingset import _runs
     from forkd_client.store import SnapshotStore
 
     assert _runs([1, 2, 3, 7, 8], 10, 25) == [(10, 20), (30, 10), (70, 20)]
