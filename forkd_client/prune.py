@@ -5,6 +5,8 @@ Never touches a snapshot. Removes (or with ``dry_run`` only lists):
 - ``.staging/resume-*``: the staged files of interrupted pulls (what ``forkd pull`` would resume
   from) that no running pull holds;
 - ``.staging/<pid>-*``: scratch directories of processes that are gone;
+- ``.staging/lazy-*``: the control directories (log, state files) a detached lazy server left after a
+  failure, once it is gone (a running server holds its directory's flock);
 - the resumable push sessions recorded in ``transfers.json`` (``upload|…``, ``recipe|…``: the hub
   expires their upload sessions anyway; a later push starts those uploads over);
 - rows of ``chunk-index.db`` and ``verified.db`` about files that no longer exist.
@@ -23,6 +25,7 @@ from pathlib import Path
 from .hub.localchunks import LocalChunkIndex
 from .hub.state import TransferState
 from .install import RESUME_PREFIX
+from .lazy.serve import CONTROL_PREFIX
 from .store import SnapshotStore
 
 __all__ = ["PruneReport", "prune"]
@@ -57,7 +60,7 @@ def prune(store: SnapshotStore, *, dry_run: bool = False) -> PruneReport:
     if store.staging_root.is_dir():
         for entry in sorted(os.scandir(store.staging_root), key=lambda e: e.name):
             path = Path(entry.path)
-            if entry.name.startswith(RESUME_PREFIX):
+            if entry.name.startswith((RESUME_PREFIX, CONTROL_PREFIX)):
                 if _take_unused(path, report, dry_run):
                     report.staging.append(entry.name)
             elif _left_by_dead_process(entry.name):

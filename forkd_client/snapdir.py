@@ -6,7 +6,8 @@ A snapshot directory is forkd-compatible first (see /work/shared/reference/forkd
       snapshot.json    forkd's metadata, exactly as forkd writes it (serde pretty JSON):
                        vmstate, memory (absolute paths into <dir>), volumes, and for chain
                        links parent_tag + parent_content_hash (lowercase hex sha256 of the
-                       parent's memory.bin); rootfs (absolute path) only when set.
+                       parent's memory.bin); rootfs (absolute path) only for an image
+                       outside the directory, never for its own rootfs.ext4.
                        Unknown fields are preserved whenever we rewrite it.
       vmstate          VMM device/CPU state
       memory.bin       full guest RAM image (links are fully materialised, like forkd's)
@@ -262,9 +263,11 @@ def snapshot_json_for(
 
     Starts from ``base`` (an existing snapshot.json; unknown fields and key order kept),
     points ``vmstate``/``memory`` into ``directory`` and sets or drops the parent fields.
-    ``rootfs`` names ``<directory>/rootfs.ext4`` when the snapshot has that file
-    (``has_rootfs``); otherwise a ``rootfs`` in ``base`` is kept only when it is an
-    absolute path outside ``local_dirs`` (a shared image such as
+    A snapshot with its own ``rootfs.ext4`` (``has_rootfs``) names no ``rootfs``: its disk is that
+    file, which forkd's own ``pack`` then carries inside the pack, whereas a named path would
+    become the pack's sidecar ``target_path``, a path into this host's store that forkd's unpack
+    recreates on every other host. Otherwise a ``rootfs`` in ``base`` is kept only when it is an
+    absolute path outside ``directory`` and ``local_dirs`` (a shared image such as
     ``/var/cache/forkd/x.ext4``, as forkd records it), since one inside would dangle.
     """
     doc = dict(base or {})
@@ -278,11 +281,14 @@ def snapshot_json_for(
     else:
         doc["parent_tag"] = parent_tag
         doc["parent_content_hash"] = parent_content_hash
-    if has_rootfs:
-        doc["rootfs"] = str(directory / ROOTFS_FILE)
-    elif "rootfs" in doc:
+    if "rootfs" in doc:
         old = doc["rootfs"]
-        if not isinstance(old, str) or not os.path.isabs(old) or Path(old).parent in (directory, *local_dirs):
+        if (
+            has_rootfs
+            or not isinstance(old, str)
+            or not os.path.isabs(old)
+            or Path(old).parent in (directory, *local_dirs)
+        ):
             doc.pop("rootfs")
     return doc
 

@@ -69,6 +69,10 @@ ANNOTATION_SOURCE = "org.opencontainers.image.source"
 ANNOTATION_REVISION = "org.opencontainers.image.revision"
 ANNOTATION_CHAIN_DEPTH = "dev.forkd.chain.depth"
 ANNOTATION_LAYER_TAG = "dev.forkd.layer.tag"
+#: a layer config's: the sha256 (``sha256:<hex>``) and size (decimal) of the image its ``forkd.rootfs`` names
+#: outside the snapshot directory (not uploaded); the hub's forkd pack declares it as forkd's ``[rootfs]``
+ANNOTATION_ROOTFS_SHA256 = "dev.forkd.rootfs.sha256"
+ANNOTATION_ROOTFS_SIZE = "dev.forkd.rootfs.size"
 
 MEMORY_FILE = "memory.bin"
 VMSTATE_FILE = "vmstate"

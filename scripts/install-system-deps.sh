@@ -5,6 +5,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/apt-lib.sh"
 apt_install_missing install-system-deps qemu-system-x86 busybox-static cpio xfsprogs btrfs-progs zstd openssl \
     postgresql `# a throwaway cluster per test run (tests/services/postgres.py)` \
     skopeo `# the OCI interop tests (tests/e2e/oci, tests/e2e/test_skopeo.py)` \
+    podman `# the OCI interop tests: push, mount, pull (tests/e2e/oci/test_podman.py)` \
     fuse3 `# fork --lazy: libfuse and fusermount3 for the lazily filled memory file (forkd_client/lazy)` \
     e2fsprogs `# mkfs.ext4 -d and e2fsck: rootfs images built without mounting (forkd_client/images/ext4.py)` \
     mmdebstrap `# Debian userlands for from-debian (forkd_client/images/debian.py)` \

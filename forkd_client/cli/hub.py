@@ -29,6 +29,7 @@ from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
+from ..rootfs import missing_rootfs_warning
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .output import Context, human_size
@@ -186,6 +187,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                 status=e.status,
                 detail=e.detail,
             ) from None
+    for warning in result.warnings:  # on stderr whatever the mode: an image the pulling host must provide
+        ctx.warn(warning)
     if args.json:
         ctx.json(result.to_obj())
         return 0
@@ -294,8 +297,11 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
                 store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
             )
         warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
+        missing = [w for snap in store.chain(result.tag) if (w := missing_rootfs_warning(snap.tag, snap.dir))]
     if warning:
         ctx.warn(warning)
+    for text in missing:
+        ctx.warn(text)
     if args.json:
         ctx.json(result.to_obj())
         return 0

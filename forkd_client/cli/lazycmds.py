@@ -170,19 +170,33 @@ def run_lazy_pull(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _start_server(args: argparse.Namespace, ctx: Context, *, children: bool) -> tuple[Any, Path, dict[str, Any]]:
-    """Start the detached server and wait until it mounted the image. Raises ServerFailed."""
-    import tempfile
+    """Start the detached server and wait until it mounted the image. Raises ServerFailed.
+
+    Its control directory is ``<store>/.staging/lazy-<hex>`` (never the system temp dir), locked (flock) from
+    before the server starts until it exits: the server removes it once it has installed the chain; after a
+    failure it stays, with the server's log, until ``forkd prune`` (which skips a locked one)."""
+    import os
 
     from ..hub.reference import Reference
-    from ..lazy.serve import start_server, wait_ready
+    from ..lazy.serve import control_directory, start_server, wait_ready
     from .hub import _client
 
     ref = Reference.parse(args.ref if hasattr(args, "ref") else args.tag)
     with ctx.store() as store, _client(ref, ctx=None if args.json else ctx) as client:
-        control = Path(tempfile.mkdtemp(prefix="forkd-lazy-"))
-        server = start_server(
-            str(ref), client.base_url, client.token, store.root, control, as_tag=args.as_tag, children=children
-        )
+        control, lock = control_directory(store.staging_root)
+        try:  # the server inherits the lock and holds it while it runs
+            server = start_server(
+                str(ref),
+                client.base_url,
+                client.token,
+                store.root,
+                control,
+                as_tag=args.as_tag,
+                children=children,
+                hold_fd=lock,
+            )
+        finally:
+            os.close(lock)
     return server, control, wait_ready(server, control)
 
 

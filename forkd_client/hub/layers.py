@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -29,7 +30,8 @@ from manifest.digest import digest_bytes
 from manifest.layer import DataBlob, Frame, LayerBuilder, LayerStats
 from manifest.model import Descriptor, FileInfo, LayerConfig, LayerManifest, ParentRef
 
-from ..snapdir import LocalSnapshot, carried_fields
+from ..rootfs import outside_rootfs
+from ..snapdir import SNAPSHOT_JSON, LocalSnapshot, carried_fields, read_json_object
 
 #: ``path -> {"blake3": …, "sha256": …}``: trusted file digests (the verified-content record).
 FileDigests = Callable[[Path], dict[str, str]]
@@ -82,6 +84,26 @@ def _add_file(
         changes = diff_files(parent_file, path, chunk_size)
         builder.add_file(role, changes, size=size, chunk_size=chunk_size, digest=tree, parent_digest=parent_tree)
     return tree
+
+
+def config_metadata(snap: LocalSnapshot, file_digests: FileDigests) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The config's ``forkd`` object and ``annotations`` for ``snap``: snapshot.json's carried fields, a rootfs
+    outside the directory named as it travels (:func:`~forkd_client.rootfs.travelling_path`: never a path into
+    this host's store), and the annotations stating that image's sha256 and size when it is on this host (as
+    recorded, e.g. by the pull that brought the snapshot, when it is not), from which the hub's forkd pack
+    declares it (manifest.toml ``[rootfs]``). Raises InvalidSnapshotDir, OSError."""
+    forkd = carried_fields(snap.dir)
+    annotations = dict(snap.annotations)
+    outside = outside_rootfs(snap.dir, read_json_object(snap.dir / SNAPSHOT_JSON) or {})
+    if outside is None or forkd is None:
+        for key in (mt.ANNOTATION_ROOTFS_SHA256, mt.ANNOTATION_ROOTFS_SIZE):
+            annotations.pop(key, None)
+        return forkd, annotations
+    forkd["rootfs"] = outside.travels_as
+    if outside.image is not None:
+        annotations[mt.ANNOTATION_ROOTFS_SHA256] = file_digests(outside.image)["sha256"]
+        annotations[mt.ANNOTATION_ROOTFS_SIZE] = str(os.path.getsize(outside.image))
+    return forkd, annotations
 
 
 def _compat(raw: dict) -> dict:
@@ -137,13 +159,14 @@ def build_layer(
         layer.data_blobs[blob.digest] = blob
         descriptors.append(Descriptor(mt.DATA_BLOB, blob.digest, blob.size))
 
+    forkd, annotations = config_metadata(snap, file_digests)
     config = LayerConfig(
         created=snap.created,
         files=files,
         parent=ParentRef(parent_manifest, parent.tag) if parent is not None and parent_manifest else None,
         compat=_compat(snap.compat),
-        annotations=dict(snap.annotations),
-        forkd=carried_fields(snap.dir),
+        annotations=annotations,
+        forkd=forkd,
     )
     layer.config = config.to_json()
     config_desc = Descriptor.for_bytes(mt.CONFIG, layer.config)

@@ -35,11 +35,12 @@ from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.chunktree import file_chunk_tree
 from manifest.signature import fingerprint
 
-from ..snapdir import LocalSnapshot, carried_fields
+from ..rootfs import outside_rootfs, push_warning
+from ..snapdir import SNAPSHOT_JSON, LocalSnapshot, read_json_object
 from ..store import SnapshotStore
 from .blobupload import RecipeUpload, recipe_document, upload_blob, upload_part_bytes
 from .client import HubClient
-from .layers import BuiltLayer, build_layer
+from .layers import BuiltLayer, build_layer, config_metadata
 from .progress import NullProgress, Progress
 from .reference import Reference
 from .repository import ANYWHERE, RepositoryClient
@@ -77,6 +78,8 @@ class PushResult:
     """With ``sign``: the digest of the signature artifact pushed as a referrer of the head."""
     #: ``--record-profile``: the access-profile referrer attached to the head (set by the CLI)
     profile: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+    """What the push did not send and the pulling host must provide (a rootfs outside a snapshot's directory)."""
 
     def to_obj(self) -> dict:
         out = {
@@ -96,12 +99,15 @@ class PushResult:
             out["signature"] = self.signature
         if self.profile is not None:
             out["profile"] = self.profile
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
 
 
 def _fingerprint(store: SnapshotStore, snap: LocalSnapshot, parent_manifest: str | None) -> str:
     meta = (snap.dir / "forkd-hub.json").read_bytes() if (snap.dir / "forkd-hub.json").is_file() else b""
-    meta += json.dumps(carried_fields(snap.dir), sort_keys=True).encode()  # volumes, rootfs … travel too
+    # volumes, an outside rootfs (its path as it travels, its image's sha256) … are in the config too
+    meta += json.dumps(config_metadata(snap, lambda p: store.verified.digests(p, ("sha256",))), sort_keys=True).encode()
     # the files' own digests (cached by the verified record): forkd-made snapshots have no
     # forkd-hub.json, and a snapshot re-created under the same tag must not look pushed
     content = "".join(
@@ -159,6 +165,9 @@ class ChainPush:
         parent: LocalSnapshot | None = None
         parent_digest: str | None = None
         for snap in chain:
+            outside = outside_rootfs(snap.dir, read_json_object(snap.dir / SNAPSHOT_JSON) or {})
+            if outside is not None:  # as forkd's own push warns: the image is not sent
+                result.warnings.append(push_warning(snap.tag, outside))
             key = f"pushed|{hub.base_url}|{repo.name}|{_fingerprint(store, snap, parent_digest)}"
             cached = self.state.get(key) or _pulled_layer(snap, parent, parent_digest, hub.base_url)
             # a format-v1 layer (blake3-named) is pushed again, as format v2

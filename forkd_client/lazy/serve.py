@@ -11,6 +11,10 @@ mountable), so the session runs in this process, started in its own session by
 - ``children.json`` (written by the CLI, ``--children``): the pids of the children mapping the file;
 - ``result.json`` (written by the server): the install (a pull's result) or the error that stopped it.
 
+The server removes the control directory once the chain is installed and nothing maps the image any
+more; after a failure it stays, with ``server.log``, for ``forkd prune`` (the CLI puts it in the store's
+``.staging/``, locked while the server runs).
+
 The server fills the rest (the children's access profile first), installs the chain as ``forkd
 pull`` does, and unmounts once it is installed (or failed) AND every child has exited AND no
 process holds a served file open (a child's QEMU keeps its disk open until it exits).
@@ -21,8 +25,11 @@ Errors are written to ``error.json`` / ``result.json``; the exit status is the C
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -34,15 +41,38 @@ from manifest.fileops import write_atomically
 from ..install import pid_alive
 
 READY, ERROR, CHILDREN, RESULT, LOG = "ready.json", "error.json", "children.json", "result.json", "server.log"
+#: a control directory's name in the store's ``.staging/`` (``forkd prune`` removes one no server holds)
+CONTROL_PREFIX = "lazy-"
 READY_TIMEOUT_S = 600.0
 CHILDREN_TIMEOUT_S = 600.0
 
 
+def control_directory(staging_root: Path) -> tuple[Path, int]:
+    """A fresh control directory ``<staging_root>/lazy-<hex>`` (the store's ``.staging/``, never the system temp
+    dir) and an fd holding its flock: pass it to :func:`start_server` (``hold_fd``), then close it; the server
+    holds the lock until it exits, so ``forkd prune`` leaves the directory of a running server alone."""
+    staging_root.mkdir(parents=True, exist_ok=True)
+    control = staging_root / f"{CONTROL_PREFIX}{secrets.token_hex(6)}"
+    control.mkdir()
+    fd = os.open(control, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return control, fd
+
+
 def start_server(
-    ref: str, hub: str, token: str | None, home: Path, control: Path, *, as_tag: str | None, children: bool
+    ref: str,
+    hub: str,
+    token: str | None,
+    home: Path,
+    control: Path,
+    *,
+    as_tag: str | None,
+    children: bool,
+    hold_fd: int | None = None,
 ) -> subprocess.Popen:
     """Start the server for ``ref`` on ``hub`` detached from this process (its own session, stdio
-    to a log in ``control``); the token goes through the environment (FORKD_TOKEN), never argv."""
+    to a log in ``control``); the token goes through the environment (FORKD_TOKEN), never argv.
+    ``hold_fd`` (the flock on ``control``) stays open in the server for as long as it runs."""
     control.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "forkd_client.lazy.serve", ref, "--hub", hub, "--home", str(home)]
     args += ["--control", str(control)]
@@ -54,7 +84,15 @@ def start_server(
         env = {k: v for k, v in os.environ.items() if k != "FORKD_TOKEN"}
         if token:
             env["FORKD_TOKEN"] = token
-        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env=env,
+            pass_fds=() if hold_fd is None else (hold_fd,),
+        )
 
 
 def wait_ready(proc: subprocess.Popen, control: Path, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
@@ -139,6 +177,8 @@ def serve(args: argparse.Namespace) -> int:
                 # nothing may lose its file: not the children, not any other process that opened or mapped it
                 while any(pid_alive(pid) for pid in pids) or session.mount.handles.value > 0:
                     time.sleep(0.5)
+                if code == 0:  # installed: nothing left to tell (a failure's log stays, for forkd prune)
+                    shutil.rmtree(control, ignore_errors=True)
                 return code
     except Exception as e:  # noqa: BLE001 - a detached process: the log and error.json are all there is
         _write(control / ERROR, {"message": str(e), "exit_code": 1})

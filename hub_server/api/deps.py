@@ -5,15 +5,16 @@ or registry token, or Basic; 401 for a bad one on every route that declares it),
 ``registry``: the :class:`~hub_server.registry.service.Registry` built by the app's lifespan.
 ``repository``: for a route under ``{ns}/{repo}``, the caller's
 :class:`~hub_server.registry.core.access.RepositoryScope`, resolved and authorized once for the access the
-route declares (``dependencies=PULL``, ``PUSH``, ``DELETE``, ``NEGOTIATE`` or ``MANIFEST_READ``) before the
-handler runs; the handler hands it to one service call.
+route declares (``dependencies=PULL``, ``PUSH``, ``DELETE``, ``NEGOTIATE``, ``MANIFEST_READ``,
+``UPLOAD_START``, ``UPLOAD_SESSION`` or ``DISCOVER``) before the handler runs; the handler hands it to one
+service call.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from litestar import Request
@@ -22,22 +23,25 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi.spec import OpenAPIMediaType, Operation, RequestBody
-from litestar.params import FromPath
+from litestar.params import FromPath, QueryParameter
 
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
-from hub_server.registry.core.access import Access, RepositoryScope
+from hub_server.registry.core.access import Access, RepositoryScope, mount_source_scope
 from hub_server.registry.push.manifests import too_large
 from hub_server.registry.service import Registry
 
 __all__ = [
     "DELETE",
     "DEPENDENCIES",
+    "DISCOVER",
     "MANIFEST_READ",
     "NEGOTIATE",
     "PULL",
     "PUSH",
+    "UPLOAD_SESSION",
+    "UPLOAD_START",
     "ClientDisconnected",
     "body_stream",
     "decode_json_body",
@@ -89,6 +93,24 @@ PUSH = repository_scope("push")
 DELETE = repository_scope("delete")
 NEGOTIATE = repository_scope("negotiate")
 MANIFEST_READ = repository_scope("pull", cached=True)
+UPLOAD_SESSION = repository_scope("upload")
+DISCOVER = repository_scope("discover")
+
+
+async def provide_upload_start(
+    ns: FromPath[str],
+    repo: FromPath[str],
+    principal: NamedDependency[Principal],
+    registry: NamedDependency[Registry],
+    mount_from: Annotated[str | None, QueryParameter(name="from", required=False)] = None,
+) -> RepositoryScope:
+    """The ``push`` scope of ``POST …/blobs/uploads/``; when it is a mount, a refusal's challenge also names
+    the source's pull scope (as distribution's does), so the client's next token can read the source."""
+    return await registry.scope(principal, ns, repo, "push", also=mount_source_scope(mount_from))
+
+
+#: ``dependencies=`` of the upload start (``POST``: a mount also names its source in a challenge).
+UPLOAD_START = {"repository": Provide(provide_upload_start)}
 
 
 async def reject_bad_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:

@@ -79,7 +79,7 @@ def to_hub_error(exc: Exception, request: Request[Any, Any, Any] | None = None) 
 def _challenge(exc: Unauthorized | Forbidden, request: Request[Any, Any, Any] | None) -> str:
     """The Docker token-auth challenge: where to get a token, and for which scope."""
     realm, service = token_realm(request) if request is not None else (TOKEN_PATH, "forkd-hub")
-    if isinstance(exc, Forbidden):
+    if isinstance(exc, Forbidden) or exc.reason == "insufficient_scope":
         error: str | None = "insufficient_scope"
     else:
         error = "invalid_token" if exc.reason in ("unknown", "revoked", "expired") else None

@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, head, put
+from litestar.background_tasks import BackgroundTask
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
 from hub_server.api.deps import DELETE, MANIFEST_READ, PUSH, read_limited, remote_of
+from hub_server.api.forkd_compat import provide_forkd_compat
 from hub_server.api.schemas import DeleteOut
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.tags import ABSENT, ANY
 from hub_server.registry.core.access import RepositoryScope
+from hub_server.registry.forkd.compat import ForkdCompatService
 from hub_server.registry.service import Registry
 
 
@@ -52,7 +55,11 @@ class ManifestController(Controller):
         summary="Push a manifest: forkd layer or chain index (verified), or any OCI image manifest or index",
         status_code=201,
         request_max_body_size=None,
-        dependencies={**PUSH, "expect_tag": Provide(provide_tag_expectation)},
+        dependencies={
+            **PUSH,
+            "expect_tag": Provide(provide_tag_expectation),
+            "forkd": Provide(provide_forkd_compat),
+        },
     )  # bounded by the manifest limit in read_limited (413 TOO_LARGE)
     async def push(
         self,
@@ -61,6 +68,7 @@ class ManifestController(Controller):
         ref: FromPath[str],
         request: Request[Any, Any, Any],
         expect_tag: NamedDependency[str],
+        forkd: NamedDependency[ForkdCompatService],
         public: Annotated[bool, QueryParameter()] = False,
         content_type: Annotated[str | None, HeaderParameter(name="content-type")] = None,
     ) -> Response[None]:
@@ -68,13 +76,19 @@ class ManifestController(Controller):
         result = await registry.manifests.put(
             repository, ref, body, content_type, public=public, remote=remote_of(request), expect_tag=expect_tag
         )
+        # a forkd snapshot tagged in a public repository: its pack is built once the answer is sent, for registry.json
+        build = (
+            BackgroundTask(forkd.build_after_push, repository.namespace, repository.name, result.digest)
+            if result.tag is not None
+            else None
+        )
         headers = {
             "Location": f"/v2/{repository.full_name}/manifests/{result.digest}",
             "Docker-Content-Digest": result.digest,
         }
         if result.subject is not None:
             headers["OCI-Subject"] = result.subject
-        return Response(b"", status_code=201, headers=headers)
+        return Response(b"", status_code=201, headers=headers, background=build)
 
     @get("/", summary="Fetch the exact manifest bytes pushed", dependencies=MANIFEST_READ)
     async def fetch(

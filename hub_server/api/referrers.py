@@ -1,5 +1,6 @@
 """``GET /v2/{ns}/{repo}/referrers/{digest}?artifactType=``: the manifests whose subject is ``digest``,
-as an OCI image index (distribution-spec 1.1, "Listing Referrers")."""
+as an OCI image index (distribution-spec 1.1, "Listing Referrers"): never a 404 to a caller who may read
+the name, even before the repository exists (``core/access.py``, ``discover``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from litestar import Controller, Response, get
 from litestar.di import NamedDependency
 from litestar.params import FromPath, QueryParameter
 
-from hub_server.api.deps import PULL
+from hub_server.api.deps import DISCOVER
 from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.push.oci_content import OCI_INDEX
 from hub_server.registry.service import Registry
@@ -19,7 +20,7 @@ from hub_server.registry.service import Registry
 class ReferrerController(Controller):
     path = "/v2/{ns:str}/{repo:str}/referrers/{digest:str}"
     tags = ["manifests"]
-    dependencies = PULL
+    dependencies = DISCOVER  # a repository that does not exist yet has no referrers: 200, not 404
 
     @get("/", summary="Manifests that name this digest as their subject (an OCI image index; 200 even when none)")
     async def referrers(

@@ -1,5 +1,6 @@
 """Blob uploads: ``/v2/{ns}/{repo}/blobs/uploads/`` (start, monolithic, mount) and ``…/{uuid}``
-(PATCH append, GET status, PUT finish, DELETE cancel). Bodies are streamed to storage."""
+(PATCH append, GET status, PUT finish, DELETE cancel). Bodies are streamed to storage. Writes need push;
+the status and the cancel also serve the session's opener with pull (``core/access.py``, ``upload``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from litestar import Controller, Request, Response, delete, get, patch, post, pu
 from litestar.di import NamedDependency
 from litestar.params import FromPath, HeaderParameter, QueryParameter
 
-from hub_server.api.deps import PUSH, body_stream
+from hub_server.api.deps import PUSH, UPLOAD_SESSION, UPLOAD_START, body_stream
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.push.uploads import BlobCommitted, UploadStatus
@@ -71,7 +72,11 @@ class UploadController(Controller):
     request_max_body_size = None  # bodies are streamed; the blob size limit is enforced while writing
     dependencies = PUSH
 
-    @post("/", summary="Start an upload (or upload monolithically with ?digest=, or mount with ?mount=&from=)")
+    @post(
+        "/",
+        summary="Start an upload (or upload monolithically with ?digest=, or mount with ?mount=&from=)",
+        dependencies=UPLOAD_START,
+    )
     async def start(
         self,
         repository: NamedDependency[RepositoryScope],
@@ -100,7 +105,12 @@ class UploadController(Controller):
             )
         return _respond(repository.full_name, status)
 
-    @get("/{upload_id:str}", summary="Upload status (resume from the committed size)", status_code=204)
+    @get(
+        "/{upload_id:str}",
+        summary="Upload status (resume from the committed size): push, or pull for the session's opener",
+        status_code=204,
+        dependencies=UPLOAD_SESSION,
+    )
     async def status(
         self,
         repository: NamedDependency[RepositoryScope],
@@ -130,7 +140,12 @@ class UploadController(Controller):
             )
         return _respond(repository.full_name, blob)
 
-    @delete("/{upload_id:str}", summary="Cancel an upload", status_code=204)
+    @delete(
+        "/{upload_id:str}",
+        summary="Cancel an upload: push, or pull for the session's opener",
+        status_code=204,
+        dependencies=UPLOAD_SESSION,
+    )
     async def cancel(
         self,
         repository: NamedDependency[RepositoryScope],

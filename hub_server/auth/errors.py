@@ -32,7 +32,9 @@ __all__ = [
 ]
 
 #: Why credentials were rejected; safe to show to the client (says nothing about other tokens).
-UnauthorizedReason = Literal["required", "malformed", "unknown", "revoked", "expired"]
+#: ``insufficient_scope``: a valid registry token that needs another scope, answered 401 where the clients
+#: that get there only ask the token endpoint again after a 401 (a mount whose token cannot read its source).
+UnauthorizedReason = Literal["required", "malformed", "unknown", "revoked", "expired", "insufficient_scope"]
 
 
 class AuthError(Exception):

@@ -17,8 +17,11 @@ from hub_server.auth.scopes import Principal
 
 __all__ = ["TokenScope", "grant", "parse_token_scopes"]
 
-#: Our actions a Docker action asks for; ``*`` asks for everything on the repository.
-_ACTIONS = {"pull": ("pull",), "push": ("push",), "delete": ("delete",), "*": ("pull", "push", "delete")}
+#: Our actions a Docker action asks for; ``*`` asks for everything on the repository. ``push`` is read-write, as
+#: go-containerregistry (crane) reads it: it asks for ``push,pull`` to delete and gives up on a 403, so a token
+#: asked for push also carries ``delete`` where the API token holds it (never where it does not: a push-only
+#: API token never deletes; docs/http-api.md, "Challenge and token endpoint").
+_ACTIONS = {"pull": ("pull",), "push": ("push", "delete"), "delete": ("delete",), "*": ("pull", "push", "delete")}
 
 
 @dataclass(frozen=True)

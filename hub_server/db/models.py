@@ -16,7 +16,8 @@
     frames            (digest PK, chunk_digest, raw_length, pack_key, pack_offset, length)
                                                                      a stored zstd frame, by the blake3 of its bytes
     recipe_frames     (blob_digest, offset, frame_digest, length)    a data blob stored as frames, in order
-    uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until)
+    uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until, opened_by)
+                                                                     opened_by: the token that opened it (revision 0012)
     upload_recipes    (upload_id PK, recipe, next_frame, consumed, carry, sha256_state, hashed, valid)
                                                                      a recipe declared before its frames, verified
                                                                      as PATCHes stream in (revision 0011)
@@ -250,6 +251,8 @@ class Upload(SQLModel, table=True):
     lease_owner: str | None = Field(default=None, sa_column=Column(String(36), nullable=True))
     """The request (any replica) working on this session now; see ``registry/push/uploads.py``."""
     lease_until: datetime | None = Field(default=None, sa_column=Column(UTCDateTime(), nullable=True))
+    opened_by: str | None = Field(default=None, sa_column=Column(String(64), nullable=True))
+    """The name of the token that opened the session: with pull alone it may still read and cancel it."""
 
 
 class UploadRecipe(SQLModel, table=True):

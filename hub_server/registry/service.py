@@ -57,11 +57,19 @@ class Registry:
         self._gauges_at: float | None = None
 
     async def scope(
-        self, principal: Principal, namespace: str, name: str, access: Access, *, cached: bool = False
+        self,
+        principal: Principal,
+        namespace: str,
+        name: str,
+        access: Access,
+        *,
+        cached: bool = False,
+        also: str | None = None,
     ) -> RepositoryScope:
         """The repository ``namespace/name`` as ``principal`` may ``access`` it: resolved and authorized
-        once per request (``core/access.py``), then handed to a service. Raises: as :func:`resolve_scope`."""
-        return await resolve_scope(self.ctx, principal, namespace, name, access, cached=cached)
+        once per request (``core/access.py``), then handed to a service (``also``: another scope a refusal
+        names). Raises: as :func:`resolve_scope`."""
+        return await resolve_scope(self.ctx, principal, namespace, name, access, cached=cached, also=also)
 
     async def health(self) -> tuple[bool, HealthReport]:
         """Whether the database and the blob store answer (and the store has room: ``min_free_bytes``);

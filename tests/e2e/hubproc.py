@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -73,6 +74,15 @@ class HubProcess:
         return subprocess.run(
             forkd_hub(*args), env=self.env, check=True, capture_output=True, text=True, timeout=60
         ).stdout.strip()
+
+    def requests(self) -> list[tuple[str, str, int]]:
+        """``(method, path, status)`` of every request the hub's access log recorded so far, in order."""
+        out = []
+        for line in Path(self._log.name).read_text(errors="replace").splitlines():
+            if '"hub_server.access"' in line:
+                entry = json.loads(line)
+                out.append((entry["method"], entry["path"], entry["status"]))
+        return out
 
     def stop(self) -> int:
         """SIGTERM the hub and return its exit status; its log must hold no traceback."""

@@ -54,8 +54,17 @@ def test_snapshot_json_keeps_unknown_fields_and_sets_paths(tmp_path: Path) -> No
         "future_field": {"x": 1},
     }
     link = snapshot_json_for(final, None, parent_tag="p", parent_content_hash="ab" * 32, has_rootfs=True)
-    assert list(link) == ["vmstate", "memory", "volumes", "parent_tag", "parent_content_hash", "rootfs"]
-    assert link["rootfs"] == str(final / "rootfs.ext4")
+    assert list(link) == ["vmstate", "memory", "volumes", "parent_tag", "parent_content_hash"]
+
+
+def test_a_snapshots_own_rootfs_is_never_named(tmp_path: Path) -> None:
+    """forkd's own pack would make a named rootfs the sidecar's target_path, a path into this store that forkd's
+    unpack recreates on other hosts: the disk in the directory is found without it (and packed inside the pack)."""
+    final = tmp_path / "snapshots" / "t"
+    for recorded in (None, str(final / "rootfs.ext4"), "/home/else/.local/share/forkd/snapshots/t/rootfs.ext4"):
+        base = {"vmstate": "/v", "memory": "/m"} | ({"rootfs": recorded} if recorded else {})
+        doc = snapshot_json_for(final, base, parent_tag=None, parent_content_hash=None, has_rootfs=True)
+        assert "rootfs" not in doc, recorded
 
 
 def test_rootfs_outside_is_kept_inside_is_dropped(tmp_path: Path) -> None:

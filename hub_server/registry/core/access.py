@@ -15,6 +15,13 @@ The access a request asks for (:data:`Access`):
   exist yet (the first push creates it: :meth:`RepositoryScope.created`); a delete needs it to exist.
 - ``negotiate`` (which frames the hub holds, before a push): ``push``, or ``pull`` on an existing
   repository; the refusal is the push one (it depends only on the caller's scopes).
+- ``upload`` (read or cancel an upload session: ``GET``/``DELETE`` of its URL): ``push``, or ``pull`` on an
+  existing repository, for the session's opener only (the upload service checks who opened it: clients
+  reuse one pull token for every ``GET``, and a reader must not see or cancel someone else's upload);
+  the refusal is the push one.
+- ``discover`` (the referrers API): ``pull``, and a repository that does not exist yet reads as empty
+  to a caller whose scopes let it read that name (a registry with the referrers API never answers 404
+  there); anyone else is answered as for ``pull``.
 
 Reads across repositories (dedup, lineage) stay per row: :func:`can_read`, :func:`readable_linking`.
 
@@ -29,7 +36,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from hub_server.auth.errors import Unauthorized
+from hub_server.auth.errors import Forbidden, Unauthorized
 from hub_server.auth.scopes import Action, Principal, repository_scope
 from hub_server.db.models import Repository, RepositoryBlob, RepositoryManifest, utcnow
 from hub_server.errors import ErrorCode, HubError
@@ -48,6 +55,7 @@ __all__ = [
     "check_readable",
     "ensure_repository",
     "find_repository",
+    "mount_source_scope",
     "readable_linking",
     "resolve_scope",
     "scope_of",
@@ -55,7 +63,7 @@ __all__ = [
 ]
 
 #: What a request does to its repository (the module docstring says who may).
-Access = Literal["pull", "push", "delete", "negotiate"]
+Access = Literal["pull", "push", "delete", "negotiate", "upload", "discover"]
 
 
 class _Readable(Protocol):
@@ -79,6 +87,18 @@ def unknown_repository(full_name: str) -> HubError:
 async def find_repository(session: AsyncSession, namespace: str, name: str) -> Repository | None:
     result = await session.exec(select(Repository).where(Repository.namespace == namespace, Repository.name == name))
     return result.first()
+
+
+def mount_source_scope(source: str | None) -> str | None:
+    """The Docker token scope that reads a mount's source (``?mount=…&from=ns/repo``), for the challenge of
+    a refused mount (as distribution names it): None when ``source`` is not a repository name."""
+    if source is None:
+        return None
+    namespace, _, name = source.partition("/")
+    try:
+        return repository_scope(check_repository(namespace, name), "pull")
+    except HubError:
+        return None
 
 
 def check_readable(principal: Principal, full: str, repo: _R | None) -> _R:
@@ -236,27 +256,42 @@ class RepositoryScope:
 
 
 async def resolve_scope(
-    ctx: RegistryContext, principal: Principal, namespace: str, name: str, access: Access, *, cached: bool = False
+    ctx: RegistryContext,
+    principal: Principal,
+    namespace: str,
+    name: str,
+    access: Access,
+    *,
+    cached: bool = False,
+    also: str | None = None,
 ) -> RepositoryScope:
     """``namespace/name`` for ``principal`` and ``access``: names checked, the caller authorized (the
     module docstring's rules, all here), the repository read once. ``cached``: read it through the read
-    cache (manifest GET/HEAD: the repository facts, kept for the cache's TTL).
+    cache (manifest GET/HEAD: the repository facts, kept for the cache's TTL). ``also``: a Docker token
+    scope a refusal's challenge names besides this repository's (a mount's source, :func:`mount_source_scope`),
+    so that the token the client asks for next does the whole request.
 
     Raises: HubError(NAME_INVALID); for ``pull``: Unauthorized / Forbidden / HubError(NAME_UNKNOWN),
     alike whether the repository exists or not; for ``push`` / ``delete``: Unauthorized / Forbidden
     before the repository is read, then HubError(NAME_UNKNOWN) for a ``delete`` of a missing one; for
-    ``negotiate``: the ``push`` refusal unless the caller may read an existing repository.
+    ``negotiate`` and ``upload``: the ``push`` refusal unless the caller may read an existing repository;
+    for ``discover``: as ``pull``, but a missing repository is no refusal to a caller who may read its name.
     """
     full = check_repository(namespace, name)
-    if access in ("push", "delete"):
-        principal.require(access, full)  # before anything is read: says nothing about existence
-    epoch = ctx.cache.epoch
-    facts = ctx.cache.repository(namespace, name) if cached else None
-    repo: Repository | RepositoryFacts | None = facts
-    if facts is None:
-        async with ctx.sessions() as session:
-            repo = await find_repository(session, namespace, name)
-    authorize(principal, full, repo, access)
+    try:
+        if access in ("push", "delete"):
+            principal.require(access, full)  # before anything is read: says nothing about existence
+        epoch = ctx.cache.epoch
+        facts = ctx.cache.repository(namespace, name) if cached else None
+        repo: Repository | RepositoryFacts | None = facts
+        if facts is None:
+            async with ctx.sessions() as session:
+                repo = await find_repository(session, namespace, name)
+        authorize(principal, full, repo, access)
+    except (Unauthorized, Forbidden) as refusal:
+        if also and refusal.scope:
+            refusal.scope = f"{refusal.scope} {also}"
+        raise
     if cached and facts is None and isinstance(repo, Repository):  # kept for the TTL, as read at ``epoch``
         assert repo.id is not None
         repo = ctx.cache.remember_repository(repo.id, namespace, name, repo.public, epoch)
@@ -268,8 +303,11 @@ def authorize(principal: Principal, full: str, repo: _Readable | None, access: A
     ``full``, None when it does not exist). Raises: as :func:`resolve_scope`."""
     if access in ("push", "delete"):
         principal.require(access, full)
-    if access == "pull":
+    if access == "pull" or (access == "discover" and (repo is not None or not principal.can("pull", full))):
         check_readable(principal, full, repo)
+    elif access == "upload" and not principal.can("push", full):
+        if principal.is_anonymous or repo is None or not can_read(principal, repo):
+            principal.require("push", full)  # a reader goes on: the upload service lets only the opener in
     elif access == "delete" and repo is None:
         raise unknown_repository(full)
     elif access == "negotiate" and not principal.can("push", full) and (repo is None or not can_read(principal, repo)):

@@ -6,12 +6,14 @@ it reads ``packages["owner/name"].versions[version or "latest"]``, downloads ``u
 (/work/shared/reference/forkd-formats.md §3–4). So:
 
 - :meth:`ForkdCompatService.registry_json` lists every **public** repository with at least one
-  tag, each tag a version whose ``url`` is ``<base>/packs/<ns>/<repo>/<tag>.forkd-snapshot.tar.zst``.
+  tag, each tag a version whose ``url`` is ``<base>/packs/<ns>/<repo>/@<digest>.forkd-snapshot.tar.zst``
+  (the manifest the tag names when listed: immutable, so the listed ``sha256`` stays true when the tag moves).
   forkd needs a ``latest`` version: a repository without a ``latest`` tag gets one copied from
   its most recently updated tag. A version is never listed without ``sha256``/``size_bytes``
-  (forkd's ``pull`` skips its integrity check when ``sha256`` is missing): a tag whose pack is
-  not built yet is built first (once per manifest, cached), and one whose pack cannot be built
-  (too large, damaged content) is left out, logged.
+  (forkd's ``pull`` skips its integrity check when ``sha256`` is missing): a pack is built when a
+  tag push names its manifest (:meth:`ForkdCompatService.build_after_push`, in the background), and a
+  tag whose pack is not built yet when listed is built first (once per manifest, cached); one whose
+  pack cannot be built (too large, damaged content) is left out, logged.
 - :meth:`ForkdCompatService.pack` builds the pack of a tag (or ``@digest``) once per
   repository and head manifest (v1 for a lone base, v2 for a chain root → head, see
   :mod:`packbuild`), stores it under ``forkd-packs/…`` (``registry/core/paths.py``) with its sha256,
@@ -62,7 +64,7 @@ from hub_server.db.models import (
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.damage import find_mark, mark
-from hub_server.registry.core.access import RepositoryScope, scope_of
+from hub_server.registry.core.access import RepositoryScope, find_repository, scope_of
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.paths import (
     FORKD_PACK_SUFFIX,
@@ -177,6 +179,27 @@ class ForkdCompatService:
         self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT_BUILDS)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
+    # -- packs built at push ------------------------------------------------------------------
+
+    async def build_after_push(self, namespace: str, name: str, digest: str) -> None:
+        """Build the pack of ``digest``, just tagged in ``namespace/name``, when it is a forkd snapshot (layer or
+        chain index) of a public repository, so that the next registry.json lists it at once instead of
+        building it while it answers. Run after the push's answer is sent (a background task of the
+        response). Never raises: a failure is logged (the listing builds or leaves out the pack, as before)."""
+        try:
+            async with self.ctx.sessions() as session:
+                repo = await find_repository(session, namespace, name)
+                manifest = await session.get(Manifest, digest)
+            if repo is None or not repo.public or manifest is None:
+                return
+            if not (mt.is_layer(manifest.artifact_type) or manifest.artifact_type == mt.CHAIN_ARTIFACT):
+                return
+            await self.pack(scope_of(Principal.anonymous(), repo, "pull"), f"@{digest}")
+        except HubError as e:  # too large, damaged (marked), no space: the listing leaves it out or retries
+            log.warning("the forkd pack of %s/%s@%s was not built after its push: %s", namespace, name, digest, e)
+        except Exception:  # noqa: BLE001 - after the answer: logged, registry.json builds it when asked
+            log.exception("building the forkd pack of %s/%s@%s after its push failed", namespace, name, digest)
+
     # -- registry.json ----------------------------------------------------------------------
 
     async def registry_json(self, base_url: str) -> dict[str, Any]:
@@ -242,7 +265,9 @@ class ForkdCompatService:
         config = configs[head.config_digest]
         if config is None:
             return None
-        entry: dict[str, Any] = {"url": f"{base_url}/packs/{repository}/{tag}{PACK_SUFFIX}"}
+        # the immutable @digest URL: a tag moved between forkd's registry fetch and its download must not
+        # turn into a "sha256 mismatch" (the listed sha256 is this manifest's pack)
+        entry: dict[str, Any] = {"url": f"{base_url}/packs/{repository}/@{head.digest}{PACK_SUFFIX}"}
         info = await self._read_info(repository, head.digest)
         if info is None:
             try:  # public: anyone may read it; built once, then served from the cache

@@ -41,7 +41,7 @@ from manifest.forkd_fields import FORKD_DERIVED
 from manifest.forkd_pack import PackLink, write_pack
 from manifest.model import ChunkMap, LayerConfig
 
-__all__ = ["BuiltPack", "LinkSource", "StoreFrames", "build_pack", "snapshot_json"]
+__all__ = ["BuiltPack", "LinkSource", "StoreFrames", "build_pack", "declared_rootfs", "snapshot_json"]
 
 #: Where synthesised snapshot.json files say the files are. forkd's unpack (and ours) rewrites
 #: ``vmstate``/``memory`` to the directory it extracts into, so this only has to be absolute.
@@ -137,6 +137,29 @@ def snapshot_json(
     return json.dumps(doc, indent=2, ensure_ascii=False).encode()
 
 
+def declared_rootfs(config: LayerConfig) -> dict[str, object] | None:
+    """forkd's manifest.toml ``[rootfs]`` table for a layer whose rootfs is an image outside the snapshot
+    directory (the config's ``forkd.rootfs``, whose sha256 and size its pusher stated in the annotations):
+    forkd's pull then checks the image at ``target_path`` and, without it, warns that the sidecar is missing
+    (the hub serves none: a push never uploads that image). None when the config says less, or when the layer
+    has its own ``rootfs.ext4`` (that one is in the pack)."""
+    target = (config.forkd or {}).get("rootfs")
+    sha = config.annotations.get(mt.ANNOTATION_ROOTFS_SHA256, "")
+    size = config.annotations.get(mt.ANNOTATION_ROOTFS_SIZE, "")
+    hexpart = sha.removeprefix("sha256:")
+    if (
+        mt.ROOTFS_FILE in config.files
+        or not isinstance(target, str)
+        or not target.startswith("/")
+        or not sha.startswith("sha256:")
+        or len(hexpart) != 64
+        or not all(c in "0123456789abcdef" for c in hexpart)
+        or not size.isdecimal()
+    ):
+        return None
+    return {"target_path": target, "sha256": hexpart, "size": int(size)}
+
+
 def build_pack(
     links: Sequence[LinkSource],
     work: Path,
@@ -146,7 +169,8 @@ def build_pack(
     description: str | None,
     base_image: str | None,
 ) -> BuiltPack:
-    """Assemble ``links`` (root → head) under ``work`` and write them as ``work/pack.forkd-snapshot.tar.zst``.
+    """Assemble ``links`` (root → head) under ``work`` and write them as ``work/pack.forkd-snapshot.tar.zst``,
+    the head's outside rootfs declared as forkd does (:func:`declared_rootfs`).
 
     ``work`` must exist and be empty; the caller removes it. Raises DigestMismatch,
     AssemblyError, PackError, the frame source's errors, OSError.
@@ -185,7 +209,8 @@ def build_pack(
         previous = assembled
         memory_sha = assembled[mt.MEMORY_FILE][1]
     out = work / "pack.forkd-snapshot.tar.zst"
-    write_pack(pack_links, out, description=description, base_image=base_image, created_at=created_at)
+    rootfs = declared_rootfs(links[-1].config) if links else None
+    write_pack(pack_links, out, description=description, base_image=base_image, created_at=created_at, rootfs=rootfs)
     return BuiltPack(out, _sha256_file(out), out.stat().st_size)
 
 

@@ -11,9 +11,14 @@ takes a lease on the session's row (``uploads.lease_owner``/``lease_until``, one
 ``UPDATE``), renews it while a long body streams in, and gives it back at the end; a lease left
 by a crashed replica expires after :data:`UPLOAD_LEASE`.
 
+A session records the token that opened it (``uploads.opened_by``): its status and its cancel also
+serve that token with pull alone (OCI clients reuse one pull token for every ``GET``), never anyone
+else who may not push (the URL is not a capability a reader of the repository may use).
+
 Errors: ``HubError`` (``BLOB_UPLOAD_UNKNOWN``, ``BLOB_UPLOAD_INVALID``, ``RANGE_INVALID``,
-``DIGEST_INVALID``, ``NAME_INVALID``, ``NAME_UNKNOWN``), ``Unauthorized``/``Forbidden``,
-storage errors.
+``DIGEST_INVALID``, ``NAME_INVALID``, ``NAME_UNKNOWN``), ``Unauthorized``/``Forbidden`` (``Unauthorized``
+``insufficient_scope`` for a mount whose registry token cannot read its source but whose API token
+could), storage errors.
 """
 
 from __future__ import annotations
@@ -28,10 +33,18 @@ import anyio
 from sqlalchemy import or_, update
 from sqlmodel import col
 
+from hub_server.auth.errors import Unauthorized
+from hub_server.auth.scopes import repository_scope
 from hub_server.db.models import Blob, RepositoryBlob, Upload
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.blobs import digest_object, publish_blob
-from hub_server.registry.core.access import RepositoryScope, can_read, find_repository, readable_linking
+from hub_server.registry.core.access import (
+    RepositoryScope,
+    can_read,
+    find_repository,
+    mount_source_scope,
+    readable_linking,
+)
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest, check_repository, parse_digest
 from hub_server.registry.core.paths import session_pack_key, upload_key
@@ -103,7 +116,16 @@ class UploadService:
             upload_id = str(uuid.uuid4())
             await self.ctx.store.put(upload_key(upload_id), b"")
             now = self.ctx.clock()
-            session.add(Upload(id=upload_id, repository_id=repo.id, size=0, created_at=now, updated_at=now))  # type: ignore[arg-type]  # typing debt, decisions/0008
+            session.add(
+                Upload(
+                    id=upload_id,
+                    repository_id=repo.id,  # type: ignore[arg-type]  # typing debt, decisions/0008
+                    size=0,
+                    created_at=now,
+                    updated_at=now,
+                    opened_by=scope.principal.name,
+                )
+            )
             await session.commit()
         if digest is None:
             return UploadStatus(upload_id, repo.full_name, 0)
@@ -118,8 +140,12 @@ class UploadService:
             raise
 
     async def status(self, scope: RepositoryScope, upload_id: str) -> UploadStatus:
-        """How many bytes the session holds."""
-        await self._session(scope, upload_id)
+        """How many bytes the session holds (``scope``: ``push``, or ``upload`` for the session's opener).
+
+        Raises: HubError(BLOB_UPLOAD_UNKNOWN) (also for a session another token opened, to a caller who
+        may not push), Forbidden ``insufficient_scope`` (a registry token whose API token may push).
+        """
+        await self._session(scope, upload_id, opener_may=True)
         return UploadStatus(upload_id, scope.full_name, await self._size(upload_id))
 
     async def append(
@@ -225,8 +251,8 @@ class UploadService:
         return UploadStatus(upload_id, scope.full_name, await self._size(upload_id))
 
     async def cancel(self, scope: RepositoryScope, upload_id: str) -> None:
-        """Delete the session and its staged bytes."""
-        await self._session(scope, upload_id)
+        """Delete the session and its staged bytes (``scope``: as for :meth:`status`). Raises: as :meth:`status`."""
+        await self._session(scope, upload_id, opener_may=True)
         async with self._exclusive(upload_id):
             await self._drop(upload_id)
 
@@ -235,6 +261,18 @@ class UploadService:
     async def _mount(self, scope: RepositoryScope, digest: str, source: str | None) -> BlobCommitted | None:
         principal = scope.principal
         src_ns, _, src_name = (source or "").partition("/")
+        wanted = mount_source_scope(source)
+        if source and wanted and not principal.can("pull", source) and principal.could("pull", source):
+            # A registry token for the target only, whose API token may read the source: a challenge naming
+            # both, so that the client's next token mounts. 401 (as distribution answers), not the 403 of other
+            # missing scopes: the clients that get here (the conformance suite, docker) re-ask only after a 401;
+            # skopeo, podman and crane ask for the source's pull up front, and oras-py does not mount.
+            raise Unauthorized(
+                f"this token's scope does not include pull access to {source!r}, the mount's source; "
+                "request a token with it",
+                "insufficient_scope",
+                f"{repository_scope(scope.full_name, 'push')} {wanted}",
+            )
         async with self.ctx.sessions() as session:
             repo = await scope.created(session)
             if source is None:  # no ``from``: any repository the caller may read that holds it
@@ -260,21 +298,30 @@ class UploadService:
             await session.commit()
         return BlobCommitted(digest, repo.full_name, blob.size)
 
-    async def _session(self, scope: RepositoryScope, upload_id: str) -> Upload:
-        """The open upload ``upload_id`` of the repository of ``scope``.
+    async def _session(self, scope: RepositoryScope, upload_id: str, *, opener_may: bool = False) -> Upload:
+        """The open upload ``upload_id`` of the repository of ``scope``. A caller who may not push there gets
+        it only with ``opener_may`` (a status read or a cancel) and when its token opened the session.
 
-        Raises: HubError(NAME_UNKNOWN) for a missing repository, HubError(BLOB_UPLOAD_UNKNOWN).
+        Raises: HubError(NAME_UNKNOWN) for a missing repository, HubError(BLOB_UPLOAD_UNKNOWN) (also for
+        someone else's session), Forbidden ``insufficient_scope`` (that, to a registry token whose API token
+        may push: the client asks for push and comes back).
         """
         repo_id = scope.id
         async with self.ctx.sessions() as session:
             upload = await session.get(Upload, upload_id) if _valid_id(upload_id) else None
         expired = upload is not None and self.ctx.clock() - upload.updated_at > self.ctx.limits.upload_lifetime
+        unknown = HubError(
+            ErrorCode.BLOB_UPLOAD_UNKNOWN, f"upload {upload_id[:64]!r} is unknown or expired", {"uuid": upload_id[:64]}
+        )
         if upload is None or upload.repository_id != repo_id or expired:
-            raise HubError(
-                ErrorCode.BLOB_UPLOAD_UNKNOWN,
-                f"upload {upload_id[:64]!r} is unknown or expired",
-                {"uuid": upload_id[:64]},
-            )
+            raise unknown
+        principal = scope.principal
+        if not principal.can("push", scope.full_name) and not (
+            opener_may and upload.opened_by is not None and upload.opened_by == principal.name
+        ):
+            if principal.could("push", scope.full_name):
+                raise principal.insufficient_scope("push", scope.full_name)
+            raise unknown  # a reader never learns about someone else's upload
         return upload
 
     async def _size(self, upload_id: str) -> int:

@@ -28,9 +28,12 @@ class ReferrerService:
         self.ctx = ctx
 
     async def list(self, scope: RepositoryScope, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
-        """Descriptors of the manifests in the repository of ``scope`` (``pull``) whose subject is
-        ``digest``, oldest first, only those of ``artifact_type`` when given."""
+        """Descriptors of the manifests in the repository of ``scope`` (``discover``) whose subject is
+        ``digest``, oldest first, only those of ``artifact_type`` when given; none when the repository does
+        not exist yet. Raises HubError(DIGEST_INVALID)."""
         subject = check_digest(digest)
+        if scope.repository is None:
+            return []
         repo_id = scope.id
         async with self.ctx.sessions() as session:
             query = (

@@ -15,6 +15,7 @@ import pytest
 from tests.e2e.hubproc import HubProcess
 from tests.e2e.oci.layout import OCI_INDEX, OCI_MANIFEST, descriptor
 from tests.e2e.oci.registry_client import Registry, errors
+from tests.e2e.oci.tokenflow import registry_token
 
 pytestmark = pytest.mark.slow
 
@@ -138,3 +139,28 @@ def test_catalog_lists_only_readable_repositories_by_pages(oci_hub: HubProcess, 
     )
     assert more.json() == {"repositories": ["cat/c"]} and "Link" not in more.headers
     assert httpx.get(f"{oci_hub.url}/v2/_catalog").json() == {"repositories": []}  # nothing public
+
+
+def test_referrers_of_a_repository_that_does_not_exist_yet(oci_hub: HubProcess, reg: Registry):
+    """end-12a: "If the registry supports the referrers API, the registry MUST NOT return a 404": a repository
+    nothing was pushed to yet has no referrers (200, an empty index) for a caller who may read that name; anyone
+    else is answered as for any read (404 NAME_UNKNOWN with a token, 401 without), whether it exists or not."""
+    path = "/v2/disc/unborn/referrers/sha256:" + "2" * 64
+    r = reg.http.get(path)
+    assert r.status_code == 200 and r.headers["Content-Type"] == OCI_INDEX
+    assert r.json() == {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+    filtered = reg.http.get(path, params={"artifactType": "application/vnd.example.sbom"})
+    assert filtered.json()["manifests"] == [] and filtered.headers["OCI-Filters-Applied"] == "artifactType"
+    bad = reg.http.get("/v2/disc/unborn/referrers/sha256:nothex")
+    assert bad.status_code == 400 and errors(bad) == ["DIGEST_INVALID"]
+    reader = oci_hub.token("disc-reader", "pull:disc/*")
+    pulled = registry_token(oci_hub.url, "r", reader, "repository:disc/unborn:pull")
+    assert httpx.get(oci_hub.url + path, headers={"Authorization": f"Bearer {pulled}"}).status_code == 200
+    stranger = oci_hub.token("disc-stranger", "pull:other/*")
+    for repo in ("disc/unborn", "disc/ref"):
+        r = httpx.get(
+            f"{oci_hub.url}/v2/{repo}/referrers/sha256:{'2' * 64}", headers={"Authorization": f"Bearer {stranger}"}
+        )
+        assert r.status_code == 404 and errors(r) == ["NAME_UNKNOWN"]
+        assert httpx.get(f"{oci_hub.url}/v2/{repo}/referrers/sha256:{'2' * 64}").status_code == 401
+    assert reg.http.get("/v2/disc/unborn/tags/list").status_code == 404  # nothing was created by asking

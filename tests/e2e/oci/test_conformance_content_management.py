@@ -15,6 +15,7 @@ import pytest
 from tests.e2e.hubproc import HubProcess, forkd_hub
 from tests.e2e.oci.layout import OCI_MANIFEST, descriptor, sha256
 from tests.e2e.oci.registry_client import Registry, errors
+from tests.e2e.oci.tokenflow import CraneClient
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +108,25 @@ def test_storage_is_reclaimed_by_gc_once_nothing_references_it(oci_hub: HubProce
     assert sha256(b"kept layer") not in report["blobs"]
     assert reg.http.get(f"/v2/mgmt/gc/manifests/{kept}").content == kept_image
     assert reg.http.get(f"/v2/mgmt/gc/blobs/{sha256(b'kept layer')}").content == b"kept layer"
+
+
+def test_crane_deletes_with_its_push_token_when_its_api_token_may_delete(oci_hub: HubProcess, reg: Registry):
+    """ "Deleting Manifests" as crane does it: it asks the token endpoint for ``push,pull`` (its read-write scope)
+    and gives up on a 403. A Docker ``push`` grants ``delete`` too where the API token holds it, so the delete is
+    202; an API token with push alone never deletes (403 DENIED, no challenge: no token of it could)."""
+    _, digest = reg.push_image("mgmt/crane", "v1")
+    _, other = reg.push_image("mgmt/crane", "v2", layer=b"second layer")
+    scopes = ["repository:mgmt/crane:push,pull"]
+    deleter = CraneClient(oci_hub.url, "c", oci_hub.token("crane-deleter", "push:mgmt/*", "delete:mgmt/*"), scopes)
+    pusher = CraneClient(oci_hub.url, "p", oci_hub.token("crane-pusher", "push:mgmt/*"), scopes)
+    try:
+        r = deleter.request("DELETE", f"/v2/mgmt/crane/manifests/{digest}")
+        assert r.status_code == 202, r.text
+        assert reg.http.get(f"/v2/mgmt/crane/manifests/{digest}").status_code == 404
+        denied = pusher.request("DELETE", f"/v2/mgmt/crane/manifests/{other}")
+        assert denied.status_code == 403 and errors(denied) == ["DENIED"]
+        assert "WWW-Authenticate" not in denied.headers
+        assert reg.http.get("/v2/mgmt/crane/manifests/v2").status_code == 200
+    finally:
+        deleter.close()
+        pusher.close()

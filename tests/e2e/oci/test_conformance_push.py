@@ -12,11 +12,13 @@ import base64
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.e2e.hubproc import HubProcess
 from tests.e2e.oci.layout import EMPTY_JSON, OCI_CONFIG, OCI_INDEX, OCI_LAYER, OCI_MANIFEST, descriptor, dumps, sha256
-from tests.e2e.oci.registry_client import Registry, errors
+from tests.e2e.oci.registry_client import Registry, digest_of, errors
+from tests.e2e.oci.tokenflow import SuiteClient, anonymous_status, registry_token
 
 pytestmark = pytest.mark.slow
 
@@ -350,3 +352,105 @@ def test_a_manifest_with_a_subject_answers_oci_subject(reg: Registry):
     assert r.status_code == 201 and r.headers["OCI-Subject"] == ghost["digest"]
     again = reg.put_manifest("push/signed", "sig2", body)
     assert again.headers["OCI-Subject"] == ghost["digest"] and digest != ghost["digest"]
+
+
+# -- through the token flow, as the conformance suite and crane authenticate (tests/e2e/oci/tokenflow.py) --
+
+
+def test_the_openers_pull_token_reads_and_cancels_its_upload(oci_hub: HubProcess):
+    """end-13 as the conformance suite does it: after a 416 on an out-of-order PATCH it GETs the upload's
+    Location with the pull token it cached for the repository (it re-authenticates only after a 401). The
+    session's opener may read and cancel it with pull; a reader of the repository never sees another
+    client's upload (404 BLOB_UPLOAD_UNKNOWN), nor can it cancel it."""
+    writer = SuiteClient(oci_hub.url, "ci", oci_hub.token("flow-uploader", "push:flow/*"))
+    reader = SuiteClient(oci_hub.url, "r", oci_hub.token("flow-reader", "pull:flow/*"))
+    try:
+        assert writer.request("GET", "/v2/flow/up/tags/list").status_code == 404  # a pull token is cached now
+        assert writer.token_requests == [["repository:flow/up:pull"]]
+        start = writer.request("POST", "/v2/flow/up/blobs/uploads/", headers={"Content-Length": "0"})
+        assert start.status_code == 202
+        location = start.headers["Location"]
+        data = b"c" * 200
+        assert (
+            writer.request("PATCH", location, content=data[:100], headers={"Content-Range": "0-99"}).status_code == 202
+        )
+        skipped = writer.request("PATCH", location, content=data[150:], headers={"Content-Range": "150-199"})
+        assert skipped.status_code == 416 and skipped.headers["Range"] == "0-99"
+        status = writer.request("GET", location)  # with the cached pull token
+        assert status.status_code == 204, status.text
+        assert status.headers["Range"] == "0-99" and status.headers["Upload-Offset"] == "100"
+        for method in ("GET", "DELETE"):
+            peek = reader.request(method, location)
+            assert peek.status_code == 404 and errors(peek) == ["BLOB_UPLOAD_UNKNOWN"], (method, peek.text)
+        assert anonymous_status(oci_hub.url, "GET", location) == 401
+        pull_only = registry_token(oci_hub.url, "ci", writer.auth[1], "repository:flow/up:pull")
+        cancel = httpx.delete(f"{oci_hub.url}{location}", headers={"Authorization": f"Bearer {pull_only}"})
+        assert cancel.status_code == 204, cancel.text
+        gone = writer.request("GET", location)
+        assert gone.status_code == 404 and errors(gone) == ["BLOB_UPLOAD_UNKNOWN"]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_mount_through_the_token_flow_names_the_source_and_mounts(oci_hub: HubProcess, reg: Registry):
+    """end-11 through the token flow: the 401 of a mount names the source's pull scope too (as distribution's
+    challenge does), so the token the client asks for next reads the source and the blob is mounted (201), both
+    for a client without a token and for one holding a push token for the target only."""
+    digest = reg.push_blob("flow/src", b"a layer to mount")
+    user = oci_hub.token("flow-mounter", "push:flow/*")
+    fresh = SuiteClient(oci_hub.url, "m", user)
+    holding = SuiteClient(oci_hub.url, "m", user)
+    try:
+        r = fresh.request("POST", "/v2/flow/dst1/blobs/uploads/", params={"mount": digest, "from": "flow/src"})
+        assert fresh.token_requests == [["repository:flow/dst1:pull,push repository:flow/src:pull"]]
+        assert r.status_code == 201 and r.headers["Location"] == f"/v2/flow/dst1/blobs/{digest}"
+        assert reg.http.get(f"/v2/flow/dst1/blobs/{digest}").content == b"a layer to mount"
+        assert holding.request("POST", "/v2/flow/dst2/blobs/uploads/").status_code == 202  # caches a push token
+        r = holding.request("POST", "/v2/flow/dst2/blobs/uploads/", params={"mount": digest, "from": "flow/src"})
+        assert r.status_code == 201, r.text
+        assert holding.token_requests[-1] == ["repository:flow/dst2:pull,push repository:flow/src:pull"]
+    finally:
+        fresh.close()
+        holding.close()
+
+
+def test_a_mount_from_a_source_no_token_could_read_falls_back_to_an_upload(oci_hub: HubProcess, reg: Registry):
+    """end-11: what the caller's API token cannot read is never challenged for (no loop, nothing learnt about
+    the source): 202 and an upload session, as for a missing blob."""
+    digest = reg.push_blob("flow/hidden", b"not for this token")
+    outsider = SuiteClient(oci_hub.url, "o", oci_hub.token("flow-outsider", "push:flow/dst3"))
+    try:
+        r = outsider.request("POST", "/v2/flow/dst3/blobs/uploads/", params={"mount": digest, "from": "flow/hidden"})
+        assert r.status_code == 202 and "/blobs/uploads/" in r.headers["Location"]
+        assert len(outsider.token_requests) == 1
+    finally:
+        outsider.close()
+
+
+def test_a_tag_push_digests_with_sha256_and_tag_parameters_are_ignored(reg: Registry):
+    """ "Pushing Manifests": a manifest PUT by tag is addressed by its sha256 (``Docker-Content-Digest``) whatever
+    its content's algorithms; the ``tag`` query parameters of a push by digest (a MAY) are not supported: the
+    push succeeds, answers no ``OCI-Tag``, and creates no tag (docs/http-api.md, "OCI conformance")."""
+    reg.push_blob("flow/sha512", b"{}", "sha512")
+    manifest = dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": EMPTY_JSON, "digest": digest_of(b"{}", "sha512"), "size": 2},
+            "layers": [],
+        }
+    )
+    by_digest = reg.http.put(
+        f"/v2/flow/sha512/manifests/{digest_of(manifest, 'sha512')}",
+        params={"tag": "v1"},
+        content=manifest,
+        headers={"Content-Type": OCI_MANIFEST},
+    )
+    assert by_digest.status_code == 201 and "OCI-Tag" not in by_digest.headers
+    assert by_digest.headers["Docker-Content-Digest"] == digest_of(manifest, "sha512")
+    assert reg.http.get("/v2/flow/sha512/tags/list").json()["tags"] == []
+    by_tag = reg.put_manifest("flow/sha512", "v1", manifest)
+    assert by_tag.status_code == 201 and by_tag.headers["Docker-Content-Digest"] == sha256(manifest)
+    for ref in ("v1", sha256(manifest), digest_of(manifest, "sha512")):
+        assert reg.http.get(f"/v2/flow/sha512/manifests/{ref}").content == manifest

@@ -78,3 +78,30 @@ def test_a_referrer_pushed_with_subject_is_listed(
     assert len(listed) == 1
     sig = httpx.get(f"{oci_hub.url}/v2/oras/signed/manifests/sig", headers=headers)
     assert listed[0]["digest"] == sig.headers["Docker-Content-Digest"]
+
+
+def _client(host: str, token: str, tmp_path: Path):
+    client = oras_client.OrasClient(hostname=host, insecure=True)
+    client.login(username="u", password=token, hostname=host, tls_verify=False, config_path=str(tmp_path / "c.json"))
+    return client
+
+
+def test_one_client_writes_to_two_repositories_and_deletes(
+    oci_hub: HubProcess, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """oras-py keeps one registry token for everything and, holding one, asks the token endpoint again only after
+    a 403 (on a 401 it retries with the same token): a token lacking a scope its API token has is therefore 403
+    ``insufficient_scope`` (docs/http-api.md). Its delete (HEAD, then DELETE by digest) gets a token for
+    ``delete`` that way; an API token without delete never deletes."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    files = artifact_files(tmp_path / "src")
+    monkeypatch.chdir(tmp_path / "src")
+    writer = _client(host, oci_hub.token("oras-writer", "push:oras/*", "delete:oras/*"), tmp_path)
+    for repo in ("oras/one", "oras/two"):
+        assert writer.push(files=[f.name for f in files], target=f"{host}/{repo}:v1").status_code == 201
+    assert writer.get_tags(f"{host}/oras/two") == ["v1"]
+    pusher = _client(host, oci_hub.token("oras-pusher", "push:oras/*"), tmp_path)
+    with pytest.raises(ValueError, match="Cannot respond to request for authentication"):
+        pusher.delete_tag(f"{host}/oras/one", "v1")  # 403 DENIED without a challenge: no token of it could
+    assert writer.delete_tag(f"{host}/oras/one", "v1") is True
+    assert writer.get_tags(f"{host}/oras/one") == []

@@ -150,3 +150,24 @@ def test_anonymous_skopeo_pulls_a_public_repository(oci_hub, admin_token, host, 
     skopeo("copy", "--src-tls-verify=false", f"docker://{host}/acme/open:v1", f"oci:{out}:v1")
     manifest, blobs = read_layout(out, "v1")
     assert manifest == image.manifest and all(blobs[d] == data for d, data in image.blobs.items())
+
+
+def test_copy_between_repositories_mounts_the_blobs(pushed, oci_hub, host):
+    """skopeo copies from one repository of the hub to another by mounting (``?mount=&from=``): it asks the token
+    endpoint for the source's pull scope itself, with a token that may read the source and push the target."""
+    token = oci_hub.token("skopeo-mover", "pull:acme/app", "push:acme/moved")
+    before = len(oci_hub.requests())
+    skopeo(
+        "copy",
+        *tls_off("src", "dest"),
+        "--src-creds",
+        f"me:{token}",
+        "--dest-creds",
+        f"me:{token}",
+        f"docker://{host}/acme/app:v1",
+        f"docker://{host}/acme/moved:v1",
+    )
+    requests = oci_hub.requests()[before:]
+    assert ("POST", "/v2/acme/moved/blobs/uploads/", 201) in requests  # the layer mounted
+    sessions = [r for r in requests if r == ("POST", "/v2/acme/moved/blobs/uploads/", 202)]
+    assert len(sessions) <= 1  # at most the config goes up again (skopeo copies it without trying to reuse it)

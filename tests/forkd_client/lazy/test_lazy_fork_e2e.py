@@ -10,11 +10,12 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from forkd_client.lazy.serve import start_server, wait_ready
+from forkd_client.lazy.serve import control_directory, start_server, wait_ready
 from forkd_client.store import SnapshotStore
 from forkd_client.vmops import snapshot_base, snapshot_diff
 from tests.e2e.hubproc import HubProcess
@@ -156,7 +157,7 @@ def test_pull_lazy_returns_once_mounted_and_installs_in_the_background(built, hu
     want = (built / "snapshots" / "link" / "memory.bin").read_bytes()
     assert Path(out["memory"]).read_bytes() == want  # readable through the mount, fetched as read
     wait_until(lambda: gone(out["server"]["pid"]))
-    assert json.loads((Path(out["server"]["control"]) / "result.json").read_text())["installed"]["tag"] == "vm"
+    assert not Path(out["server"]["control"]).exists()  # installed: the server removed its control directory
     assert (tmp_path / "bob" / "home" / "snapshots" / "vm" / "memory.bin").read_bytes() == want
 
 
@@ -191,3 +192,59 @@ def test_a_killed_lazy_server_leaves_chunks_a_later_pull_resumes_from(hub, tmp_p
     # 128 data chunks; the 64 read (4 MiB) and those read ahead with them are not fetched again
     assert link["chunks_local"] >= 64 and link["chunks_local"] + link["chunks_fetched"] == 128
     assert (tmp_path / "bob" / "home" / "snapshots" / "img" / "memory.bin").read_bytes() == memory
+
+
+@pytest.mark.slow
+def test_pull_lazy_keeps_its_control_directory_in_the_store_and_removes_it_once_installed(hub, tmp_path):
+    """The detached server's control directory lives in the store's ``.staging/`` (never the system temp dir)
+    and goes once the chain is installed; one a dead server left (its log) is what ``forkd prune`` removes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    memory = os.urandom(4 << 20) + bytes(4 << 20)
+    (src / "memory.bin").write_bytes(memory)
+    (src / "vmstate").write_bytes(b"state" * 100)
+    alice = user_env(tmp_path / "alice", hub)
+    assert run_forkd(alice, "import", str(src), "img").returncode == 0
+    assert (
+        run_forkd(alice, "login", hub.url, "--token-stdin", input=hub.token("ci", "push:acme/*") + "\n").returncode == 0
+    )
+    assert run_forkd(alice, "push", "img", "acme/img:v1").returncode == 0
+    bob = user_env(tmp_path / "bob", hub)
+    assert (
+        run_forkd(bob, "login", hub.url, "--token-stdin", input=hub.token("bob", "pull:acme/*") + "\n").returncode == 0
+    )
+    temp_before = set(Path(tempfile.gettempdir()).glob("forkd-lazy-*"))
+    run = run_forkd(bob, "pull", "acme/img:v1", "--lazy", "--as", "img", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    control = Path(out["server"]["control"])
+    assert control.parent == tmp_path / "bob" / "home" / ".staging" and control.name.startswith("lazy-")
+    wait_until(lambda: gone(out["server"]["pid"]))
+    assert not control.exists()  # installed: nothing left behind
+    assert (tmp_path / "bob" / "home" / "snapshots" / "img" / "memory.bin").read_bytes() == memory
+    assert set(Path(tempfile.gettempdir()).glob("forkd-lazy-*")) == temp_before
+    # a server that dies leaves its control directory (its log) until forkd prune, which leaves a live one alone
+    home = tmp_path / "bob" / "home"
+    control, lock = control_directory(home / ".staging")
+    try:  # as `fork --lazy --keep` starts it: it waits for its children before filling
+        server = start_server(
+            "acme/img:v1",
+            hub.url,
+            hub.token("bob2", "pull:acme/*"),
+            home,
+            control,
+            as_tag="img2",
+            children=True,
+            hold_fd=lock,
+        )
+    finally:
+        os.close(lock)
+    ready = wait_ready(server, control)
+    pruned = json.loads(run_forkd(bob, "prune", "--dry-run", "--json").stdout)
+    assert control.name not in pruned["staging"]  # locked by the running server
+    server.kill()  # SIGKILL
+    server.wait()
+    subprocess.run(["fusermount3", "-u", "-z", str(Path(ready["memory"]).parent)], check=True)
+    assert (control / "server.log").is_file()
+    pruned = json.loads(run_forkd(bob, "prune", "--json").stdout)
+    assert control.name in pruned["staging"] and not control.exists()

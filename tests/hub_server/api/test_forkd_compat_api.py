@@ -85,17 +85,18 @@ def test_registry_json_lists_public_tags_and_a_latest(hub: Hub, published, image
     assert list(registry(hub, Authorization=f"Bearer {admin}")) == ["acme/vm"]
     versions = packages["acme/vm"]["versions"]
     assert set(versions) == {"v1", "v2", "latest"}
-    assert versions["v2"]["url"] == "http://testserver.local/packs/acme/vm/v2.forkd-snapshot.tar.zst"
+    # the immutable URL of the manifest the tag names (a tag moved after the listing leaves it true)
+    assert versions["v2"]["url"] == f"http://testserver.local/packs/acme/vm/@{layers[1].digest}.forkd-snapshot.tar.zst"
     assert versions["latest"] == versions["v1"]  # no latest tag: the most recently updated tag
     assert versions["v1"]["memory_mib"] == 4 and versions["v1"]["created_at"] == CREATED
     pack = hub.client.get(versions["v2"]["url"]).content  # built for the listing, served as listed
     assert versions["v2"]["sha256"] == hashlib.sha256(pack).hexdigest() and versions["v2"]["size_bytes"] == len(pack)
 
     hub.pusher(admin).put_manifest("acme/vm", "v3", layers[1].manifest)
-    assert registry(hub)["acme/vm"]["versions"]["latest"]["url"].endswith("/v3.forkd-snapshot.tar.zst")
+    assert registry(hub)["acme/vm"]["versions"]["latest"] == registry(hub)["acme/vm"]["versions"]["v3"]
     hub.pusher(admin).put_manifest("acme/vm", "latest", layers[0].manifest)
     versions = registry(hub)["acme/vm"]["versions"]
-    assert versions["latest"]["url"].endswith("/latest.forkd-snapshot.tar.zst")  # a real latest tag wins
+    assert versions["latest"]["url"].endswith(f"/@{layers[0].digest}.forkd-snapshot.tar.zst")  # a real latest wins
 
     hub.client.patch("/api/v1/repositories/acme/vm", json={"description": "a tiny VM"}, headers=auth(admin))
     assert registry(hub)["acme/vm"]["description"] == "a tiny VM"
@@ -177,32 +178,58 @@ def test_private_repositories_are_not_served(hub: Hub, published, tmp_path):
     expect_error(hub.client.get("/registry.json", headers=auth("forkd_bogus")), 401, "UNAUTHORIZED")
 
 
-def test_a_damaged_chunk_is_a_clear_error_and_nothing_is_cached(hub: Hub, published):
-    _, layers = published
+def test_a_damaged_chunk_is_a_clear_error_and_nothing_is_cached(hub: Hub, images, tmp_path):
+    admin = hub.token("admin", "admin")
+    pusher = hub.pusher(admin)
+    layers = pusher.push_chain("acme/dmg", images[:2], tmp_path / "p", "v2")  # private: no pack built at push
+    pusher.put_manifest("acme/dmg", "v1", layers[0].manifest)
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
     hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset + victim.length - 1)
+    hub.client.patch("/api/v1/repositories/acme/dmg", json={"public": True}, headers=auth(admin))
 
-    detail = expect_error(hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst"), 500, "INTERNAL")
+    detail = expect_error(hub.client.get("/packs/acme/dmg/v2.forkd-snapshot.tar.zst"), 500, "INTERNAL")
     assert detail == {"digest": layers[1].digest, "damaged": True}
     # issue 16 item 1: the failure is marked once; the next answer comes from the mark, same message
-    message = hub.client.get("/packs/acme/vm/v2.forkd-snapshot.tar.zst").json()["errors"][0]["message"]
+    message = hub.client.get("/packs/acme/dmg/v2.forkd-snapshot.tar.zst").json()["errors"][0]["message"]
     assert f"memory.bin chunk {victim.index}" in message and "damaged" in message
-    assert "v2" not in registry(hub)["acme/vm"]["versions"]  # never listed without its sha256
+    assert "v2" not in registry(hub)["acme/dmg"]["versions"]  # never listed without its sha256
 
     async def keys() -> list[str]:
         return [k async for k in hub.registry.ctx.store.list(PACKS_PREFIX)]
 
-    damaged = {pack_key("acme/vm", layers[1].digest), pack_info_key("acme/vm", layers[1].digest)}
+    damaged = {pack_key("acme/dmg", layers[1].digest), pack_info_key("acme/dmg", layers[1].digest)}
     assert damaged.isdisjoint(hub.call(keys))  # nothing of the damaged pack is cached (v1's was built)
-    assert hub.client.get("/packs/acme/vm/v1.forkd-snapshot.tar.zst").status_code == 200  # the base is intact
+    assert hub.client.get("/packs/acme/dmg/v1.forkd-snapshot.tar.zst").status_code == 200  # the base is intact
+
+
+def test_a_tag_pushed_to_a_public_repository_has_its_pack_built_at_push(hub: Hub, images, tmp_path):
+    """registry.json answers at once after a push: the pack was built when the tag was pushed (after the push's
+    answer), not while the listing is answered; a private repository's manifests are not built."""
+    admin = hub.token("admin", "admin")
+    pusher = hub.pusher(admin)
+    layers = pusher.push_chain("acme/fast", images[:2], tmp_path / "p", "v1", public=True)
+    hidden = pusher.push_chain("acme/hidden", images[:1], tmp_path / "h", "v1")
+
+    async def keys() -> set[str]:
+        return {k async for k in hub.registry.ctx.store.list(PACKS_PREFIX)}
+
+    built = hub.call(keys)
+    assert pack_key("acme/fast", layers[1].digest) in built and pack_info_key("acme/fast", layers[1].digest) in built
+    assert not any(k.startswith(f"{PACKS_PREFIX}/acme/hidden/") for k in built)
+    entry = registry(hub)["acme/fast"]["versions"]["v1"]
+    assert hub.call(keys) == built  # the listing built nothing
+    assert hashlib.sha256(hub.client.get(entry["url"]).content).hexdigest() == entry["sha256"]
+    assert hidden[0].digest
 
 
 def test_urls_use_the_public_url(make_hub, images, tmp_path):
     hub = make_hub(public_url="https://hub.example.com/forkd")
     hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images[:1], tmp_path / "p", "v1", public=True)
     entry = registry(hub)["acme/vm"]["versions"]["latest"]
-    assert entry["url"] == "https://hub.example.com/forkd/packs/acme/vm/v1.forkd-snapshot.tar.zst"
+    assert re.fullmatch(
+        r"https://hub\.example\.com/forkd/packs/acme/vm/@sha256:[0-9a-f]{64}\.forkd-snapshot\.tar\.zst", entry["url"]
+    )
 
 
 # -- an unmodified forkd client's pull flow against a real server ------------------------------
@@ -231,12 +258,19 @@ def test_forkd_pull_flow_against_a_real_server(tmp_path: Path):
         token = hub.token("e2e", "push:acme/*")
         url = hub.url
         with httpx.Client(base_url=url, timeout=30) as http:
-            PushClient(http, token).push_chain("acme/vm", images, tmp_path / "push", "v1", public=True)
+            layers = PushClient(http, token).push_chain("acme/vm", images, tmp_path / "push", "v1", public=True)
         first, pack = forkd_pull(f"{url}/registry.json", "acme/vm", tmp_path)
-        assert first["url"] == f"{url}/packs/acme/vm/v1.forkd-snapshot.tar.zst"
+        assert first["url"] == f"{url}/packs/acme/vm/@{layers[-1].digest}.forkd-snapshot.tar.zst"
         assert first["sha256"] == hashlib.sha256(pack).hexdigest()  # listed only with it: forkd checks it
         again, same = forkd_pull(f"{url}/registry.json", "acme/vm@v1", tmp_path)
         assert same == pack and again["sha256"] == hashlib.sha256(pack).hexdigest()
+        # v1 moved between forkd's registry fetch and its download: the listed URL still gives the listed pack
+        with httpx.Client(base_url=url, timeout=30) as http:
+            PushClient(http, token).put_manifest("acme/vm", "v1", layers[0].manifest)
+            assert http.get(first["url"]).content == pack
+            moved = http.get("/registry.json").json()["packages"]["acme/vm"]["versions"]["v1"]
+            assert moved["url"] == f"{url}/packs/acme/vm/@{layers[0].digest}.forkd-snapshot.tar.zst"
+            assert moved["sha256"] == hashlib.sha256(http.get(moved["url"]).content).hexdigest() != first["sha256"]
         unpacked = unpack(pack, tmp_path / "staging")
         assert unpacked.version == 2 and [link.tag for link in unpacked.links][-1] == "vm"
         for link, (memory, vmstate) in zip(unpacked.links, images, strict=True):

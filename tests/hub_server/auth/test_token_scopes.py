@@ -28,6 +28,21 @@ def test_grant_keeps_only_what_the_token_allows():
     assert grant(principal, asked) == ["pull:acme/app", "push:acme/app", "pull:other/app"]
 
 
+def test_push_is_read_write_and_carries_delete_only_where_the_api_token_has_it():
+    """crane asks for ``push,pull`` to delete (go-containerregistry's read-write scope) and gives up on a 403."""
+    deleter = Principal.with_scopes("ops", ["push:acme/*", "delete:acme/app"])
+    asked = parse_token_scopes(["repository:acme/app:push,pull", "repository:acme/other:push,pull"])
+    assert grant(deleter, asked) == [
+        "push:acme/app",
+        "delete:acme/app",
+        "pull:acme/app",
+        "push:acme/other",
+        "pull:acme/other",
+    ]
+    pusher = Principal.with_scopes("ci", ["push:acme/*"])
+    assert grant(pusher, parse_token_scopes(["repository:acme/app:push"])) == ["push:acme/app"]
+
+
 def test_star_asks_for_everything_the_token_has_on_the_repository():
     principal = Principal.with_scopes("ops", ["delete:acme/*", "pull:acme/*"])
     assert grant(principal, parse_token_scopes(["repository:acme/app:*"])) == ["pull:acme/app", "delete:acme/app"]
@@ -35,7 +50,11 @@ def test_star_asks_for_everything_the_token_has_on_the_repository():
 
 def test_admin_gets_what_it_asks_for_and_the_catalog_everything_readable():
     admin = Principal.with_scopes("root", ["admin"])
-    assert grant(admin, parse_token_scopes(["repository:acme/app:pull,push"])) == ["pull:acme/app", "push:acme/app"]
+    assert grant(admin, parse_token_scopes(["repository:acme/app:pull,push"])) == [
+        "pull:acme/app",
+        "push:acme/app",
+        "delete:acme/app",
+    ]
     assert grant(admin, parse_token_scopes(["registry:catalog:*"])) == ["pull:*/*"]
     reader = Principal.with_scopes("r", ["push:acme/*", "pull:x/y"])
     assert grant(reader, parse_token_scopes(["registry:catalog:*"])) == ["pull:acme/*", "pull:x/y"]

@@ -64,6 +64,16 @@ def unpack(data: bytes, staging: Path):
     return read_pack(io.BytesIO(data), staging)
 
 
+def push_then_publish(hub: Hub, admin: str, images, workdir: Path, tag: str = "head"):
+    """``images`` pushed to acme/vm as a chain tagged ``tag``, the repository made public only then: a tag pushed
+    to a public repository has its pack built at once (after the push's answer), and these tests build it."""
+    layers = hub.pusher(admin).push_chain("acme/vm", images, workdir, tag)
+    assert (
+        hub.client.patch("/api/v1/repositories/acme/vm", json={"public": True}, headers=auth(admin)).status_code == 200
+    )
+    return layers
+
+
 def stored_pack_keys(hub: Hub) -> list[str]:
     async def keys() -> list[str]:
         return [k async for k in hub.registry.ctx.store.list(PACKS_PREFIX)]
@@ -120,7 +130,7 @@ def test_cache_keys_are_valid_and_documented():
 
 
 def test_packs_are_built_once_and_rebuilt_byte_identical(hub: Hub, images, tmp_path):
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head", public=True)
+    layers = push_then_publish(hub, hub.token("admin", "admin"), images, tmp_path / "p")
     forkd = service(hub)
     first = pack_bytes(hub, forkd, "acme/vm", "head")
     assert stored_pack_keys(hub) == [
@@ -143,7 +153,7 @@ def test_packs_are_built_once_and_rebuilt_byte_identical(hub: Hub, images, tmp_p
 
 
 def test_concurrent_requests_build_a_pack_once(hub: Hub, images, tmp_path, caplog):
-    hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head", public=True)
+    push_then_publish(hub, hub.token("admin", "admin"), images, tmp_path / "p")
     forkd = service(hub)
 
     async def together() -> list:
@@ -264,7 +274,7 @@ def test_frames_are_read_a_window_at_a_time(hub: Hub, images, tmp_path):
 
 
 def test_a_pack_over_the_limit_is_refused(hub: Hub, images, tmp_path):
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain("acme/vm", images, tmp_path / "p", "head", public=True)
+    layers = push_then_publish(hub, hub.token("admin", "admin"), images, tmp_path / "p")
     with pytest.raises(HubError) as caught:
         pack_bytes(hub, service(hub, max_pack_bytes=8 * MiB), "acme/vm", "head")
     assert caught.value.code is ErrorCode.TOO_LARGE and caught.value.detail["limit"] == 8 * MiB
@@ -275,9 +285,7 @@ def test_a_pack_over_the_limit_is_refused(hub: Hub, images, tmp_path):
 
 
 def test_a_damaged_chunk_fails_the_build_and_caches_nothing(hub: Hub, images, tmp_path):
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain(
-        "acme/vm", images[:2], tmp_path / "p", "head", public=True
-    )
+    layers = push_then_publish(hub, hub.token("admin", "admin"), images[:2], tmp_path / "p")
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
     # the frame's last byte: its content (or its framing), where the hub stores it (its pack)
@@ -295,9 +303,7 @@ def test_a_damaged_build_is_marked_once_and_refused_from_the_mark(hub: Hub, imag
     """Issue 16 item 1: failures are cached too; the mark outlives a repair until it is cleared."""
     from hub_server.registry.content.damage import clear_marks, list_marks
 
-    layers = hub.pusher(hub.token("admin", "admin")).push_chain(
-        "acme/vm", images[:2], tmp_path / "p", "head", public=True
-    )
+    layers = push_then_publish(hub, hub.token("admin", "admin"), images[:2], tmp_path / "p")
     victim = next(e for e in layers[1].chunk_map.entries if e.digest is not None)
     blob = layers[1].chunk_map.blobs[victim.blob]
     hub.call(damage_stored_byte, hub.registry.ctx, blob, victim.offset)
@@ -325,7 +331,7 @@ def test_a_damaged_build_is_marked_once_and_refused_from_the_mark(hub: Hub, imag
 
 def test_prune_removes_packs_of_manifests_gone_from_their_repository(hub: Hub, images, tmp_path):
     admin = hub.token("admin", "admin")
-    layers = hub.pusher(admin).push_chain("acme/vm", images[:2], tmp_path / "p", "head", public=True)
+    layers = push_then_publish(hub, admin, images[:2], tmp_path / "p")
     hub.pusher(admin).put_manifest("acme/vm", "base", layers[0].manifest)
     forkd = service(hub)
     pack_bytes(hub, forkd, "acme/vm", "head")
@@ -345,7 +351,7 @@ def test_garbage_collection_prunes_packs_of_deleted_manifests(hub: Hub, images, 
     from hub_server.registry.upkeep.gc import GarbageCollector
 
     admin = hub.token("admin", "admin")
-    layers = hub.pusher(admin).push_chain("acme/vm", images[:2], tmp_path / "p", "head", public=True)
+    layers = push_then_publish(hub, admin, images[:2], tmp_path / "p")
     forkd = service(hub)
     pack_bytes(hub, forkd, "acme/vm", "head")
     assert hub.client.delete("/v2/acme/vm/manifests/head", headers=auth(admin)).status_code == 202

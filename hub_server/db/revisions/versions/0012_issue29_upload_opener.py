@@ -1,0 +1,27 @@
+"""Upload sessions remember the token that opened them (its opener may read or cancel it with pull).
+
+Revision ID: 0012
+Revises: 0011
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0012"
+down_revision: str | None = "0011"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("uploads") as batch:
+        batch.add_column(sa.Column("opened_by", sa.String(length=64), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("uploads") as batch:
+        batch.drop_column("opened_by")
