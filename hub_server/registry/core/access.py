@@ -15,6 +15,8 @@ The access a request asks for (:data:`Access`):
   exist yet (the first push creates it: :meth:`RepositoryScope.created`); a delete needs it to exist.
 - ``negotiate`` (which frames the hub holds, before a push): ``push``, or ``pull`` on an existing
   repository; the refusal is the push one (it depends only on the caller's scopes).
+- ``place`` (which fleet hosts hold a chain, docs/placement.md): ``node`` on an existing repository,
+  or whatever ``pull`` allows, refused as ``pull`` is (a node never learns of a repository it cannot read).
 
 Reads across repositories (dedup, lineage) stay per row: :func:`can_read`, :func:`readable_linking`.
 
@@ -55,7 +57,7 @@ __all__ = [
 ]
 
 #: What a request does to its repository (the module docstring says who may).
-Access = Literal["pull", "push", "delete", "negotiate"]
+Access = Literal["pull", "push", "delete", "negotiate", "place"]
 
 
 class _Readable(Protocol):
@@ -268,7 +270,7 @@ def authorize(principal: Principal, full: str, repo: _Readable | None, access: A
     ``full``, None when it does not exist). Raises: as :func:`resolve_scope`."""
     if access in ("push", "delete"):
         principal.require(access, full)
-    if access == "pull":
+    if access == "pull" or (access == "place" and (repo is None or not principal.can("node", full))):
         check_readable(principal, full, repo)
     elif access == "delete" and repo is None:
         raise unknown_repository(full)
