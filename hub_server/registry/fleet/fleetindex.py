@@ -43,7 +43,7 @@ class HostInventory:
     facts: HostFacts
     layers: frozenset[str]
     partial: tuple[PartialLayer, ...] = ()
-    bits: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
+    bits: dict[tuple[str, str, str], bytes] = field(default_factory=dict)  # keys: (layer, kind, role)
     """(layer, kind, role) → the raw bitmap, decoded once."""
 
     def bitmap(self, layer: str, kind: str, role: str) -> bytes | None:
@@ -61,7 +61,9 @@ class HostInventory:
         partial: tuple[PartialLayer, ...] = (),
     ) -> HostInventory:
         """A host with its partial bitmaps decoded (they were checked when reported)."""
-        bits = {(p.layer, p.kind, role): f.bits() for p in partial for role, f in p.files.items()}
+        bits: dict[tuple[str, str, str], bytes] = {
+            (p.layer, str(p.kind), role): f.bits() for p in partial for role, f in p.files.items()
+        }
         return cls(name, generation, seq, reported_at, facts, layers, partial, bits)
 
 

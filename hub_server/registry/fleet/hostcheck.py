@@ -68,9 +68,9 @@ def constraint_refusal(facts: HostFacts, constraints: Constraints) -> str | None
         reported = ", ".join(sorted({v.vmm for v in facts.vmms})) or "none"
         return f"no {constraints.vmm} VMM (reported: {reported})"
     for key, value in constraints.labels.items():
-        if facts.labels.get(key) != value:
-            have = facts.labels.get(key)
-            return f"label {key}={have if have is not None else '(unset)'}, not {value}"
+        label = facts.labels.get(key)
+        if label != value:
+            return f"label {key}={label if label is not None else '(unset)'}, not {value}"
     return None
 
 

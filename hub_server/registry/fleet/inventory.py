@@ -156,8 +156,8 @@ class InventoryService:
         now = self.ctx.clock()
         async with self.ctx.sessions() as session:
             await session.exec(
-                update(FleetSequence).where(col(FleetSequence.id) == 1).values(value=FleetSequence.value + 1)
-            )  # type: ignore[arg-type]
+                update(FleetSequence).where(col(FleetSequence.id) == 1).values(value=col(FleetSequence.value) + 1)
+            )
             seq = (await session.exec(select(FleetSequence.value).where(FleetSequence.id == 1))).one()
             row = await session.get(FleetHost, host)
             if row is None:

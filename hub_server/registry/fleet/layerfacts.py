@@ -170,8 +170,8 @@ class LayerFactsCache:
                     blobs.setdefault(manifest, []).append((blob, role, size))
         out: dict[str, LayerFacts | None] = {}
         for digest in digests:
-            row = rows.get(digest)
-            if row is None:
+            found = rows.get(digest)
+            if found is None:
                 out[digest] = None
                 continue
             maps = []
@@ -183,7 +183,7 @@ class LayerFactsCache:
                 raw = await read_blob_bytes(self.ctx, blob, self.ctx.limits.chunk_map_bytes, "chunk map")
                 maps.append(await asyncio.to_thread(_parse, raw, blob))
             out[digest] = await asyncio.to_thread(
-                facts_from_maps, digest, row.parent_digest, vmstate, maps, dict(row.compat or {})
+                facts_from_maps, digest, found.parent_digest, vmstate, maps, dict(found.compat or {})
             )
         return out
 

@@ -102,12 +102,11 @@ def split_reference(reference: str) -> tuple[str, str, str]:
     name, at, digest = reference.partition("@")
     tag = "latest"
     if not at:
-        slash = name.rfind("/")
         colon = name.rfind(":")
-        if colon > slash:
+        if colon > name.rfind("/"):
             name, tag = name[:colon], check_tag(name[colon + 1 :])
-    namespace, slash, repo = name.partition("/")
-    if not slash or not namespace or not repo or "/" in repo:
+    namespace, sep, repo = name.partition("/")
+    if not sep or not namespace or not repo or "/" in repo:
         raise HubError(
             ErrorCode.NAME_INVALID,
             f"reference {reference[:200]!r}: expected NAMESPACE/REPO[:TAG] or NAMESPACE/REPO@DIGEST",

@@ -206,9 +206,9 @@ class ChainUniverse:
                 bits = host.bitmap(part.layer, "lazy", mt.MEMORY_FILE)
                 image = self.image()
                 for index in set_bits(bits or b""):
-                    digest = image[index] if index < len(image) else None
-                    if digest is not None and not sig[digest] & mask:
-                        out.add(digest)
+                    chunk = image[index] if index < len(image) else None
+                    if chunk is not None and not sig[chunk] & mask:
+                        out.add(chunk)
         return out
 
     def image(self) -> tuple[str | None, ...]:

@@ -277,13 +277,13 @@ def _check_facts(facts: HostFacts) -> None:
     if len(facts.vmms) > MAX_VMMS:
         raise _invalid("facts.vmms", f"at most {MAX_VMMS} VMMs")
     for i, vmm in enumerate(facts.vmms):
-        for key, value in vmm.compat().items():
-            if not _FACT_TEXT.fullmatch(value):
+        for key, text in vmm.compat().items():
+            if not _FACT_TEXT.fullmatch(text):
                 raise _invalid(f"facts.vmms[{i}].{key}", "1-64 characters from A-Z a-z 0-9 _ . + : -")
     if len(facts.labels) > MAX_LABELS:
         raise _invalid("facts.labels", f"at most {MAX_LABELS} labels")
-    for key, value in facts.labels.items():
+    for key, label in facts.labels.items():
         if len(key) > 253 or not _LABEL_KEY.fullmatch(key):
             raise _invalid("facts.labels", f"label key {key[:80]!r} is not a Kubernetes-style label key")
-        if not _LABEL_VALUE.fullmatch(value):
-            raise _invalid("facts.labels", f"label {key!r}: value {value[:80]!r} is not a Kubernetes-style label value")
+        if not _LABEL_VALUE.fullmatch(label):
+            raise _invalid("facts.labels", f"label {key!r}: value {label[:80]!r} is not a Kubernetes-style label value")
