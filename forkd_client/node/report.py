@@ -89,10 +89,17 @@ class Reporter:
         self._clock = clock
 
     def report(self, *, full: bool = False) -> ReportOutcome:
-        """Send one report (a delta when the hub's acknowledgement is known, unless ``full``). Raises HubError."""
-        changes = self.store.changes()  # read first: a change during the scan makes the agent report again
-        inventory = scan_inventory(self.store, self.hub)
-        state = read_state(self.store)
+        """Send one report (a delta when the hub's acknowledgement is known, unless ``full``). Raises HubError.
+
+        The store is opened for this report alone (its local databases belong to the thread that runs it:
+        ``forkd node serve`` reports on a worker thread)."""
+        with SnapshotStore(self.store.root) as store:
+            return self._report(store, full)
+
+    def _report(self, store: SnapshotStore, full: bool) -> ReportOutcome:
+        changes = store.changes()  # read first: a change during the scan makes the agent report again
+        inventory = scan_inventory(store, self.hub)
+        state = read_state(store)
         now = self._clock()
         refused = {
             d: t
@@ -104,7 +111,7 @@ class Reporter:
         delta = same and not full and isinstance(state.get("generation"), int)
         for _ in range(MAX_RETRIES):
             layers = {d for d in inventory.layers if d not in refused}
-            body = self._body(inventory, layers, refused, acked if delta else None, state.get("generation"))
+            body = self._body(store, inventory, layers, refused, acked if delta else None, state.get("generation"))
             try:
                 answer = self.client.report_inventory(self.host, body)
             except HubError as e:
@@ -126,22 +133,23 @@ class Reporter:
                 changes,
                 sorted(refused),
             )
-            self._save(outcome, layers, refused)
+            self._save(store, outcome, layers, refused)
             return outcome
         raise HubError(f"{self.hub} kept refusing layers of host {self.host}'s inventory; giving up this report")
 
     def _body(
         self,
+        store: SnapshotStore,
         inventory: Inventory,
         layers: set[str],
         refused: Mapping[str, float],
         acked: set[str] | None,
         generation: object,
     ) -> dict[str, Any]:
-        rate = self.download_rate if self.download_rate is not None else measured_rate(self.store)
+        rate = self.download_rate if self.download_rate is not None else measured_rate(store)
         body: dict[str, Any] = {
             "partial": [p.to_wire() for p in inventory.partial if p.layer not in refused],
-            "facts": host_facts(self.store.root, vmms=self.vmms, labels=self.labels, download_rate=rate),
+            "facts": host_facts(store.root, vmms=self.vmms, labels=self.labels, download_rate=rate),
         }
         if acked is None:
             body.update(mode="full", layers=sorted(layers))
@@ -149,7 +157,9 @@ class Reporter:
             body.update(mode="delta", base=generation, add=sorted(layers - acked), remove=sorted(acked - layers))
         return body
 
-    def _save(self, outcome: ReportOutcome, layers: set[str], refused: Mapping[str, float]) -> None:
+    def _save(
+        self, store: SnapshotStore, outcome: ReportOutcome, layers: set[str], refused: Mapping[str, float]
+    ) -> None:
         state = {
             "hub": self.hub,
             "host": self.host,
@@ -160,4 +170,4 @@ class Reporter:
             "reported_at": self._clock(),
             "mode": outcome.mode,
         }
-        write_state(self.store, state)
+        write_state(store, state)
