@@ -6,8 +6,11 @@
                       one row per host that reported; ``seq`` orders reports hub-wide (the fleet
                       index reloads the hosts whose ``seq`` is past what it read)
     fleet_host_layers (host, layer_digest)  the layers a host holds whole
-    fleet_sequence    (id PK = 1, value)    the last ``seq`` handed out: bumped in the report's own
-                                            transaction, so sequence numbers commit in order
+    fleet_sequence    (id PK = 1, value, purges)
+                                            ``value``: the last ``seq`` handed out, bumped in the report's
+                                            own transaction (sequence numbers commit in order);
+                                            ``purges``: bumped when silent hosts are deleted (indexes then
+                                            read every host again)
 
 A host's row is written only by its own reports (a ``node`` token named like the host). No foreign
 key to ``manifests``: a layer GC removed later is ignored by placement, not a reason to refuse a write.
@@ -55,3 +58,4 @@ class FleetSequence(SQLModel, table=True):
 
     id: int = Field(default=1, primary_key=True)
     value: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    purges: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))

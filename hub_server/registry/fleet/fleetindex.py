@@ -8,8 +8,8 @@ The database is the truth (replicas and workers share it); each process keeps it
 only the hosts whose report ``seq`` is past the last one it read (``fleet_sequence`` hands them out in
 commit order, so nothing is skipped). A reload happens at most every ``max_age`` seconds (the hub's
 ``FORKD_HUB_CACHE_TTL``), and at once after this process accepted a report (:meth:`FleetIndex.invalidate`).
-When the number of hosts in the database differs from the index's (a host was purged) the index is
-read again whole. Hosts past the TTL stay in the index and are reported as expired by placement.
+When hosts were purged since (``fleet_sequence.purges`` moved) the index is read again whole. Hosts past
+the TTL stay (until purged) and are reported as expired by placement.
 
 Errors: SQLAlchemy's on a database failure (the API maps them to 503).
 """
@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func
 from sqlmodel import col, select
 
-from hub_server.db.models_fleet import FleetHost, FleetHostLayer
+from hub_server.db.models_fleet import FleetHost, FleetHostLayer, FleetSequence
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.sql import batched
 from hub_server.registry.fleet.reports import HostFacts, PartialLayer
@@ -81,6 +80,7 @@ class FleetIndex:
         self.layers_version = 0
         """Bumped whenever a layer no host held before appears (placement's chain caches look again)."""
         self._seq = -1
+        self._purges = -1  # not read yet: the first refresh reads every host
         self._read_at: float | None = None
 
     def invalidate(self) -> None:
@@ -122,8 +122,8 @@ class FleetIndex:
         if self.ctx is None or (self._read_at is not None and now - self._read_at < self.max_age):
             return
         async with self.ctx.sessions() as session:
-            count = (await session.exec(select(func.count()).select_from(FleetHost))).one()
-            whole = count != len(self.hosts) and self._seq >= 0
+            _, purges = (await session.exec(select(FleetSequence.value, FleetSequence.purges))).one()
+            whole = purges != self._purges
             query = select(FleetHost) if whole else select(FleetHost).where(col(FleetHost.seq) > self._seq)
             rows = (await session.exec(query)).all()
             layers: dict[str, set[str]] = {row.name: set() for row in rows}
@@ -150,5 +150,5 @@ class FleetIndex:
                 )
             )
             self._seq = max(self._seq, row.seq)
-        self._seq = max(self._seq, 0)
+        self._purges = purges
         self._read_at = now

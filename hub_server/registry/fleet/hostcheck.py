@@ -78,5 +78,5 @@ def capacity_refusal(facts: HostFacts, chunks: int, chunk_size: int) -> str | No
     """Why a host cannot hold the ``chunks`` it misses (when it reported its free disk), or None."""
     need = chunks * chunk_size
     if facts.free_disk is not None and facts.free_disk < need:
-        return f"free disk {facts.free_disk:,} bytes, under the {need:,} its missing chunks take"
+        return f"free disk {facts.free_disk:,} bytes, under the {need:,} bytes its missing chunks take"
     return None

@@ -199,7 +199,11 @@ class InventoryService:
                 )
             generation = row.generation
             cutoff = now - timedelta(seconds=self.ctx.node_ttl * PURGE_AFTER_TTLS)
-            await session.exec(delete(FleetHost).where(col(FleetHost.reported_at) < cutoff))
+            purged = await session.exec(delete(FleetHost).where(col(FleetHost.reported_at) < cutoff))
+            if purged.rowcount:  # every index reads all hosts again
+                await session.exec(
+                    update(FleetSequence).where(col(FleetSequence.id) == 1).values(purges=col(FleetSequence.purges) + 1)
+                )
             await session.commit()
         self.index.invalidate()
         return ReportAccepted(host, generation, held, len(report.partial), self.ctx.node_ttl)

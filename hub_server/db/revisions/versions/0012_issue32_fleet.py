@@ -44,9 +44,10 @@ def upgrade() -> None:
         "fleet_sequence",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("value", sa.BigInteger(), nullable=False),
+        sa.Column("purges", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
-    op.bulk_insert(sequence, [{"id": 1, "value": 0}])
+    op.bulk_insert(sequence, [{"id": 1, "value": 0, "purges": 0}])
 
 
 def downgrade() -> None:
