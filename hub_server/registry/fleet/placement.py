@@ -21,10 +21,11 @@ manifest that is not a forkd snapshot layer); ``auth.errors.Unauthorized`` / ``F
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
@@ -190,6 +191,7 @@ class PlacementService:
 
 #: What a fleet layer the hub cannot read facts of contributes: nothing.
 _NO_FRAMES = LayerFacts("", None, 0, {})
+_NO_CONSTRAINTS = Constraints()
 
 
 def rank_hosts(
@@ -217,19 +219,27 @@ def rank_hosts(
         wanted = request.selector.items()
         candidates = [h for h in candidates if all(h.facts.labels.get(k) == v for k, v in wanted)]
     masks = universe.masks(index.holders)
+    cutoff = now - timedelta(seconds=ttl)
+    constrained = request.constraints != _NO_CONSTRAINTS
+    compat_seen = universe.compat_seen
     scored: list[tuple[tuple[int, int, float, str], HostInventory, Missing]] = []
     for host in candidates:
-        age = (now - host.reported_at).total_seconds()
-        if age > ttl:
+        if host.reported_at < cutoff:
+            age = (now - host.reported_at).total_seconds()
             excluded.append(
                 ExcludedHost(host.name, "expired", f"last reported {age:,.0f} s ago, over the {ttl:,.0f} s TTL")
             )
             continue
-        refusal = compat_refusal(host.facts, compat)
+        seen = compat_seen.get(host.name)  # a host's facts change only when it reports
+        if seen is not None and seen[0] is host.facts and seen[1] is compat:
+            refusal = seen[2]
+        else:
+            refusal = compat_refusal(host.facts, compat)
+            compat_seen[host.name] = (host.facts, compat, refusal)
         if refusal is not None:
             excluded.append(ExcludedHost(host.name, "compat", refusal))
             continue
-        refusal = constraint_refusal(host.facts, request.constraints)
+        refusal = constraint_refusal(host.facts, request.constraints) if constrained else None
         if refusal is not None:
             excluded.append(ExcludedHost(host.name, "constraint", refusal))
             continue
@@ -246,9 +256,10 @@ def rank_hosts(
             host.name,
         )
         scored.append((key, host, missing))
-    scored.sort(key=lambda item: item[0])
     if request.limit is not None:
-        scored = scored[: request.limit]
+        scored = heapq.nsmallest(request.limit, scored, key=lambda item: item[0])
+    else:
+        scored.sort(key=lambda item: item[0])
     ranked = tuple(
         RankedHost(
             host.name,

@@ -14,8 +14,10 @@ first link listing it) and frame length. The layers the fleet holds that share c
 **relevant layers**, one bit each (the chain's own links first). Each chunk's **signature** is the set
 of relevant layers containing it; chunks with the same signature and owner form an **atom**, kept as
 (bytes, count). A host's **mask** is the set of relevant layers it holds; it misses exactly the atoms
-whose signature does not meet its mask. So one placement costs O(hosts holding a relevant layer +
-distinct masks × atoms) once the universe is built, whatever the chunk counts: that is what keeps a
+whose signature does not meet its mask. A host's partial layers are read (their bitmaps walked) once
+when they change: what they spare it is kept per host with the partial layers it was computed from. So one
+placement costs O(hosts holding a relevant layer + distinct masks × atoms) once the universe is built,
+whatever the chunk counts: that is what keeps a
 1,000-host placement of a 16 GiB lineage in milliseconds (docs/benchmarks.md). Building it is
 O(chunks of the chain + chunks of each newly seen fleet layer), once per chain and new layer.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 from hub_server.registry.fleet.fleetindex import HostInventory
 from hub_server.registry.fleet.layerfacts import LayerFacts
+from hub_server.registry.fleet.reports import PartialLayer
 from manifest import mediatypes as mt
 from manifest.bitmap import set_bits
 
@@ -85,7 +88,12 @@ class ChainUniverse:
         self.version = 0
         self._atoms: dict[tuple[int, int], list[int]] | None = None
         self._by_mask: dict[int, Missing] = {}
+        self._by_host: dict[str, tuple[tuple[PartialLayer, ...], int, Missing]] = {}
+        """Host → (its partial layers, mask, what it misses) for hosts with partial layers: their relief is
+        computed again only when what they reported of them (or the mask) changed, not once per placement."""
         self._image: tuple[str | None, ...] | None = None
+        self.compat_seen: dict[str, tuple[object, object, str | None]] = {}
+        """Host → (its facts, the compat checked, the refusal or None): placement's compat check, once per report."""
         self.owned = [0] * len(links)
         for digest, i in owner.items():
             self.owned[i] += length[digest]
@@ -121,6 +129,7 @@ class ChainUniverse:
             self.version += 1
             self._atoms = None
             self._by_mask.clear()
+            self._by_host.clear()
         return added
 
     def mask_of(self, layers: Iterable[str]) -> int:
@@ -179,7 +188,17 @@ class ChainUniverse:
     def missing_for(self, host: HostInventory, mask: int) -> Missing:
         """What ``host`` misses: :meth:`missing` of its mask, less what its partial layers hold (module docstring)."""
         base = self.missing(mask)
-        relief = self._relief(host, mask) if host.partial else None
+        if not host.partial:
+            return base
+        known = self._by_host.get(host.name)
+        if known is not None and known[1] == mask and known[0] == host.partial:
+            return known[2]
+        found = self._with_relief(host, mask, base)
+        self._by_host[host.name] = (host.partial, mask, found)
+        return found
+
+    def _with_relief(self, host: HostInventory, mask: int, base: Missing) -> Missing:
+        relief = self._relief(host, mask)
         if not relief:
             return base
         frames = [link.missing_bytes - (0 if link.held else self.vmstate[i]) for i, link in enumerate(base.links)]
