@@ -222,3 +222,20 @@ def test_a_host_without_vmms_takes_only_snapshots_that_record_none() -> None:
         compat_refusal(HostFacts(), {"vmm": "qemu-microvm"})
         == "reported no VMM, and the snapshot needs vmm 'qemu-microvm'"
     )
+
+
+def test_a_universe_placed_again_sees_what_hosts_reported_since() -> None:
+    """The compat verdict and the partial layers' relief are kept per host between placements: a new
+    report with other facts or other bitmaps is read afresh, an unchanged one is not read again."""
+    u = universe()
+    compat = {"vmm": "qemu-microvm"}
+    firecracker = HostFacts(vmms=(VmmFacts("firecracker", "1.9", "microvm", "kvm", "x86_64", "host"),))
+    before = index_of(host("h", facts=firecracker), host("p", partial=[partial(LINK2, "lazy", [0])]))
+    ranked, excluded = rank_hosts(u, before, HEAD, NOW, 300.0, compat)
+    assert [e.host for e in excluded] == ["h"] and per_link(ranked[0].missing) == [3100, 600, 400]
+    after = index_of(host("h", seq=2), host("p", seq=2, partial=[partial(LINK2, "lazy", [0, 1, 2, 6])]))
+    ranked, excluded = rank_hosts(u, after, HEAD, NOW, 300.0, compat)
+    assert excluded == () and {r.host: per_link(r.missing) for r in ranked} == {
+        "p": [3100, 100, 100],
+        "h": [4100, 600, 400],
+    }
