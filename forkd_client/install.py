@@ -17,12 +17,16 @@ swept when the next staging directory is made. :meth:`StoreBase.resumable_stagin
 ``resume-<key>`` instead: kept when the operation is interrupted, so a killed pull resumes
 from its partial files, locked while in use, swept after a week unused.
 
+Every change of ``snapshots/`` (and ``forkd prune``) counts itself in ``<root>/.changes``
+(:meth:`StoreBase.note_change`): a running ``forkd node serve`` reports the host's inventory after it.
+
 Errors: forkd_client.errors (InvalidTag, SnapshotExists, SnapshotNotFound,
 InvalidSnapshotDir), OSError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -59,6 +63,8 @@ from .snapdir import (
 from .verified import VerifiedRecord
 
 BOTH_DIGESTS = ("blake3", "sha256")
+#: The store's change counter (:meth:`StoreBase.note_change`), read by ``forkd node serve``.
+CHANGES_FILE = ".changes"
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,25 @@ class StoreBase:
             yield
         finally:
             os.close(fd)
+
+    def note_change(self) -> None:
+        """Count a change of what this store holds in ``<root>/.changes`` (a decimal counter): ``forkd node
+        serve`` reads it to report the host's inventory after every pull, removal or prune. A hint only:
+        a counter lost in a crash costs a report that comes with the agent's next heartbeat instead."""
+        path = self.root / CHANGES_FILE
+        try:
+            count = int(path.read_text() or 0)
+        except (OSError, ValueError):
+            count = 0
+        with contextlib.suppress(OSError):  # a read-only or full disk must not fail the change itself
+            path.write_text(str(count + 1))
+
+    def changes(self) -> int:
+        """The change counter :meth:`note_change` keeps (0 before the first change)."""
+        try:
+            return int((self.root / CHANGES_FILE).read_text() or 0)
+        except (OSError, ValueError):
+            return 0
 
     def _scratch_name(self, what: str) -> Path:
         return self.staging_root / f"{os.getpid()}-{what}-{secrets.token_hex(4)}"
@@ -326,6 +351,7 @@ class StoreBase:
                 raise
             if self.durable:
                 fsync_path(self.snapshots_dir)
+            self.note_change()
         for _, trash in displaced:
             shutil.rmtree(trash, ignore_errors=True)
             self.verified.forget(trash)

@@ -78,6 +78,8 @@ def prune(store: SnapshotStore, *, dry_run: bool = False) -> PruneReport:
         finally:
             index.close()
     report.verified_rows = store.verified.forget_missing(dry_run=dry_run)
+    if report.staging and not dry_run:
+        store.note_change()  # partly held layers are gone: a node agent reports it
     return report
 
 

@@ -17,6 +17,7 @@ data dir, so an unmodified forkd daemon lists and forks what we install)::
         <pid>-<what>-<rand>/   never listed; left-overs of dead processes are swept
         resume-<key>/          an interrupted pull's partial files, for the next attempt
       .lock                  flock(2) held while snapshots/ is changed
+      .changes               a counter of those changes, read by ``forkd node serve``
 
 Every change to ``snapshots/`` is a ``rename(2)`` of a complete directory prepared in
 ``.staging/``: installs (import, tag, compact, unpack, later pull) prepare all files and
@@ -338,6 +339,7 @@ class SnapshotStore(StoreBase):
                 shutil.rmtree(trash, ignore_errors=True)
                 if self._verified is not None or self.verified_path.exists():
                     self.verified.forget(final)
+            self.note_change()
         return targets
 
 

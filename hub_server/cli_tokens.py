@@ -58,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         required=True,
         metavar="SCOPE",
-        help="pull:PATTERN, push:PATTERN, delete:PATTERN or admin (repeatable); PATTERN globs ns/repo",
+        help="pull:PATTERN, push:PATTERN, delete:PATTERN, node:PATTERN (a fleet host: reports its inventory and "
+        "asks for placements, reads no content; name the token after the host) or admin (repeatable); "
+        "PATTERN globs ns/repo",
     )
     create.add_argument(
         "--expires", default=DEFAULT_EXPIRY, help=f"30d, 12h, 90m, 3600s or never (default {DEFAULT_EXPIRY})"

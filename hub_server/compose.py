@@ -129,6 +129,7 @@ async def open_hub(
                     immutable_tags=settings.immutable_tags,
                     immutable_exempt=settings.immutable_exempt,
                     signatures=_signature_policy(settings),
+                    node_ttl=settings.node_ttl,
                 )
             )
             webhooks, deliverer = _webhooks(settings, sessions)

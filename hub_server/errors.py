@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     TAG_CONFLICT = "TAG_CONFLICT"
     TAG_IMMUTABLE = "TAG_IMMUTABLE"
     SIGNATURE_REQUIRED = "SIGNATURE_REQUIRED"
+    INVENTORY_STALE = "INVENTORY_STALE"
     UNSUPPORTED = "UNSUPPORTED"
     INVALID_REQUEST = "INVALID_REQUEST"
     NOT_FOUND = "NOT_FOUND"
@@ -77,6 +78,9 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.TAG_IMMUTABLE: ErrorSpec(409, "the tag is immutable and points at another digest"),
     ErrorCode.SIGNATURE_REQUIRED: ErrorSpec(
         403, "the namespace requires a signature by a registered key before a tag moves"
+    ),
+    ErrorCode.INVENTORY_STALE: ErrorSpec(
+        409, "the inventory report builds on a generation the hub does not hold; send a full report"
     ),
     ErrorCode.UNSUPPORTED: ErrorSpec(400, "the operation is unsupported"),
     ErrorCode.INVALID_REQUEST: ErrorSpec(400, "malformed request"),

@@ -64,6 +64,10 @@ class Limits:
     gc_grace: timedelta = timedelta(hours=1)
     min_free_bytes: int = 256 << 20
     """``/healthz`` answers 503 when a store that can tell has less room than this."""
+    report_bytes: int = 1 << 20
+    """Largest inventory report a fleet host may send (docs/placement.md); 413 ``TOO_LARGE`` above."""
+    host_layers: int = 10_000
+    """Most layers one host may report holding."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class Settings:
     """Hub-wide default: comma-separated tag globs that stay movable under immutable tags."""
     signature_policy: Path | None = None
     """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0009-signatures.md)."""
+    node_ttl: float = 300.0
+    """Seconds a fleet host's inventory counts for placement after its last report (docs/placement.md)."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -267,6 +273,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "immutable_tags": (_bool, False),
     "immutable_exempt": (_tag_globs, False),
     "signature_policy": (lambda t: Path(t).expanduser(), False),
+    "node_ttl": (_positive(_seconds), False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),
@@ -278,6 +285,8 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "blob_bytes": (_positive(parse_size), True),
     "gc_grace": (parse_duration, True),
     "min_free_bytes": (parse_size, True),
+    "report_bytes": (_positive(parse_size), True),
+    "host_layers": (_positive(int), True),
 }
 
 

@@ -100,6 +100,43 @@ HELP: HelpTable = {
             "forkd pull acme/python:numpy --lazy",
         ],
     ),
+    "node": (
+        "Tell a hub what this host holds, so it can place snapshots where they restore fastest "
+        "(docs/placement.md): layers pulled from it, partly pulled layers, free disk and memory, VMMs.",
+        {},
+        ["forkd node serve --label zone=a", "forkd node report --json"],
+    ),
+    "node report": (
+        "Report this host's inventory once (for cron or a systemd timer): a delta against what the hub "
+        "acknowledged last, or everything with --full. The token is a node token named like the host.",
+        {},
+        [
+            "forkd-hub token create worker-1 --scope 'node:acme/*' | forkd login http://hub:8080 --token-stdin",
+            "forkd node report --host worker-1 --label zone=a",
+        ],
+    ),
+    "node serve": (
+        "Run the node agent: report after every pull, removal and prune (of any forkd process on this store) "
+        "and on a heartbeat, until SIGTERM. One agent per store.",
+        {},
+        ["forkd node serve --host worker-1 --label zone=a --heartbeat 60"],
+    ),
+    "node status": (
+        "Show what the last report told which hub, and whether the store changed since.",
+        {},
+        ["forkd node status", "forkd node status --json"],
+    ),
+    "place": (
+        "Rank the hosts that report to a hub by the bytes of a snapshot's whole chain they are missing "
+        "(chunk-exact, counting what each already holds of any chain), with the bytes per link, the estimated "
+        "transfer time, and the hosts that cannot take it and why.",
+        {},
+        [
+            "forkd place acme/python:numpy",
+            "forkd place acme/python:numpy --hosts worker-1,worker-2 --min-free-memory 4GiB --json",
+            "forkd place acme/python:numpy --selector zone=a --vmm qemu-microvm",
+        ],
+    ),
     "keygen": (
         "Make an Ed25519 key pair for 'forkd push --sign': the private key (mode 0600, never overwritten) "
         "and PATH.pub beside it, whose holders verify with 'forkd pull --verify-key'.",

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
+from ..node.state import record_pull_rate
 from ..rootfs import missing_rootfs_warning
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
@@ -293,9 +295,11 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             f"pull interrupted: installed links and verified chunks are kept; run "
             f"'forkd pull {args.ref}' again to resume from there",
         ):
+            started = time.monotonic()
             result = pull(
                 store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
             )
+        record_pull_rate(store, result.bytes_received, time.monotonic() - started)  # for placement (forkd node)
         warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
         missing = [w for snap in store.chain(result.tag) if (w := missing_rootfs_warning(snap.tag, snap.dir))]
     if warning:

@@ -28,12 +28,12 @@ from ..config import forkd_home
 from ..errors import ClientError, InvalidTag, UsageError
 from ..exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from ..hub.errors import InvalidReference
-from . import bake, guest, hub_commands, images, keys, local, packs, vmcmds
+from . import bake, fleet, guest, hub_commands, images, keys, local, packs, vmcmds
 from .helptext import HELP, document
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
-COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub_commands, keys, vmcmds, bake, guest)
+COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub_commands, fleet, keys, vmcmds, bake, guest)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,7 @@
 """HubClient: every HTTP call the forkd client makes, over an injected ``httpx.Client``.
 
 One method per endpoint of docs/http-api.md: here the hub-wide ones (ping, search, upload
-sessions by location, presigned store reads), and in :class:`~.repository.RepositoryClient`
+sessions by location, presigned store reads, the fleet's inventory reports and placement), and in :class:`~.repository.RepositoryClient`
 (``HubClient.repository(name)``) those about one repository. Unit tests inject ``httpx.MockTransport``;
 end-to-end tests pass Litestar's ``TestClient`` (an ``httpx.Client``) or point at a real
 server. Every response error becomes a typed :mod:`forkd_client.hub.errors` exception parsed
@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 from .errors import HubError, HubUnreachable
 from .lean_httpx import httpx
@@ -168,6 +169,18 @@ class HubClient:
         return list(
             json_object(self._request("GET", "/api/v1/repositories", params=params), "search").get("repositories", [])
         )
+
+    # -- the fleet (docs/placement.md) ---------------------------------------------------------------
+
+    def report_inventory(self, host: str, report: dict[str, Any]) -> dict[str, Any]:
+        """``POST /api/v1/nodes/{host}/reports``: this host's inventory; the hub's acknowledgement
+        (``generation``, ``layers``, ``partial``, ``expiresIn``). Raises the typed refusal."""
+        path = f"/api/v1/nodes/{quote(host, safe='')}/reports"
+        return json_object(self._request("POST", path, json=report), "inventory report")
+
+    def placement(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``POST /api/v1/placement``: hosts ranked by what they miss of a chain. Raises the typed refusal."""
+        return json_object(self._request("POST", "/api/v1/placement", json=request), "placement")
 
     def store_ranges(self, target: str, batch: Sequence[tuple[int, int]], digest: str) -> list[memoryview]:
         """``batch`` from a presigned object-store URL, without our token: one GET per merged span

@@ -11,19 +11,26 @@ each file it serves (``memory.bin``, and ``rootfs.ext4`` when the head has one),
 each, empty for a zero chunk; written when the session starts). :func:`open_index` gives ``forkd
 pull`` of the same head (and a lazy session's own install) a local chunk index that also reads the
 chunks present there, each re-hashed when read: a killed lazy session costs the next pull nothing
-it had already verified, and a stale or tampered file can cost a download, never correctness.
+it had already verified, and a stale or tampered file can cost a download, never correctness. Each
+staged directory also holds ``.head.json`` naming the head.
+
+An interrupted ``forkd pull`` of a layer leaves, next to each staged file, ``<file>.entries`` in the same
+line format (one digest per chunk index the layer writes, empty elsewhere): with it ``forkd node``
+tells the hub which chunks of the layer the host already holds (docs/placement.md).
 
 Errors: OSError.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import blake3
 
 from manifest import mediatypes as mt
+from manifest.model import ChunkMap
 
 from ..install import RESUME_PREFIX
 from ..store import SnapshotStore
@@ -32,6 +39,10 @@ from .localchunks import LocalChunkIndex
 STATE_PREFIX = "lazy-"
 PRESENT_SUFFIX = ".present"
 CHUNKS_SUFFIX = ".chunks"
+#: an interrupted pull's record of what each staged file should hold (one digest per chunk index)
+ENTRIES_SUFFIX = ".entries"
+#: a lazy session's record of the head it stages
+HEAD_MARKER = ".head.json"
 
 
 def state_key(head_digest: str) -> str:
@@ -43,28 +54,69 @@ def state_dir(store: SnapshotStore, head_digest: str) -> Path:
     return store.staging_root / f"{RESUME_PREFIX}{state_key(head_digest)}"
 
 
-def write_chunk_list(image: Path, chunk_size: int, digests: Sequence[str | None]) -> None:
-    """Record the chunk size and chunk digests of the image at ``image`` (``None``: a zero chunk)."""
+def write_chunk_list(
+    image: Path, chunk_size: int, digests: Sequence[str | None], *, suffix: str = CHUNKS_SUFFIX
+) -> None:
+    """Record the chunk size and chunk digests of the image at ``image`` (``None``: a zero chunk, or for an
+    entry list, an index the layer leaves as its parent's) next to it, as ``<image><suffix>``."""
     lines = [str(chunk_size), *(d or "" for d in digests)]
-    image.with_name(image.name + CHUNKS_SUFFIX).write_text("".join(line + "\n" for line in lines))
+    image.with_name(image.name + suffix).write_text("".join(line + "\n" for line in lines))
+
+
+def read_chunk_list(image: Path, *, suffix: str = CHUNKS_SUFFIX) -> tuple[int, list[str | None]] | None:
+    """What :func:`write_chunk_list` wrote next to ``image``: ``(chunk size, digests)``, or None when it is
+    missing, unreadable or does not describe a file of ``image``'s size."""
+    try:
+        first, *digests = image.with_name(image.name + suffix).read_text().split("\n")[:-1]
+        chunk = int(first)
+        size = image.stat().st_size
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if chunk <= 0 or len(digests) != -(-size // chunk):
+        return None
+    return chunk, [d or None for d in digests]
+
+
+def entry_digests(chunk_map: ChunkMap) -> list[str | None]:
+    """One digest per chunk index of ``chunk_map``'s file: an entry's data digest, else None (what an
+    interrupted pull's staged file should hold, written as ``<file>.entries`` for ``forkd node``)."""
+    digests: list[str | None] = [None] * -(-chunk_map.size // chunk_map.chunk_size)
+    for e in chunk_map.entries:
+        if e.digest is not None:
+            digests[e.index] = e.digest
+    return digests
 
 
 def present_chunks(image: Path) -> dict[str, tuple[int, int]]:
     """``digest -> (offset, length)`` of the chunks the staged ``image`` marks present (unchecked)."""
+    listed = read_chunk_list(image)
     try:
-        first, *digests = image.with_name(image.name + CHUNKS_SUFFIX).read_text().split("\n")[:-1]
         present = image.with_name(image.name + PRESENT_SUFFIX).read_bytes()
         size = image.stat().st_size
-        chunk = int(first)
-    except (OSError, UnicodeDecodeError, ValueError):
+    except OSError:
         return {}
-    if chunk <= 0 or len(present) != len(digests) or len(digests) != -(-size // chunk):
+    if listed is None or len(present) != len(listed[1]):
         return {}
+    chunk, digests = listed
     return {
         d: (i * chunk, min(chunk, size - i * chunk))
         for i, d in enumerate(digests)
         if d and present[i] and i * chunk < size
     }
+
+
+def write_head_marker(staged: Path, head_digest: str) -> None:
+    """Name the head a lazy session's staged directory is for (``forkd node`` reports it as a partial layer)."""
+    (staged / HEAD_MARKER).write_text(json.dumps({"head": head_digest}))
+
+
+def head_marker(staged: Path) -> str | None:
+    """The head :func:`write_head_marker` named, if the marker is sound."""
+    try:
+        head = json.loads((staged / HEAD_MARKER).read_bytes()).get("head")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return head if isinstance(head, str) else None
 
 
 class StagedImageIndex(LocalChunkIndex):

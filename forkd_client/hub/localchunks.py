@@ -6,6 +6,12 @@ location is used only while the verified-content record still trusts that file (
 inode, size, mtime), and the chunk's bytes are re-hashed on read (64 KiB: microseconds), so a
 stale or tampered row can cost a download, never correctness. Rows of files that are gone
 are dropped when found.
+
+A pull also records in memory (:meth:`~LocalChunkIndex.stage`) the chunks each link it fetched wrote into
+its staged files (each verified on arrival), so a later link of the same pull reads a chunk it shares
+with an earlier one locally instead of fetching it again, before the earlier link is installed (and
+indexed). What one pull moves is then each missing chunk once: the number placement predicts
+(docs/placement.md).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class LocalChunkIndex:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(_SCHEMA)
         self._verified = verified
+        self._staged: dict[str, tuple[Path, int, int]] = {}
 
     def close(self) -> None:
         self._db.close()
@@ -44,6 +51,12 @@ class LocalChunkIndex:
             self._db.executemany(
                 "INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)", ((d, key, o, n) for d, o, n in chunks)
             )
+
+    def stage(self, path: Path, chunks: Iterable[tuple[str, int, int]]) -> None:
+        """Chunks ``(digest, offset, length)`` this process wrote into the staged file ``path``: read from
+        there (re-hashed) while it is there; kept in memory only (the module docstring)."""
+        for digest, offset, length in chunks:
+            self._staged.setdefault(digest, (Path(path), offset, length))
 
     def forget_missing(self, *, dry_run: bool = False) -> int:
         """Drop (or with ``dry_run`` only count) the rows of files that no longer exist; return how many."""
@@ -58,7 +71,8 @@ class LocalChunkIndex:
     def known(self, digests: Iterable[str]) -> set[str]:
         """Which of ``digests`` have a recorded location (one query per 500; nothing is read)."""
         wanted = list(dict.fromkeys(digests))
-        found: set[str] = set()
+        found = {d for d in wanted if d in self._staged}
+        wanted = [d for d in wanted if d not in found]
         for i in range(0, len(wanted), 500):
             batch = wanted[i : i + 500]
             found.update(
@@ -70,7 +84,18 @@ class LocalChunkIndex:
         return found
 
     def read(self, digest: str) -> bytes | None:
-        """The chunk's bytes from a trusted local file, verified, or None."""
+        """The chunk's bytes from a staged or trusted local file, verified, or None."""
+        staged = self._staged.get(digest)
+        if staged is not None:
+            path, offset, length = staged
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(length)
+            except OSError:
+                data = b""
+            if len(data) == length and "blake3:" + blake3.blake3(data).hexdigest() == digest:
+                return data
         rows = self._db.execute(
             "SELECT path, offset, length FROM chunks WHERE digest = ? LIMIT 8", (digest,)
         ).fetchall()

@@ -8,9 +8,10 @@ In order, each failure raised before a byte of snapshot data is fetched or stage
    - the head's local tag: when it exists and holds something else than this layer (neither
      pulled from it nor holding its very files), the pull is refused (SnapshotExists) unless
      ``force`` — instead of failing at install after the whole transfer;
-   - the layers this host already has: a local snapshot whose files are exactly a link's (size
-     and the sha256 its config states, as the local verified-content record knows them: pushed
-     or imported here — nothing is hashed now) stands for that link, so the pull installs
+   - the layers this host already has: a local snapshot pulled from that very layer (under any tag),
+     or whose files are exactly a link's (size and the sha256 its config states, as the local
+     verified-content record knows them: pushed or imported here — nothing is hashed now), stands
+     for that link, so the pull installs
      nothing for it and fetches nothing of it. A parent is used in place under its own tag
      (when its own parent is the link below); the head, held under another tag, has its
      chunks read locally (:func:`index_held_head`) and is installed under the pull's tag.
@@ -104,7 +105,10 @@ def plan_pull(
             )
         if local is None:
             local = _readable_snapshots(store)
-        holder = next((s for s in local if s.parent_tag == below and holds(store, s, config)), None)
+        holder = next(
+            (s for s in local if s.parent_tag == below and (_pulled_from(s, link.digest) or holds(store, s, config))),
+            None,
+        )
         if holder is not None and not head:
             plan.tags[i] = holder.tag
             plan.held[holder.tag] = holder

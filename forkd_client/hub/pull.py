@@ -52,7 +52,7 @@ from ..store import SnapshotStore
 from .client import HubClient
 from .errors import DigestInvalid, HubError
 from .fill import FillPools, LinkFiles, fill_link
-from .lazystate import open_index
+from .lazystate import ENTRIES_SUFFIX, entry_digests, open_index, write_chunk_list
 from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
 from .prefetch import LinkPrefetch
@@ -72,6 +72,7 @@ from .pullstages import (
     installed_from,
     local_tag_for,
     local_tags,
+    map_chunks,
     marker_layer,
     parent_sha256,
     parse_link,
@@ -295,6 +296,8 @@ class ChainPull:
         # they hold that still hashes right.
         staged, resume = self._stage(link.digest)
         marker = staged / RESUME_MARKER
+        for role, chunk_map in maps.items():  # what the staged files will hold: read by ``forkd node`` (partial layers)
+            write_chunk_list(staged / role, chunk_map.chunk_size, entry_digests(chunk_map), suffix=ENTRIES_SUFFIX)
         with open(staged / mt.VMSTATE_FILE, "wb") as out:  # inflated in bounded pieces, checked as it goes
             try:
                 inflate_vmstate(vm_frame, vm_info, f"layer {link.digest}: vmstate", out)
@@ -332,6 +335,8 @@ class ChainPull:
             )
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
+            for role, chunk_map in maps.items():  # later links of this pull read these here, not from the hub
+                self.index.stage(staged / role, map_chunks(chunk_map))
         except BaseException as e:
             for assembler in assemblers.values():
                 assembler.close()  # waits for their set-up threads: the marker is written, or never will be

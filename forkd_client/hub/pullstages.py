@@ -12,7 +12,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,19 +169,19 @@ def check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: Path | 
         )
 
 
+def map_chunks(chunk_map: ChunkMap) -> Iterator[tuple[str, int, int]]:
+    """``(digest, offset, length)`` of each data chunk a chunk map places in its file (zero chunks left out)."""
+    cs = chunk_map.chunk_size
+    for e in chunk_map.entries:
+        if e.digest is not None:
+            yield e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs)
+
+
 def index_installed(store: SnapshotStore, index: LocalChunkIndex, tag: str, maps: dict[str, ChunkMap]) -> None:
     """The link's chunks now live in its installed files: index them there, so later pulls
     (of other chains sharing them) read them locally."""
     for role, chunk_map in maps.items():
-        cs = chunk_map.chunk_size
-        index.add(
-            store.path(tag) / role,
-            (
-                (e.digest, e.index * cs, min(cs, chunk_map.size - e.index * cs))
-                for e in chunk_map.entries
-                if e.digest is not None
-            ),
-        )  # not a zero chunk
+        index.add(store.path(tag) / role, map_chunks(chunk_map))
 
 
 def marker_layer(marker: Path) -> str | None:

@@ -55,7 +55,7 @@ from vmm.base import ROOTFS_DEVICE
 from ..hub.client import HubClient
 from ..hub.errors import DigestInvalid
 from ..hub.fill import tunable
-from ..hub.lazystate import state_key
+from ..hub.lazystate import state_key, write_head_marker
 from ..hub.localchunks import LocalChunkIndex
 from ..hub.prefetch import LinkPrefetch
 from ..hub.pull import ChainPull
@@ -169,6 +169,7 @@ class LazySession:
             )
         self._pull, self._parsed = pull, parsed
         self.staged = staged = self._stack.enter_context(self.store.resumable_staging(state_key(head.digest)))
+        write_head_marker(staged, head.digest)  # ``forkd node`` reports what it holds as a partial layer
         self._stack.callback(self._drop_if_installed)  # runs after the unmount below
         self._stack.callback(self._close_images)  # after the unmount too: no read reaches a closed image
         self.pending = PendingImage(memory.size)

@@ -7,6 +7,7 @@ from hub_server.api.blobs import BlobController
 from hub_server.api.catalog import CatalogController
 from hub_server.api.chains import ChainController
 from hub_server.api.chunks import ChunkController
+from hub_server.api.fleet import FleetController
 from hub_server.api.manifests import ManifestController
 from hub_server.api.oci_catalog import OciCatalogController
 from hub_server.api.referrers import ReferrerController
@@ -29,6 +30,7 @@ ROUTE_HANDLERS = [
     CatalogController,
     OciCatalogController,
     WebhookController,
+    FleetController,
 ]
 
 __all__ = ["ROUTE_HANDLERS"]

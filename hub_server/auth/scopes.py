@@ -1,6 +1,6 @@
 """Scopes and principals: who is calling, and what they may do.
 
-A scope is ``pull:PATTERN``, ``push:PATTERN``, ``delete:PATTERN`` or ``admin``. PATTERN is a
+A scope is ``pull:PATTERN``, ``push:PATTERN``, ``delete:PATTERN``, ``node:PATTERN`` or ``admin``. PATTERN is a
 glob over a repository name ``namespace/repo``: it has exactly one ``/`` and only the
 characters ``[a-z0-9._*/-]``; ``*`` matches any run of characters *within* one segment (never
 a ``/``), and ``**`` is just two ``*`` (nothing recursive: names have one ``/`` anyway).
@@ -9,6 +9,10 @@ repository.
 
 Implication: ``push`` and ``delete`` imply ``pull`` on the same pattern; ``admin`` implies
 everything (every action on every repository, plus token and visibility management).
+
+``node`` is a fleet host's scope (docs/placement.md): it reports the host's inventory (the layers of
+repositories matching PATTERN it holds, as the host named like the token) and asks for placements
+in those repositories. It implies nothing else: a node token never reads or pushes content.
 
 A :class:`Principal` is the authenticated caller: a token name (``None`` when anonymous)
 and its scopes. :meth:`Principal.can` answers yes/no; :meth:`Principal.require` raises
@@ -29,8 +33,8 @@ from hub_server.auth.errors import Forbidden, InvalidScope, Unauthorized
 
 __all__ = ["Action", "Principal", "Scope", "repository_scope"]
 
-Action = Literal["pull", "push", "delete", "admin"]
-_PATTERN_ACTIONS = ("pull", "push", "delete")
+Action = Literal["pull", "push", "delete", "node", "admin"]
+_PATTERN_ACTIONS = ("pull", "push", "delete", "node")
 _IMPLIES_PULL = ("push", "delete")
 _PATTERN_CHARS = re.compile(r"[a-z0-9._*/-]+")
 
@@ -45,7 +49,7 @@ def _check(text: str) -> tuple[Action, str | None]:
     if action == "admin":
         raise InvalidScope(text, "'admin' takes no pattern")
     if action not in _PATTERN_ACTIONS:
-        raise InvalidScope(text, "the action must be one of pull, push, delete or admin")
+        raise InvalidScope(text, "the action must be one of pull, push, delete, node or admin")
     if not sep or not pattern:
         raise InvalidScope(text, f"'{action}' needs a pattern such as '{action}:acme/*'")
     if not _PATTERN_CHARS.fullmatch(pattern):
@@ -58,7 +62,7 @@ def _check(text: str) -> tuple[Action, str | None]:
 
 
 #: The Docker token-scope actions a client asks for to do one of our actions (a push also reads).
-_TOKEN_ACTIONS = {"pull": "pull", "push": "pull,push", "delete": "delete", "admin": "*"}
+_TOKEN_ACTIONS = {"pull": "pull", "push": "pull,push", "delete": "delete", "node": "pull", "admin": "*"}
 
 
 def repository_scope(repository: str, action: Action) -> str:
@@ -83,7 +87,7 @@ class Scope:
 
     @classmethod
     def parse(cls, text: str) -> Scope:
-        """Parse ``pull:PATTERN``, ``push:PATTERN``, ``delete:PATTERN`` or ``admin``.
+        """Parse ``pull:PATTERN``, ``push:PATTERN``, ``delete:PATTERN``, ``node:PATTERN`` or ``admin``.
 
         Raises:
             InvalidScope: unknown action, missing or extra pattern, a pattern with characters
@@ -142,6 +146,12 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return any(scope.action == "admin" for scope in self.scopes)
+
+    @property
+    def reads_repositories(self) -> tuple[Scope, ...]:
+        """The scopes that grant ``pull`` somewhere (``node`` scopes do not): what a registry token for the
+        catalog may carry."""
+        return tuple(scope for scope in self.scopes if scope.action != "node")
 
     @property
     def actor(self) -> str:

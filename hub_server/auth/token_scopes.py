@@ -59,7 +59,7 @@ def grant(principal: Principal, requested: Iterable[TokenScope]) -> list[str]:
     granted: dict[str, None] = {}
     for scope in requested:
         if scope.resource_type == "registry" and scope.name == "catalog":
-            for own in principal.scopes:
+            for own in principal.reads_repositories:  # a node scope reads nothing: never a pull grant
                 granted["pull:*/*" if own.pattern is None else f"pull:{own.pattern}"] = None
             continue
         if scope.resource_type != "repository" or not _is_repository(scope.name):

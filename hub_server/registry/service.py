@@ -19,6 +19,11 @@ from hub_server.registry.content.tags import TagService
 from hub_server.registry.core.access import Access, RepositoryScope, resolve_scope
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.paths import HEALTH_PROBE_KEY
+from hub_server.registry.fleet.fleetindex import FleetIndex
+from hub_server.registry.fleet.inventory import InventoryService
+from hub_server.registry.fleet.kube import KubeExtender
+from hub_server.registry.fleet.layerfacts import LayerFactsCache
+from hub_server.registry.fleet.placement import PlacementService
 from hub_server.registry.push.chunks import ChunkService
 from hub_server.registry.push.manifests import ManifestService
 from hub_server.registry.push.uploads import UploadService
@@ -54,6 +59,11 @@ class Registry:
         self.browse = BrowseService(ctx)
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
+        layer_facts = LayerFactsCache(ctx)
+        fleet = FleetIndex(ctx, max_age=ctx.cache.ttl)
+        self.inventory = InventoryService(ctx, layer_facts, fleet)
+        self.placement = PlacementService(ctx, layer_facts, fleet)
+        self.kube = KubeExtender(self.placement)
         self._gauges_at: float | None = None
 
     async def scope(

@@ -22,6 +22,8 @@ The access a request asks for (:data:`Access`):
 - ``discover`` (the referrers API): ``pull``, and a repository that does not exist yet reads as empty
   to a caller whose scopes let it read that name (a registry with the referrers API never answers 404
   there); anyone else is answered as for ``pull``.
+- ``place`` (which fleet hosts hold a chain, docs/placement.md): ``node`` on an existing repository,
+  or whatever ``pull`` allows, refused as ``pull`` is (a node never learns of a repository it cannot read).
 
 Reads across repositories (dedup, lineage) stay per row: :func:`can_read`, :func:`readable_linking`.
 
@@ -63,7 +65,7 @@ __all__ = [
 ]
 
 #: What a request does to its repository (the module docstring says who may).
-Access = Literal["pull", "push", "delete", "negotiate", "upload", "discover"]
+Access = Literal["pull", "push", "delete", "negotiate", "upload", "discover", "place"]
 
 
 class _Readable(Protocol):
@@ -303,7 +305,11 @@ def authorize(principal: Principal, full: str, repo: _Readable | None, access: A
     ``full``, None when it does not exist). Raises: as :func:`resolve_scope`."""
     if access in ("push", "delete"):
         principal.require(access, full)
-    if access == "pull" or (access == "discover" and (repo is not None or not principal.can("pull", full))):
+    if (
+        access == "pull"
+        or (access == "discover" and (repo is not None or not principal.can("pull", full)))
+        or (access == "place" and (repo is None or not principal.can("node", full)))
+    ):
         check_readable(principal, full, repo)
     elif access == "upload" and not principal.can("push", full):
         if principal.is_anonymous or repo is None or not can_read(principal, repo):

@@ -55,3 +55,5 @@ class RegistryContext:
     """Hub-wide default: tag globs exempt from immutability."""
     signatures: TagSignatures | None = None
     """Namespaces whose tags move only onto signed manifests (``FORKD_HUB_SIGNATURE_POLICY``)."""
+    node_ttl: float = 300.0
+    """Seconds a fleet host's inventory counts for placement after its last report (``FORKD_HUB_NODE_TTL``)."""
