@@ -40,6 +40,8 @@ class ErrorCode(StrEnum):
     TAG_CONFLICT = "TAG_CONFLICT"
     TAG_IMMUTABLE = "TAG_IMMUTABLE"
     SIGNATURE_REQUIRED = "SIGNATURE_REQUIRED"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    TOOMANYREQUESTS = "TOOMANYREQUESTS"
     UNSUPPORTED = "UNSUPPORTED"
     INVALID_REQUEST = "INVALID_REQUEST"
     NOT_FOUND = "NOT_FOUND"
@@ -78,6 +80,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.SIGNATURE_REQUIRED: ErrorSpec(
         403, "the namespace requires a signature by a registered key before a tag moves"
     ),
+    ErrorCode.QUOTA_EXCEEDED: ErrorSpec(403, "the namespace is over one of its quotas"),
+    ErrorCode.TOOMANYREQUESTS: ErrorSpec(429, "too many requests; retry after the time given"),
     ErrorCode.UNSUPPORTED: ErrorSpec(400, "the operation is unsupported"),
     ErrorCode.INVALID_REQUEST: ErrorSpec(400, "malformed request"),
     ErrorCode.NOT_FOUND: ErrorSpec(404, "no such route"),
