@@ -133,7 +133,7 @@ async def open_hub(
             )
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
-            tokens = TokenService(sessions)
+            tokens = TokenService(sessions, max_scopes=settings.limits.token_scopes)
             authenticator = Authenticator(tokens, RegistryTokenService(sessions), cache_ttl=settings.cache_ttl)
             yield HubServices(
                 settings=settings,
