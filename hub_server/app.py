@@ -5,7 +5,7 @@ store, services) and leaves what it built on ``app.state``:
 
     hub (HubServices), engine, sessions (async_sessionmaker), store, tokens (TokenService),
     authenticator (auth.credentials.Authenticator: API and registry tokens), audit (AuditLog),
-    metrics (HubMetrics), registry (Registry), settings
+    metrics (HubMetrics), registry (Registry), settings, session_ends (auth.web_sessions.WebSessionEnds)
 
 It runs the webhook delivery loop (``hub_server.webhooks.delivery``) while serving.
 On shutdown (SIGTERM under uvicorn) it stops the periodic GC and that loop, then ``open_hub`` closes the
@@ -86,6 +86,7 @@ def create_app(
                 metrics=hub.metrics,
                 registry=hub.registry,
                 settings=settings,
+                session_ends=hub.session_ends,
             )
             if freeze_gc:
                 gc.collect()

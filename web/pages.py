@@ -56,7 +56,7 @@ def _keys(state: State) -> SessionKeys:
 
 
 async def _session(request: Request[Any, Any, Any], state: State) -> WebSession:
-    session = await WebSession.load(_keys(state), state.tokens, request)
+    session = await WebSession.load(_keys(state), state.tokens, request, state.session_ends)
     request.scope["state"]["principal"] = session.principal  # the access log names the caller
     return session
 
@@ -202,6 +202,7 @@ class CatalogPages(Controller):
         session = await _session(request, state)
         form = await request.form()
         session.check_csrf(form.get("csrf"))
+        await session.sign_out(state.session_ends)  # a copy of the cookie no longer signs anyone in
         return session.finish(Redirect("/", status_code=HTTP_303_SEE_OTHER), sign_out=True)
 
 

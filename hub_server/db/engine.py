@@ -25,6 +25,7 @@ MODEL_MODULES = (
     "hub_server.audit",
     "hub_server.webhooks.models",
     "hub_server.db.models_policy",
+    "hub_server.db.models_limits",
 )
 
 
