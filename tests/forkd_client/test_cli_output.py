@@ -57,7 +57,9 @@ def test_print_warn_error_and_tables_never_pass_control_characters(capsys) -> No
     ctx.error(HOSTILE)
     ctx.table(["NAME", "DESCRIPTION"], [["acme/x", HOSTILE]])
     tty = FakeTTY()
-    Context(Path("/x"), tty, io.StringIO()).table(["NAME", "DESCRIPTION"], [["acme/x", "[bold red]spoof[/] " + HOSTILE]])
+    Context(Path("/x"), tty, io.StringIO()).table(
+        ["NAME", "DESCRIPTION"], [["acme/x", "[bold red]spoof[/] " + HOSTILE]]
+    )
     for text in (out.getvalue(), err.getvalue()):
         assert not any(c in text for c in "\x1b\x07\r\x9b\u202e")
         assert "fake line" in text and "\\x1b" in text

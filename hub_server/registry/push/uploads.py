@@ -99,7 +99,7 @@ class UploadService:
         if digest is not None:
             digest = check_digest(digest)
         async with self.ctx.sessions() as session:
-            repo = await scope.created(session)
+            repo = await scope.created(session, limit=self.ctx.limits.repositories_per_namespace)
             upload_id = str(uuid.uuid4())
             await self.ctx.store.put(upload_key(upload_id), b"")
             now = self.ctx.clock()
@@ -236,7 +236,7 @@ class UploadService:
         principal = scope.principal
         src_ns, _, src_name = (source or "").partition("/")
         async with self.ctx.sessions() as session:
-            repo = await scope.created(session)
+            repo = await scope.created(session, limit=self.ctx.limits.repositories_per_namespace)
             if source is None:  # no ``from``: any repository the caller may read that holds it
                 if not await readable_linking(session, principal, blobs=[digest]):
                     return None

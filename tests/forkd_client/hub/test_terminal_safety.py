@@ -28,7 +28,9 @@ def hostile_hub(chain3, inproc_hub, monkeypatch):
     r = http.patch("/api/v1/repositories/acme/py", json={"public": True, "description": HOSTILE}, headers=headers)
     assert r.status_code == 200, r.text
     head = result.links[-1]
-    http.post(f"/v2/acme/py/blobs/uploads/?digest={EMPTY_CONFIG['digest']}", content=EMPTY_CONFIG_BYTES, headers=headers)
+    http.post(
+        f"/v2/acme/py/blobs/uploads/?digest={EMPTY_CONFIG['digest']}", content=EMPTY_CONFIG_BYTES, headers=headers
+    )
     referrer = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",

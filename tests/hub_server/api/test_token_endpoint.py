@@ -176,7 +176,9 @@ def test_a_registry_token_never_carries_more_scopes_than_the_limit(make_hub):
         hub.client.post("/v2/token", data={"grant_type": "password", "password": token, "scope": " ".join(scopes)}),
         hub.client.get("/v2/token", params=[("scope", s) for s in scopes], headers=auth(token)),
         # nine scopes, but "*" grants pull and push of each (the token cannot delete): 18 granted
-        hub.client.get("/v2/token", params=[("scope", f"repository:acme/r{i}:*") for i in range(9)], headers=auth(token)),
+        hub.client.get(
+            "/v2/token", params=[("scope", f"repository:acme/r{i}:*") for i in range(9)], headers=auth(token)
+        ),
     ):
         assert expect_error(r, 413, "TOO_LARGE")["limit"] == 16
     assert _registry_token_scopes(hub) == []
