@@ -68,6 +68,9 @@ class Limits:
     """``/healthz`` answers 503 when a store that can tell has less room than this."""
     file_bytes: int = 64 << 30
     """Largest chunked file (memory.bin, rootfs.ext4) a layer may declare: bounds what proving its digests costs."""
+    file_chunks: int = 1 << 20
+    """Most chunks one chunked file may declare (size / chunkSize): the hub holds 32 bytes per chunk while it
+    proves the file's digest (32 MiB at this default: 64 GiB at the default 64 KiB chunks)."""
     annotation_bytes: int = 64 << 10
     """Largest annotations object of one manifest (its compact JSON; a forkd layer's config annotations too)."""
     referrers_per_subject: int = 128
@@ -347,6 +350,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "gc_grace": (parse_duration, True),
     "min_free_bytes": (parse_size, True),
     "file_bytes": (_positive(parse_size), True),
+    "file_chunks": (_positive(int), True),
     "annotation_bytes": (_positive(parse_size), True),
     "referrers_per_subject": (_positive(int), True),
     "referrers_page": (_positive(int), True),

@@ -1,5 +1,9 @@
 """What one push may add to what a repository holds (docs/limits.md), each refusal a typed wire error.
 
+- :func:`check_files`: a layer's chunked files (memory.bin, rootfs.ext4) declare sizes the hub turns
+  into a chunk list of 32 bytes a chunk while it proves their digests: at most ``limits.file_bytes``
+  and ``limits.file_chunks`` chunks each (``TOO_LARGE``), checked from the config before any chunk map
+  is read, so a 2 KB push declaring a 1 TiB file of 4 KiB chunks costs the hub nothing (issue 27, item 2).
 - :func:`check_annotations`: a manifest's annotations (a forkd layer's config annotations with them)
   are copied into the database and served with every referrers list and layer page: at most
   ``limits.annotation_bytes`` of compact JSON (``TOO_LARGE``), checked before anything is read.
@@ -18,6 +22,7 @@ Errors: ``HubError(TOO_LARGE)``, ``HubError(QUOTA_EXCEEDED)``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import func
@@ -26,13 +31,34 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.db.models import ManifestSubject, RepositoryManifest, Tag
 from hub_server.errors import ErrorCode, HubError
+from manifest.chunking import MIN_CHUNK_SIZE
+from manifest.model import FileInfo
 
-__all__ = ["annotation_bytes", "check_annotations", "check_referrers", "check_tags", "over_quota"]
+__all__ = ["annotation_bytes", "check_annotations", "check_files", "check_referrers", "check_tags", "over_quota"]
 
 
 def annotation_bytes(annotations: dict[str, Any]) -> int:
     """The size of ``annotations`` as the database and the referrers API hold them (compact JSON, UTF-8)."""
     return len(json.dumps(annotations, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_files(files: Mapping[str, FileInfo], chunked: Iterable[str], file_bytes: int, file_chunks: int) -> None:
+    """Raises HubError(TOO_LARGE) when a chunked file in ``files`` declares more than ``file_bytes`` bytes or
+    more than ``file_chunks`` chunks (its ``chunkSize`` when given, else the smallest a map may use)."""
+    for name in chunked:
+        info = files.get(name)
+        if info is None:
+            continue
+        chunk_size = info.chunk_size or MIN_CHUNK_SIZE
+        chunks = -(-info.size // chunk_size)
+        if info.size > file_bytes or chunks > file_chunks:
+            raise HubError(
+                ErrorCode.TOO_LARGE,
+                f"{name} declares {info.size} bytes in {chunks} chunks of {chunk_size}: over the limit of "
+                f"{file_bytes} bytes and {file_chunks} chunks a file may have (FORKD_HUB_FILE_BYTES, "
+                "FORKD_HUB_FILE_CHUNKS; larger chunks make fewer)",
+                {"file": name, "size": info.size, "chunks": chunks, "limit": file_bytes, "chunkLimit": file_chunks},
+            )
 
 
 def check_annotations(annotations: dict[str, Any], limit: int) -> None:

@@ -3,6 +3,8 @@ tags per repository, repositories per namespace; each refusal typed, with nothin
 
 from __future__ import annotations
 
+import json
+import tracemalloc
 from dataclasses import replace
 
 from hub_server.settings import Limits
@@ -72,3 +74,31 @@ def test_repositories_per_namespace(make_hub):
     assert detail["quota"] == "repositories per namespace" and detail["used"] == 2
     assert hub.client.get("/v2/acme/three/tags/list", headers=auth(token)).status_code == 404
     upload(hub, token, "other/one", b"{}")  # another namespace has its own count
+
+
+def test_a_declared_file_size_is_refused_before_anything_scales_with_it(make_hub, images, tmp_path):
+    """Issue 27, item 2: a ~2 KB push declaring memory.bin of 64 GiB in 4 KiB chunks (an empty chunk map)
+    made the hub allocate a chunk list of 512 MiB before it refused it. Scaled down: 1 GiB in 4 KiB chunks
+    (an 8 MiB list) against a limit of 65,536 chunks: refused with 413 while allocating far less."""
+    hub = make_hub(limits=replace(Limits(), file_chunks=1 << 16))
+    token = hub.token("ci", "push:acme/*")
+    pusher = hub.pusher(token)
+    layer = pusher.build_layer("acme/vm", *images[0], tmp_path / "b")
+    size, chunk = 1 << 30, 4096
+    declared = "blake3:" + "ab" * 32
+    chunk_map = replace(layer.chunk_map, size=size, chunk_size=chunk, digest=declared, entries=(), blobs=())
+    obj = json.loads(layer.config)
+    obj["files"][mt.MEMORY_FILE].update(size=size, chunkSize=chunk, digest=declared)
+    bomb = layer.rebuild(chunk_map=chunk_map, config=json.dumps(obj).encode(), data_blobs={})
+    for digest_, data in bomb.small_blobs.items():
+        pusher.ensure_blob("acme/vm", data, digest_)
+    hub.client.get("/v2/acme/vm/tags/list", headers=auth(token))  # warm up
+    tracemalloc.start()
+    try:
+        r = put(hub, token, "acme/vm", bomb.manifest, bomb.digest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    detail = expect_error(r, 413, "TOO_LARGE")
+    assert detail["file"] == mt.MEMORY_FILE and detail["chunks"] == size // chunk and detail["chunkLimit"] == 1 << 16
+    assert peak < 4 << 20, f"refusing it allocated {peak:,} bytes"
