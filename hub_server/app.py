@@ -33,6 +33,7 @@ from hub_server.api.errors import EXCEPTION_HANDLERS, to_hub_error
 from hub_server.api.fastpath import ManifestFastPath
 from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.api.openapi import document_errors
+from hub_server.api.ratelimit import RateLimiter
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
@@ -126,7 +127,10 @@ def create_app(
     # Cached manifest GETs are answered in front of Litestar, inside the log and the metrics.
     fast_path = ManifestFastPath(app.asgi_handler, app.state)
     app.state.manifest_fast_path = fast_path
-    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(fast_path))
+    # Rate limits (docs/limits.md) before anything else costs: a refusal is still logged and counted.
+    limiter = RateLimiter(fast_path, settings)
+    app.state.rate_limiter = limiter
+    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(limiter))
     return app
 
 

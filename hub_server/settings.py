@@ -149,11 +149,11 @@ class Settings:
     namespace_quota: int | None = None
     """Default storage quota of a namespace in bytes (unique bytes it references); ``None``: unlimited.
     ``forkd-hub quota set`` overrides it per namespace (docs/limits.md)."""
-    rate_token: RateSpec | None = field(default_factory=lambda: RateSpec(50.0, 500))
+    rate_token: RateSpec | None = field(default_factory=lambda: RateSpec(100.0, 2000))
     """Requests per authenticated token (per process); ``None``: unlimited."""
-    rate_address: RateSpec | None = field(default_factory=lambda: RateSpec(100.0, 1000))
+    rate_address: RateSpec | None = field(default_factory=lambda: RateSpec(200.0, 4000))
     """Authenticated requests per client address (an IPv6 /64) (per process); ``None``: unlimited."""
-    rate_anonymous: RateSpec | None = field(default_factory=lambda: RateSpec(20.0, 200))
+    rate_anonymous: RateSpec | None = field(default_factory=lambda: RateSpec(50.0, 1000))
     """Anonymous requests per client address (an IPv6 /64) (per process); ``None``: unlimited."""
     limits: Limits = field(default_factory=Limits)
 
