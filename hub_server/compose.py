@@ -132,6 +132,7 @@ async def open_hub(
                     immutable_tags=settings.immutable_tags,
                     immutable_exempt=settings.immutable_exempt,
                     signatures=_signature_policy(settings),
+                    namespace_quota=settings.namespace_quota,
                 )
             )
             webhooks, deliverer = _webhooks(settings, sessions)

@@ -55,3 +55,5 @@ class RegistryContext:
     """Hub-wide default: tag globs exempt from immutability."""
     signatures: TagSignatures | None = None
     """Namespaces whose tags move only onto signed manifests (``FORKD_HUB_SIGNATURE_POLICY``)."""
+    namespace_quota: int | None = None
+    """Hub-wide default storage quota of a namespace (``FORKD_HUB_NAMESPACE_QUOTA``; ``content/quotas.py``)."""

@@ -41,6 +41,7 @@ from hub_server.db.models import (
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.policy import tag_is_immutable
+from hub_server.registry.content.quotas import check_links, usage_if_limited
 from hub_server.registry.content.recipes import read_blob_range
 from hub_server.registry.content.tags import ANY, move_tag
 from hub_server.registry.core.access import RepositoryScope
@@ -238,7 +239,10 @@ class ManifestService:
             Chunk,
             [{"digest": f.digest, "blob_digest": f.blob, "offset": f.offset, "length": f.length} for f in plan.frames],
         )
+        before = await usage_if_limited(session, self.ctx, repo.namespace)
         await _link(session, repo, [*plan.ancestors, digest], now)
+        if before is not None:  # the chain's blobs linked from elsewhere may take the namespace over its quota
+            await check_links(session, self.ctx, repo.namespace, before)
         if reference.tag is not None:
             previous = (
                 await session.exec(

@@ -31,6 +31,7 @@ from sqlmodel import col
 from hub_server.db.models import Blob, RepositoryBlob, Upload
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.blobs import digest_object, publish_blob
+from hub_server.registry.content.quotas import check_storage
 from hub_server.registry.core.access import RepositoryScope, can_read, find_repository, readable_linking
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest, check_repository, parse_digest
@@ -100,6 +101,7 @@ class UploadService:
             digest = check_digest(digest)
         async with self.ctx.sessions() as session:
             repo = await scope.created(session, limit=self.ctx.limits.repositories_per_namespace)
+            await check_storage(session, self.ctx, scope.namespace)  # at or over its quota: no new upload
             upload_id = str(uuid.uuid4())
             await self.ctx.store.put(upload_key(upload_id), b"")
             now = self.ctx.clock()
@@ -169,6 +171,11 @@ class UploadService:
                     {"expected": str(want), "actual": str(got), "size": size},
                 )
             async with self.ctx.sessions() as session:
+                try:
+                    await check_storage(session, self.ctx, scope.namespace, adding=size, blob=str(want))
+                except HubError:
+                    await self._drop(upload_id)
+                    raise
                 row = await session.get(Upload, upload_id)
                 if row is not None:
                     await session.delete(row)
@@ -186,6 +193,8 @@ class UploadService:
         await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
+                async with self.ctx.sessions() as session:
+                    await check_storage(session, self.ctx, scope.namespace, adding=parsed.size, blob=parsed.digest)
                 declared = await declared_stream(self.ctx, upload_id, await self._size(upload_id))
                 if declared is not None and not matches(declared[0], parsed):
                     raise HubError(
@@ -217,6 +226,10 @@ class UploadService:
         await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
+                # the blob's size is known before its frames are sent: a push over quota stops here
+                parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
+                async with self.ctx.sessions() as session:
+                    await check_storage(session, self.ctx, scope.namespace, adding=parsed.size, blob=parsed.digest)
                 await declare(self.ctx, scope.principal, upload_id, recipe, await self._size(upload_id))
             except HubError:
                 with anyio.CancelScope(shield=True):
@@ -252,6 +265,7 @@ class UploadService:
             blob = await session.get(Blob, digest)
             if blob is None:
                 return None
+            await check_storage(session, self.ctx, scope.namespace, adding=blob.size, blob=digest)
             await insert_ignore(
                 session,
                 RepositoryBlob,
