@@ -142,12 +142,16 @@ class CatalogPages(Controller):
         session = await _session(request, state)
         page = _int(request, "page", 1) or 1
         results = await _browse(state).namespace(session.principal, ns, page)
+        principal = session.principal  # the storage quota: for those who may push to all of it (docs/limits.md)
+        may_see_quota = principal.is_admin or principal.can("push", f"{ns}/*")
+        quota = await state.registry.quotas.status(ns) if may_see_quota and results.total else None
         return _render(
             session,
             state,
             "namespace.html",
             namespace=ns,
             results=results,
+            quota=quota,
             nav=_page_links(request, results.page, results.pages),
         )
 

@@ -9,6 +9,7 @@ from hub_server.api.chains import ChainController
 from hub_server.api.chunks import ChunkController
 from hub_server.api.manifests import ManifestController
 from hub_server.api.oci_catalog import OciCatalogController
+from hub_server.api.quotas import QuotaController
 from hub_server.api.referrers import ReferrerController
 from hub_server.api.system import SystemController
 from hub_server.api.tags import TagController
@@ -29,6 +30,7 @@ ROUTE_HANDLERS = [
     CatalogController,
     OciCatalogController,
     WebhookController,
+    QuotaController,
 ]
 
 __all__ = ["ROUTE_HANDLERS"]

@@ -128,3 +128,14 @@ def test_a_cookie_sealed_without_a_session_id_is_refused(hub: Hub, catalog) -> N
     keys = load_keys(hub.settings.data_dir)
     hub.client.cookies.set("forkd_session", keys.seal.encrypt(json.dumps({"token": token}).encode()).decode())
     assert hub.client.get(PRIVATE).status_code == 404
+
+
+def test_the_namespace_page_shows_its_storage_quota_to_those_who_may_push(hub: Hub, catalog) -> None:
+    assert "Storage:" not in hub.client.get("/n/acme").text  # anonymous: not shown
+    hub.call(hub.registry.quotas.set, "acme", 10 << 30)
+    assert sign_in(hub.client, hub.token("ci", "push:acme/*")).status_code == 303
+    page = hub.client.get("/n/acme").text
+    assert re.search(r"Storage: [0-9.]+ [KMG]i?B of 10(\.0)? GiB quota", page), page[:2000]
+    assert hub.client.post("/signout", data={"csrf": csrf_of(page)}, follow_redirects=False).status_code == 303
+    assert sign_in(hub.client, hub.token("reader", "pull:acme/*")).status_code == 303
+    assert "Storage:" not in hub.client.get("/n/acme").text
