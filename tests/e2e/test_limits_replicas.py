@@ -1,6 +1,7 @@
 """Tenant limits across two ``forkd-hub serve`` replicas on one PostgreSQL and one S3 (docs/limits.md).
 
-Counted limits (tags, referrers, repositories) live in the database, so they hold across replicas; rate
+Counted limits (tags, referrers, repositories) and storage quotas live in the database, so they hold across
+replicas; rate
 limits are per replica by design, so one client gets at most twice a bucket from two replicas, never more.
 """
 
@@ -72,6 +73,16 @@ def test_counted_limits_hold_across_replicas_and_rates_are_per_replica(replicas)
         for hub in (first, second):  # the third tag is refused whichever replica is asked
             r = http.put(f"{hub.url}/v2/acme/t/manifests/c", content=manifest, headers=put)
             assert r.status_code == 403 and r.json()["errors"][0]["code"] == "QUOTA_EXCEEDED", r.text
+
+        # a storage quota set through one replica holds on the other (it lives in the database)
+        admin = {"Authorization": f"Bearer {first.token('admin', 'admin')}"}
+        used = http.get(f"{first.url}/api/v1/namespaces/acme/quota", headers=admin).json()["usedBytes"]
+        r = http.put(f"{first.url}/api/v1/namespaces/acme/quota", json={"quotaBytes": used}, headers=admin)
+        assert r.status_code == 200 and r.json()["quotaBytes"] == used
+        r = http.post(f"{second.url}/v2/acme/other/blobs/uploads/", headers=headers)
+        assert r.status_code == 403 and r.json()["errors"][0]["detail"]["quota"] == "storage", r.text
+        shown = http.get(f"{second.url}/api/v1/namespaces/acme/quota", headers=headers).json()
+        assert shown == {"namespace": "acme", "quotaBytes": used, "usedBytes": used, "source": "namespace"}
 
         # anonymous: each replica lets exactly its burst through, then answers 429 with Retry-After
         for hub in (first, second):
