@@ -37,7 +37,7 @@ from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest, check_repository, parse_digest
 from hub_server.registry.core.paths import session_pack_key, upload_key
 from hub_server.registry.core.sql import insert_ignore
-from hub_server.registry.push.packs import ingest_recipe, keep_frames, parse_recipe
+from hub_server.registry.push.packs import Recipe, ingest_recipe, keep_frames, parse_recipe
 from hub_server.registry.push.upload_verify import (
     FrameStream,
     declare,
@@ -226,10 +226,12 @@ class UploadService:
         await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
-                # the blob's size is known before its frames are sent: a push over quota stops here
-                parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
-                async with self.ctx.sessions() as session:
-                    await check_storage(session, self.ctx, scope.namespace, adding=parsed.size, blob=parsed.digest)
+                # a whole recipe tells the blob's size before its frames are sent: over quota, it stops here (a
+                # recipe declared in parts is checked when it is finished)
+                whole = _whole_recipe(recipe, self.ctx.limits.blob_bytes)
+                if whole is not None:
+                    async with self.ctx.sessions() as session:
+                        await check_storage(session, self.ctx, scope.namespace, adding=whole.size, blob=whole.digest)
                 await declare(self.ctx, scope.principal, upload_id, recipe, await self._size(upload_id))
             except HubError:
                 with anyio.CancelScope(shield=True):
@@ -447,3 +449,11 @@ def _valid_id(upload_id: str) -> bool:
         return str(uuid.UUID(upload_id)) == upload_id
     except ValueError:
         return False
+
+
+def _whole_recipe(recipe: object, limit: int) -> Recipe | None:
+    """The parsed recipe when ``recipe`` is a whole one, else None (a part of one declared in parts)."""
+    try:
+        return parse_recipe(recipe, limit)
+    except HubError:
+        return None
