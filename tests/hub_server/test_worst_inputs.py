@@ -147,3 +147,34 @@ def test_listing_routes_clamp_their_page(limited, route: str):
         r = url[route]()
     assert r.status_code == 200, r.text
     assert cost.peak < 4 * MiB and cost.queries <= 8, cost
+
+
+def test_a_frames_query_with_every_digest_allowed(limited):
+    hub, token = limited
+    upload(hub, token, "acme/q", b"{}")
+    wanted = [f"blake3:{i:064x}" for i in range(LIMITS.chunks_per_query)]
+    with measured(hub) as cost:
+        r = hub.client.post("/api/v1/repositories/acme/q/frames/query", json={"digests": wanted}, headers=auth(token))
+    assert r.status_code == 200 and r.json()["found"] == {}, r.text[:300]
+    body = LIMITS.chunks_per_query * 80  # what was sent
+    assert cost.peak < 16 * body + 4 * MiB, cost
+    over = hub.client.post(
+        "/api/v1/repositories/acme/q/frames/query",
+        json={"digests": [*wanted, "blake3:" + "f" * 64]},
+        headers=auth(token),
+    )
+    assert over.status_code == 413
+
+
+def test_a_blob_read_with_every_range_allowed(limited):
+    hub, token = limited
+    data = bytes(range(256)) * 4096  # 1 MiB
+    blob = upload(hub, token, "acme/b", data)
+    spans = ",".join(f"{i * 4096}-{i * 4096 + 9}" for i in range(LIMITS.ranges_per_request))
+    with measured(hub) as cost:
+        r = hub.client.get(f"/v2/acme/b/blobs/{blob}", headers={**auth(token), "Range": f"bytes={spans}"})
+    assert r.status_code == 206 and r.content.count(b"Content-Range") == LIMITS.ranges_per_request
+    assert cost.peak < 4 * MiB, cost
+    spans += f",{len(data) - 10}-{len(data) - 1}"
+    r = hub.client.get(f"/v2/acme/b/blobs/{blob}", headers={**auth(token), "Range": f"bytes={spans}"})
+    assert r.status_code >= 400
