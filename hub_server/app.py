@@ -5,7 +5,7 @@ store, services) and leaves what it built on ``app.state``:
 
     hub (HubServices), engine, sessions (async_sessionmaker), store, tokens (TokenService),
     authenticator (auth.credentials.Authenticator: API and registry tokens), audit (AuditLog),
-    metrics (HubMetrics), registry (Registry), settings
+    metrics (HubMetrics), registry (Registry), settings, session_ends (auth.web_sessions.WebSessionEnds)
 
 It runs the webhook delivery loop (``hub_server.webhooks.delivery``) while serving.
 On shutdown (SIGTERM under uvicorn) it stops the periodic GC and that loop, then ``open_hub`` closes the
@@ -33,6 +33,7 @@ from hub_server.api.errors import EXCEPTION_HANDLERS, to_hub_error
 from hub_server.api.fastpath import ManifestFastPath
 from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.api.openapi import document_errors
+from hub_server.api.ratelimit import RateLimiter
 from hub_server.compose import open_hub
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
@@ -86,6 +87,7 @@ def create_app(
                 metrics=hub.metrics,
                 registry=hub.registry,
                 settings=settings,
+                session_ends=hub.session_ends,
             )
             if freeze_gc:
                 gc.collect()
@@ -125,7 +127,10 @@ def create_app(
     # Cached manifest GETs are answered in front of Litestar, inside the log and the metrics.
     fast_path = ManifestFastPath(app.asgi_handler, app.state)
     app.state.manifest_fast_path = fast_path
-    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(fast_path))
+    # Rate limits (docs/limits.md) before anything else costs: a refusal is still logged and counted.
+    limiter = RateLimiter(fast_path, settings)
+    app.state.rate_limiter = limiter
+    app.asgi_handler = access_log_middleware(metrics_middleware(metrics)(limiter))
     return app
 
 

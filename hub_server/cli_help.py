@@ -102,6 +102,13 @@ HELP: HelpTable = {
             "forkd-hub repo policy acme/py --no-retention --immutable-tags default --json",
         ],
     ),
+    "quota": (
+        "Show a namespace's storage quota and what it uses (the bytes of the distinct blobs linked to its "
+        "repositories: a shared base counts once), or change it with --set. Pushes that would pass it are "
+        "refused with 403 QUOTA_EXCEEDED (docs/limits.md).",
+        {"namespace": "the namespace"},
+        ["forkd-hub quota acme", "forkd-hub quota acme --set 50GiB", "forkd-hub quota acme --set none --json"],
+    ),
     "verify": (
         "Re-hash every stored object (blobs, recipes, pack frames) against its digest and check the "
         "database against the store (rows without objects, objects without rows). Exit 0: all verified; "

@@ -1,4 +1,6 @@
-"""``forkd-hub repo policy NS/REPO``: show or change a repository's immutable-tags and retention policy.
+"""``forkd-hub repo policy NS/REPO``: show or change a repository's immutable-tags and retention policy;
+``forkd-hub quota NS``: show or change a namespace's storage quota (docs/limits.md; over HTTP
+``GET``/``PUT /api/v1/namespaces/{ns}/quota``).
 
 Like ``forkd-hub webhook``, it builds its settings from ``--data-dir``, ``--database-url``,
 ``--storage`` (or their ``FORKD_HUB_*`` variables), enters ``compose.open_hub`` and runs once,
@@ -15,10 +17,16 @@ import json
 import sys
 from typing import Any
 
+from clikit.units import human_size
 from hub_server.auth.scopes import Principal
 from hub_server.cli_common import add_store_args, cli_actor, run_on_hub
 from hub_server.compose import HubServices
+from hub_server.db.models_limits import UNLIMITED
+from hub_server.errors import HubError
 from hub_server.registry.content.policy import UNCHANGED, EffectivePolicy, PolicyChange
+from hub_server.registry.content.quotas import QuotaStatus
+from hub_server.registry.core.names import check_repository
+from hub_server.settings import parse_size
 
 __all__ = ["register"]
 
@@ -52,6 +60,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     policy.add_argument("--json", action="store_true", help="print the resulting policy as JSON")
     add_store_args(policy)
     policy.set_defaults(func=_policy)
+
+    quota = subparsers.add_parser("quota", help="show or change a namespace's storage quota (unique bytes it holds)")
+    quota.add_argument("namespace", metavar="NS")
+    quota.add_argument(
+        "--set",
+        dest="set_to",
+        metavar="SIZE",
+        help="the quota: a size (10GiB), 'default' (the hub's FORKD_HUB_NAMESPACE_QUOTA) or 'none' (unlimited)",
+    )
+    quota.add_argument("--json", action="store_true", help="print the quota and usage as JSON")
+    add_store_args(quota)
+    quota.set_defaults(func=_quota)
 
 
 def _change(args: argparse.Namespace) -> PolicyChange:
@@ -116,6 +136,41 @@ def _policy(args: argparse.Namespace) -> int:
             print(json.dumps(detail.policy.to_json(), indent=2))
         else:
             print("\n".join(describe(detail.policy)))
+        return 0
+
+    return run_on_hub(args, show_or_change, create=False)
+
+
+def describe_quota(status: QuotaStatus) -> str:
+    """One line: what the namespace uses of its quota."""
+    if status.limit is None:
+        return f"{status.namespace}: {human_size(status.used)} used, no storage quota"
+    share = f" ({100 * status.used / status.limit:.0f}%)" if status.limit else ""
+    return f"{status.namespace}: {human_size(status.used)} of {human_size(status.limit)} used{share} (quota from {status.source})"
+
+
+def _quota_value(text: str) -> int | None:
+    if text == _DEFAULT:
+        return None
+    if text in ("none", "unlimited"):
+        return UNLIMITED
+    return parse_size(text)
+
+
+def _quota(args: argparse.Namespace) -> int:
+    try:
+        check_repository(args.namespace, "x")
+        value = None if args.set_to is None else _quota_value(args.set_to)
+    except (ValueError, HubError) as e:  # SettingsError: a bad size; NAME_INVALID
+        print(f"forkd-hub: error: {e}", file=sys.stderr)
+        return 1
+
+    async def show_or_change(hub: HubServices) -> int:
+        if args.set_to is None:
+            status = await hub.registry.quotas.status(args.namespace)
+        else:
+            status = await hub.registry.quotas.set(args.namespace, value)
+        print(json.dumps(status.to_json(), indent=2) if args.json else describe_quota(status))
         return 0
 
     return run_on_hub(args, show_or_change, create=False)

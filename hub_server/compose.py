@@ -36,6 +36,7 @@ from hub_server.audit import AuditLog
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.registry_tokens import RegistryTokenService
 from hub_server.auth.tokens import TokenService
+from hub_server.auth.web_sessions import WebSessionEnds
 from hub_server.db.engine import make_engine, make_session_factory
 from hub_server.db.schema import SchemaMismatch, ensure_current
 from hub_server.db.schema import state as schema_state
@@ -76,6 +77,8 @@ class HubServices:
     """Webhook management; queues a delivery for every audited push, tag move and delete."""
     deliverer: Deliverer
     """Sends queued webhook deliveries; the app runs its loop (``Deliverer.running``)."""
+    session_ends: WebSessionEnds
+    """Web catalog sessions signed out before their cookie expires (refused on every replica)."""
     migrations_applied: list[str] = field(default_factory=list)
     """Schema revisions applied while opening (empty when the schema was current)."""
 
@@ -130,11 +133,12 @@ async def open_hub(
                     immutable_exempt=settings.immutable_exempt,
                     signatures=_signature_policy(settings),
                     node_ttl=settings.node_ttl,
+                    namespace_quota=settings.namespace_quota,
                 )
             )
             webhooks, deliverer = _webhooks(settings, sessions)
             audit.subscribe(webhooks.enqueue)
-            tokens = TokenService(sessions)
+            tokens = TokenService(sessions, max_scopes=settings.limits.token_scopes)
             authenticator = Authenticator(tokens, RegistryTokenService(sessions), cache_ttl=settings.cache_ttl)
             yield HubServices(
                 settings=settings,
@@ -148,6 +152,7 @@ async def open_hub(
                 registry=registry,
                 webhooks=webhooks,
                 deliverer=deliverer,
+                session_ends=WebSessionEnds(sessions),
                 migrations_applied=applied,
             )
         finally:

@@ -41,6 +41,8 @@ class ErrorCode(StrEnum):
     TAG_IMMUTABLE = "TAG_IMMUTABLE"
     SIGNATURE_REQUIRED = "SIGNATURE_REQUIRED"
     INVENTORY_STALE = "INVENTORY_STALE"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    TOOMANYREQUESTS = "TOOMANYREQUESTS"
     UNSUPPORTED = "UNSUPPORTED"
     INVALID_REQUEST = "INVALID_REQUEST"
     NOT_FOUND = "NOT_FOUND"
@@ -82,6 +84,8 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.INVENTORY_STALE: ErrorSpec(
         409, "the inventory report builds on a generation the hub does not hold; send a full report"
     ),
+    ErrorCode.QUOTA_EXCEEDED: ErrorSpec(403, "the namespace is over one of its quotas"),
+    ErrorCode.TOOMANYREQUESTS: ErrorSpec(429, "too many requests; retry after the time given"),
     ErrorCode.UNSUPPORTED: ErrorSpec(400, "the operation is unsupported"),
     ErrorCode.INVALID_REQUEST: ErrorSpec(400, "malformed request"),
     ErrorCode.NOT_FOUND: ErrorSpec(404, "no such route"),

@@ -25,10 +25,12 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "ENV_PREFIX",
     "Limits",
+    "RateSpec",
     "Settings",
     "SettingsError",
     "load_settings",
     "parse_duration",
+    "parse_rate",
     "parse_size",
 ]
 
@@ -68,6 +70,34 @@ class Limits:
     """Largest inventory report a fleet host may send (docs/placement.md); 413 ``TOO_LARGE`` above."""
     host_layers: int = 10_000
     """Most layers one host may report holding."""
+    file_bytes: int = 64 << 30
+    """Largest chunked file (memory.bin, rootfs.ext4) a layer may declare: bounds what proving its digests costs."""
+    file_chunks: int = 1 << 20
+    """Most chunks one chunked file may declare (size / chunkSize): the hub holds 32 bytes per chunk while it
+    proves the file's digest (32 MiB at this default: 64 GiB at the default 64 KiB chunks)."""
+    annotation_bytes: int = 64 << 10
+    """Largest annotations object of one manifest (its compact JSON; a forkd layer's config annotations too)."""
+    referrers_per_subject: int = 128
+    """Manifests one repository may hold with the same ``subject`` (signatures, provenance, profiles …)."""
+    referrers_page: int = 100
+    """Descriptors per referrers answer (more follow through ``Link``); a page also stops at 1 MiB."""
+    repositories_per_namespace: int = 1000
+    """Repositories one namespace may hold."""
+    tags_per_repository: int = 10_000
+    """Tags one repository may hold."""
+    token_scopes: int = 100
+    """Scopes one API token, or one ``/v2/token`` request, may carry."""
+
+
+@dataclass(frozen=True)
+class RateSpec:
+    """A token bucket: ``rate`` requests a second on average, ``burst`` at once (docs/limits.md)."""
+
+    rate: float
+    burst: int
+
+    def __str__(self) -> str:
+        return f"{self.rate:g}/s,{self.burst}"
 
 
 @dataclass(frozen=True)
@@ -122,6 +152,15 @@ class Settings:
     """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0009-signatures.md)."""
     node_ttl: float = 300.0
     """Seconds a fleet host's inventory counts for placement after its last report (docs/placement.md)."""
+    namespace_quota: int | None = None
+    """Default storage quota of a namespace in bytes (unique bytes it references); ``None``: unlimited.
+    ``forkd-hub quota set`` overrides it per namespace (docs/limits.md)."""
+    rate_token: RateSpec | None = field(default_factory=lambda: RateSpec(100.0, 2000))
+    """Requests per authenticated token (per process); ``None``: unlimited."""
+    rate_address: RateSpec | None = field(default_factory=lambda: RateSpec(200.0, 4000))
+    """Authenticated requests per client address (an IPv6 /64) (per process); ``None``: unlimited."""
+    rate_anonymous: RateSpec | None = field(default_factory=lambda: RateSpec(50.0, 1000))
+    """Anonymous requests per client address (an IPv6 /64) (per process); ``None``: unlimited."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -236,6 +275,34 @@ def _tag_globs(text: str) -> str:
         raise SettingsError(str(e)) from None
 
 
+_RATE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*(?:,\s*([0-9]+))?", re.I)
+_RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> RateSpec | None:
+    """``50/s``, ``600/m,100``, ``off`` → a token bucket (burst defaults to ten seconds' worth, at least 1).
+
+    Raises SettingsError."""
+    value = str(text).strip().lower()
+    if value in ("off", "none", "0", "unlimited"):
+        return None
+    match = _RATE.fullmatch(value)
+    if match is None:
+        raise SettingsError(f"not a rate: {text!r} (use e.g. 50/s, 600/m,100 or off)")
+    rate = float(match.group(1)) / _RATE_UNITS[match.group(2)[0]]
+    burst = int(match.group(3)) if match.group(3) else max(1, round(rate * 10))
+    if rate <= 0 or burst <= 0:
+        raise SettingsError(f"a rate and its burst must be positive: {text!r} (or off)")
+    return RateSpec(rate, burst)
+
+
+def _quota(text: str) -> int | None:
+    value = str(text).strip().lower()
+    if value in ("none", "off", "unlimited", "0"):
+        return None
+    return _positive(parse_size)(text)
+
+
 def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
@@ -274,6 +341,10 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "immutable_exempt": (_tag_globs, False),
     "signature_policy": (lambda t: Path(t).expanduser(), False),
     "node_ttl": (_positive(_seconds), False),
+    "namespace_quota": (_quota, False),
+    "rate_token": (parse_rate, False),
+    "rate_address": (parse_rate, False),
+    "rate_anonymous": (parse_rate, False),
     "manifest_bytes": (_positive(parse_size), True),
     "config_bytes": (_positive(parse_size), True),
     "chunk_map_bytes": (_positive(parse_size), True),
@@ -287,6 +358,14 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "min_free_bytes": (parse_size, True),
     "report_bytes": (_positive(parse_size), True),
     "host_layers": (_positive(int), True),
+    "file_bytes": (_positive(parse_size), True),
+    "file_chunks": (_positive(int), True),
+    "annotation_bytes": (_positive(parse_size), True),
+    "referrers_per_subject": (_positive(int), True),
+    "referrers_page": (_positive(int), True),
+    "repositories_per_namespace": (_positive(int), True),
+    "tags_per_repository": (_positive(int), True),
+    "token_scopes": (_positive(int), True),
 }
 
 

@@ -56,7 +56,7 @@ def _keys(state: State) -> SessionKeys:
 
 
 async def _session(request: Request[Any, Any, Any], state: State) -> WebSession:
-    session = await WebSession.load(_keys(state), state.tokens, request)
+    session = await WebSession.load(_keys(state), state.tokens, request, state.session_ends)
     request.scope["state"]["principal"] = session.principal  # the access log names the caller
     return session
 
@@ -142,12 +142,16 @@ class CatalogPages(Controller):
         session = await _session(request, state)
         page = _int(request, "page", 1) or 1
         results = await _browse(state).namespace(session.principal, ns, page)
+        principal = session.principal  # the storage quota: for those who may push to all of it (docs/limits.md)
+        may_see_quota = principal.is_admin or principal.can("push", f"{ns}/*")
+        quota = await state.registry.quotas.status(ns) if may_see_quota and results.total else None
         return _render(
             session,
             state,
             "namespace.html",
             namespace=ns,
             results=results,
+            quota=quota,
             nav=_page_links(request, results.page, results.pages),
         )
 
@@ -202,6 +206,7 @@ class CatalogPages(Controller):
         session = await _session(request, state)
         form = await request.form()
         session.check_csrf(form.get("csrf"))
+        await session.sign_out(state.session_ends)  # a copy of the cookie no longer signs anyone in
         return session.finish(Redirect("/", status_code=HTTP_303_SEE_OTHER), sign_out=True)
 
 

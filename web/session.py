@@ -1,11 +1,13 @@
 """Browser sessions and CSRF protection for the catalog.
 
-Signing in posts a hub token; the hub keeps nothing server-side. The session cookie
-(:data:`SESSION_COOKIE`) is the token sealed with Fernet (AES-128-CBC + HMAC-SHA256, with its
-creation time): nobody can read or forge it without the hub's key, and it expires after
-:data:`SESSION_TTL` even if the browser keeps it. Every request re-authenticates the sealed token
-with ``TokenService``, so revoking or expiring the token ends the session at once. The cookie is
-``HttpOnly``, ``SameSite=Lax``, ``Path=/``, and ``Secure`` when the request came over https.
+Signing in posts a hub token. The session cookie (:data:`SESSION_COOKIE`) is the token and a random
+session id sealed with Fernet (AES-128-CBC + HMAC-SHA256, with its creation time): nobody can read or
+forge it without the hub's key, and it expires after :data:`SESSION_TTL` even if the browser keeps
+it. Every request re-authenticates the sealed token with ``TokenService``, so revoking or expiring
+the token ends the session at once. Signing out ends the session on the server too: its id is
+recorded (``hub_server.auth.web_sessions``) until the cookie would expire, and a copy of the cookie
+is refused from then on, on every replica. The cookie is ``HttpOnly``, ``SameSite=Lax``, ``Path=/``,
+and ``Secure`` when the request came over https.
 
 CSRF: every state-changing form (sign-in, sign-out) carries a token that is the HMAC of a random
 nonce kept in the :data:`CSRF_COOKIE` cookie; a POST without the matching pair, or with an
@@ -26,6 +28,7 @@ import json
 import os
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +39,7 @@ from litestar import Request, Response
 from hub_server.auth.errors import Unauthorized
 from hub_server.auth.scopes import Principal
 from hub_server.auth.tokens import TokenService
+from hub_server.auth.web_sessions import WebSessionEnds
 
 __all__ = [
     "CSRF_COOKIE",
@@ -102,21 +106,34 @@ class WebSession:
     principal: Principal
     nonce: str
     new_nonce: bool
+    session_id: str | None = None
+    """The signed-in session's id (None: anonymous); what signing out records as ended."""
+    expires: datetime | None = None
+    """When the session's cookie expires."""
 
     @classmethod
-    async def load(cls, keys: SessionKeys, tokens: TokenService, request: Request[Any, Any, Any]) -> WebSession:
-        """The session from the request's cookies (anonymous when absent, tampered, expired or revoked)."""
-        principal = Principal.anonymous()
+    async def load(
+        cls, keys: SessionKeys, tokens: TokenService, request: Request[Any, Any, Any], ends: WebSessionEnds
+    ) -> WebSession:
+        """The session from the request's cookies (anonymous when absent, tampered, expired, signed
+        out or revoked; a cookie sealed before sessions had ids is refused too: it could not be ended)."""
+        principal, session_id, expires = Principal.anonymous(), None, None
         sealed = request.cookies.get(SESSION_COOKIE)
         if sealed:
             try:
-                payload = json.loads(keys.seal.decrypt(sealed.encode("ascii"), ttl=SESSION_TTL))
-                principal = await tokens.authenticate(str(payload["token"]))
+                raw = sealed.encode("ascii")
+                payload = json.loads(keys.seal.decrypt(raw, ttl=SESSION_TTL))
+                sid = str(payload["sid"])
+                if not await ends.ended(sid):
+                    principal = await tokens.authenticate(str(payload["token"]))
+                    session_id = sid
+                    created = datetime.fromtimestamp(keys.seal.extract_timestamp(raw), UTC)
+                    expires = created + timedelta(seconds=SESSION_TTL)
             except (InvalidToken, ValueError, KeyError, TypeError, UnicodeError, Unauthorized):
-                principal = Principal.anonymous()
+                principal, session_id, expires = Principal.anonymous(), None, None
         nonce = request.cookies.get(CSRF_COOKIE, "")
         fresh = not (16 <= len(nonce) <= 64 and nonce.isascii() and nonce.replace("-", "").replace("_", "").isalnum())
-        return cls(keys, request, principal, secrets.token_urlsafe(24) if fresh else nonce, fresh)
+        return cls(keys, request, principal, secrets.token_urlsafe(24) if fresh else nonce, fresh, session_id, expires)
 
     @property
     def csrf_token(self) -> str:
@@ -138,7 +155,13 @@ class WebSession:
             raise SignInFailed(f"that token was not accepted ({e.reason})") from None
 
     def sealed(self, secret: str) -> str:
-        return self.keys.seal.encrypt(json.dumps({"token": secret.strip()}).encode()).decode("ascii")
+        payload = {"token": secret.strip(), "sid": secrets.token_urlsafe(16)}
+        return self.keys.seal.encrypt(json.dumps(payload).encode()).decode("ascii")
+
+    async def sign_out(self, ends: WebSessionEnds) -> None:
+        """End this session on the server: its cookie, wherever copied, is refused from now on."""
+        if self.session_id is not None and self.expires is not None:
+            await ends.end(self.session_id, self.expires)
 
     def finish(self, response: Response[Any], *, sign_in: str | None = None, sign_out: bool = False) -> Response[Any]:
         """Set the cookies this response must carry (CSRF nonce, a new or cleared session)."""

@@ -3,11 +3,19 @@
 Tables are drawn with rich when stdout is a terminal and as plain, space-aligned text
 otherwise (pipes, files, tests), so scripts can ``awk`` them. ``--json`` output is always
 plain JSON with sizes in bytes.
+
+Everything a command prints goes through :class:`Context`, and that is the one place text from
+elsewhere (a hub's descriptions, annotations, compat values, error messages; a pulled snapshot's
+annotations) is made safe for a terminal: :func:`terminal_safe` shows control characters (escape
+sequences that set a window title or clear the screen, carriage returns and newlines that print
+fake lines, C1 controls, bidirectional overrides) as visible escapes, and tables never read rich
+markup from a cell. JSON output escapes the same characters as ``\\uXXXX`` (still the same JSON).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +25,30 @@ from clikit.units import human_size
 
 from ..store import SnapshotStore
 
-__all__ = ["Context", "human_size"]
+__all__ = ["Context", "human_size", "terminal_safe"]
+
+#: What a terminal acts on instead of showing: C0 controls but tab, DEL, C1 controls, and the
+#: invisible bidirectional overrides and isolates that reorder what a line appears to say.
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every character a terminal would act on shown as an escape (``\\x1b``, ``\\n``
+    as ``\\x0a``, ``\\u202e``): one line, exactly as long as it looks."""
+    return _UNSAFE.sub(_visible, text)
+
+
+#: What json.dumps leaves raw of those (it escapes C0 itself, and the layout's newlines are not in strings).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_safe(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 @dataclass
@@ -32,28 +63,32 @@ class Context:
         return SnapshotStore(self.home)
 
     def print(self, text: str = "") -> None:
-        print(text, file=self.stdout)
+        """One line on stdout (control characters shown as escapes, :func:`terminal_safe`)."""
+        print(terminal_safe(text), file=self.stdout)
 
     def warn(self, text: str) -> None:
-        print(f"forkd: warning: {text}", file=self.stderr)
+        print(f"forkd: warning: {terminal_safe(text)}", file=self.stderr)
 
     def error(self, text: str) -> None:
-        print(f"forkd: error: {text}", file=self.stderr)
+        print(f"forkd: error: {terminal_safe(text)}", file=self.stderr)
 
     def json(self, obj: Any) -> None:
-        self.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+        # json.dumps escapes C0 controls; C1 controls and bidi overrides it leaves raw, so escape them too
+        self.stdout.write(_JSON_UNSAFE.sub(_json_safe, json.dumps(obj, indent=2, ensure_ascii=False)) + "\n")
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[str] = ()) -> None:
         """Print rows under headers; columns named in ``right`` are right-aligned (numbers)."""
+        rows = [[terminal_safe(cell) for cell in row] for row in rows]
         if _isatty(self.stdout):
             from rich.console import Console
             from rich.table import Table
+            from rich.text import Text
 
             table = Table(box=None, header_style="bold", pad_edge=False)
             for h in headers:
                 table.add_column(h, justify="right" if h in right else "left", no_wrap=True)
             for row in rows:
-                table.add_row(*row)
+                table.add_row(*(Text(cell) for cell in row))  # Text: a cell's "[red]" is shown, not obeyed
             Console(file=self.stdout).print(table)
             return
         widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]

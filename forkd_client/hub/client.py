@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from .errors import HubError, HubUnreachable
 from .lean_httpx import httpx
+from .politeness import Patience
 from .presigned import PresignedCache, merge_spans, slice_spans
 from .repository import (
     ANYWHERE,
@@ -60,6 +61,8 @@ class HubClient:
         self.bytes_received = 0
         self._count_lock = threading.Lock()
         self._presigned = PresignedCache()
+        self.patience = Patience()
+        """How 429s are waited out (``politeness.py``); tests inject its ``sleep`` and ``say``."""
 
     def close(self) -> None:
         if self._owns_http:
@@ -95,7 +98,7 @@ class HubClient:
             headers["Authorization"] = f"Bearer {self.token}"
         content = kw.get("content")
         try:
-            response = self._send(method, self.url(path), headers, max_bytes, **kw)
+            response = self._send_patiently(method, self.url(path), headers, max_bytes, **kw)
             target = redirect_target(response) if follow and method in ("GET", "HEAD") else None
             if target is not None:
                 # A presigned object-store URL: follow it with the same Range but never our token.
@@ -118,6 +121,24 @@ class HubClient:
             self.bytes_received += len(response.content)
         if response.status_code not in set(ok):
             raise error_from(response, method, path, anonymous="Authorization" not in headers)
+        return response
+
+    def _send_patiently(
+        self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any
+    ) -> httpx.Response:
+        """:meth:`_send`, a 429 waited out and sent again as :class:`~.politeness.Patience` allows (only a
+        request whose body is absent or bytes: it can be sent again as it was)."""
+        response = self._send(method, url, headers, max_bytes, **kw)
+        resendable = isinstance(kw.get("content"), (bytes, bytearray, memoryview, type(None)))
+        attempt, waited = 0, 0.0
+        while response.status_code == 429 and resendable:
+            attempt += 1
+            where = url.split("?", 1)[0].removeprefix(self.base_url)
+            delay = self.patience.wait(attempt, response.headers.get("retry-after"), f"{method} {where}", waited)
+            if delay is None:
+                break
+            waited += delay
+            response = self._send(method, url, headers, max_bytes, **kw)
         return response
 
     def _send(self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any) -> httpx.Response:

@@ -34,10 +34,13 @@ from .wire import (
 if TYPE_CHECKING:
     from .client import HubClient
 
-__all__ = ["ANYWHERE", "MANIFEST_TYPE", "ChainLink", "RepositoryClient"]
+__all__ = ["ANYWHERE", "MANIFEST_TYPE", "MAX_REFERRER_PAGES", "ChainLink", "RepositoryClient"]
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 QUERY_BATCH = 10_000
+#: Referrers pages followed per list (a hub sends at most FORKD_HUB_REFERRERS_PER_SUBJECT referrers of one
+#: subject, 100 a page by default: 128 in two pages; this bounds what a misbehaving hub can make us read).
+MAX_REFERRER_PAGES = 64
 #: largest answer read for anything but blob ranges: a chunk map may be 64 MiB
 MAX_RESPONSE_BYTES = 80 << 20
 MAX_RANGES_PER_REQUEST = 256
@@ -145,12 +148,21 @@ class RepositoryClient:
 
     def referrers(self, digest: str, artifact_type: str | None = None) -> list[dict[str, Any]]:
         """Descriptors of the manifests in this repository whose subject is ``digest`` (OCI referrers API),
-        only those of ``artifact_type`` when given. Raises HubError on a malformed answer."""
-        params = {"artifactType": artifact_type} if artifact_type else {}
-        r = self.hub._request("GET", f"/v2/{self.name}/referrers/{digest}", params=params)
-        found = json_object(r, f"referrers of {self.name}@{digest}").get("manifests", [])
-        if not isinstance(found, list) or not all(isinstance(d, dict) for d in found):
-            raise HubError(f"hub sent a malformed referrers index for {self.name}@{digest}")
+        only those of ``artifact_type`` when given: every page the hub links (``Link: rel="next"``, on this
+        hub only), at most :data:`MAX_REFERRER_PAGES`. Raises HubError on a malformed answer."""
+        path: str = f"/v2/{self.name}/referrers/{digest}"
+        params: dict[str, str] | None = {"artifactType": artifact_type} if artifact_type else {}
+        found: list[dict[str, Any]] = []
+        for _ in range(MAX_REFERRER_PAGES):
+            r = self.hub._request("GET", path, params=params)
+            page = json_object(r, f"referrers of {self.name}@{digest}").get("manifests", [])
+            if not isinstance(page, list) or not all(isinstance(d, dict) for d in page):
+                raise HubError(f"hub sent a malformed referrers index for {self.name}@{digest}")
+            found.extend(page)
+            following = r.links.get("next", {}).get("url")
+            if not following or not following.startswith(f"/v2/{self.name}/referrers/"):
+                break
+            path, params = following, None  # the link carries the query
         return found
 
     def get_chain(self, ref: str) -> list[ChainLink]:

@@ -44,7 +44,10 @@ if TYPE_CHECKING:
 __all__ = ["TrustedKeys", "Verified", "keys_for_pull", "load_keys", "push_signature", "verify_head"]
 
 TRUSTED_KEYS_FILE = "trusted-keys.json"
-MAX_CANDIDATES = 32
+#: Signature referrers examined per check: far above what a hub lets one subject hold
+#: (FORKD_HUB_REFERRERS_PER_SUBJECT, 128 by default), so junk referrers claiming a trusted key cannot
+#: crowd a genuine signature out (issue 27, item 4); still a bound on what a hostile hub costs us.
+MAX_CANDIDATES = 1024
 
 
 def push_signature(repo: RepositoryClient, digest: str, key: Ed25519PrivateKey) -> str:

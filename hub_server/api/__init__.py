@@ -10,6 +10,7 @@ from hub_server.api.chunks import ChunkController
 from hub_server.api.fleet import FleetController
 from hub_server.api.manifests import ManifestController
 from hub_server.api.oci_catalog import OciCatalogController
+from hub_server.api.quotas import QuotaController
 from hub_server.api.referrers import ReferrerController
 from hub_server.api.system import SystemController
 from hub_server.api.tags import TagController
@@ -31,6 +32,7 @@ ROUTE_HANDLERS = [
     OciCatalogController,
     WebhookController,
     FleetController,
+    QuotaController,
 ]
 
 __all__ = ["ROUTE_HANDLERS"]

@@ -7,7 +7,13 @@ short-lived registry token limited to what the API token allows of those scopes
 (``auth.token_scopes``, ``auth.registry_tokens``). Without credentials the answer is the
 anonymous token (public repositories only). ``POST`` takes the OAuth2 password grant form.
 
-Errors: 401 ``UNAUTHORIZED`` for bad credentials, 400 ``UNSUPPORTED`` for another grant type.
+Bounded by what it may grant (issue 27): more scopes asked for than ``limits.token_scopes`` (or
+granted, ``*`` asking for three actions), or a ``POST`` form over :data:`MAX_FORM_BYTES`, is 413
+``TOO_LARGE`` before anything is stored, so a registry token never carries more scopes than every
+request it authenticates can afford to read.
+
+Errors: 401 ``UNAUTHORIZED`` for bad credentials, 400 ``UNSUPPORTED`` for another grant type,
+413 ``TOO_LARGE`` for too many scopes or too large a form.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.params import QueryParameter
 
+from hub_server.api.deps import read_limited
 from hub_server.auth.credentials import Authenticator
 from hub_server.auth.registry_tokens import RegistryTokenService
 from hub_server.auth.scopes import Principal
@@ -28,6 +35,8 @@ from hub_server.errors import ErrorCode, HubError
 __all__ = ["TOKEN_PATH", "TokenController", "token_realm"]
 
 TOKEN_PATH = "/v2/token"
+#: The largest ``POST`` form read: a hundred scopes take ~6 KiB.
+MAX_FORM_BYTES = 64 << 10
 
 
 def token_realm(request: Request[Any, Any, Any]) -> tuple[str, str]:
@@ -40,9 +49,23 @@ def token_realm(request: Request[Any, Any, Any]) -> tuple[str, str]:
     return base + TOKEN_PATH, urlsplit(base).netloc
 
 
+def _too_many(what: str, count: int, limit: int) -> HubError:
+    return HubError(
+        ErrorCode.TOO_LARGE,
+        f"{count} scopes {what}, over the limit of {limit} per token: ask for fewer (one per repository used)",
+        {"limit": limit, "size": count},
+    )
+
+
 async def _answer(state: State, principal: Principal, scopes: list[str]) -> dict[str, Any]:
     service: RegistryTokenService = state.authenticator.registry_tokens
-    issued = await service.issue(principal, grant(principal, parse_token_scopes(scopes)))
+    limit = state.settings.limits.token_scopes
+    if sum(len(value.split()) for value in scopes) > limit:  # before anything is parsed or looked up
+        raise _too_many("asked for", sum(len(value.split()) for value in scopes), limit)
+    granted = grant(principal, parse_token_scopes(scopes))
+    if len(granted) > limit:
+        raise _too_many("granted", len(granted), limit)
+    issued = await service.issue(principal, granted)
     return {
         "token": issued.token,
         "access_token": issued.token,
@@ -68,9 +91,14 @@ class TokenController(Controller):
         request.scope["state"]["principal"] = principal
         return Response(await _answer(state, principal, scopes or []), headers={"Cache-Control": "no-store"})
 
-    @post("/", summary="OAuth2 password grant: the same exchange with the API token as password", status_code=200)
+    @post(
+        "/",
+        summary="OAuth2 password grant: the same exchange with the API token as password",
+        status_code=200,
+        request_max_body_size=None,  # bounded by read_limited (413 TOO_LARGE)
+    )
     async def issue_oauth2(self, request: Request[Any, Any, Any], state: State) -> Response[dict[str, Any]]:
-        body = await request.body()
+        body = await read_limited(request, MAX_FORM_BYTES, "token request form")
         form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
         grant_type = (form.get("grant_type") or [""])[0]
         authenticator: Authenticator = state.authenticator

@@ -18,7 +18,7 @@ from sqlmodel import Field, SQLModel
 
 from hub_server.db.types import UTCDateTime, utcnow  # re-exported: the tables' time type lives with the db
 
-__all__ = ["RegistryToken", "Token", "UTCDateTime", "utcnow"]
+__all__ = ["RegistryToken", "Token", "UTCDateTime", "WebSessionEnd", "utcnow"]
 
 
 class Token(SQLModel, table=True):
@@ -65,3 +65,13 @@ class RegistryToken(SQLModel, table=True):
     parent_id: int = Field(sa_column=Column(Integer, ForeignKey("tokens.id", ondelete="CASCADE"), nullable=False))
     scopes: str = Field(sa_column=Column(Text, nullable=False))
     expires_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))
+
+
+class WebSessionEnd(SQLModel, table=True):
+    """A web catalog session signed out before its cookie expires (``auth/web_sessions.py``): a copy of
+    the cookie is refused from then on. Rows go once ``ends_at`` (the cookie's own expiry) has passed."""
+
+    __tablename__ = "web_session_ends"
+
+    session_id: str = Field(sa_column=Column(String(32), primary_key=True))
+    ends_at: datetime = Field(sa_column=Column(UTCDateTime(), nullable=False, index=True))

@@ -145,9 +145,12 @@ class TokenService:
         session_factory: async_sessionmaker[AsyncSession],
         *,
         clock: Callable[[], datetime] = utcnow,
+        max_scopes: int = 100,
     ) -> None:
         self._sessions = session_factory
         self._clock = clock
+        self.max_scopes = max_scopes
+        """Scopes one token may carry (``FORKD_HUB_TOKEN_SCOPES``): every request it makes reads them."""
 
     async def create(self, name: str, scopes: Sequence[str], expires_in: timedelta | None) -> str:
         """Create a token and return its plaintext (the only time it is ever available).
@@ -157,7 +160,7 @@ class TokenService:
 
         Raises:
             InvalidTokenName: ``name`` is not ``[A-Za-z0-9_.-]{1,64}`` or is reserved.
-            InvalidScope: a scope does not parse, or ``scopes`` is empty.
+            InvalidScope: a scope does not parse, ``scopes`` is empty or longer than ``max_scopes``.
             InvalidDuration: ``expires_in`` is zero or negative.
             TokenExists: an unrevoked token (expired or not) already has this name.
         """
@@ -167,6 +170,11 @@ class TokenService:
         canonical = list(dict.fromkeys(str(Scope.parse(s)) for s in scopes))
         if not canonical:
             raise InvalidScope("", "a token needs at least one scope")
+        if len(canonical) > self.max_scopes:
+            raise InvalidScope(
+                f"{len(canonical)} scopes",
+                f"a token carries at most {self.max_scopes} (FORKD_HUB_TOKEN_SCOPES); use patterns such as pull:acme/*",
+            )
         if expires_in is not None and expires_in <= timedelta(0):
             raise InvalidDuration(str(expires_in), "must be greater than zero")
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)

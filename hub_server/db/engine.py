@@ -26,6 +26,7 @@ MODEL_MODULES = (
     "hub_server.webhooks.models",
     "hub_server.db.models_policy",
     "hub_server.db.models_fleet",
+    "hub_server.db.models_limits",
 )
 
 

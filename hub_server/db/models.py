@@ -301,6 +301,7 @@ class Damage(SQLModel, table=True):
     """Stored content found damaged, by storage key: refused cheaply afterwards, never silently deleted.
 
     ``kind``: ``forkd-pack`` (a forkd pack whose build failed on damaged content, ``registry/forkd/compat.py``),
+    ``forkd-link`` (a layer whose assembled file is not the sha256 its config declares, keyed ``forkd-link/DIGEST``),
     or what ``forkd-hub verify`` checked (``blob``, ``recipe``, ``pack``, ``frame``); ``moved_to``: where
     ``verify --quarantine`` moved the object (None: left in place, or nothing to move).
     """

@@ -15,6 +15,7 @@ from sqlmodel import select
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository
 from hub_server.registry.content.blobs import BlobService, BlobUnlinker
+from hub_server.registry.content.quotas import QuotaService
 from hub_server.registry.content.tags import TagService
 from hub_server.registry.core.access import Access, RepositoryScope, resolve_scope
 from hub_server.registry.core.context import RegistryContext
@@ -56,6 +57,7 @@ class Registry:
         self.chunks = ChunkService(ctx)
         self.lineage = LineageService(ctx)
         self.catalog = CatalogService(ctx)
+        self.quotas = QuotaService(ctx)
         self.browse = BrowseService(ctx)
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)

@@ -105,8 +105,19 @@ class Destination:
     address: str
 
 
+#: What no URL a delivery can send may hold: whitespace and control characters (C0, DEL, C1).
+_UNSENDABLE = re.compile(r"[\s\x00-\x1f\x7f-\x9f]")
+
+
 def split_url(url: str) -> tuple[str, str, int]:
-    """``(scheme, host, port)`` of an http(s) URL. Raises ValueError naming the URL."""
+    """``(scheme, host, port)`` of an http(s) URL a delivery can send: no whitespace or control
+    characters anywhere, a host that is an IP address or a DNS name. Raises ValueError naming the URL."""
+    bad = _UNSENDABLE.search(url)
+    if bad is not None:
+        raise ValueError(
+            f"webhook URL {url[:200]!r} holds {bad.group()!r} at position {bad.start()}: "
+            "spaces and control characters cannot be sent (percent-encode them, e.g. %20)"
+        )
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"webhook URL {url!r} must be http:// or https:// with a host")
@@ -114,7 +125,22 @@ def split_url(url: str) -> tuple[str, str, int]:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise ValueError(f"webhook URL {url!r} has an invalid port") from None
+    if not _is_host(parts.hostname):
+        raise ValueError(f"webhook URL {url!r}: {parts.hostname!r} is neither an IP address nor a host name")
     return parts.scheme, parts.hostname, port
+
+
+def _is_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        ascii_host = host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        return False
+    return len(ascii_host) <= 253 and _HOST.fullmatch(ascii_host) is not None and not ascii_host.startswith("*")
 
 
 async def _resolve(host: str, port: int) -> list[str]:

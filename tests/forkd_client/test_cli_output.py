@@ -36,3 +36,44 @@ def test_terminal_gets_a_rich_table() -> None:
     Context(Path("/x"), out, io.StringIO()).table(["NAME", "SIZE"], [["long-name", "10.0 KiB"]])
     text = out.getvalue()
     assert "NAME" in text and "long-name" in text and "10.0 KiB" in text
+
+
+HOSTILE = "desc\x1b]0;pwned\x07\x1b[2J\r\nforkd: error: fake line\x9b31m\u202egnp.exe"
+
+
+def test_terminal_safe_shows_every_control_character_as_an_escape() -> None:
+    from forkd_client.cli.output import terminal_safe
+
+    safe = terminal_safe(HOSTILE)
+    assert safe == "desc\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\x0aforkd: error: fake line\\x9b31m\\u202egnp.exe"
+    assert terminal_safe("tabs\tstay, ünïcödé stays") == "tabs\tstay, ünïcödé stays"
+
+
+def test_print_warn_error_and_tables_never_pass_control_characters(capsys) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    ctx = Context(Path("/x"), out, err)
+    ctx.print(f"Description: {HOSTILE}")
+    ctx.warn(HOSTILE)
+    ctx.error(HOSTILE)
+    ctx.table(["NAME", "DESCRIPTION"], [["acme/x", HOSTILE]])
+    tty = FakeTTY()
+    Context(Path("/x"), tty, io.StringIO()).table(
+        ["NAME", "DESCRIPTION"], [["acme/x", "[bold red]spoof[/] " + HOSTILE]]
+    )
+    for text in (out.getvalue(), err.getvalue()):
+        assert not any(c in text for c in "\x1b\x07\r\x9b\u202e")
+        assert "fake line" in text and "\\x1b" in text
+    assert len(out.getvalue().splitlines()) == 3  # one line per print, two for the table: nothing injected
+    assert len(err.getvalue().splitlines()) == 2
+    assert "[bold red]spoof[/]" in tty.getvalue()  # rich markup in a cell is shown, not obeyed
+    assert not any(c in tty.getvalue() for c in "\x07\x9b\u202e") and "\x1b]0;" not in tty.getvalue()
+
+
+def test_json_output_escapes_what_a_terminal_would_obey_and_stays_the_same_json() -> None:
+    import json
+
+    out = io.StringIO()
+    Context(Path("/x"), out, io.StringIO()).json({"description": HOSTILE, "sizes": [1, 2]})
+    text = out.getvalue()
+    assert not any(c in text for c in "\x1b\x07\r\x9b\u202e")
+    assert json.loads(text) == {"description": HOSTILE, "sizes": [1, 2]}

@@ -85,3 +85,20 @@ def test_gc_dry_run_shows_what_retention_would_remove_and_removes_nothing(tmp_pa
     assert report["manifests"] == [] and report["retention_manifests"] == []
     assert main(["gc", "--dry-run", "--json", "--data-dir", data]) == 0
     assert json.loads(capsys.readouterr().out)["retention"] == []
+
+
+def test_quota_is_shown_set_and_bad_values_are_named(tmp_path, images, capsys):
+    data, _ = _hub_with_nightlies(tmp_path, images)
+    assert main(["quota", "acme", "--data-dir", data]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("acme: ") and line.endswith("used, no storage quota")
+    assert main(["quota", "acme", "--set", "1GiB", "--json", "--data-dir", data]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["quotaBytes"] == 1 << 30 and shown["usedBytes"] > 0 and shown["source"] == "namespace"
+    assert main(["quota", "acme", "--data-dir", data]) == 0
+    assert "of 1.0 GiB used" in capsys.readouterr().out
+    assert main(["quota", "acme", "--set", "none", "--json", "--data-dir", data]) == 0
+    assert json.loads(capsys.readouterr().out)["quotaBytes"] is None
+    assert main(["quota", "acme", "--set", "lots", "--data-dir", data]) == 1
+    assert "lots" in capsys.readouterr().err
+    assert main(["quota", "Not/Valid", "--data-dir", data]) == 1

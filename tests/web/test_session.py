@@ -89,3 +89,53 @@ def test_cookie_is_secure_over_https(make_hub, images, tmp_path) -> None:
         r = sign_in(client, token)
         cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("forkd_session="))
         assert "Secure" in cookie
+
+
+def test_sign_out_ends_the_session_for_every_copy_of_the_cookie(hub: Hub, catalog) -> None:
+    """Issue 27, item 7: a copied ``forkd_session`` cookie used to keep reading private pages after
+    ``POST /signout``, until its 12 h lifetime ended. (One client, its cookie swapped: a second
+    TestClient of the same app would run on another event loop, which PostgreSQL's pool refuses.)"""
+    token = hub.token("reader", "pull:beta/*")
+    sign_in(hub.client, token)
+    copied = hub.client.cookies.get("forkd_session")  # what a thief copies
+    hub.client.cookies.delete("forkd_session")
+    sign_in(hub.client, token)  # the same token signed in on a laptop: another session
+    laptop = hub.client.cookies.get("forkd_session")
+    assert copied != laptop
+
+    def as_session(cookie: str) -> None:
+        hub.client.cookies.delete("forkd_session")
+        hub.client.cookies.set("forkd_session", cookie)
+
+    as_session(copied)
+    page = hub.client.get(PRIVATE)
+    assert page.status_code == 200
+    assert hub.client.post("/signout", data={"csrf": csrf_of(page.text)}, follow_redirects=False).status_code == 303
+    as_session(copied)  # the thief's copy, after its owner signed out
+    assert hub.client.get(PRIVATE).status_code == 404
+    assert "reader" not in hub.client.get("/").text
+    as_session(laptop)  # signing out ended one session, not the token's others
+    assert hub.client.get(PRIVATE).status_code == 200
+
+
+def test_a_cookie_sealed_without_a_session_id_is_refused(hub: Hub, catalog) -> None:
+    """Cookies sealed before sessions had ids could never be signed out: they are not accepted."""
+    import json
+
+    from web.session import load_keys
+
+    token = hub.token("reader", "pull:beta/*")
+    keys = load_keys(hub.settings.data_dir)
+    hub.client.cookies.set("forkd_session", keys.seal.encrypt(json.dumps({"token": token}).encode()).decode())
+    assert hub.client.get(PRIVATE).status_code == 404
+
+
+def test_the_namespace_page_shows_its_storage_quota_to_those_who_may_push(hub: Hub, catalog) -> None:
+    assert "Storage:" not in hub.client.get("/n/acme").text  # anonymous: not shown
+    hub.call(hub.registry.quotas.set, "acme", 10 << 30)
+    assert sign_in(hub.client, hub.token("ci", "push:acme/*")).status_code == 303
+    page = hub.client.get("/n/acme").text
+    assert re.search(r"Storage: [0-9.]+ [KMG]i?B of 10(\.0)? GiB quota", page), page[:2000]
+    assert hub.client.post("/signout", data={"csrf": csrf_of(page)}, follow_redirects=False).status_code == 303
+    assert sign_in(hub.client, hub.token("reader", "pull:acme/*")).status_code == 303
+    assert "Storage:" not in hub.client.get("/n/acme").text

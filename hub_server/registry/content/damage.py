@@ -1,7 +1,9 @@
 """Damage marks (table ``damage``): stored content found wrong, recorded once and refused cheaply after.
 
 A forkd pack whose build failed on damaged content (``registry/forkd/compat.py``) is marked by its
-pack key, so the next request answers from the mark instead of assembling gigabytes again; objects
+pack key (and a layer whose file is not the sha256 its config declares by ``forkd-link/DIGEST``, so
+every chain holding it is refused too), so the next request answers from the mark instead of assembling
+gigabytes again; objects
 ``forkd-hub verify`` finds wrong are marked by their storage key (and where ``--quarantine`` moved
 them). Marks are never deleted silently: ``forkd-hub verify --clear-marks`` forgets them after a
 repair. Errors: the database's (SQLAlchemyError).

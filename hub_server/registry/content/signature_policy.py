@@ -45,10 +45,6 @@ from manifest.signature import (
 __all__ = ["SignatureClaim", "SignaturePolicy", "SignaturePolicyError", "signature_claims"]
 
 
-#: signature referrers looked at per check (junk referrers cannot make a check arbitrarily long)
-MAX_CANDIDATES = 32
-
-
 class SignaturePolicyError(ValueError):
     """The policy file cannot be used (names the file and what is wrong)."""
 
@@ -160,7 +156,10 @@ async def _signature_referrers(
     ctx: RegistryContext, repository_id: int | None, digest: str, first: set[str] | None = None
 ) -> list[str]:
     """Digests of the signature artifacts linked to the repository whose subject is ``digest``, newest
-    first, those whose annotation names a key in ``first`` before the others; at most MAX_CANDIDATES."""
+    first, those whose annotation names a key in ``first`` before the others: all of them, which is at
+    most ``limits.referrers_per_subject`` since a push past that is refused (``push/limits.py``), so
+    junk referrers claiming a registered key cannot push a genuine signature out of sight (issue 27,
+    item 4) and a check reads a bounded number of rows and blobs."""
     if repository_id is None:
         return []
     async with ctx.sessions() as session:
@@ -174,7 +173,8 @@ async def _signature_referrers(
                 col(Manifest.artifact_type) == SIGNATURE_ARTIFACT,
             )
             .order_by(col(Manifest.created_at).desc())
+            .limit(ctx.limits.referrers_per_subject)
         )
         found = list(rows.all())
     found.sort(key=lambda row: (row[1] or {}).get(ANNOTATION_KEY) not in (first or set()))
-    return [row[0] for row in found[:MAX_CANDIDATES]]
+    return [row[0] for row in found]

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
+from sqlalchemy import func
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -120,8 +121,28 @@ def check_readable(principal: Principal, full: str, repo: _R | None) -> _R:
     return repo
 
 
-async def ensure_repository(session: AsyncSession, namespace: str, name: str, *, public: bool = False) -> Repository:
-    """Find or create (private unless ``public``) a repository, inside the caller's transaction."""
+async def ensure_repository(
+    session: AsyncSession, namespace: str, name: str, *, public: bool = False, limit: int | None = None
+) -> Repository:
+    """Find or create (private unless ``public``) a repository, inside the caller's transaction.
+
+    Raises: HubError(QUOTA_EXCEEDED) when it does not exist and ``namespace`` already holds ``limit``
+    repositories (docs/limits.md).
+    """
+    if limit is not None:
+        existing = await find_repository(session, namespace, name)
+        if existing is not None:
+            return existing
+        count = (
+            await session.exec(select(func.count()).select_from(Repository).where(Repository.namespace == namespace))
+        ).one()
+        if count >= limit:
+            raise HubError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"repositories per namespace: {count} of {limit} used in {namespace!r}; delete one first "
+                "(FORKD_HUB_REPOSITORIES_PER_NAMESPACE)",
+                {"quota": "repositories per namespace", "limit": limit, "used": int(count), "namespace": namespace},
+            )
     now = utcnow()
     # Insert-or-ignore: a concurrent first push may win the race; either way it exists after.
     await insert_ignore(
@@ -248,13 +269,14 @@ class RepositoryScope:
             raise unknown_repository(self.full_name)
         return repo
 
-    async def created(self, session: AsyncSession, *, public: bool = False) -> Repository:
+    async def created(self, session: AsyncSession, *, public: bool = False, limit: int | None = None) -> Repository:
         """The repository in ``session``, created (private unless ``public``) if it does not exist yet,
-        inside the caller's transaction (a ``push`` scope)."""
+        inside the caller's transaction (a ``push`` scope). Raises HubError(QUOTA_EXCEEDED) when its
+        namespace already holds ``limit`` repositories."""
         assert self.access == "push"
         if isinstance(self.repository, Repository):
             return await self.row_in(session)
-        return await ensure_repository(session, self.namespace, self.name, public=public)
+        return await ensure_repository(session, self.namespace, self.name, public=public, limit=limit)
 
 
 async def resolve_scope(

@@ -74,7 +74,7 @@ from hub_server.registry.core.paths import (
     forkd_pack_key,
 )
 from hub_server.registry.core.sql import batched
-from hub_server.registry.forkd.packbuild import BuiltPack, LinkSource, StoreFrames, build_pack
+from hub_server.registry.forkd.packbuild import BuiltPack, LinkDigestMismatch, LinkSource, StoreFrames, build_pack
 from hub_server.registry.read.lineage import ChainLink, LineageService
 from hub_server.storage import BlobNotFound, InvalidRange
 from manifest import mediatypes as mt
@@ -308,6 +308,10 @@ class ForkdCompatService:
             damaged = await find_mark(self.ctx, key)
             if damaged is not None:  # refused cheaply: the build failed on damaged content before
                 raise _damaged(repository, chain.digest, damaged.reason)
+            for link in chain.links:  # a layer found false in any chain fails every chain holding it at once
+                damaged = await find_mark(self.ctx, link_mark_key(link.digest))
+                if damaged is not None:
+                    raise _damaged(repository, chain.digest, damaged.reason)
             return await self._build(repository, name, chain.digest, chain.links)
 
     async def _build(self, repository: str, name: str, digest: str, chain: list[ChainLink]) -> PackDownload:
@@ -325,6 +329,8 @@ class ForkdCompatService:
                 log.error("cannot build the forkd pack of %s@%s: %s (marked damaged)", repository, digest, e)
                 with anyio.CancelScope(shield=True):
                     await mark(self.ctx, pack_key(repository, digest), "forkd-pack", str(e))
+                    if isinstance(e, LinkDigestMismatch) and 0 <= e.index < len(chain):
+                        await mark(self.ctx, link_mark_key(chain[e.index].digest), "forkd-link", str(e))
                 raise _damaged(repository, digest, str(e)) from None
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -440,6 +446,12 @@ class ForkdCompatService:
     async def prune(self) -> list[str]:
         """Delete cached packs whose manifest is no longer in their repository (see :func:`prune_packs`)."""
         return await prune_packs(self.ctx)
+
+
+def link_mark_key(digest: str) -> str:
+    """The damage mark of a layer whose assembled file is not what its config declares (any chain, any
+    repository): one failed build costs the hub once per such layer, not once per chain or tag."""
+    return f"forkd-link/{digest}"
 
 
 def _damaged(repository: str, digest: str, reason: str) -> HubError:

@@ -65,6 +65,15 @@ class LinkSource:
     chunk_maps: dict[str, ChunkMap]  # file role → map (memory.bin, maybe rootfs.ext4)
 
 
+class LinkDigestMismatch(DigestMismatch):
+    """A link's assembled file does not hash to the ``sha256`` its config declares: ``index`` names the link
+    (root 0), so the caller can remember the layer as unusable in every chain (issue 27, item 5)."""
+
+    def __init__(self, index: int, what: str, expected: str, actual: str) -> None:
+        super().__init__(what, expected, actual)
+        self.index = index
+
+
 @dataclass(frozen=True)
 class BuiltPack:
     path: Path
@@ -195,7 +204,7 @@ def build_pack(
             sha = result.digests["sha256"]
             want = link.config.files[role].sha256 if role in link.config.files else None
             if want is not None and sha != want:
-                raise DigestMismatch(f"link {link.name}: assembled {role}", want, sha)
+                raise LinkDigestMismatch(i, f"link {link.name}: assembled {role}", want, sha)
             assembled[role] = (result.path, sha.removeprefix("sha256:"))
         if mt.MEMORY_FILE not in assembled:
             raise AssemblyError(f"link {link.name}: no chunk map for {mt.MEMORY_FILE}")

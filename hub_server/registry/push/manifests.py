@@ -2,18 +2,19 @@
 
 A push runs, in order: the size limit, recognising its kind (:mod:`kinds`: a forkd layer, a forkd
 chain index or any other OCI content, each with its own handler), the kind's database checks
-(:mod:`pushplan`, :mod:`oci_plan`), a required signature, the chunk frame verification of
+(:mod:`pushplan`, :mod:`oci_plan`), the annotation limit (:mod:`limits`), a required signature, the chunk frame verification of
 :mod:`verify`, the proof of format-v2 file digests from those chunks (:mod:`filetrees`), then
 stores the exact bytes received as a blob and commits every row in one transaction — links
 to the repository (the document's blobs and the chain below it, so the whole chain is
-pullable through this repository), verified chunk locations, and the tag. Nothing is written
+pullable through this repository), verified chunk locations, and the tag, after the namespace's
+and the repository's limits (repositories, referrers per subject, tags: :mod:`limits`). Nothing is written
 before every check passed. The digest is computed over the received bytes with the algorithm
 of the digest reference; for a tag, sha256 (blake3 for a format-v1 layer).
 
 Errors: ``HubError`` (``TOO_LARGE``, ``DIGEST_INVALID``, ``MANIFEST_INVALID``,
 ``MANIFEST_BLOB_UNKNOWN``, ``SIZE_INVALID``, ``PARENT_UNKNOWN``, ``CHAIN_TOO_DEEP``,
 ``NAME_INVALID`` (a bad tag), ``MANIFEST_UNKNOWN``, ``TAG_CONFLICT``, ``TAG_IMMUTABLE``,
-``SIGNATURE_REQUIRED``). Who may push is the scope's business (``core/access.py``).
+``SIGNATURE_REQUIRED``, ``QUOTA_EXCEEDED``). Who may push is the scope's business (``core/access.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from hub_server.db.models import (
 )
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.policy import tag_is_immutable
+from hub_server.registry.content.quotas import check_links, usage_if_limited
 from hub_server.registry.content.recipes import read_blob_range
 from hub_server.registry.content.tags import ANY, move_tag
 from hub_server.registry.core.access import RepositoryScope
@@ -49,6 +51,7 @@ from hub_server.registry.core.paths import blob_key
 from hub_server.registry.core.sql import batched, insert_ignore
 from hub_server.registry.push.filetrees import prove_file_digests
 from hub_server.registry.push.kinds import ManifestKind, manifest_kind
+from hub_server.registry.push.limits import check_annotations, check_referrers, check_tags
 from hub_server.registry.push.pushplan import PushPlan, data_blobs_first_uploaded
 from hub_server.registry.push.verify import verify_frames
 from manifest.digest import Digest, digest_bytes
@@ -123,6 +126,7 @@ class ManifestService:
         the format-v2 file digests proven from those frames' chunk digests."""
         async with self.ctx.sessions() as session:
             plan = await kind.plan(self.ctx, session, scope, digest)
+        check_annotations(plan.annotations, self.ctx.limits.annotation_bytes)
         if reference.tag is not None and self.ctx.signatures is not None:  # docs/decisions/0009-signatures.md
             repo = scope.found
             await self.ctx.signatures.check_tag(
@@ -185,13 +189,19 @@ class ManifestService:
         now = self.ctx.clock()
         digest, size, plan, reference = push.digest, push.size, push.plan, push.reference
         previous: str | None = None
-        repo = await push.scope.created(session, public=public)
+        limits = self.ctx.limits
+        repo = await push.scope.created(session, public=public, limit=limits.repositories_per_namespace)
+        assert repo.id is not None
         if public and not repo.public and await _is_empty(session, repo):
             repo.public = True
         await insert_ignore(
             session, Blob, [{"digest": digest, "size": size, "media_type": plan.media_type, "created_at": now}]
         )
         created = await session.get(RepositoryManifest, (repo.id, digest)) is None
+        if created and plan.subject_digest is not None:
+            await check_referrers(session, repo.id, plan.subject_digest, digest, limits.referrers_per_subject)
+        if reference.tag is not None:
+            await check_tags(session, repo.id, reference.tag, limits.tags_per_repository)
         if await session.get(Manifest, digest) is None:
             session.add(
                 Manifest(
@@ -229,17 +239,20 @@ class ManifestService:
             Chunk,
             [{"digest": f.digest, "blob_digest": f.blob, "offset": f.offset, "length": f.length} for f in plan.frames],
         )
+        before = await usage_if_limited(session, self.ctx, repo.namespace)
         await _link(session, repo, [*plan.ancestors, digest], now)
+        if before is not None:  # the chain's blobs linked from elsewhere may take the namespace over its quota
+            await check_links(session, self.ctx, repo.namespace, before)
         if reference.tag is not None:
             previous = (
                 await session.exec(
                     select(Tag.manifest_digest).where(Tag.repository_id == repo.id, Tag.name == reference.tag)
                 )
             ).first()
-            immutable = await tag_is_immutable(session, self.ctx, repo.id, reference.tag)  # type: ignore[arg-type]
+            immutable = await tag_is_immutable(session, self.ctx, repo.id, reference.tag)
             await move_tag(
                 session,
-                repo.id,  # type: ignore[arg-type]  # typing debt, decisions/0008
+                repo.id,
                 reference.tag,
                 digest,
                 now,

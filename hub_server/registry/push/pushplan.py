@@ -29,6 +29,7 @@ from hub_server.registry.content.blobs import read_blob_bytes
 from hub_server.registry.core.access import readable_linking
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.sql import batched
+from hub_server.registry.push.limits import check_files
 from hub_server.registry.push.verify import (
     ChainIndex,
     FrameCheck,
@@ -101,6 +102,7 @@ async def plan_layer(
     require_utf8(raw_config, "config")
     config = await _parse(LayerConfig, raw_config, limits.config_bytes, "config")
     check_config_files(manifest, config)
+    check_files(config.files, mt.CHUNKED_FILES, limits.file_bytes, limits.file_chunks)  # before any chunk list
     await check_vmstate(ctx, manifest.vmstate, config.files[mt.VMSTATE_FILE])
 
     ancestors: list[str] = []

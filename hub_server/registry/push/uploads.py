@@ -38,6 +38,7 @@ from hub_server.auth.scopes import repository_scope
 from hub_server.db.models import Blob, RepositoryBlob, Upload
 from hub_server.errors import ErrorCode, HubError
 from hub_server.registry.content.blobs import digest_object, publish_blob
+from hub_server.registry.content.quotas import check_storage
 from hub_server.registry.core.access import (
     RepositoryScope,
     can_read,
@@ -49,7 +50,7 @@ from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest, check_repository, parse_digest
 from hub_server.registry.core.paths import session_pack_key, upload_key
 from hub_server.registry.core.sql import insert_ignore
-from hub_server.registry.push.packs import ingest_recipe, keep_frames, parse_recipe
+from hub_server.registry.push.packs import Recipe, ingest_recipe, keep_frames, parse_recipe
 from hub_server.registry.push.upload_verify import (
     FrameStream,
     declare,
@@ -112,7 +113,8 @@ class UploadService:
         if digest is not None:
             digest = check_digest(digest)
         async with self.ctx.sessions() as session:
-            repo = await scope.created(session)
+            repo = await scope.created(session, limit=self.ctx.limits.repositories_per_namespace)
+            await check_storage(session, self.ctx, scope.namespace)  # at or over its quota: no new upload
             upload_id = str(uuid.uuid4())
             await self.ctx.store.put(upload_key(upload_id), b"")
             now = self.ctx.clock()
@@ -195,6 +197,11 @@ class UploadService:
                     {"expected": str(want), "actual": str(got), "size": size},
                 )
             async with self.ctx.sessions() as session:
+                try:
+                    await check_storage(session, self.ctx, scope.namespace, adding=size, blob=str(want))
+                except HubError:
+                    await self._drop(upload_id)
+                    raise
                 row = await session.get(Upload, upload_id)
                 if row is not None:
                     await session.delete(row)
@@ -212,6 +219,8 @@ class UploadService:
         await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
+                async with self.ctx.sessions() as session:
+                    await check_storage(session, self.ctx, scope.namespace, adding=parsed.size, blob=parsed.digest)
                 declared = await declared_stream(self.ctx, upload_id, await self._size(upload_id))
                 if declared is not None and not matches(declared[0], parsed):
                     raise HubError(
@@ -243,6 +252,12 @@ class UploadService:
         await self._session(scope, upload_id)
         async with self._exclusive(upload_id):
             try:
+                # a whole recipe tells the blob's size before its frames are sent: over quota, it stops here (a
+                # recipe declared in parts is checked when it is finished)
+                whole = _whole_recipe(recipe, self.ctx.limits.blob_bytes)
+                if whole is not None:
+                    async with self.ctx.sessions() as session:
+                        await check_storage(session, self.ctx, scope.namespace, adding=whole.size, blob=whole.digest)
                 await declare(self.ctx, scope.principal, upload_id, recipe, await self._size(upload_id))
             except HubError:
                 with anyio.CancelScope(shield=True):
@@ -274,7 +289,7 @@ class UploadService:
                 f"{repository_scope(scope.full_name, 'push')} {wanted}",
             )
         async with self.ctx.sessions() as session:
-            repo = await scope.created(session)
+            repo = await scope.created(session, limit=self.ctx.limits.repositories_per_namespace)
             if source is None:  # no ``from``: any repository the caller may read that holds it
                 if not await readable_linking(session, principal, blobs=[digest]):
                     return None
@@ -290,6 +305,7 @@ class UploadService:
             blob = await session.get(Blob, digest)
             if blob is None:
                 return None
+            await check_storage(session, self.ctx, scope.namespace, adding=blob.size, blob=digest)
             await insert_ignore(
                 session,
                 RepositoryBlob,
@@ -480,3 +496,11 @@ def _valid_id(upload_id: str) -> bool:
         return str(uuid.UUID(upload_id)) == upload_id
     except ValueError:
         return False
+
+
+def _whole_recipe(recipe: object, limit: int) -> Recipe | None:
+    """The parsed recipe when ``recipe`` is a whole one, else None (a part of one declared in parts)."""
+    try:
+        return parse_recipe(recipe, limit)
+    except HubError:
+        return None

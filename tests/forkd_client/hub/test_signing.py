@@ -16,9 +16,11 @@ from forkd_client.hub.errors import DigestInvalid, SignatureInvalid
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.hub.referrers import upload_blob
 from forkd_client.hub.signing import TrustedKeys, push_signature, verify_head
 from forkd_client.store import SnapshotStore
 from manifest.signature import (
+    EMPTY_CONFIG_BYTES,
     SIGNATURE_ARTIFACT,
     SignatureError,
     fingerprint,
@@ -219,3 +221,20 @@ def test_junk_referrers_do_not_hide_a_genuine_signature(chain3, other_store, cli
         client.repository("team/py").put_manifest(artifact.digest, artifact.manifest)
     genuine = push_signature(client.repository("team/py"), pushed.digest, key)  # the newest, behind 40 junk ones
     assert verify_head(client.repository("team/py"), pushed.digest, [key.public_key()]).artifact == genuine
+
+
+def test_fake_signatures_claiming_the_trusted_key_do_not_hide_the_genuine_one(chain3, other_store, client, key):
+    """Issue 27, item 4: 33 referrers claiming the trusted key's fingerprint (signed by another key) listed
+    before the genuine signature made a client that examined 32 candidates refuse the pull."""
+    pushed = push(chain3, client, "head", REF)
+    repo = client.repository("team/py")
+    head, _ = repo.get_manifest(pushed.digest)
+    stranger = Ed25519PrivateKey.generate()
+    upload_blob(repo, EMPTY_CONFIG_BYTES)
+    for i in range(33):
+        envelope = sign_digest(stranger, pushed.digest, f"team/fake{i}")
+        fake = signature_artifact(envelope, fingerprint(key.public_key()), pushed.digest, len(head))
+        upload_blob(repo, envelope)
+        repo.put_manifest(fake.digest, fake.manifest)
+    genuine = push_signature(repo, pushed.digest, key)  # the newest: listed after all 33
+    assert verify_head(repo, pushed.digest, [key.public_key()]).artifact == genuine

@@ -145,3 +145,63 @@ def test_a_registry_token_with_the_scope_sees_a_missing_repository_as_missing(hu
     issued = hub.client.get("/v2/token", params={"scope": "repository:acme/fresh:pull,push"}, headers=basic(token))
     r = hub.client.head("/v2/acme/fresh/blobs/sha256:" + "0" * 64, headers=auth(issued.json()["token"]))
     assert r.status_code == 404  # what skopeo's first HEAD of a new repository must see
+
+
+def _registry_token_scopes(hub: Hub) -> list[int]:
+    import json
+
+    from sqlmodel import select
+
+    from hub_server.auth.models import RegistryToken
+
+    async def rows() -> list[int]:
+        async with hub.registry.ctx.sessions() as session:
+            return [len(json.loads(r.scopes)) for r in (await session.exec(select(RegistryToken))).all()]
+
+    return hub.call(rows)
+
+
+def test_a_registry_token_never_carries_more_scopes_than_the_limit(make_hub):
+    """Issue 27, item 3: a glob-scoped API token asking for 300k scopes got an 8.6 MB token that made
+    every request take seconds. Scaled down: the limit is 16; what is asked beyond it is refused
+    before anything is stored, and what is stored stays within it."""
+    from dataclasses import replace
+
+    from hub_server.settings import Limits
+
+    hub = make_hub(limits=replace(Limits(), token_scopes=16))
+    token = hub.token("glob", "push:*/*")
+    scopes = [f"repository:acme/r{i}:pull" for i in range(17)]
+    for r in (
+        hub.client.post("/v2/token", data={"grant_type": "password", "password": token, "scope": " ".join(scopes)}),
+        hub.client.get("/v2/token", params=[("scope", s) for s in scopes], headers=auth(token)),
+        # nine scopes, but "*" grants pull and push of each (the token cannot delete): 18 granted
+        hub.client.get(
+            "/v2/token", params=[("scope", f"repository:acme/r{i}:*") for i in range(9)], headers=auth(token)
+        ),
+    ):
+        assert expect_error(r, 413, "TOO_LARGE")["limit"] == 16
+    assert _registry_token_scopes(hub) == []
+    r = hub.client.post("/v2/token", data={"grant_type": "password", "password": token, "scope": " ".join(scopes[:16])})
+    assert r.status_code == 200, r.text
+    assert hub.client.get("/v2/acme/r3/tags/list", headers=auth(r.json()["token"])).status_code == 404  # it works
+    assert _registry_token_scopes(hub) == [16]
+
+
+def test_a_token_form_over_its_size_limit_is_refused_before_it_is_parsed(hub: Hub):
+    token = hub.token("glob", "pull:*/*")
+    big = "x" * (65 << 10)
+    r = hub.client.post("/v2/token", data={"grant_type": "password", "password": token, "scope": big})
+    expect_error(r, 413, "TOO_LARGE")
+
+
+def test_an_api_token_with_more_scopes_than_the_limit_is_refused(make_hub):
+    from dataclasses import replace
+
+    from hub_server.auth.errors import InvalidScope
+    from hub_server.settings import Limits
+
+    hub = make_hub(limits=replace(Limits(), token_scopes=4))
+    hub.token("four", *(f"pull:acme/r{i}" for i in range(4)))
+    with pytest.raises(InvalidScope, match="at most 4"):
+        hub.token("five", *(f"pull:acme/r{i}" for i in range(5)))

@@ -86,3 +86,16 @@ def test_a_webhook_body_is_read_only_after_authorization_and_deep_json_is_refuse
     r = hub.client.post("/api/v1/namespaces/acme/webhooks", content=deep, headers={**headers, **admin})
     expect_error(r, 400, "INVALID_REQUEST")
     assert r.json()["errors"][0]["message"].startswith("webhook: ")  # decoded as the route's type, stopped at once
+
+
+def test_a_webhook_url_with_spaces_or_control_characters_is_refused_and_not_stored(hub: Hub):
+    """Issue 27, item 8: such a URL used to be stored (201) and then failed every delivery."""
+    admin = auth(hub.token("root", "admin"))
+    for url in ("http://127.0.0.1:9/a b", "http://127.0.0.1:9/\x1b[2J", "http://127.0.0.1:9/x\r\nHost: evil"):
+        detail = expect_error(
+            hub.client.post("/api/v1/namespaces/acme/webhooks", json={"url": url, "secret": "s"}, headers=admin),
+            400,
+            "INVALID_REQUEST",
+        )
+        assert detail is not None
+    assert hub.client.get("/api/v1/namespaces/acme/webhooks", headers=admin).json() == []

@@ -69,3 +69,32 @@ def test_a_name_resolving_to_several_addresses_needs_all_of_them_inside():
 def test_not_an_http_url(url):
     with pytest.raises(ValueError, match="webhook URL"):
         check(url, "127.0.0.1/32")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/a b",  # a space: every delivery would fail (issue 27, item 8)
+        "http://127.0.0.1:9/hook\t",
+        "http://127.0.0.1:9/\x00",
+        "http://127.0.0.1:9/\r\nX-Injected: 1",
+        "http://127.0.0.1:9/\x7f",
+        "http://127.0.0.1:9/\x9b",
+        "http://exa mple.com/",
+        " http://127.0.0.1:9/",
+        "http://127.0.0.1:9/\u2003",  # unicode whitespace
+        "http://bad_host!/",
+    ],
+)
+def test_a_url_no_delivery_could_send_is_refused(url):
+    from hub_server.webhooks.guard import split_url
+
+    with pytest.raises(ValueError, match="webhook URL"):
+        split_url(url)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/a%20b", "https://hooks.example.com/x?y=1", "http://[::1]:8/"])
+def test_urls_a_delivery_can_send_pass(url):
+    from hub_server.webhooks.guard import split_url
+
+    assert split_url(url)[0] in ("http", "https")

@@ -147,3 +147,21 @@ def test_an_unusable_policy_stops_the_hub_with_one_line(tmp_path):
     assert result.returncode != 0
     assert "FORKD_HUB_SIGNATURE_POLICY" in result.stderr and "bad.json" in result.stderr
     assert_no_traceback(result.stdout + result.stderr, "forkd-hub serve")
+
+
+def test_fake_signatures_claiming_the_key_do_not_crowd_out_the_genuine_one(make_hub, images, tmp_path, keys):
+    """Issue 27, item 4: 33 referrers pushed after the genuine signature, each claiming the registered key's
+    fingerprint (signed by another key), made a check that looked at 32 candidates refuse the tag."""
+    team_key, stranger = keys
+    hub = make_hub(signature_policy=write_policy(tmp_path / "policy", team=[team_key]))
+    pusher = hub.pusher(hub.token("ci", "push:team/*"))
+    head = push_untagged(pusher, "team/py", images, tmp_path / "w")
+    push_signature(pusher, "team/py", head, team_key)
+    claimed = fingerprint(team_key.public_key())
+    for i in range(33):
+        envelope = sign_digest(stranger, head.digest, f"team/fake{i}")
+        fake = signature_artifact(envelope, claimed, head.digest, len(head.manifest))
+        pusher.ensure_blob("team/py", envelope, fake.envelope_digest)
+        pusher.put_manifest("team/py", fake.digest, fake.manifest)
+    r = tag(pusher, "team/py", "v1", head)
+    assert r.status_code == 201, r.text

@@ -364,3 +364,30 @@ def test_garbage_collection_prunes_packs_of_deleted_manifests(hub: Hub, images, 
     report = hub.call(lambda: gc.run())
     assert sorted(report.packs) == sorted(dry.packs)
     assert stored_pack_keys(hub) == []
+
+
+def test_a_false_sha256_is_assembled_once_per_layer_not_once_per_chain(hub: Hub, images, tmp_path, caplog):
+    """Issue 27, item 5: a layer whose memory.bin sha256 is false (its chunk-tree digest right) made every
+    chain holding it, in every repository, assemble it again before failing. Now the first failure marks
+    the layer, and every other chain holding it is refused from that mark."""
+    import json
+
+    from hub_server.registry.content.damage import list_marks
+    from hub_server.registry.forkd.compat import link_mark_key
+
+    pusher = hub.pusher(hub.token("admin", "admin"))
+    layer = pusher.build_layer("acme/vm", *images[0], tmp_path / "b")
+    obj = json.loads(layer.config)
+    obj["files"][mt.MEMORY_FILE]["sha256"] = "sha256:" + "0" * 64
+    false = layer.rebuild(config=json.dumps(obj).encode())
+    pusher.push_layer("acme/vm", false, "a", public=True)
+    pusher.push_layer("acme/copy", false, "b", public=True, mount_from="acme/vm")
+    forkd = service(hub)
+    with caplog.at_level(logging.INFO, logger="hub_server.registry.forkd.compat"):
+        for repo, tag in (("acme/vm", "a"), ("acme/copy", "b"), ("acme/copy", "b")):
+            with pytest.raises(HubError) as caught:
+                pack_bytes(hub, forkd, repo, tag)
+            assert caught.value.code is ErrorCode.INTERNAL and "memory.bin" in caught.value.message
+    assert sum("cannot build the forkd pack" in r.getMessage() for r in caplog.records) == 1  # assembled once
+    marks = {m.key: m.kind for m in hub.call(list_marks, hub.registry.ctx)}
+    assert marks[link_mark_key(false.digest)] == "forkd-link"
