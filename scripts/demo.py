@@ -145,8 +145,13 @@ def main() -> int:
                 "py-numpy",
                 "--net",
                 "--exec",
-                "pip install --break-system-packages --no-index --trusted-host 10.0.2.2 "
-                f"--find-links http://10.0.2.2:{index.port}/ numpy",
+                # --no-compile, then one import: only the modules numpy imports are byte-compiled (what the
+                # children import), not its ~1,000 (tests included): half the link's time under TCG
+                # (docs/benchmarks-history.md, "Real environments")
+                "pip install --break-system-packages --no-index --no-compile --disable-pip-version-check "
+                f"--trusted-host 10.0.2.2 --find-links http://10.0.2.2:{index.port}/ numpy",
+                "--exec",
+                "python3 -c 'import numpy'",
             )
         finally:
             index.stop()
