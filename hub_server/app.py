@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import types
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -131,7 +132,7 @@ def create_app(
     return app
 
 
-_PARSED_SIGNATURES: dict[tuple[Any, ...], tuple[ParsedSignature, object, dict[str, Any]]] = {}
+_PARSED_SIGNATURES: dict[tuple[Any, ...], tuple[ParsedSignature, dict[str, Any]]] = {}
 _parse_signature = ParsedSignature.from_fn.__func__
 
 
@@ -140,21 +141,21 @@ def _parsed_signature(cls: type[ParsedSignature], fn: AnyCallable, signature_nam
 
     Litestar parses every handler's and dependency's signature (``typing.get_type_hints``, an ``eval`` of each
     annotation) each time an app is built: a third of ``create_app``'s ~0.15 s, paid by every in-process hub
-    the tests start. The result depends only on the function (a controller's handler is a method bound to a
-    new controller instance each time: its function is the same, and a bound method's signature leaves out
-    its first parameter whatever the instance) and on the objects the namespace maps names to, so the first
-    answer is reused. The entry keeps the function and a copy of the namespace alive, so the ``id`` of a
-    value in its key cannot be reused for another object.
+    the tests start. For a function defined once (at module or class level, no closure) the result depends
+    only on the function and on the objects the namespace maps names to (a controller's handler is a method
+    bound to a new controller instance each time: its function is the same, and a bound method's signature
+    leaves out its first parameter whatever the instance), so the first answer is reused. Closures (the
+    ``OPTIONS`` and OpenAPI handlers Litestar makes for each app) are parsed each time: a new function for
+    each app, which a cache would keep alive with its app. The entry keeps a copy of the namespace, so the
+    ``id`` of a value in its key cannot be reused for another object.
     """
     target = getattr(fn, "__func__", fn)
-    key = (cls, target, target is not fn, tuple((name, id(value)) for name, value in signature_namespace.items()))
-    try:
-        entry = _PARSED_SIGNATURES.get(key)
-    except TypeError:  # a function that cannot be hashed: parse it each time, as Litestar does
+    if not isinstance(target, types.FunctionType) or target.__closure__ is not None:
         return _parse_signature(cls, fn, signature_namespace)
+    key = (cls, target, target is not fn, tuple((name, id(value)) for name, value in signature_namespace.items()))
+    entry = _PARSED_SIGNATURES.get(key)
     if entry is None:
-        parsed = _parse_signature(cls, fn, signature_namespace)
-        entry = _PARSED_SIGNATURES[key] = (parsed, fn, dict(signature_namespace))
+        entry = _PARSED_SIGNATURES[key] = (_parse_signature(cls, fn, signature_namespace), dict(signature_namespace))
     return entry[0]
 
 
