@@ -23,7 +23,7 @@ from tests.tiers import (  # noqa: F401 - the tier hooks (docs/testing.md)
 )
 
 #: The collector's thresholds in a test process, once the suite is collected (the default is 700, 10, 10).
-#: Every in-process hub allocates hundreds of thousands of objects; at the default, the collector ran some 60
+#: Every in-process hub allocates some hundred thousand objects; at the default, the collector ran some 20
 #: times a test and took ~14% of a unit test run's CPU. Garbage in cycles lives a little longer, nothing else
 #: changes (an unclosed socket's ResourceWarning is shown, never an error: pyproject.toml).
 GC_THRESHOLDS = (10_000, 10, 10)
