@@ -15,12 +15,15 @@ import pytest
 from tests.e2e.logscan import MARKER
 from tests.services.postgres import PostgresCluster, PostgresUnavailable, find_bin_dir
 from tests.services.seaweedfs import SeaweedFS, SeaweedUnavailable, find_weed
+from tests.services.signatures import install as cache_litestar_signatures
 from tests.services.sqlite import make_template
 from tests.tiers import (  # noqa: F401 - the tier hooks (docs/testing.md)
     pytest_collection_modifyitems,
     pytest_runtest_call,
     pytest_runtest_setup,
 )
+
+cache_litestar_signatures()  # several hundred in-process hubs: each handler's signature parsed once
 
 #: The collector's thresholds in a test process, once the suite is collected (the default is 700, 10, 10).
 #: Every in-process hub allocates some hundred thousand objects; at the default, the collector ran some 20
