@@ -50,6 +50,7 @@ INTEGRATION_FILES: dict[str, str] = {
     "tests/forkd_client/lazy/test_early_mount.py": "reads through a FUSE mount",
     "tests/forkd_client/lazy/test_fusefs.py": "mounts the FUSE file system it tests",
     "tests/vmm/test_process.py": "the module under test starts and reaps processes",
+    "tests/forkd_client/images/test_apply_umoci.py": "compares with what umoci extracts",
 }
 
 #: Files whose every test runs our programs as real processes, with why (path -> reason).

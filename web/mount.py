@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import swagger_ui_bundle
@@ -48,6 +49,15 @@ def _cache():  # noqa: ANN202 - litestar's CacheControlHeader
 
 
 def template_config() -> TemplateConfig[JinjaTemplateEngine]:
+    return TemplateConfig(instance=_template_engine())
+
+
+@functools.cache
+def _template_engine() -> JinjaTemplateEngine:
+    """One Jinja environment per process, shared by every app built in it: what it holds (the templates
+    compiled on first use, the filters, Litestar's ``url_for``-style globals, which read the app from the
+    request) is the same for every app, and a process that builds many apps (the tests) then compiles each
+    template once. Jinja still reloads a template whose file changed."""
     environment = Environment(
         loader=FileSystemLoader(TEMPLATE_DIR),
         autoescape=select_autoescape(default=True),
@@ -55,7 +65,7 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
         lstrip_blocks=True,
     )
     environment.filters.update(FILTERS)
-    return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
+    return JinjaTemplateEngine.from_environment(environment)
 
 
 def openapi_render_plugin() -> SwaggerRenderPlugin:

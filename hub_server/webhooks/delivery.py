@@ -74,10 +74,23 @@ class DeliveryPolicy:
     """Seconds between two prunings of the log by the loop."""
 
     def tls_context(self) -> ssl.SSLContext:
-        """The context HTTPS deliveries verify with. Raises ``OSError``/``ssl.SSLError`` for an unreadable CA file."""
-        context = ssl.create_default_context(cafile=certifi.where())
-        if self.ca_file is not None:
-            context.load_verify_locations(cafile=str(self.ca_file))
+        """The context HTTPS deliveries verify with. Raises ``OSError``/``ssl.SSLError`` for an unreadable CA file.
+
+        Made once per process for each set of CA files as they are on disk (loading certifi's bundle costs
+        ~30 ms of CPU; a process that starts many hubs, the test suite, would pay it for each); a CA file
+        that changed is read again.
+        """
+        try:
+            key = (certifi.where(), None if self.ca_file is None else _file_identity(self.ca_file))
+        except OSError:
+            key = None  # loading it raises below, as it always did
+        context = _TLS_CONTEXTS.get(key) if key is not None else None
+        if context is None:
+            context = ssl.create_default_context(cafile=certifi.where())
+            if self.ca_file is not None:
+                context.load_verify_locations(cafile=str(self.ca_file))
+            if key is not None:
+                _TLS_CONTEXTS[key] = context
         return context
 
     @property
@@ -87,6 +100,17 @@ class DeliveryPolicy:
 
     def retry_delay(self, attempt: int) -> timedelta:
         return timedelta(seconds=self.backoff * 2 ** (attempt - 1))
+
+
+#: The contexts :meth:`DeliveryPolicy.tls_context` made, by CA files (never changed once made: httpx only sets
+#: the same ALPN protocols on them again).
+_TLS_CONTEXTS: dict[tuple[str, tuple[str, int, int, int] | None], ssl.SSLContext] = {}
+
+
+def _file_identity(path: Path) -> tuple[str, int, int, int]:
+    """``path`` as it is on disk now (its inode, size, modification time); raises ``OSError`` if it is missing."""
+    st = path.stat()
+    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)

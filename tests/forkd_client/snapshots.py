@@ -7,6 +7,8 @@ import os
 import random
 from pathlib import Path
 
+from tests.manifest.images import has_data
+
 MEM_SIZE = 4 << 20
 PAGE = 4096
 
@@ -37,7 +39,7 @@ def make_link_source(directory: Path, parent_memory: Path, *, seed: int) -> Path
         f.truncate(len(data))
         for offset in range(0, len(data), 65536):
             piece = data[offset : offset + 65536]
-            if any(piece):
+            if has_data(piece):
                 f.seek(offset)
                 f.write(piece)
         for _ in range(3):
@@ -55,7 +57,7 @@ def make_zeroing_link(directory: Path, parent_memory: Path, *, seed: int, size: 
     memory = src / "memory.bin"
     data = bytearray(memory.read_bytes())
     parent = parent_memory.read_bytes()
-    cut = [off for off in range(0, len(parent), PAGE) if any(parent[off : off + PAGE])][:3]
+    cut = [off for off in range(0, len(parent), PAGE) if has_data(parent[off : off + PAGE])][:3]
     assert cut, "the parent must hold data to zero"
     new = bytearray(len(data) if size is None else size)
     new[: min(len(data), len(new))] = data[: len(new)]
@@ -67,7 +69,7 @@ def make_zeroing_link(directory: Path, parent_memory: Path, *, seed: int, size: 
     with open(memory, "wb") as f:  # zero pages become holes
         f.truncate(len(new))
         for off in range(0, len(new), PAGE):
-            if any(new[off : off + PAGE]):
+            if has_data(new[off : off + PAGE]):
                 f.seek(off)
                 f.write(new[off : off + PAGE])
     return src

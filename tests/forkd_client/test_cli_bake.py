@@ -51,6 +51,7 @@ def test_a_hostile_layer_is_refused_naming_the_entry(home: Path, tmp_path: Path,
     assert nothing_installed(home, rootfs_cache)
 
 
+@pytest.mark.integration  # builds its image with mkfs.ext4: a helper program (docs/testing.md)
 @needs_root
 def test_exec_needs_a_shell_in_the_image(home: Path, tmp_path: Path, rootfs_cache: Path) -> None:
     write_layout(tmp_path / "noshell", [layer_tar([Entry.file("app/data", b"x")])], tag="v1")

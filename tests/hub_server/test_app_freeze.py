@@ -12,6 +12,7 @@ from hub_server.settings import Settings
 
 
 def test_freeze_gc_freezes_what_is_alive_once_started_and_only_when_asked(tmp_path: Path) -> None:
+    frozen_before = gc.get_freeze_count()  # the suite freezes what collection left (tests/conftest.py)
     gc.unfreeze()
     try:
         with TestClient(create_app(Settings.for_data_dir(tmp_path / "plain", storage="memory"))) as client:
@@ -24,3 +25,5 @@ def test_freeze_gc_freezes_what_is_alive_once_started_and_only_when_asked(tmp_pa
             assert gc.get_freeze_count() > 10_000  # the app, its routes, SQLAlchemy's mappers…
     finally:
         gc.unfreeze()
+        if frozen_before:
+            gc.freeze()

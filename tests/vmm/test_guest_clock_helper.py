@@ -25,6 +25,7 @@ def test_elf_entry_point_lies_in_its_one_segment() -> None:
     assert p_vaddr <= entry < p_vaddr + p_filesz == p_vaddr + len(elf)
 
 
+@pytest.mark.integration  # runs the forkd-clock helper: a helper program (docs/testing.md)
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 machine code")
 @pytest.mark.parametrize("given", [b"", b"short"])
 def test_exits_1_unless_given_a_whole_timespec(tmp_path: Path, given: bytes) -> None:

@@ -18,6 +18,7 @@ from forkd_client.hub.reference import Reference
 from forkd_client.store import SnapshotStore
 from manifest import assemble as assemble_mod
 from manifest.fileops import can_reflink
+from tests.manifest.images import has_data
 
 MiB = 1 << 20
 CHUNK = 64 << 10
@@ -49,7 +50,7 @@ def _push_chain(tmp_path: Path, hub) -> tuple[str, list[bytes]]:
                 f.truncate(8 * MiB)
                 for start in range(0, 8 * MiB, CHUNK):  # sparse where the image is zero
                     piece = image[start : start + CHUNK]
-                    if any(piece):
+                    if has_data(piece):
                         f.seek(start)
                         f.write(piece)
             (src / "vmstate").write_bytes(tag.encode() * 100)

@@ -165,6 +165,7 @@ def _sparse_file(path: Path, regions: int) -> bytes:
     return path.read_bytes()
 
 
+@pytest.mark.integration  # GNU tar writes the archive: a helper program (docs/testing.md)
 @pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
 @pytest.mark.parametrize("fmt", ["gnu", "posix"])
 def test_sparse_entries_apply_and_their_maps_are_bounded(tmp_path, fmt):

@@ -67,6 +67,7 @@ def test_archives_with_several_images_or_none_are_refused(tmp_path):
         fetch_archive(DockerArchiveRef(tmp_path / "missing.tar"), tmp_path / "w", limits=DEFAULT_LIMITS)
 
 
+@pytest.mark.integration  # skopeo writes the archive: a helper program (docs/testing.md)
 @pytest.mark.skipif(shutil.which("skopeo") is None, reason="needs skopeo (scripts/install-system-deps.sh)")
 def test_an_archive_written_by_skopeo(tmp_path):
     write_layout(tmp_path / "oci", LAYERS, tag="v1", env=["FROM=skopeo"])

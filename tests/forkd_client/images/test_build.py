@@ -52,6 +52,7 @@ def layout(tmp_path: Path):
     return tmp_path / "oci", info
 
 
+@pytest.mark.integration  # builds the image with mkfs.ext4: a helper program (docs/testing.md)
 def test_build_from_a_layout_then_hit_the_cache(tmp_path, layout):
     path, info = layout
     cache = tmp_path / "cache"
@@ -74,6 +75,7 @@ def test_build_from_a_layout_then_hit_the_cache(tmp_path, layout):
     assert len(entries(cache, "images")) == 2
 
 
+@pytest.mark.integration  # builds the image with mkfs.ext4: a helper program (docs/testing.md)
 def test_a_cache_entry_whose_file_changed_is_rebuilt(tmp_path, layout):
     path, _ = layout
     cache = tmp_path / "cache"
@@ -89,6 +91,7 @@ def test_a_cache_entry_whose_file_changed_is_rebuilt(tmp_path, layout):
     assert not build_rootfs(f"oci:{path}:v1", cache_dir=cache).cache_hit
 
 
+@pytest.mark.integration  # builds the image with mkfs.ext4: a helper program (docs/testing.md)
 def test_an_index_records_its_digest(tmp_path):
     info = write_layout(
         tmp_path / "oci", [layer_tar(BASE)], tag="multi", platforms=[("linux", "arm64"), ("linux", "amd64")]
@@ -97,6 +100,7 @@ def test_an_index_records_its_digest(tmp_path):
     assert built.annotations[BASE_DIGEST] == info.manifest_digest and built.annotations[INDEX_DIGEST] == info.top_digest
 
 
+@pytest.mark.integration  # builds the image with mkfs.ext4: a helper program (docs/testing.md)
 def test_from_a_docker_archive(tmp_path):
     image_id = write_docker_archive(tmp_path / "a.tar", [layer_tar(BASE), layer_tar(APP)], workdir="/srv")
     built = build_rootfs(f"docker-archive:{tmp_path / 'a.tar'}", cache_dir=tmp_path / "cache")
@@ -110,6 +114,7 @@ def _chunks(path: Path, size: int = 64 << 10) -> list[bytes]:
         return list(iter(lambda: f.read(size), b""))
 
 
+@pytest.mark.integration  # builds the image with mkfs.ext4: a helper program (docs/testing.md)
 def test_one_image_under_two_names_shares_all_but_a_few_64k_chunks(tmp_path, layout):
     path, _ = layout
     shutil.copytree(path, tmp_path / "copy")
@@ -143,6 +148,7 @@ def test_a_bad_size_is_a_setting_error(tmp_path, layout, size):
         build_rootfs(f"oci:{layout[0]}:v1", cache_dir=tmp_path / "cache", size_mib=size)
 
 
+@pytest.mark.integration  # builds the image with mkfs.ext4: a helper program (docs/testing.md)
 def test_a_work_directory_left_by_a_killed_build_is_swept(tmp_path, layout):
     cache = tmp_path / "cache"
     stale = cache / "tmp" / "deadbeef"

@@ -55,6 +55,7 @@ def debugfs(image: Path, request: str) -> str:
     ).stdout
 
 
+@pytest.mark.integration  # mkfs.ext4 builds the image, debugfs reads it: a helper program (docs/testing.md)
 def test_two_extractions_of_one_image_give_byte_identical_images(tmp_path):
     first = extract(tmp_path, "a", ENTRIES)
     time.sleep(1.1)  # a different ctime for every file of the second extraction
@@ -87,6 +88,7 @@ def test_two_extractions_of_one_image_give_byte_identical_images(tmp_path):
     assert digest(other.path) != digest(images[0].path)
 
 
+@pytest.mark.integration  # mkfs.ext4 builds the image, debugfs reads it: a helper program (docs/testing.md)
 def test_the_image_holds_the_tree_with_fixed_times(tmp_path):
     tree = extract(tmp_path, "t", ENTRIES)
     work = tmp_path / "work"
@@ -104,6 +106,7 @@ def test_the_image_holds_the_tree_with_fixed_times(tmp_path):
     assert check.returncode == 0, check.stdout
 
 
+@pytest.mark.integration  # mkfs.ext4 builds the image, debugfs reads it: a helper program (docs/testing.md)
 def test_an_explicit_size_too_small_is_refused_and_the_minimum_fits(tmp_path):
     tree = extract(tmp_path, "t", ENTRIES)
     minimum = minimum_bytes(scan_tree(tree))
@@ -116,6 +119,7 @@ def test_an_explicit_size_too_small_is_refused_and_the_minimum_fits(tmp_path):
     assert built.size == minimum
 
 
+@pytest.mark.integration  # mkfs.ext4 builds the image, debugfs reads it: a helper program (docs/testing.md)
 def test_the_default_size_leaves_headroom(tmp_path):
     tree = extract(tmp_path, "t", ENTRIES)
     work = tmp_path / "work"

@@ -27,6 +27,7 @@ ENV = [
 ]
 
 
+@pytest.mark.integration  # runs busybox sh: a helper program (docs/testing.md)
 @pytest.mark.skipif(not os.access("/bin/busybox", os.X_OK), reason="needs /bin/busybox (busybox-static)")
 def test_env_round_trips_through_busybox_sh(tmp_path):
     notes: list[str] = []
