@@ -26,6 +26,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -40,6 +41,7 @@ from hub_server.db.engine import make_engine, make_session_factory
 from hub_server.db.schema import SchemaMismatch, ensure_current
 from hub_server.db.schema import state as schema_state
 from hub_server.metrics import HubMetrics
+from hub_server.outages import Outages
 from hub_server.registry.content.signature_policy import SignaturePolicy, SignaturePolicyError
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.readcache import ReadCache
@@ -76,6 +78,8 @@ class HubServices:
     """Webhook management; queues a delivery for every audited push, tag move and delete."""
     deliverer: Deliverer
     """Sends queued webhook deliveries; the app runs its loop (``Deliverer.running``)."""
+    outages: Outages
+    """Which dependencies are down as this process saw them; logged once per change (hub_server/outages.py)."""
     migrations_applied: list[str] = field(default_factory=list)
     """Schema revisions applied while opening (empty when the schema was current)."""
 
@@ -115,7 +119,8 @@ async def open_hub(
         try:
             sessions = make_session_factory(engine)
             metrics = metrics or HubMetrics()
-            audit = AuditLog(sessions, settings.audit_log)
+            outages = Outages(metrics)
+            audit = AuditLog(sessions, _audit_export(settings, create))
             registry = Registry(
                 RegistryContext(
                     sessions=sessions,
@@ -129,9 +134,10 @@ async def open_hub(
                     immutable_tags=settings.immutable_tags,
                     immutable_exempt=settings.immutable_exempt,
                     signatures=_signature_policy(settings),
+                    outages=outages,
                 )
             )
-            webhooks, deliverer = _webhooks(settings, sessions)
+            webhooks, deliverer = _webhooks(settings, sessions, outages)
             audit.subscribe(webhooks.enqueue)
             tokens = TokenService(sessions)
             authenticator = Authenticator(tokens, RegistryTokenService(sessions), cache_ttl=settings.cache_ttl)
@@ -147,6 +153,7 @@ async def open_hub(
                 registry=registry,
                 webhooks=webhooks,
                 deliverer=deliverer,
+                outages=outages,
                 migrations_applied=applied,
             )
         finally:
@@ -155,7 +162,9 @@ async def open_hub(
         await engine.dispose()
 
 
-def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> tuple[WebhookService, Deliverer]:
+def _webhooks(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], outages: Outages
+) -> tuple[WebhookService, Deliverer]:
     try:
         allow = AllowList.parse(settings.webhook_allow)
     except ValueError as e:
@@ -171,7 +180,7 @@ def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) ->
         log_max_age=settings.webhook_log_max_age,
     )
     try:
-        deliverer = Deliverer(sessions, policy)
+        deliverer = Deliverer(sessions, policy, outages)
     except (OSError, ssl.SSLError) as e:
         raise SettingsError(f"FORKD_HUB_WEBHOOK_CA: cannot load {settings.webhook_ca}: {e}") from None
     webhooks = WebhookService(sessions)
@@ -186,6 +195,15 @@ def _signature_policy(settings: Settings) -> SignaturePolicy | None:
         return SignaturePolicy.load(settings.signature_policy)
     except SignaturePolicyError as e:
         raise SettingsError(f"FORKD_HUB_SIGNATURE_POLICY: {e}") from None
+
+
+def _audit_export(settings: Settings, create: bool) -> Path | None:
+    """Where this process appends the audit export: ``settings.audit_log``, unless this command creates no hub
+    and its directory does not exist (a CLI run on a host without a data directory: the database holds the
+    events and their chain; ``forkd-hub audit --export`` writes an export anywhere)."""
+    if settings.audit_log is None or (not create and not settings.audit_log.parent.is_dir()):
+        return None
+    return settings.audit_log
 
 
 def _make_data_dir(settings: Settings) -> None:

@@ -27,6 +27,7 @@ from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict,
 from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
+from ..hub.retry import Retrier
 from ..hub.signing import keys_for_pull
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
@@ -56,6 +57,8 @@ def _client(ref: Reference | None, url: str | None = None, ctx: Context | None =
         else:
             source = "the default login"
         print(f"Using hub {base} ({source}{', anonymous' if not token else ''})", file=ctx.stderr)
+        stderr = ctx.stderr
+        return HubClient(base, token, retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=stderr)))
     return HubClient(base, token)
 
 

@@ -25,6 +25,7 @@ from .errors import (
     SignatureRequired,
     TagConflict,
     Unauthorized,
+    UploadBusy,
 )
 from .lean_httpx import httpx
 from .storeget import slice_ranges
@@ -177,6 +178,17 @@ def error_from(response: httpx.Response, method: str, path: str, *, anonymous: b
         cls = HasDependents
     elif status == 409 and code == "TAG_CONFLICT":
         cls = TagConflict
+    elif status == 409 and code == "BLOB_UPLOAD_BUSY":
+        cls = UploadBusy
     elif code == "DIGEST_INVALID":
         cls = DigestInvalid
-    return cls(message, code=code, status=status, detail=detail)
+    error = cls(message, code=code, status=status, detail=detail)
+    error.retry_after = _retry_after(response.headers.get("retry-after"))
+    return error
+
+
+def _retry_after(header: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delta form; an HTTP date is ignored), at most an hour."""
+    if header is None or not header.strip().isdigit():
+        return None
+    return min(float(header.strip()), 3600.0)

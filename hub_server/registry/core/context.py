@@ -13,6 +13,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.audit import AuditLog
 from hub_server.db.models import utcnow
 from hub_server.metrics import HubMetrics
+from hub_server.outages import Outages
 from hub_server.registry.core.readcache import ReadCache
 from hub_server.settings import Limits
 from hub_server.storage import BlobStore
@@ -55,3 +56,5 @@ class RegistryContext:
     """Hub-wide default: tag globs exempt from immutability."""
     signatures: TagSignatures | None = None
     """Namespaces whose tags move only onto signed manifests (``FORKD_HUB_SIGNATURE_POLICY``)."""
+    outages: Outages = field(default_factory=Outages)
+    """Which dependencies are down as this process saw them (hub_server/outages.py): logged once per change."""
