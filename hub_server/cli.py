@@ -244,7 +244,7 @@ def _migrate(args: argparse.Namespace) -> int:
     settings = _settings(args, _STORE_FLAGS)
 
     async def go() -> list[str]:
-        async with open_hub(settings, migrate=True) as hub:
+        async with open_hub(settings, migrate=True, data_dir=False) as hub:  # a PostgreSQL hub needs no local dir
             return hub.migrations_applied
 
     applied = asyncio.run(go())

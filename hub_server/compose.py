@@ -95,18 +95,24 @@ def redacted_url(url: str) -> str:
 
 @contextlib.asynccontextmanager
 async def open_hub(
-    settings: Settings, *, metrics: HubMetrics | None = None, migrate: bool | None = None, create: bool = True
+    settings: Settings,
+    *,
+    metrics: HubMetrics | None = None,
+    migrate: bool | None = None,
+    create: bool = True,
+    data_dir: bool = True,
 ) -> AsyncIterator[HubServices]:
     """Open the database and the store for ``settings`` and build every service once.
 
     ``migrate``: upgrade an older schema (default ``settings.migrates_on_start``); a schema
     newer than this code is always refused. ``create``: make a new hub when the data directory
     or the database holds none (``serve``, ``migrate``); without it (``token``, ``audit``, ``gc``)
-    a missing data directory or an empty database is refused, and nothing is created.
+    a missing data directory (of a SQLite hub) or an empty database is refused, and nothing is created.
+    ``data_dir``: with ``create``, make the data directory too (``migrate`` of a PostgreSQL hub needs none).
 
     Raises: SettingsError, HubStartError (see the module docstring).
     """
-    if create:
+    if create and (data_dir or settings.database_url.startswith("sqlite")):
         _make_data_dir(settings)  # SQLite, the audit export and pack builds live here
     else:
         _require_existing_hub(settings)
@@ -225,10 +231,14 @@ def _no_hub(settings: Settings, why: str) -> HubStartError:
 
 
 def _require_existing_hub(settings: Settings) -> None:
+    """An existing hub's SQLite file, where that is the database; a server database (PostgreSQL) needs no local
+    data directory: its schema check (``_require_schema``) says whether a hub is there."""
+    if not settings.database_url.startswith("sqlite"):
+        return
     if not settings.data_dir.is_dir():
         raise _no_hub(settings, f"data directory {settings.data_dir} does not exist")
-    url = make_url(settings.database_url) if settings.database_url.startswith("sqlite") else None
-    if url is not None and url.database and url.database != ":memory:" and not os.path.exists(url.database):
+    url = make_url(settings.database_url)
+    if url.database and url.database != ":memory:" and not os.path.exists(url.database):
         raise _no_hub(settings, f"{url.database} does not exist")
 
 

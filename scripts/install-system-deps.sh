@@ -10,7 +10,8 @@ apt_install_missing install-system-deps qemu-system-x86 busybox-static cpio xfsp
     mmdebstrap `# Debian userlands for from-debian (forkd_client/images/debian.py)` \
     umoci `# the independent reference extraction the layer applier is compared with (tests/forkd_client/images)` \
     docker-registry `# a registry with htpasswd Basic auth for the image fetch tests (no service is started)` \
-    haproxy `# the reference load balancer in front of hub replicas (deploy/haproxy.cfg, tests/e2e/operations)`
+    haproxy `# the reference load balancer in front of hub replicas (deploy/haproxy.cfg, tests/e2e/test_operations_*)` \
+    rclone `# the object-store copy of the documented backup and restore (docs/operations.md, tests/e2e)`
 # docker-registry's package may start a service where systemd runs; tests start their own on a free port.
 if [[ " ${APT_INSTALLED[*]} " == *" docker-registry "* ]] && command -v systemctl >/dev/null 2>&1 \
     && systemctl is-active --quiet docker-registry 2>/dev/null; then
