@@ -144,10 +144,7 @@ async def seal_pending(session: AsyncSession, legacy_order: Sequence[int] = ()) 
         pending = list(
             (
                 await session.exec(
-                    select(AuditEvent)
-                    .where(col(AuditEvent.seq).is_(None))
-                    .order_by(col(AuditEvent.id))
-                    .limit(_BATCH)
+                    select(AuditEvent).where(col(AuditEvent.seq).is_(None)).order_by(col(AuditEvent.id)).limit(_BATCH)
                 )
             ).all()
         )

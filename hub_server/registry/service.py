@@ -13,7 +13,7 @@ from sqlalchemy import func, text
 from sqlmodel import select
 
 from hub_server.auth.scopes import Principal
-from hub_server.db.models import Repository
+from hub_server.db.models import Repository, Upload
 from hub_server.outages import DATABASE, STORAGE
 from hub_server.registry.content.blobs import BlobService, BlobUnlinker
 from hub_server.registry.content.tags import TagService
@@ -129,3 +129,14 @@ class Registry:
         counts = {bool(public): n for public, n in rows}
         self.ctx.metrics.repositories.labels(visibility="public").set(counts.get(True, 0))
         self.ctx.metrics.repositories.labels(visibility="private").set(counts.get(False, 0))
+        # queue depths an operator alerts on (docs/operations.md, "Metrics and alerts"); webhook deliveries by
+        # plain SQL: the webhooks package sits beside the registry, not under it
+        async with self.ctx.sessions() as session:
+            uploads = (await session.exec(select(func.count()).select_from(Upload))).one()
+            pending = (
+                await session.exec(
+                    select(func.count()).select_from(text("webhook_deliveries")).where(text("state = 'pending'"))
+                )
+            ).one()
+        self.ctx.metrics.upload_sessions.set(uploads)
+        self.ctx.metrics.webhook_queue.set(pending)

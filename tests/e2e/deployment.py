@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,25 @@ class Deployment:
         self.lb = LoadBalancer(root / "lb", [f"127.0.0.1:{port}" for port in self.ports])
         self.url = self.lb.url
         self.replicas: list[HubProcess | None] = [None, None]
+        self.storage_prefix = ""
         self._replica_env = replica_env or {}
         self.env: dict[str, str] = {}
 
-    def start(self) -> Deployment:
+    def start(self, before_migrate: Callable[[Deployment], None] | None = None) -> Deployment:
+        """Provision and start everything; ``before_migrate`` runs once PostgreSQL and SeaweedFS are up and the
+        hub's settings are known (a restore fills them there)."""
         self.postgres.start()
         self.postgres.execute(*PROVISION_SQL)
         self.seaweedfs.start()
+        self.storage_prefix = f"hub-{self.root.name}"[:40]
         self.env = {
             "FORKD_HUB_DATABASE_URL": f"postgresql+asyncpg://hub:secret@127.0.0.1:{self.postgres.port}/forkd_hub",
-            "FORKD_HUB_STORAGE": self.seaweedfs.storage_spec(),
+            "FORKD_HUB_STORAGE": self.seaweedfs.storage_spec(prefix=self.storage_prefix),
             **self.seaweedfs.env,
             **self._replica_env,
         }
+        if before_migrate is not None:
+            before_migrate(self)
         migrated = self.cli("migrate")
         assert migrated.returncode == 0, migrated.stderr
         for index in range(2):
@@ -120,6 +127,28 @@ class Deployment:
         self.postgres.stop()
 
     # -- clients --------------------------------------------------------------------------------
+
+    @property
+    def libpq_url(self) -> str:
+        """The database for PostgreSQL's own tools (pg_dump, pg_restore, psql)."""
+        return f"postgresql://hub:secret@127.0.0.1:{self.postgres.port}/forkd_hub"
+
+    def rclone_env(self, remote: str) -> dict[str, str]:
+        """An rclone remote named ``remote`` for this deployment's object store (docs/operations.md)."""
+        name = remote.upper()
+        return {
+            f"RCLONE_CONFIG_{name}_TYPE": "s3",
+            f"RCLONE_CONFIG_{name}_PROVIDER": "Other",
+            f"RCLONE_CONFIG_{name}_ENDPOINT": self.seaweedfs.endpoint,
+            f"RCLONE_CONFIG_{name}_ACCESS_KEY_ID": self.seaweedfs.env["AWS_ACCESS_KEY_ID"],
+            f"RCLONE_CONFIG_{name}_SECRET_ACCESS_KEY": self.seaweedfs.env["AWS_SECRET_ACCESS_KEY"],
+            f"RCLONE_CONFIG_{name}_REGION": "us-east-1",
+        }
+
+    @property
+    def objects(self) -> str:
+        """``bucket/prefix`` of the hub's objects."""
+        return f"{self.seaweedfs.bucket}/{self.storage_prefix}"
 
     def cli(self, *args: str, pythonpath: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         """``forkd-hub ARGS`` on an operator's host: the deployment's settings, no data directory of its own."""

@@ -1,6 +1,6 @@
 """Issue 28 item 6: a rolling upgrade of two replicas across a schema change, with pushes and pulls running.
 
-The "next release" is this tree plus one revision (0013) written as the rule says (docs/operations.md,
+The "next release" is this tree plus one revision (after this tree's head) written as the rule says (docs/operations.md,
 "Rolling upgrades"): expand-only, ``expand = True``. While users push and pull through the load balancer
 without pause, the operator runs the next release's ``forkd-hub migrate``, a replica of the current release
 restarts (it must start: the schema was declared compatible with it), then each replica is replaced by the
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from hub_server.db.schema import head_revision
 from tests.e2e.deployment import Deployment
 from tests.e2e.hubproc import forkd_hub
 from tests.e2e.test_push_pull_cli import MiB
@@ -31,15 +32,15 @@ SERVER_PACKAGES = ("hub_server", "manifest", "clikit", "web")
 
 EXPAND = '''"""The next release's schema change: expand-only (a nullable column on a table every push writes, a table).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: next
+Revises: {head}
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "next"
+down_revision = "{head}"
 branch_labels = None
 depends_on = None
 expand = {expand}
@@ -59,12 +60,12 @@ def downgrade() -> None:
 
 
 def next_release(root: Path, *, expand: bool) -> str:
-    """A copy of this tree's server packages with revision 0013 added; returns it as a PYTHONPATH."""
+    """A copy of this tree's server packages with revision ``next`` added on its head; returns it as a PYTHONPATH."""
     tree = root / ("next-release" if expand else "next-release-contract")
     for package in SERVER_PACKAGES:
         shutil.copytree(ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
     versions = tree / "hub_server" / "db" / "revisions" / "versions"
-    (versions / "0013_next_release.py").write_text(EXPAND.format(expand=expand))
+    (versions / "9999_next_release.py").write_text(EXPAND.format(expand=expand, head=head_revision()))
     return str(tree)
 
 
@@ -145,11 +146,11 @@ def test_two_replicas_upgrade_one_by_one_across_a_schema_change_while_traffic_ru
     try:
         traffic.wait_for(pushes=1, pulls=1)
         migrated = deployment.cli("migrate", pythonpath=release)
-        assert migrated.returncode == 0 and "applied revision(s) 0013" in migrated.stdout, migrated.stderr
+        assert migrated.returncode == 0 and "applied revision(s) next" in migrated.stdout, migrated.stderr
         traffic.wait_for(pushes=1, pulls=1)  # the current release serves the migrated schema
 
         old = deployment.restart(0)  # a replica of the current release restarts after the migration
-        assert "newer than this forkd-hub's 0012" in old.log() and "so this one starts" in old.log()
+        assert f"newer than this forkd-hub's {head_revision()}" in old.log() and "so this one starts" in old.log()
         traffic.wait_for(pushes=1, pulls=1)
 
         deployment.restart(1, pythonpath=release)  # replaced by the next release, one at a time
@@ -186,5 +187,5 @@ def test_the_previous_release_refuses_a_contract_revision_and_says_what_it_needs
     assert migrated.returncode == 0, migrated.stderr
     refused = forkd_hub_run("serve", "--port", "0", pythonpath=str(ROOT))
     assert refused.returncode == 1, refused.stderr
-    assert "schema is at revision 0013" in refused.stderr and "needs code from revision 0013 on" in refused.stderr
+    assert "schema is at revision next" in refused.stderr and "needs code from revision next on" in refused.stderr
     assert "Traceback" not in refused.stderr
