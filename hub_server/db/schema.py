@@ -128,14 +128,17 @@ def _state(conn: Connection) -> SchemaState:
     try:
         _scripts().get_revision(current)
     except CommandError:
-        return SchemaState(current, head, known=False, oldest_code=_recorded_oldest_code(conn))
+        return SchemaState(current, head, known=False, oldest_code=_recorded_oldest_code(conn, current))
     return SchemaState(current, head)
 
 
-def _recorded_oldest_code(conn: Connection) -> str | None:
+def _recorded_oldest_code(conn: Connection, current: str) -> str | None:
+    """What ``schema_compat`` says about the schema at ``current`` (None: nothing, or a row written for another
+    revision: whatever moved the schema since did not declare it compatible)."""
     if not inspect(conn).has_table(COMPAT_TABLE):
         return None
-    return conn.execute(text(f"SELECT oldest_code FROM {COMPAT_TABLE} WHERE id = 1")).scalar()
+    row = conn.execute(text(f"SELECT revision, oldest_code FROM {COMPAT_TABLE} WHERE id = 1")).first()
+    return row[1] if row is not None and row[0] == current else None
 
 
 def oldest_code(revision: str) -> str:

@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("operations-backup")]
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=600)
+    full = {**os.environ, **(env or {})}
+    full.pop("AWS_CA_BUNDLE", None)  # rclone's S3 backend refuses it (LoadCustomCABundleError; docs/operations.md)
+    done = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-2000:])
     return done
 
