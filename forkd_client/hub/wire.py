@@ -17,6 +17,7 @@ from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
 
 from .errors import (
+    GATEWAY_STATUSES,
     DigestInvalid,
     Forbidden,
     HasDependents,
@@ -162,6 +163,8 @@ def error_from(response: httpx.Response, method: str, path: str, *, anonymous: b
     except (ValueError, AttributeError, TypeError, KeyError):  # not our envelope: keep the HTTP status
         pass
     status = response.status_code
+    if code == "UNKNOWN" and status in GATEWAY_STATUSES:  # no envelope (a HEAD, a proxy's own page): say what it means
+        message += ": the hub, or what it depends on, is unavailable; retry later"
     cls: type[HubError] = HubError
     if code == "SIGNATURE_REQUIRED":
         cls = SignatureRequired

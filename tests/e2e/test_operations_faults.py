@@ -132,13 +132,14 @@ def test_a_push_while_the_database_is_down_exits_5_and_replicas_log_the_outage_o
 def test_a_push_the_database_outage_interrupts_finishes(deployment, tmp_path):
     token = deployment.token("ci-blip", "push:acme/*")
     dave = deployment.user("dave", token, FORKD_UPLOAD_PART_BYTES=str(MiB))
-    [source] = make_sources(tmp_path / "src", data_mib=24)[:1]
+    [source] = make_sources(tmp_path / "src", data_mib=48)[:1]  # 1 MiB parts: the push outlasts the outage
     dave.run("import", str(source), "base")
     marks = [len(deployment.replica(i).log()) for i in (0, 1)]
     push = dave.start("push", "base", "acme/blip:v1", "--json")
     _wait_for_upload(deployment, push, 4 * MiB)
     deployment.postgres.halt()
     time.sleep(3)  # the outage: requests in flight fail, the client keeps retrying
+    assert push.poll() is None, "the push ended before the outage could interrupt it"
     deployment.postgres.resume()
     _, err = push.communicate(timeout=600)
     assert push.returncode == 0, err.decode()[-3000:]
