@@ -47,6 +47,10 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path | None = None) -> N
     wait_ready(lambda: healthy(url), what=f"forkd-hub serve on {url}", proc=proc, log=log)
 
 
+#: Seconds the hub lets in-flight requests finish on SIGTERM (hub_server/cli.py, timeout_graceful_shutdown).
+GRACEFUL_STOP = 30
+
+
 class HubProcess:
     """A running hub: ``url``, ``data_dir``, ``token(name, *scopes)``, ``stop()``."""
 
@@ -102,10 +106,13 @@ class HubProcess:
             return f.read()
 
     def stop(self) -> int:
-        """SIGTERM the hub and return its exit status; its log must hold no traceback."""
+        """SIGTERM the hub and return its exit status; its log must hold no traceback.
+
+        The hub lets in-flight requests finish for up to 30 s (``timeout_graceful_shutdown``) before it closes
+        its database and store: wait that plus the time a loaded machine needs to close them."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            code = self.proc.wait(timeout=30)
+            code = self.proc.wait(timeout=GRACEFUL_STOP + 60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
