@@ -7,6 +7,7 @@ one for ``gc``, ``verify`` and ``repo``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from sqlalchemy import func, text
@@ -40,6 +41,9 @@ GAUGE_MAX_AGE = 15.0
 #: Seconds the outcome of ``/healthz``'s write probe is reused: a load balancer asks every few seconds, and
 #: each replica then writes at most one small object per interval.
 HEALTH_WRITE_EVERY = 5.0
+#: Seconds ``/healthz`` waits for its write probe: a store that does not answer is reported as failing writes,
+#: well inside a load balancer's check timeout (HAProxy's ``timeout check`` in deploy/haproxy.cfg).
+HEALTH_WRITE_TIMEOUT = 5.0
 
 
 class Registry:
@@ -60,6 +64,7 @@ class Registry:
         self.gc = GarbageCollector(ctx)
         self._gauges_at: float | None = None
         self._write_probe: tuple[float, str | None] | None = None
+        self._write_probe_lock = asyncio.Lock()
 
     async def scope(
         self, principal: Principal, namespace: str, name: str, access: Access, *, cached: bool = False
@@ -102,16 +107,21 @@ class Registry:
     async def _write_refused(self) -> str | None:
         """Why the store refuses a small write now (None: it accepted one), probed at most every
         ``HEALTH_WRITE_EVERY`` seconds: an object store that is full or read-only still answers reads."""
-        now = time.monotonic()
-        if self._write_probe is not None and now - self._write_probe[0] < HEALTH_WRITE_EVERY:
-            return self._write_probe[1]
-        try:
-            await self.ctx.store.put(HEALTH_WRITE_KEY, b"forkd-hub write probe\n")
-            refused = None
-        except Exception as e:  # noqa: BLE001
-            refused = f"{type(e).__name__}: {e}"
-        self._write_probe = (time.monotonic(), refused)
-        return refused
+        async with self._write_probe_lock:  # one probe at a time: checks that arrive meanwhile share its outcome
+            now = time.monotonic()
+            if self._write_probe is not None and now - self._write_probe[0] < HEALTH_WRITE_EVERY:
+                return self._write_probe[1]
+            try:
+                await asyncio.wait_for(
+                    self.ctx.store.put(HEALTH_WRITE_KEY, b"forkd-hub write probe\n"), HEALTH_WRITE_TIMEOUT
+                )
+                refused = None
+            except TimeoutError:
+                refused = f"the store did not answer a small write in {HEALTH_WRITE_TIMEOUT:g} s"
+            except Exception as e:  # noqa: BLE001
+                refused = f"{type(e).__name__}: {e}"
+            self._write_probe = (time.monotonic(), refused)
+            return refused
 
     async def refresh_gauges(self, max_age: float = GAUGE_MAX_AGE) -> None:
         """Update the storage and repository gauges (before ``/metrics`` renders), at most every ``max_age`` s.
