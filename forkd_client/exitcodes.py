@@ -9,8 +9,9 @@
          namespace whose signature policy refuses an unsigned push)
     4    conflict: the state moved under the command (409: a tag moved by another push or immutable,
          dependents exist; locally: the tag exists, others chain on it)
-    5    network: no answer from the hub (refused, DNS, timeout) or a 502/503/504 from a gateway in
-         front of it; retrying later may help
+    5    network: no answer from the hub (refused, DNS, timeout), a 502/503/504 (a gateway in front of it,
+         or the hub's database or store out), or an upload session still busy after the retries
+         (``UploadBusy``); retrying later may help
     6    verification: content does not match its digest, a parent changed under its child, a
          signature does not verify (any :class:`~forkd_client.errors.VerificationFailed`)
     130  interrupted (Ctrl-C); ``push`` and ``pull`` say what is kept
@@ -24,7 +25,15 @@ from __future__ import annotations
 from manifest.errors import DigestMismatch
 
 from .errors import DependentsExist, InvalidTag, SnapshotExists, UsageError, VerificationFailed
-from .hub.errors import GATEWAY_STATUSES, Forbidden, HubError, HubUnreachable, InvalidReference, Unauthorized
+from .hub.errors import (
+    GATEWAY_STATUSES,
+    Forbidden,
+    HubError,
+    HubUnreachable,
+    InvalidReference,
+    Unauthorized,
+    UploadBusy,
+)
 from .images.errors import RegistryAuthFailed, RegistryUnreachable
 
 __all__ = [
@@ -59,7 +68,7 @@ def exit_code_for(error: BaseException) -> int:
         return EXIT_AUTH
     if isinstance(error, VerificationFailed | DigestMismatch):
         return EXIT_VERIFICATION
-    if isinstance(error, HubUnreachable | RegistryUnreachable):
+    if isinstance(error, HubUnreachable | RegistryUnreachable | UploadBusy):
         return EXIT_NETWORK
     if isinstance(error, RegistryAuthFailed):
         return EXIT_AUTH

@@ -35,11 +35,14 @@ from hub_server.api.forkd_compat import ForkdCompatController
 from hub_server.api.openapi import document_errors
 from hub_server.api.ratelimit import RateLimiter
 from hub_server.compose import open_hub
+from hub_server.db.outage import DatabaseUnavailable
 from hub_server.logs import access_log_middleware
 from hub_server.metrics import HubMetrics, metrics_middleware
+from hub_server.outages import DATABASE, STORAGE
 from hub_server.registry.service import Registry
 from hub_server.registry.upkeep.gcstate import GcBusy
 from hub_server.settings import Settings, load_settings
+from hub_server.storage import StorageFull, StorageUnavailable
 
 __all__ = ["create_app", "create_app_from_environment", "route_handlers"]
 
@@ -161,6 +164,10 @@ async def _periodic_gc(registry: Registry, interval: float | None) -> AsyncItera
                 await registry.gc.run()
             except GcBusy as e:
                 log.info("periodic garbage collection skipped: %s", e)
+            except DatabaseUnavailable as e:  # logged once per outage (hub_server/outages.py); next interval retries
+                registry.ctx.outages.failed(DATABASE, e.reason)
+            except (StorageUnavailable, StorageFull) as e:
+                registry.ctx.outages.failed(STORAGE, str(e))
             except Exception:  # noqa: BLE001 - a failed run is logged and retried next interval
                 log.exception("periodic garbage collection failed")
 

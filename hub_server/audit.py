@@ -1,14 +1,18 @@
-"""The audit log: who changed what, in the database and in an append-only JSONL file.
+"""The audit log: who changed what, in the database (one hash chain for the whole deployment) and in JSONL exports.
 
-Every state change (push, tag, delete, visibility, gc, token create/revoke) is recorded
-twice by :meth:`AuditLog.record`: a row in ``audit_events`` (queried by ``forkd-hub audit``
-and admin routes) and one JSON line appended to ``jsonl_path`` — the export that
-leaves the database's reach. Each line carries ``prev``, the SHA-256 of the line before it
-(``"0" * 64`` for the first), so editing, removing or reordering lines breaks the chain
-and :func:`verify_jsonl` says where. The chain's end is anchored in the database
-(``hub_server.audit_anchor``): an append refuses to chain onto a last line that is not its
-event's row (it logs an error and keeps only the row). Appends take an exclusive ``flock`` and open the file
-with ``O_APPEND``, so the server and the CLI can write to the same file.
+Every state change (push, tag, delete, visibility, gc, token create/revoke) is recorded by
+:meth:`AuditLog.record`: a row in ``audit_events`` (queried by ``forkd-hub audit`` and admin routes),
+**sealed** into the deployment's hash chain in the same transaction, then appended to the process's
+JSONL export (``jsonl_path``) — the copy that leaves the database's reach.
+
+The chain: each event gets ``seq`` (1, 2, …) and ``line_hash``, the SHA-256 of its export line (its fields
+plus ``prev``, the previous event's ``line_hash``; ``hub_server/audit_file.py``). Sealing takes the
+``audit_chain`` head row's lock (one conditional ``UPDATE``), so events are chained in commit order across
+every replica and process, and seals any event still unsealed (recorded by a replica of the previous release
+during a rolling upgrade) before its own. An export is therefore the same file on every replica: a writer
+appends, under an ``flock``, every sealed event after the file's last line — whoever recorded it — and
+refuses to extend a file whose last line is not the database's (it logs an error and keeps the row);
+``forkd-hub audit --verify`` checks chain, database and export together (``hub_server/audit_anchor.py``).
 
 Actors are a token name, ``"anonymous"``, or ``"cli:<login user>"``.
 
@@ -16,37 +20,50 @@ Other services follow the recorded events through :meth:`AuditLog.subscribe` (we
 a listener runs after the row is committed; its failure is logged and never fails the action.
 
 Errors: :meth:`AuditLog.record` raises ``OSError`` if the JSONL append fails (the row is
-already committed); :func:`verify_jsonl` raises :class:`AuditChainBroken` (a ``ValueError``).
+already committed); ``AuditChainBroken`` (a ``ValueError``) from the export checks.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
-import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio.from_thread
 import anyio.to_thread
-from sqlalchemy import Column, String, Text
+from sqlalchemy import BigInteger, Column, String, Text, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import Field, SQLModel, col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from hub_server.audit_file import (
+    GENESIS,
+    AuditChainBroken,
+    append_missing,
+    audit_record,
+    export_line,
+    line_hash,
+    verify_jsonl,
+)
 from hub_server.auth.models import UTCDateTime, utcnow
 
 __all__ = [
+    "GENESIS",
     "JSONL_NAME",
+    "AuditChain",
     "AuditChainBroken",
     "AuditEvent",
     "AuditLog",
     "audit_record",
+    "chain_line",
     "default_jsonl_path",
+    "export_events",
     "record_fingerprint",
+    "seal_pending",
     "verify_jsonl",
 ]
 
@@ -54,23 +71,14 @@ log = logging.getLogger(__name__)
 
 #: The export's file name inside the data directory (server and CLI agree on it).
 JSONL_NAME = "audit.jsonl"
-GENESIS = "0" * 64
 MAX_QUERY_LIMIT = 10_000
-_TAIL_BLOCK = 4096
+#: Events sealed or exported per query.
+_BATCH = 2000
 
 
 def default_jsonl_path(data_dir: str | Path) -> Path:
     """Where the server and ``forkd-hub token`` append the audit export."""
     return Path(data_dir) / JSONL_NAME
-
-
-class AuditChainBroken(ValueError):
-    """The JSONL export was altered: ``line`` (1-based) does not follow the one before it."""
-
-    def __init__(self, path: Path, line: int, reason: str) -> None:
-        self.path = path
-        self.line = line
-        super().__init__(f"{path}: line {line}: {reason}")
 
 
 class AuditEvent(SQLModel, table=True):
@@ -87,6 +95,10 @@ class AuditEvent(SQLModel, table=True):
     digest: str | None = Field(default=None, sa_column=Column(String(160), nullable=True))
     remote: str | None = Field(default=None, sa_column=Column(String(128), nullable=True))
     detail: str = Field(default="{}", sa_column=Column(Text, nullable=False))
+    seq: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True, unique=True, index=True))
+    """Place in the deployment's chain (1, 2, …); None until sealed."""
+    line_hash: str | None = Field(default=None, sa_column=Column(String(64), nullable=True))
+    """SHA-256 of the event's export line (its fields and the previous event's ``line_hash``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data (``at`` in ISO 8601, ``detail`` decoded)."""
@@ -103,6 +115,107 @@ class AuditEvent(SQLModel, table=True):
         }
 
 
+class AuditChain(SQLModel, table=True):
+    """The chain's head: the last sealed ``seq`` and its ``line_hash`` (one row, ``id`` 1; its lock orders seals)."""
+
+    __tablename__ = "audit_chain"
+
+    id: int = Field(primary_key=True)
+    seq: int = Field(sa_column=Column(BigInteger, nullable=False))
+    line_hash: str = Field(sa_column=Column(String(64), nullable=False))
+
+
+def chain_line(event: AuditEvent, prev: str) -> bytes:
+    """The export line of ``event`` chained onto ``prev``."""
+    return export_line(event.to_dict(), prev)
+
+
+async def seal_pending(session: AsyncSession, legacy_order: Sequence[int] = ()) -> int:
+    """Seal every unsealed event into the chain (the caller commits); return how many.
+
+    Takes the head row's lock first, so concurrent sealers (any replica) chain one after another in
+    commit order. ``legacy_order``: event ids in the order an existing export holds them, used for the
+    events recorded before the chain moved into the database (so that export stays valid).
+    """
+    await session.exec(update(AuditChain).where(col(AuditChain.id) == 1).values(seq=AuditChain.seq))  # the lock
+    head = (await session.exec(select(AuditChain).where(col(AuditChain.id) == 1))).one()
+    sealed = 0
+    while True:
+        pending = list(
+            (
+                await session.exec(
+                    select(AuditEvent).where(col(AuditEvent.seq).is_(None)).order_by(col(AuditEvent.id)).limit(_BATCH)
+                )
+            ).all()
+        )
+        if not pending:
+            break
+        if head.seq == 0 and legacy_order:
+            place = {event_id: i for i, event_id in enumerate(legacy_order)}
+            pending.sort(key=lambda e: (place.get(e.id or 0, len(place)), e.id or 0))
+        for event in pending:
+            event.line_hash = line_hash(chain_line(event, head.line_hash))
+            event.seq = head.seq + 1
+            head.seq, head.line_hash = event.seq, event.line_hash
+            session.add(event)
+        sealed += len(pending)
+        await session.flush()
+    session.add(head)
+    return sealed
+
+
+async def export_events(sessions: async_sessionmaker[AsyncSession], path: Path) -> int:
+    """Append to the export at ``path`` every sealed event after its last line; return how many.
+
+    Raises: AuditChainBroken (the last line is not the database's record of its event: nothing is
+    chained onto it), OSError.
+    """
+    return await anyio.to_thread.run_sync(
+        append_missing, path, lambda last: anyio.from_thread.run(_lines_after, sessions, path, last)
+    )
+
+
+async def _lines_after(sessions: async_sessionmaker[AsyncSession], path: Path, last: bytes | None) -> list[bytes]:
+    """The export lines of the sealed events after ``last`` (None: from the first)."""
+    after, prev = 0, GENESIS
+    if last is not None:
+        try:
+            event_id = int(audit_record(last)["id"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise AuditChainBroken(path, 0, f"the last line is not an audit record ({e}); not chaining onto it") from e
+        async with sessions() as session:
+            row = await session.get(AuditEvent, event_id)
+        if row is None:
+            raise AuditChainBroken(
+                path, 0, f"the last line holds event {event_id}, which the database does not have; not chaining onto it"
+            )
+        if row.seq is None or row.line_hash != line_hash(last):
+            raise AuditChainBroken(
+                path,
+                0,
+                f"the last line (event {event_id}) differs from the database's record of it; not chaining onto it",
+            )
+        after, prev = row.seq, row.line_hash
+    lines: list[bytes] = []
+    while True:
+        async with sessions() as session:
+            rows = (
+                await session.exec(
+                    select(AuditEvent).where(col(AuditEvent.seq) > after).order_by(col(AuditEvent.seq)).limit(_BATCH)
+                )
+            ).all()
+        if not rows:
+            return lines
+        for row in rows:
+            line = chain_line(row, prev)
+            if line_hash(line) != row.line_hash:
+                raise AuditChainBroken(
+                    path, 0, f"the database's event {row.id} does not hash to its place in the chain (altered)"
+                )
+            lines.append(line)
+            after, prev = row.seq or after, row.line_hash
+
+
 class AuditLog:
     """Records and queries audit events. ``jsonl_path=None`` keeps only the database rows."""
 
@@ -117,6 +230,7 @@ class AuditLog:
         self.jsonl_path = jsonl_path
         self._clock = clock
         self._listeners: list[Callable[[AuditEvent], Awaitable[object]]] = []
+        self._sealed_once = False
 
     def subscribe(self, listener: Callable[[AuditEvent], Awaitable[object]]) -> None:
         """Call ``listener(event)`` after each recorded event (errors are logged, never raised)."""
@@ -156,13 +270,12 @@ class AuditLog:
         )
         async with self._sessions() as session:
             session.add(event)
+            await seal_pending(session, await self._legacy_order())
             await session.commit()
         try:
             if self.jsonl_path is not None:
                 try:
-                    await anyio.to_thread.run_sync(
-                        _append_chained, self.jsonl_path, event.to_dict(), self._check_previous
-                    )
+                    await export_events(self._sessions, self.jsonl_path)
                 except AuditChainBroken as e:  # the row is kept; 'forkd-hub audit --verify' reports the gap
                     log.error(
                         "audit export %s not appended to (event %s kept in the database): %s",
@@ -177,9 +290,17 @@ class AuditLog:
                 except Exception:  # noqa: BLE001 - a listener never fails the recorded action
                     log.exception("audit listener %r failed on %s", listener, event.action)
 
-    def _check_previous(self, line: bytes) -> str | None:
-        """In the append's worker thread: why the export's last line is not genuine, or None."""
-        return anyio.from_thread.run(_why_not_genuine, self._sessions, line)
+    async def _legacy_order(self) -> list[int]:
+        """The event ids of this process's export in its order, while nothing is sealed yet (the first
+        seal after the chain moved into the database keeps an existing export valid); else nothing."""
+        if self._sealed_once or self.jsonl_path is None:
+            return []
+        async with self._sessions() as session:
+            head = await session.get(AuditChain, 1)
+        self._sealed_once = head is not None and head.seq > 0
+        if self._sealed_once:
+            return []
+        return await anyio.to_thread.run_sync(_ids_in_order, self.jsonl_path)
 
     async def query(
         self,
@@ -214,116 +335,21 @@ class AuditLog:
             return [row.to_dict() for row in rows.all()]
 
 
-def audit_record(line: bytes) -> dict[str, Any]:
-    """The event of one export line (without its ``prev``). Raises: ValueError."""
-    record = json.loads(line)
-    if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
-    record.pop("prev", None)
-    return record
-
-
 def record_fingerprint(record: dict[str, Any]) -> str:
     """A digest of an event's fields, equal for a line and its database row."""
     return hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-async def _why_not_genuine(sessions: async_sessionmaker[AsyncSession], line: bytes) -> str | None:
-    """Why ``line`` is not the database's record of its event, or None when it is."""
+def _ids_in_order(path: Path) -> list[int]:
+    """Event ids of an export, in its order (unreadable lines skipped); empty if there is no file."""
+    ids: list[int] = []
     try:
-        record = audit_record(line)
-        event_id = int(record["id"])
-    except (ValueError, KeyError, TypeError) as e:
-        return f"the last line is not an audit record ({e})"
-    async with sessions() as session:
-        row = await session.get(AuditEvent, event_id)
-    if row is None:
-        return f"the last line holds event {event_id}, which the database does not have"
-    if record_fingerprint(row.to_dict()) != record_fingerprint(record):
-        return f"the last line (event {event_id}) differs from the database's record of it"
-    return None
-
-
-def _line_hash(line: bytes) -> str:
-    return hashlib.sha256(line).hexdigest()
-
-
-def _last_line(fd: int) -> bytes | None:
-    """The last complete line of the file open at ``fd`` (without its newline), if any."""
-    end = os.lseek(fd, 0, os.SEEK_END)
-    if end == 0:
-        return None
-    tail = b""
-    position = end
-    while position > 0:
-        step = min(_TAIL_BLOCK, position)
-        position -= step
-        tail = os.pread(fd, step, position) + tail
-        # Skip the trailing newline; stop once another newline precedes the last line.
-        if tail.rfind(b"\n", 0, len(tail) - 1) != -1:
-            break
-    return tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-
-
-def _append_chained(
-    path: Path, record: dict[str, Any], check_previous: Callable[[bytes], str | None] | None = None
-) -> None:
-    """Append ``record`` plus the hash of the previous line, atomically w.r.t. other writers.
-
-    ``check_previous(last_line)`` (under the lock) says why the last line must not be chained
-    onto (an edited or foreign line), or None.
-
-    Raises: AuditChainBroken (``check_previous`` refused), OSError.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        previous = _last_line(fd)
-        torn = previous is not None and os.pread(fd, 1, os.lseek(fd, 0, os.SEEK_END) - 1) != b"\n"
-        if previous is not None and not torn and check_previous is not None:
-            reason = check_previous(previous)
-            if reason is not None:
-                raise AuditChainBroken(path, _count_lines(fd), f"{reason}; not chaining onto it")
-        chained = {**record, "prev": GENESIS if previous is None else _line_hash(previous)}
-        line = json.dumps(chained, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-        if torn:
-            # A torn earlier write (a crash): start on a fresh line (verify_jsonl will flag the torn one).
-            line = b"\n" + line
-        written = 0
-        while written < len(line):  # os.write may be partial; O_APPEND keeps each at the end
-            written += os.write(fd, line[written:])
-    finally:
-        os.close(fd)  # also releases the lock
-
-
-def _count_lines(fd: int) -> int:
-    count, offset = 0, 0
-    while block := os.pread(fd, 1 << 20, offset):
-        count += block.count(b"\n")
-        offset += len(block)
-    return count
-
-
-def verify_jsonl(path: Path) -> int:
-    """Check the hash chain of an audit export; return how many events it holds.
-
-    Raises:
-        AuditChainBroken: a line is not JSON, lacks ``prev``, or its ``prev`` is not the hash
-            of the line before it (a line was edited, removed, inserted or reordered).
-        FileNotFoundError: ``path`` does not exist.
-    """
-    expected = GENESIS
-    count = 0
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            line = raw.rstrip(b"\n")
-            try:
-                prev = json.loads(line)["prev"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise AuditChainBroken(path, number, f"not an audit record ({e})") from e
-            if prev != expected:
-                raise AuditChainBroken(path, number, "does not chain to the previous line")
-            expected = _line_hash(line)
-            count = number
-    return count
+        with path.open("rb") as f:
+            for raw in f:
+                try:
+                    ids.append(int(audit_record(raw.rstrip(b"\n"))["id"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except FileNotFoundError:
+        pass
+    return ids

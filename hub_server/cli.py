@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace", default=None, help=f"only delete what is older than this (default 1h) [env {env_name('gc_grace')}]"
     )
     gc.add_argument("--json", action="store_true", help="print the report as JSON")
+    gc.add_argument(
+        "--hold",
+        metavar="DURATION",
+        help="collect nothing anywhere for DURATION (e.g. 2h): every replica's GC skips; for backups (docs/operations.md)",
+    )
+    gc.add_argument("--release", action="store_true", help="end a --hold before it runs out")
     gc.set_defaults(func=_gc)
 
     cli_tokens.register(commands)
@@ -244,7 +250,7 @@ def _migrate(args: argparse.Namespace) -> int:
     settings = _settings(args, _STORE_FLAGS)
 
     async def go() -> list[str]:
-        async with open_hub(settings, migrate=True) as hub:
+        async with open_hub(settings, migrate=True, data_dir=False) as hub:  # a PostgreSQL hub needs no local dir
             return hub.migrations_applied
 
     applied = asyncio.run(go())
@@ -257,6 +263,8 @@ def _gc(args: argparse.Namespace) -> int:
     settings = _settings(args, _STORE_FLAGS)
     from hub_server.registry.upkeep.gcstate import GcBusy
 
+    if args.hold is not None or args.release:
+        return _gc_hold(settings, args)
     grace = parse_duration(args.grace) if args.grace is not None else None
     try:
         report = asyncio.run(_run_gc(settings, grace, args.dry_run))
@@ -281,6 +289,34 @@ def _gc(args: argparse.Namespace) -> int:
         f"upload(s), {len(report.orphan_objects)} orphan object(s): {human_size(report.bytes_freed)}; kept "
         f"{report.kept_manifests} manifest(s), {report.kept_blobs} blob(s)"
     )
+    return 0
+
+
+def _gc_hold(settings: Settings, args: argparse.Namespace) -> int:
+    from hub_server.registry.upkeep.gcstate import GcBusy
+
+    if args.hold is not None and args.release:
+        raise SettingsError("--hold and --release: give one")
+    duration = parse_duration(args.hold) if args.hold is not None else None
+    if duration is not None and duration.total_seconds() <= 0:
+        raise SettingsError(f"--hold needs a positive duration, not {args.hold!r}")
+
+    async def go() -> str:
+        async with open_hub(settings, create=False) as hub:
+            if duration is None:
+                released = await hub.registry.gc.release_hold(cli_tokens.cli_actor())
+                return "garbage collection resumes" if released else "garbage collection was not held"
+            until = await hub.registry.gc.hold(duration, cli_tokens.cli_actor())
+            return (
+                f"garbage collection held until {until.isoformat(timespec='seconds')}: no replica deletes anything "
+                "meanwhile ('forkd-hub gc --release' ends it sooner)"
+            )
+
+    try:
+        print(asyncio.run(go()))
+    except GcBusy as e:
+        print(f"forkd-hub: error: {e}; hold once it ends", file=sys.stderr)
+        return 1
     return 0
 
 

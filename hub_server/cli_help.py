@@ -26,9 +26,14 @@ HELP: HelpTable = {
     "gc": (
         "Apply the repositories' retention policies (remove the tags they expire), then delete what no tag "
         "reaches and is older than the grace period (untagged manifests, unreferenced blobs, stale uploads). "
-        "The report goes to stdout; --dry-run shows what retention and the sweep would remove.",
+        "The report goes to stdout; --dry-run shows what retention and the sweep would remove. --hold keeps "
+        "every replica from collecting for a while (a backup); --release ends it.",
         {},
-        ["forkd-hub gc --data-dir /var/lib/forkd-hub --dry-run", "forkd-hub gc --grace 0s --json"],
+        [
+            "forkd-hub gc --data-dir /var/lib/forkd-hub --dry-run",
+            "forkd-hub gc --grace 0s --json",
+            "forkd-hub gc --hold 2h   # before a backup; forkd-hub gc --release after it",
+        ],
     ),
     "token": (
         "Create, list and revoke API tokens (hashed at rest, scoped, expiring).",
@@ -54,8 +59,9 @@ HELP: HelpTable = {
         ["forkd-hub token revoke ci"],
     ),
     "audit": (
-        "Show the audit log, newest first; --verify checks the JSONL export against its hash chain and the "
-        "database and prints its head to publish.",
+        "Show the audit log, newest first; --verify checks the trail of the whole deployment (the database's "
+        "hash chain, every replica's events) and the local JSONL export against it, and prints the head to "
+        "publish; --export FILE writes (or brings up to date) an export anywhere.",
         {},
         [
             "forkd-hub audit --action push --since 24h",

@@ -8,7 +8,8 @@
 
 ``token create`` prints only the token on stdout (``TOKEN=$(forkd-hub token create …)``);
 everything else goes to stderr. Creating and revoking tokens are audited with the actor
-``cli:<login user>``, in the database and in ``<data dir>/audit.jsonl``.
+``cli:<login user>``, in the database and in ``<data dir>/audit.jsonl`` when that directory exists (with
+PostgreSQL and S3 a host needs no data directory to run these commands).
 Exit status: 0 success, 1 a rejected request (bad scope, duplicate name, …), 2 usage.
 """
 
@@ -18,11 +19,12 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from hub_server import cli_common
-from hub_server.audit import AuditChainBroken, AuditLog
-from hub_server.audit_anchor import parse_head, verify_export
+from hub_server.audit import AuditChainBroken, AuditLog, export_events
+from hub_server.audit_anchor import parse_head, verify_trail
 from hub_server.auth.models import utcnow
 from hub_server.auth.tokens import TokenInfo, TokenService, parse_duration
 from hub_server.cli_common import STORE_FLAGS, add_store_args, cli_actor, run_on_hub
@@ -88,8 +90,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     audit.add_argument(
         "--verify",
         action="store_true",
-        help="check the JSONL export instead: its hash chain, that it holds exactly the database's events, "
-        "and print its head (COUNT:SHA256) to publish",
+        help="check the audit trail instead: the database's hash chain (every replica's events), the local JSONL "
+        "export against it (brought up to date), and print the head (COUNT:SHA256) to publish",
+    )
+    audit.add_argument(
+        "--export",
+        metavar="FILE",
+        type=Path,
+        help="write the whole trail to FILE as a JSONL export (or bring FILE up to date), from the database",
     )
     audit.add_argument(
         "--expect-head",
@@ -149,15 +157,27 @@ async def _revoke(tokens: TokenService, audit: AuditLog, args: argparse.Namespac
 
 
 async def _audit(tokens: TokenService, audit: AuditLog, args: argparse.Namespace) -> int:
-    if args.verify:
-        path = audit.jsonl_path
-        assert path is not None  # the CLI always has an export path
+    if args.export is not None:
         try:
-            head = await verify_export(path, audit.sessions, args.expect_head)
+            appended = await export_events(audit.sessions, args.export)
         except AuditChainBroken as e:
-            print(f"forkd-hub: audit export altered: {e}", file=sys.stderr)
+            print(f"forkd-hub: error: {e}", file=sys.stderr)
             return 1
-        print(f"{path}: {head.count} events, hash chain intact and matching the database")
+        print(f"{args.export}: appended {appended} event(s)", file=sys.stderr)
+        if not args.verify:
+            return 0
+    if args.verify:
+        path = args.export or audit.jsonl_path
+        try:
+            report = await verify_trail(audit.sessions, path, args.expect_head)
+        except AuditChainBroken as e:
+            print(f"forkd-hub: audit trail altered: {e}", file=sys.stderr)
+            return 1
+        head = report.head
+        print(f"database: {head.count} events, hash chain intact")
+        if path is not None:
+            caught_up = f" (appended {report.appended} recorded since it was last written)" if report.appended else ""
+            print(f"{path}: the same {head.count} events, line for line{caught_up}")
         print(f"head {head} (publish it; check later with --verify --expect-head {head})")
         return 0
     if args.expect_head is not None:

@@ -26,6 +26,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -41,6 +42,7 @@ from hub_server.db.engine import make_engine, make_session_factory
 from hub_server.db.schema import SchemaMismatch, ensure_current
 from hub_server.db.schema import state as schema_state
 from hub_server.metrics import HubMetrics
+from hub_server.outages import Outages
 from hub_server.registry.content.signature_policy import SignaturePolicy, SignaturePolicyError
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.readcache import ReadCache
@@ -79,6 +81,8 @@ class HubServices:
     """Sends queued webhook deliveries; the app runs its loop (``Deliverer.running``)."""
     session_ends: WebSessionEnds
     """Web catalog sessions signed out before their cookie expires (refused on every replica)."""
+    outages: Outages
+    """Which dependencies are down as this process saw them; logged once per change (hub_server/outages.py)."""
     migrations_applied: list[str] = field(default_factory=list)
     """Schema revisions applied while opening (empty when the schema was current)."""
 
@@ -94,18 +98,24 @@ def redacted_url(url: str) -> str:
 
 @contextlib.asynccontextmanager
 async def open_hub(
-    settings: Settings, *, metrics: HubMetrics | None = None, migrate: bool | None = None, create: bool = True
+    settings: Settings,
+    *,
+    metrics: HubMetrics | None = None,
+    migrate: bool | None = None,
+    create: bool = True,
+    data_dir: bool = True,
 ) -> AsyncIterator[HubServices]:
     """Open the database and the store for ``settings`` and build every service once.
 
     ``migrate``: upgrade an older schema (default ``settings.migrates_on_start``); a schema
     newer than this code is always refused. ``create``: make a new hub when the data directory
     or the database holds none (``serve``, ``migrate``); without it (``token``, ``audit``, ``gc``)
-    a missing data directory or an empty database is refused, and nothing is created.
+    a missing data directory (of a SQLite hub) or an empty database is refused, and nothing is created.
+    ``data_dir``: with ``create``, make the data directory too (``migrate`` of a PostgreSQL hub needs none).
 
     Raises: SettingsError, HubStartError (see the module docstring).
     """
-    if create:
+    if create and (data_dir or settings.database_url.startswith("sqlite")):
         _make_data_dir(settings)  # SQLite, the audit export and pack builds live here
     else:
         _require_existing_hub(settings)
@@ -118,7 +128,8 @@ async def open_hub(
         try:
             sessions = make_session_factory(engine)
             metrics = metrics or HubMetrics()
-            audit = AuditLog(sessions, settings.audit_log)
+            outages = Outages(metrics)
+            audit = AuditLog(sessions, _audit_export(settings, create))
             registry = Registry(
                 RegistryContext(
                     sessions=sessions,
@@ -134,9 +145,10 @@ async def open_hub(
                     signatures=_signature_policy(settings),
                     node_ttl=settings.node_ttl,
                     namespace_quota=settings.namespace_quota,
+                    outages=outages,
                 )
             )
-            webhooks, deliverer = _webhooks(settings, sessions)
+            webhooks, deliverer = _webhooks(settings, sessions, outages)
             audit.subscribe(webhooks.enqueue)
             tokens = TokenService(sessions, max_scopes=settings.limits.token_scopes)
             authenticator = Authenticator(tokens, RegistryTokenService(sessions), cache_ttl=settings.cache_ttl)
@@ -153,6 +165,7 @@ async def open_hub(
                 webhooks=webhooks,
                 deliverer=deliverer,
                 session_ends=WebSessionEnds(sessions),
+                outages=outages,
                 migrations_applied=applied,
             )
         finally:
@@ -161,7 +174,9 @@ async def open_hub(
         await engine.dispose()
 
 
-def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> tuple[WebhookService, Deliverer]:
+def _webhooks(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], outages: Outages
+) -> tuple[WebhookService, Deliverer]:
     try:
         allow = AllowList.parse(settings.webhook_allow)
     except ValueError as e:
@@ -177,7 +192,7 @@ def _webhooks(settings: Settings, sessions: async_sessionmaker[AsyncSession]) ->
         log_max_age=settings.webhook_log_max_age,
     )
     try:
-        deliverer = Deliverer(sessions, policy)
+        deliverer = Deliverer(sessions, policy, outages)
     except (OSError, ssl.SSLError) as e:
         raise SettingsError(f"FORKD_HUB_WEBHOOK_CA: cannot load {settings.webhook_ca}: {e}") from None
     webhooks = WebhookService(sessions)
@@ -192,6 +207,15 @@ def _signature_policy(settings: Settings) -> SignaturePolicy | None:
         return SignaturePolicy.load(settings.signature_policy)
     except SignaturePolicyError as e:
         raise SettingsError(f"FORKD_HUB_SIGNATURE_POLICY: {e}") from None
+
+
+def _audit_export(settings: Settings, create: bool) -> Path | None:
+    """Where this process appends the audit export: ``settings.audit_log``, unless this command creates no hub
+    and its directory does not exist (a CLI run on a host without a data directory: the database holds the
+    events and their chain; ``forkd-hub audit --export`` writes an export anywhere)."""
+    if settings.audit_log is None or (not create and not settings.audit_log.parent.is_dir()):
+        return None
+    return settings.audit_log
 
 
 def _make_data_dir(settings: Settings) -> None:
@@ -213,10 +237,14 @@ def _no_hub(settings: Settings, why: str) -> HubStartError:
 
 
 def _require_existing_hub(settings: Settings) -> None:
+    """An existing hub's SQLite file, where that is the database; a server database (PostgreSQL) needs no local
+    data directory: its schema check (``_require_schema``) says whether a hub is there."""
+    if not settings.database_url.startswith("sqlite"):
+        return
     if not settings.data_dir.is_dir():
         raise _no_hub(settings, f"data directory {settings.data_dir} does not exist")
-    url = make_url(settings.database_url) if settings.database_url.startswith("sqlite") else None
-    if url is not None and url.database and url.database != ":memory:" and not os.path.exists(url.database):
+    url = make_url(settings.database_url)
+    if url.database and url.database != ":memory:" and not os.path.exists(url.database):
         raise _no_hub(settings, f"{url.database} does not exist")
 
 

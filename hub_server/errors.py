@@ -23,6 +23,7 @@ class ErrorCode(StrEnum):
     BLOB_UNKNOWN = "BLOB_UNKNOWN"
     BLOB_UPLOAD_INVALID = "BLOB_UPLOAD_INVALID"
     BLOB_UPLOAD_UNKNOWN = "BLOB_UPLOAD_UNKNOWN"
+    BLOB_UPLOAD_BUSY = "BLOB_UPLOAD_BUSY"
     DIGEST_INVALID = "DIGEST_INVALID"
     MANIFEST_BLOB_UNKNOWN = "MANIFEST_BLOB_UNKNOWN"
     MANIFEST_INVALID = "MANIFEST_INVALID"
@@ -62,6 +63,7 @@ ERRORS: dict[ErrorCode, ErrorSpec] = {
     ErrorCode.BLOB_UNKNOWN: ErrorSpec(404, "blob unknown to this repository"),
     ErrorCode.BLOB_UPLOAD_INVALID: ErrorSpec(400, "blob upload invalid"),
     ErrorCode.BLOB_UPLOAD_UNKNOWN: ErrorSpec(404, "blob upload unknown (or expired)"),
+    ErrorCode.BLOB_UPLOAD_BUSY: ErrorSpec(409, "another request is writing this upload; retry after Retry-After"),
     ErrorCode.DIGEST_INVALID: ErrorSpec(400, "content does not match its digest"),
     ErrorCode.MANIFEST_BLOB_UNKNOWN: ErrorSpec(400, "manifest references blobs the repository does not hold"),
     ErrorCode.MANIFEST_INVALID: ErrorSpec(400, "manifest invalid"),

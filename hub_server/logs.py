@@ -86,6 +86,15 @@ def _is_terminal(stream: IO[str]) -> bool:
         return False
 
 
+def _one_line_header_warnings(record: logging.LogRecord) -> bool:
+    """urllib3's "Failed to parse headers" is a warning about a response it still used (an object store's
+    stray bytes under load, seen with SeaweedFS): one line, not a traceback (issue 28: no traceback for an
+    expected event)."""
+    if record.name == "urllib3.connection" and str(record.msg).startswith("Failed to parse headers"):
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
 def configure_logging(level: str = "INFO", stream: IO[str] = sys.stderr, *, human: bool | None = None) -> None:
     """Send every log record at ``level`` or above to ``stream``: JSON lines, or readable lines
     (:class:`HumanFormatter`) when ``human`` (default: when ``stream`` is a terminal).
@@ -104,6 +113,7 @@ def configure_logging(level: str = "INFO", stream: IO[str] = sys.stderr, *, huma
         root.removeHandler(handler)
     handler = logging.StreamHandler(stream)
     handler.setFormatter(HumanFormatter() if (_is_terminal(stream) if human is None else human) else JSONFormatter())
+    handler.addFilter(_one_line_header_warnings)
     handler._forkd_hub = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(numeric)

@@ -89,6 +89,40 @@ class HubMetrics:
             ["visibility"],
             registry=r,
         )
+        # what an operator alerts on (docs/operations.md, "Metrics and alerts")
+        self.dependency_up = Gauge(
+            "forkd_hub_dependency_up",
+            "1 while the dependency (database, storage) answers this process, 0 while it is down",
+            ["dependency"],
+            registry=r,
+        )
+        self.dependency_errors = Counter(
+            "forkd_hub_dependency_errors",
+            "Requests and background rounds that failed because a dependency was unavailable or full",
+            ["dependency"],
+            registry=r,
+        )
+        self.upload_failures = Counter(
+            "forkd_hub_upload_failures", "Blob upload requests refused or failed, by error code", ["code"], registry=r
+        )
+        self.upload_lease_takeovers = Counter(
+            "forkd_hub_upload_lease_takeovers",
+            "Upload sessions taken over from a request that died (a crashed replica, a lost database)",
+            registry=r,
+        )
+        self.gc_last_success = Gauge(
+            "forkd_hub_gc_last_success_timestamp_seconds",
+            "When this process last finished a garbage collection run without error (Unix time)",
+            registry=r,
+        )
+        self.upload_sessions = Gauge(
+            "forkd_hub_upload_sessions", "Upload sessions open in the hub (all replicas)", registry=r
+        )
+        self.webhook_queue = Gauge(
+            "forkd_hub_webhook_deliveries_pending",
+            "Webhook deliveries waiting to be sent or retried (all replicas)",
+            registry=r,
+        )
 
     def observe_request(
         self, route: str, method: str, status: int, seconds: float, bytes_in: int, bytes_out: int
@@ -108,6 +142,8 @@ class HubMetrics:
         """Count one GC run (``result`` e.g. ``"ok"``, ``"error"``, ``"dry_run"``)."""
         self.gc_runs.labels(result=result).inc()
         self.gc_deleted_bytes.inc(deleted_bytes)
+        if result == "ok":
+            self.gc_last_success.set_to_current_time()
 
     def render(self, *, include_private: bool = True) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type, for ``GET /metrics``.

@@ -62,6 +62,9 @@ class Limits:
     chunks_per_query: int = 10_000
     ranges_per_request: int = 256
     upload_lifetime: timedelta = timedelta(hours=24)
+    upload_lease: timedelta = timedelta(seconds=15)
+    """How long a request's hold on an upload session outlives its last heartbeat (renewed every third of it):
+    what a retry waits at most after the replica serving the upload died (registry/push/leases.py)."""
     blob_bytes: int = 64 << 30
     gc_grace: timedelta = timedelta(hours=1)
     min_free_bytes: int = 256 << 20
@@ -303,6 +306,13 @@ def _quota(text: str) -> int | None:
     return _positive(parse_size)(text)
 
 
+def _lease(text: str) -> timedelta:
+    value = parse_duration(text)
+    if value < timedelta(seconds=3):
+        raise SettingsError(f"an upload lease under 3 s would expire between two heartbeats under load: {text!r}")
+    return value
+
+
 def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
@@ -353,6 +363,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "chunks_per_query": (_positive(int), True),
     "ranges_per_request": (_positive(int), True),
     "upload_lifetime": (_positive(parse_duration), True),
+    "upload_lease": (_lease, True),
     "blob_bytes": (_positive(parse_size), True),
     "gc_grace": (parse_duration, True),
     "min_free_bytes": (parse_size, True),

@@ -10,9 +10,16 @@ apt_install_missing install-system-deps qemu-system-x86 busybox-static cpio xfsp
     e2fsprogs `# mkfs.ext4 -d and e2fsck: rootfs images built without mounting (forkd_client/images/ext4.py)` \
     mmdebstrap `# Debian userlands for from-debian (forkd_client/images/debian.py)` \
     umoci `# the independent reference extraction the layer applier is compared with (tests/forkd_client/images)` \
-    docker-registry `# a registry with htpasswd Basic auth for the image fetch tests (no service is started)`
+    docker-registry `# a registry with htpasswd Basic auth for the image fetch tests (no service is started)` \
+    haproxy `# the reference load balancer in front of hub replicas (deploy/haproxy.cfg, tests/e2e/test_operations_*)` \
+    rclone `# the object-store copy of the documented backup and restore (docs/operations.md, tests/e2e)`
 # docker-registry's package may start a service where systemd runs; tests start their own on a free port.
 if [[ " ${APT_INSTALLED[*]} " == *" docker-registry "* ]] && command -v systemctl >/dev/null 2>&1 \
     && systemctl is-active --quiet docker-registry 2>/dev/null; then
     systemctl stop docker-registry || true
+fi
+# haproxy's package starts the distribution's default service where systemd runs; tests start their own.
+if [[ " ${APT_INSTALLED[*]} " == *" haproxy "* ]] && command -v systemctl >/dev/null 2>&1 \
+    && systemctl is-active --quiet haproxy 2>/dev/null; then
+    systemctl stop haproxy || true
 fi

@@ -29,6 +29,7 @@ from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict,
 from ..hub.progress import Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
+from ..hub.retry import Retrier
 from ..hub.signing import keys_for_pull
 from ..node.state import record_pull_rate
 from ..rootfs import missing_rootfs_warning
@@ -45,8 +46,12 @@ if TYPE_CHECKING:
 # signing key, cryptography) or a forkd-registry pull needs is imported where those run.
 
 
-def _client(ref: Reference | None, url: str | None = None, ctx: Context | None = None) -> HubClient:
-    """The client for the hub this command talks to, which it names on stderr (unless ``ctx`` is None)."""
+def _client(
+    ref: Reference | None, url: str | None = None, ctx: Context | None = None, notices: Context | None = None
+) -> HubClient:
+    """The client for the hub this command talks to, which it names on stderr (unless ``ctx`` is None); its
+    retries are told on ``ctx``'s stderr, or on ``notices``' (``--json`` keeps stdout for the JSON, not stderr
+    quiet: a CI log shows what the command rode out)."""
     creds = Credentials().resolve(url)
     base = ref.hub_url(creds.url) if ref is not None else creds.url
     if not base:
@@ -62,6 +67,11 @@ def _client(ref: Reference | None, url: str | None = None, ctx: Context | None =
         else:
             source = "the default login"
         print(f"Using hub {base} ({source}{', anonymous' if not token else ''})", file=ctx.stderr)
+        stderr = ctx.stderr
+        return HubClient(base, token, retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=stderr)))
+    if notices is not None:
+        quiet_stderr = notices.stderr
+        return HubClient(base, token, retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=quiet_stderr)))
     return HubClient(base, token)
 
 
@@ -147,7 +157,10 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     annotations = {} if args.no_provenance else ci_annotations(os.environ)
     started = now_rfc3339()
     progress = make_progress(quiet=args.quiet or (args.json and not args.progress))
-    with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
+    with (
+        ctx.store() as store,
+        _client(ref, ctx=None if args.quiet or args.json else ctx, notices=None if args.quiet else ctx) as client,
+    ):
         # recorded before any upload: a host that cannot (no FUSE, no VMM, a failing command) refuses early
         profile = _record_profile(store, args, progress) if args.record_profile else None
         try:
@@ -289,7 +302,10 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     ref = Reference.parse(args.ref)
     verify_keys = keys_for_pull(ref.namespace, [p.expanduser() for p in args.verify_key])
     progress = make_progress(quiet=args.quiet or args.json)
-    with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
+    with (
+        ctx.store() as store,
+        _client(ref, ctx=None if args.quiet or args.json else ctx, notices=None if args.quiet else ctx) as client,
+    ):
         with _interruptible(
             progress,
             f"pull interrupted: installed links and verified chunks are kept; run "

@@ -25,6 +25,7 @@ from manifest.layer import DataBlob
 from .errors import DigestInvalid, HubError, NotFound
 from .progress import Progress
 from .repository import RepositoryClient
+from .retry import transient
 from .state import TransferState
 
 __all__ = ["UPLOAD_PART", "RecipeUpload", "recipe_document", "upload_blob", "upload_part_bytes"]
@@ -61,15 +62,18 @@ class RecipeUpload:
     key: str
     location: str | None
     inline: set[str]
+    declared: bool = True
+    """Whether the session at ``location`` has the recipe declared (a resumed one has)."""
 
     @property
     def inline_bytes(self) -> int:
         return sum(f.length for f in self.blob.frames if f.digest in self.inline)
 
     @classmethod
-    def plan(cls, repo: RepositoryClient, state: TransferState, blob: DataBlob) -> RecipeUpload:
-        """Resume the selection of an interrupted upload, or ask the hub which frames it holds."""
-        key = f"recipe|{repo.hub.base_url}|{repo.name}|{blob.digest}"
+    def plan(cls, repo: RepositoryClient, state: TransferState, blob: DataBlob) -> RecipeUpload | None:
+        """Resume the selection of an interrupted upload; else mount the blob (None: mounted, nothing to
+        send) or, in the session the hub opened instead, ask it which frames it holds."""
+        key = _recipe_key(repo, blob.digest)
         saved = state.get(key)
         if saved:
             try:
@@ -77,31 +81,42 @@ class RecipeUpload:
                 return cls(blob, key, str(doc["location"]), set(doc["inline"]))
             except (ValueError, KeyError, TypeError):
                 state.delete(key)
+        location = repo.mount_or_start(blob.digest)
+        if location is None:
+            return None
         held = repo.query_frames([f.digest for f in blob.frames])
-        return cls(blob, key, None, {f.digest for f in blob.frames if f.digest not in held})
+        plan = cls(blob, key, location, {f.digest for f in blob.frames if f.digest not in held}, declared=False)
+        plan._save(state)
+        return plan
 
     def _save(self, state: TransferState) -> None:
         state.set(self.key, json.dumps({"location": self.location, "inline": sorted(self.inline)}))
 
     def send(self, repo: RepositoryClient, state: TransferState, progress: Progress) -> int:
-        """Upload the inline frames (resuming at the hub's offset), then finish with the recipe."""
+        """Upload the inline frames (resuming at the hub's offset), then finish with the recipe. Safe to call
+        again after a failure: it resumes, or finds the blob finished."""
         client = repo.hub
         spans = _coalesced((f.offset, f.length) for f in self.blob.frames if f.digest in self.inline)
         size = sum(n for _, n in spans)
         offset = 0
-        if self.location:
+        if self.location and self.declared:
             try:
                 offset = client.upload_offset(self.location)
             except NotFound:
                 self.location = None
+                if repo.blob_exists(self.blob.digest):  # the finish committed; its answer was lost
+                    state.delete(self.key)
+                    return 0
             if offset > size:
                 client.cancel_upload(self.location)  # type: ignore[arg-type]
                 self.location, offset = None, 0
         recipe = recipe_document(self.blob, self.inline)
-        if not self.location:
-            self.location = repo.start_upload()
-            self._save(state)
+        if not self.location or not self.declared:
+            if not self.location:
+                self.location = repo.start_upload()
+                self._save(state)
             repo.declare_recipe(self.location, recipe)  # the hub verifies each part as it arrives
+            self.declared = True
         progress.advance(offset)
         part_size = upload_part_bytes()
         sent = 0
@@ -119,9 +134,16 @@ class RecipeUpload:
                 progress.advance(len(part))
         try:
             repo.finish_recipe(self.location, recipe)
-        finally:
-            state.delete(self.key)  # finished, or refused (the hub dropped the session): start over next time
+        except HubError as e:
+            if not transient(e):  # refused: the hub dropped the session, start over next time
+                state.delete(self.key)
+            raise
+        state.delete(self.key)
         return sent
+
+
+def _recipe_key(repo: RepositoryClient, digest: str) -> str:
+    return f"recipe|{repo.hub.base_url}|{repo.name}|{digest}"
 
 
 def _coalesced(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -160,7 +182,8 @@ def upload_blob(
     repo: RepositoryClient, state: TransferState, digest: str, source: bytes | Path, progress: Progress
 ) -> int:
     """Upload blob ``digest`` (its bytes, or a file) to ``repo`` in parts, resuming a session this
-    state remembers from the offset the hub committed; return the bytes sent. Raises: as the module says."""
+    state remembers from the offset the hub committed, or mounting it when a repository the token may read
+    holds it; return the bytes sent. Safe to call again after a failure. Raises: as the module says."""
     client = repo.hub
     key = f"upload|{client.base_url}|{repo.name}|{digest}"
     size = len(source) if isinstance(source, bytes) else source.stat().st_size
@@ -171,11 +194,18 @@ def upload_blob(
             offset = client.upload_offset(location)
         except NotFound:
             location = None
+            if repo.blob_exists(digest):  # the finish committed; its answer was lost
+                state.delete(key)
+                progress.advance(size)
+                return 0
         if offset > size:
             client.cancel_upload(location)  # type: ignore[arg-type]
             location, offset = None, 0
     if not location:
-        location = repo.start_upload()
+        location = repo.mount_or_start(digest)
+        if location is None:  # mounted from a repository this token may read
+            progress.advance(size)
+            return 0
         state.set(key, location)
     progress.advance(offset)
     part_size = upload_part_bytes()

@@ -5,7 +5,9 @@ sessions by location, presigned store reads, the fleet's inventory reports and p
 (``HubClient.repository(name)``) those about one repository. Unit tests inject ``httpx.MockTransport``;
 end-to-end tests pass Litestar's ``TestClient`` (an ``httpx.Client``) or point at a real
 server. Every response error becomes a typed :mod:`forkd_client.hub.errors` exception parsed
-from the hub's envelope; httpx exceptions never escape this module. All calls have timeouts.
+from the hub's envelope; httpx exceptions never escape this module. All calls have timeouts (seconds
+without a byte moving: ``FORKD_TIMEOUT``, :mod:`.retry`), and reads, manifest PUTs and frame queries are
+retried through outages (a 503, a replica that died, no answer) while ``FORKD_RETRY_FOR`` allows.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .repository import (
     ChainLink,
     RepositoryClient,
 )
+from .retry import Retrier, connect_timeout, http_timeout
 from .storeget import StoreReader, StoreRefusal
 from .transport import make_http_client
 from .wire import LOGIN_HINT, error_from, json_object, range_end, redirect_target, same_origin, split_ranges
@@ -48,11 +51,16 @@ class HubClient:
         token: str | None = None,
         *,
         http: httpx.Client | None = None,
-        timeout: float = 120.0,
+        timeout: float | None = None,
+        retrier: Retrier | None = None,
     ) -> None:
+        """``timeout``: seconds a request may wait without a byte moving (default ``FORKD_TIMEOUT``, 120);
+        ``retrier``: how outages are ridden out (default: ``FORKD_RETRY_FOR``, silent)."""
+        timeout = http_timeout() if timeout is None else timeout
         self.base_url = base_url.rstrip("/")
         self._owns_http = http is None
-        self.http = http or make_http_client(timeout)
+        self.retrier = retrier or Retrier()
+        self.http = http or make_http_client(timeout, connect=connect_timeout())
         # presigned store ranges: read into preallocated buffers, unless the caller brought its own
         # httpx client (tests, hooks) or a proxy is configured (httpx honours it; storeget does not)
         self._store = StoreReader(timeout) if http is None and not urllib.request.getproxies() else None
@@ -89,10 +97,31 @@ class HubClient:
         ok: Iterable[int] = (200,),
         follow: bool = True,
         max_bytes: int = MAX_RESPONSE_BYTES,
+        retry: bool | None = None,
         **kw: Any,
     ) -> httpx.Response:
         """Send one request; read at most ``max_bytes`` of the answer (a hostile or broken hub
-        cannot make the client buffer more), raise the typed error of a refusal."""
+        cannot make the client buffer more), raise the typed error of a refusal. ``retry``: repeat it
+        through transient failures (:mod:`.retry`); by default only GET and HEAD are."""
+        if retry is None:
+            retry = method in ("GET", "HEAD")
+        if not retry:
+            return self._request_once(method, path, ok=ok, follow=follow, max_bytes=max_bytes, **kw)
+        return self.retrier.run(
+            f"{method} {path.split('?', 1)[0]}",
+            lambda: self._request_once(method, path, ok=ok, follow=follow, max_bytes=max_bytes, **kw),
+        )
+
+    def _request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: Iterable[int] = (200,),
+        follow: bool = True,
+        max_bytes: int = MAX_RESPONSE_BYTES,
+        **kw: Any,
+    ) -> httpx.Response:
         headers = dict(kw.pop("headers", None) or {})
         if self.token and "Authorization" not in headers and (path.startswith("/") or same_origin(path, self.base_url)):
             headers["Authorization"] = f"Bearer {self.token}"

@@ -7,6 +7,7 @@
         ├── Forbidden            403: the token lacks the scope
         ├── NotFound             404: repository, manifest, blob or upload unknown (or private)
         ├── HasDependents        409: delete refused; ``.dependents`` lists them
+        ├── UploadBusy           409: another request works on the upload session now (retry after ``.retry_after``)
         ├── DigestInvalid        (also VerificationFailed) bytes did not match their digest (hub side or on arrival here)
         │   └── SignatureInvalid a chain is unsigned, or not signed for this digest by a trusted key
         ├── SignatureRequired    403: the hub's policy wants a signature before this tag moves
@@ -31,6 +32,8 @@ class HubError(ClientError):
         self.code = code
         self.status = status
         self.detail = detail
+        self.retry_after: float | None = None
+        """Seconds the hub asked to wait before trying again (its ``Retry-After``), if it said."""
 
 
 #: HTTP answers that mean "something between us and the hub failed", not "the hub refused"
@@ -61,6 +64,11 @@ class HasDependents(HubError):
         if isinstance(self.detail, dict):
             return list(self.detail.get("dependents", []))
         return []
+
+
+class UploadBusy(HubError):
+    """409 ``BLOB_UPLOAD_BUSY``: another request (a retry's predecessor on a replica that died, or one still
+    running) holds the upload session; its lease runs out within ``retry_after`` seconds."""
 
 
 class TagConflict(HubError):

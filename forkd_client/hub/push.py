@@ -27,12 +27,15 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.chunktree import file_chunk_tree
+from manifest.layer import DataBlob
 from manifest.signature import fingerprint
 
 from ..rootfs import outside_rootfs, push_warning
@@ -40,6 +43,7 @@ from ..snapdir import SNAPSHOT_JSON, LocalSnapshot, read_json_object
 from ..store import SnapshotStore
 from .blobupload import RecipeUpload, recipe_document, upload_blob, upload_part_bytes
 from .client import HubClient
+from .errors import NotFound
 from .layers import BuiltLayer, build_layer, config_metadata
 from .progress import NullProgress, Progress
 from .reference import Reference
@@ -47,6 +51,8 @@ from .repository import ANYWHERE, RepositoryClient
 from .signing import push_signature
 from .state import TransferState
 from .streaming import FrameUploader, StreamedBlob
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -242,8 +248,10 @@ class ChainPush:
             shutil.rmtree(work, ignore_errors=True)
 
     def upload_blobs(self, layer: BuiltLayer, tag: str, streamed: dict[int, StreamedBlob]) -> tuple[int, int, int, int]:
-        """Finish the data blobs streamed during the build and upload what else the hub lacks; return
-        (bytes sent, frames uploaded, frames the hub already held, bytes of those held frames)."""
+        """Finish the data blobs streamed during the build and upload what else the hub lacks, mounting
+        what a repository the token may read already holds; return (bytes sent, frames uploaded, frames
+        the hub already held, bytes of those held frames). Each blob is retried through outages
+        (:mod:`.retry`): an upload resumes where the hub committed."""
         repo, state, progress = self.repo, self.state, self.progress
         done: dict[str, StreamedBlob] = {}
         for number, digest in enumerate(layer.data_blobs):
@@ -253,20 +261,23 @@ class ChainPush:
             elif stream is not None:  # cannot happen with a whole build; start that blob over
                 repo.hub.cancel_upload(stream.location)
         missing = [d for d in layer.blobs if d not in done and not repo.blob_exists(d)]
-        recipes = {d: RecipeUpload.plan(repo, state, layer.data_blobs[d]) for d in missing if d in layer.data_blobs}
+        recipes: dict[str, RecipeUpload] = {}
+        for d in [d for d in missing if d in layer.data_blobs]:
+            plan = self._retry(f"mount or plan {d[:19]}…", partial(RecipeUpload.plan, repo, state, layer.data_blobs[d]))
+            if plan is None:  # mounted: a repository this token may read holds it
+                missing.remove(d)
+            else:
+                recipes[d] = plan
         total = sum(r.inline_bytes if (r := recipes.get(d)) else layer.blob_size(d) for d in missing)
         progress.task(f"push {tag}", total + sum(s.sent for s in done.values()))
         sent = 0
         for digest, stream in done.items():
             blob = layer.data_blobs[digest]
-            repo.finish_recipe(stream.location, recipe_document(blob, stream.inline))
+            self._retry(f"finish {digest[:19]}…", partial(self._finish_streamed, blob, stream))
             sent += stream.sent
             progress.advance(stream.sent)
         for digest in missing:
-            if digest in recipes:
-                sent += recipes[digest].send(repo, state, progress)
-            else:
-                sent += upload_blob(repo, state, digest, layer.blobs[digest], progress)
+            sent += self._upload(layer, digest, recipes.get(digest))
         uploads = [(r.blob, r.inline) for r in recipes.values()] + [
             (layer.data_blobs[d], s.inline) for d, s in done.items()
         ]
@@ -274,6 +285,56 @@ class ChainPush:
         held = sum(len(blob.frames) - len(inline) for blob, inline in uploads)
         held_bytes = sum(f.length for blob, inline in uploads for f in blob.frames if f.digest not in inline)
         return sent, new, held, held_bytes
+
+    def _upload(self, layer: BuiltLayer, digest: str, recipe: RecipeUpload | None) -> int:
+        """Upload one blob (its new frames with ``recipe``, or whole), resuming through outages."""
+        once = _OnceProgress(self.progress)
+
+        def send() -> int:
+            if recipe is not None:
+                return recipe.send(self.repo, self.state, once.attempt())
+            return upload_blob(self.repo, self.state, digest, layer.blobs[digest], once.attempt())
+
+        return self._retry(f"upload {digest[:19]}…", send)
+
+    def _retry(self, what: str, step: Callable[[], T]) -> T:
+        """``step`` through outages, progress being bytes the hub accepted from this push."""
+        return self.repo.hub.retrier.run(what, step, lambda: self.repo.hub.bytes_sent)
+
+    def _finish_streamed(self, blob: DataBlob, stream: StreamedBlob) -> None:
+        """Finish a data blob streamed during the build; after a lost answer, find it finished."""
+        try:
+            self.repo.finish_recipe(stream.location, recipe_document(blob, stream.inline))
+        except NotFound:
+            if not self.repo.blob_exists(blob.digest):
+                raise
+
+
+class _OnceProgress(Progress):
+    """One blob's progress across the retries of its upload: a retry reports again the offset it resumes
+    from, which the bar must not count twice."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress, self._position, self._shown = progress, 0, 0
+
+    def attempt(self) -> _OnceProgress:
+        self._position = 0
+        return self
+
+    def advance(self, nbytes: int) -> None:
+        self._position += nbytes
+        if self._position > self._shown:
+            self._progress.advance(self._position - self._shown)
+            self._shown = self._position
+
+    def task(self, description: str, total: int) -> None:
+        self._progress.task(description, total)
+
+    def busy(self, description: str) -> None:
+        self._progress.busy(description)
+
+    def log(self, message: str) -> None:
+        self._progress.log(message)
 
 
 def _pulled_layer(snap: LocalSnapshot, parent: LocalSnapshot | None, parent_digest: str | None, hub: str) -> str | None:

@@ -133,8 +133,16 @@ class RepositoryClient:
             headers["If-None-Match"] = "*"
         elif isinstance(expect, str):
             headers["If-Match"] = f'"{expect}"'
+        # retried through outages: the same bytes make the same manifest, and the hub accepts a tag already
+        # where this PUT moves it (a retry whose first attempt committed before its answer was lost)
         r = self.hub._request(
-            "PUT", f"/v2/{self.name}/manifests/{ref}", content=data, params=params, headers=headers, ok=(201,)
+            "PUT",
+            f"/v2/{self.name}/manifests/{ref}",
+            content=data,
+            params=params,
+            headers=headers,
+            ok=(201,),
+            retry=True,
         )
         return r.headers.get("docker-content-digest", str(digest_bytes(data)))
 
@@ -298,7 +306,20 @@ class RepositoryClient:
         return read
 
     def start_upload(self) -> str:
-        r = self.hub._request("POST", f"/v2/{self.name}/blobs/uploads/", ok=(202,))
+        r = self.hub._request("POST", f"/v2/{self.name}/blobs/uploads/", ok=(202,), retry=True)
+        if "location" not in r.headers:
+            raise HubError(f"hub started an upload to {self.name} without a Location header")
+        return r.headers["location"]
+
+    def mount_or_start(self, digest: str) -> str | None:
+        """Link blob ``digest`` from any repository of this hub the token may read (a cross-repository
+        mount: no bytes sent, nothing re-verified) and return None; where no readable repository holds it,
+        the hub opens an upload session instead: return its location."""
+        r = self.hub._request(
+            "POST", f"/v2/{self.name}/blobs/uploads/", params={"mount": digest}, ok=(201, 202), retry=True
+        )
+        if r.status_code == 201:
+            return None
         if "location" not in r.headers:
             raise HubError(f"hub started an upload to {self.name} without a Location header")
         return r.headers["location"]
@@ -309,7 +330,7 @@ class RepositoryClient:
         found: set[str] = set()
         for start in range(0, len(digests), QUERY_BATCH):
             body = {"digests": list(digests[start : start + QUERY_BATCH])}
-            r = self.hub._request("POST", f"/api/v1/repositories/{self.name}/frames/query", json=body)
+            r = self.hub._request("POST", f"/api/v1/repositories/{self.name}/frames/query", json=body, retry=True)
             try:
                 for digest, frame in json_object(r, f"frames/query answer for {self.name}").get("found", {}).items():
                     if int(frame["length"]) <= 0:

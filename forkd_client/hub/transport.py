@@ -46,10 +46,13 @@ class LazyTLSTransport(httpx.BaseTransport):
             self._tls.close()
 
 
-def make_http_client(timeout: float, *, max_connections: int = 16, keepalive: int = 16) -> httpx.Client:
-    """The client HubClient uses by default: bounded pool, no automatic redirects."""
+def make_http_client(
+    timeout: float, *, connect: float = 10.0, max_connections: int = 16, keepalive: int = 16
+) -> httpx.Client:
+    """The client HubClient uses by default: bounded pool, no automatic redirects. ``timeout`` bounds each
+    read and write (seconds without a byte moving, never a whole request); ``connect`` opening a connection."""
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive)
-    options = {"timeout": httpx.Timeout(timeout, connect=10.0), "follow_redirects": False}
+    options = {"timeout": httpx.Timeout(timeout, connect=connect), "follow_redirects": False}
     if urllib.request.getproxies():
         return httpx.Client(limits=limits, **options)  # type: ignore[arg-type]
     return httpx.Client(transport=LazyTLSTransport(limits), **options)  # type: ignore[arg-type]

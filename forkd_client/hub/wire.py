@@ -17,6 +17,7 @@ from manifest.digest import digest_bytes, parse_digest
 from manifest.jsontext import loads as loads_json
 
 from .errors import (
+    GATEWAY_STATUSES,
     DigestInvalid,
     Forbidden,
     HasDependents,
@@ -25,6 +26,7 @@ from .errors import (
     SignatureRequired,
     TagConflict,
     Unauthorized,
+    UploadBusy,
 )
 from .lean_httpx import httpx
 from .storeget import slice_ranges
@@ -161,6 +163,8 @@ def error_from(response: httpx.Response, method: str, path: str, *, anonymous: b
     except (ValueError, AttributeError, TypeError, KeyError):  # not our envelope: keep the HTTP status
         pass
     status = response.status_code
+    if code == "UNKNOWN" and status in GATEWAY_STATUSES:  # no envelope (a HEAD, a proxy's own page): say what it means
+        message += ": the hub, or what it depends on, is unavailable; retry later"
     cls: type[HubError] = HubError
     if code == "SIGNATURE_REQUIRED":
         cls = SignatureRequired
@@ -177,6 +181,17 @@ def error_from(response: httpx.Response, method: str, path: str, *, anonymous: b
         cls = HasDependents
     elif status == 409 and code == "TAG_CONFLICT":
         cls = TagConflict
+    elif status == 409 and code == "BLOB_UPLOAD_BUSY":
+        cls = UploadBusy
     elif code == "DIGEST_INVALID":
         cls = DigestInvalid
-    return cls(message, code=code, status=status, detail=detail)
+    error = cls(message, code=code, status=status, detail=detail)
+    error.retry_after = _retry_after(response.headers.get("retry-after"))
+    return error
+
+
+def _retry_after(header: str | None) -> float | None:
+    """``Retry-After`` in seconds (the delta form; an HTTP date is ignored), at most an hour."""
+    if header is None or not header.strip().isdigit():
+        return None
+    return min(float(header.strip()), 3600.0)

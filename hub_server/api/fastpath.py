@@ -24,6 +24,7 @@ from typing import Any
 
 from hub_server.auth.errors import AuthError
 from hub_server.auth.scopes import Principal
+from hub_server.db.outage import DatabaseUnavailable
 from hub_server.errors import HubError
 from hub_server.metrics import ASGIApp, Receive, Scope, Send
 from hub_server.registry.core.access import authorize
@@ -99,7 +100,7 @@ class ManifestFastPath:
             reference = parse_reference(ref)
             principal = await authenticator.principal(authorization[0].decode("latin-1") if authorization else None)
             authorize(principal, facts.full_name, facts, "pull")
-        except (AuthError, HubError):  # refused or malformed: the route answers it, with its envelope
+        except (AuthError, HubError, DatabaseUnavailable):  # refused, malformed or an outage: the route answers it
             return None
         digest = (
             facts.tags.get(reference.tag)

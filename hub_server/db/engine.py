@@ -16,7 +16,11 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from hub_server.db.outage import OutageAwareSession
 from hub_server.settings import sqlite_url as sqlite_url  # the default URL is a setting; re-exported for callers
+
+#: Seconds a new PostgreSQL connection may take before the database counts as unreachable.
+CONNECT_TIMEOUT = 10
 
 #: Modules that define SQLModel tables. Add yours here.
 MODEL_MODULES = (
@@ -44,11 +48,13 @@ def make_engine(url: str) -> AsyncEngine:
             cur.close()
 
         return engine
-    return create_async_engine(url, pool_pre_ping=True)
+    # a server that does not answer is an outage after 10 s (asyncpg's default is 60), not a request stuck for a minute
+    return create_async_engine(url, pool_pre_ping=True, connect_args={"timeout": CONNECT_TIMEOUT})
 
 
 def make_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, class_=AsyncSession, expire_on_commit=False)
+    """Sessions whose blocks raise ``DatabaseUnavailable`` when the database is unreachable (db/outage.py)."""
+    return async_sessionmaker(engine, class_=OutageAwareSession, expire_on_commit=False)
 
 
 def import_models() -> None:

@@ -17,7 +17,7 @@
                                                                      a stored zstd frame, by the blake3 of its bytes
     recipe_frames     (blob_digest, offset, frame_digest, length)    a data blob stored as frames, in order
     uploads           (id, repository_id, size, created_at, updated_at, lease_owner, lease_until, opened_by)
-                                                                     opened_by: the token that opened it (revision 0012)
+                                                                     opened_by: the token that opened it (revision 0013)
     upload_recipes    (upload_id PK, recipe, next_frame, consumed, carry, sha256_state, hashed, valid)
                                                                      a recipe declared before its frames, verified
                                                                      as PATCHes stream in (revision 0011)

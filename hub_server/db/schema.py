@@ -2,8 +2,17 @@
 
 ``forkd-hub migrate`` calls :func:`upgrade`; every start (``serve``, ``gc``, ``token``, ``audit``,
 through ``hub_server.compose.open_hub``) calls :func:`ensure_current`, which refuses a schema
-newer or older than this code, or upgrades an older one when migrating on start is allowed (the
-embedded SQLite default, ``Settings.migrate_on_start``).
+older than this code, or upgrades it when migrating on start is allowed (the embedded SQLite default,
+``Settings.migrate_on_start``).
+
+A schema **newer** than this code is refused unless it was declared compatible with it: each revision
+module says ``expand = True`` when the code of the revision before it still runs on it (it only adds:
+tables, nullable columns or columns with defaults, indexes), and :func:`upgrade` records in ``schema_compat``
+the oldest code revision that may run on the schema it made (:func:`oldest_code`: back over the expand
+revisions). A replica of the previous release that restarts after ``forkd-hub migrate`` of an expand-only
+release therefore starts (with a warning), which is what makes rolling upgrades work; a ``contract``
+revision (drops, renames, new constraints) is refused by older code, and comes one release after the code
+stopped using what it removes (docs/decisions/0005-schema-migrations.md).
 
 A database made before Alembic (by the hand-written migration 1, recorded in a
 ``schema_versions`` table) holds exactly revision ``0001``'s tables: it is stamped ``0001``
@@ -17,6 +26,7 @@ SQLAlchemy and driver errors pass through (``open_hub`` reports them).
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +50,12 @@ __all__ = [
     "ensure_current",
     "head_revision",
     "include_object",
+    "oldest_code",
     "state",
     "upgrade",
 ]
+
+log = logging.getLogger(__name__)
 
 REVISIONS = Path(__file__).with_name("revisions")
 #: The revision equal to what the pre-Alembic ``schema_versions`` migration 1 created.
@@ -54,7 +67,14 @@ _PG_LOCK = 0x666B6468_736368
 
 #: Tables that revisions create without a SQLModel class (e.g. a SQLite FTS5 index and its
 #: shadow tables ``<name>_data``, ``<name>_idx`` …): autogenerate and the model check skip them.
-UNMODELLED_TABLES: frozenset[str] = frozenset({"repository_search"})  # revision 0008, db/search_index.py
+UNMODELLED_TABLES: frozenset[str] = frozenset(
+    {
+        "repository_search",  # revision 0008, db/search_index.py
+        "schema_compat",  # revision 0012: written and read here only, by plain SQL
+    }
+)
+#: The table naming the oldest code revision that runs on the schema (revision 0012).
+COMPAT_TABLE = "schema_compat"
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
@@ -77,6 +97,8 @@ class SchemaState:
     """Made by the pre-Alembic migrations (has ``schema_versions``, no ``alembic_version``)."""
     known: bool = True
     """``current`` is a revision this code has (False: a newer forkd-hub migrated it)."""
+    oldest_code: str | None = None
+    """The oldest code revision the schema's migration declared able to run on it (``schema_compat``)."""
 
     @property
     def up_to_date(self) -> bool:
@@ -106,8 +128,49 @@ def _state(conn: Connection) -> SchemaState:
     try:
         _scripts().get_revision(current)
     except CommandError:
-        return SchemaState(current, head, known=False)
+        return SchemaState(current, head, known=False, oldest_code=_recorded_oldest_code(conn, current))
     return SchemaState(current, head)
+
+
+def _recorded_oldest_code(conn: Connection, current: str) -> str | None:
+    """What ``schema_compat`` says about the schema at ``current`` (None: nothing, or a row written for another
+    revision: whatever moved the schema since did not declare it compatible)."""
+    if not inspect(conn).has_table(COMPAT_TABLE):
+        return None
+    row = conn.execute(text(f"SELECT revision, oldest_code FROM {COMPAT_TABLE} WHERE id = 1")).first()
+    return row[1] if row is not None and row[0] == current else None
+
+
+def oldest_code(revision: str) -> str:
+    """The oldest code revision that runs on a schema at ``revision``: back over the revisions that declare
+    ``expand = True`` (the code before each runs on it), stopping at the first that does not."""
+    scripts = _scripts()
+    oldest = revision
+    while True:
+        module = scripts.get_revision(oldest)
+        if module is None or not getattr(module.module, "expand", False) or module.down_revision is None:
+            return oldest
+        oldest = str(module.down_revision)
+
+
+def _known(revision: str | None) -> bool:
+    if revision is None:
+        return False
+    try:
+        return _scripts().get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def _record_compat(conn: Connection, head: str) -> None:
+    """Write which code may run on the schema now at ``head`` (in the migration's transaction)."""
+    if not inspect(conn).has_table(COMPAT_TABLE):
+        return
+    conn.execute(text(f"DELETE FROM {COMPAT_TABLE}"))
+    conn.execute(
+        text(f"INSERT INTO {COMPAT_TABLE} (id, revision, oldest_code) VALUES (1, :revision, :oldest)"),
+        {"revision": head, "oldest": oldest_code(head)},
+    )
 
 
 async def state(engine: AsyncEngine) -> SchemaState:
@@ -142,6 +205,7 @@ def _upgrade(conn: Connection) -> list[str]:
             env.get_context().stamp(scripts, BASELINE)
         with env.begin_transaction():
             env.run_migrations()
+    _record_compat(conn, now.head)
     return applied
 
 
@@ -162,7 +226,17 @@ async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> list[str]:
     """
     now = await state(engine)
     if not now.known:
-        raise SchemaMismatch(_newer_message(now))
+        if not _known(now.oldest_code):
+            raise SchemaMismatch(_newer_message(now))
+        log.warning(
+            "the database schema is at revision %s, newer than this forkd-hub's %s; its migration declared code "
+            "from revision %s on able to run on it (expand-only), so this one starts: replace it with the new release",
+            now.current,
+            now.head,
+            now.oldest_code,
+            extra={"schema": now.current, "code": now.head, "oldest_code": now.oldest_code},
+        )
+        return []
     if now.up_to_date:
         return []
     if not migrate:
@@ -174,7 +248,8 @@ async def ensure_current(engine: AsyncEngine, *, migrate: bool) -> list[str]:
 
 
 def _newer_message(now: SchemaState) -> str:
+    why = f"; it needs code from revision {now.oldest_code} on" if now.oldest_code is not None else ""
     return (
         f"the database schema is at revision {now.current}, newer than this forkd-hub knows "
-        f"(its newest is {now.head}): run the forkd-hub version that migrated it, or a later one"
+        f"(its newest is {now.head}){why}: run the forkd-hub version that migrated it, or a later one"
     )

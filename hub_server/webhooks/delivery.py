@@ -42,6 +42,8 @@ from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.auth.models import utcnow
+from hub_server.db.outage import DatabaseUnavailable
+from hub_server.outages import DATABASE, Outages
 from hub_server.webhooks.guard import AllowList, Destination, DestinationRefused, check_url
 from hub_server.webhooks.logprune import PRUNE_EVERY, prune_deliveries
 from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
@@ -129,11 +131,13 @@ class Deliverer:
         self,
         sessions: async_sessionmaker[AsyncSession],
         policy: DeliveryPolicy,
+        outages: Outages | None = None,
         *,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._sessions = sessions
         self.policy = policy
+        self._outages = outages or Outages()
         self._clock = clock
         self._wake: asyncio.Event | None = None
         self._tls = policy.tls_context()
@@ -182,6 +186,9 @@ class Deliverer:
                 while await self.run_due() == self.policy.batch and not stop.is_set():
                     pass  # a full batch: more may be due
                 await self._prune_now_and_then()
+                self._outages.recovered(DATABASE)
+            except DatabaseUnavailable as e:  # one line when it goes down (hub_server/outages.py), not one per poll
+                self._outages.failed(DATABASE, e.reason)
             except Exception:  # noqa: BLE001 - logged; the next poll tries again
                 log.exception("webhook delivery loop failed")
             with contextlib.suppress(TimeoutError):
@@ -242,6 +249,8 @@ class Deliverer:
         duration_ms = round((time.monotonic() - started) * 1000)
         try:
             await self._record(delivery, outcome, duration_ms)
+        except DatabaseUnavailable as e:  # the claim's lease expires; the delivery is attempted again
+            self._outages.failed(DATABASE, e.reason)
         except Exception:  # noqa: BLE001 - e.g. the webhook was removed meanwhile; its lease expires
             log.exception("recording webhook delivery %s failed", delivery.id)
 

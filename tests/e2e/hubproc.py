@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -47,17 +48,35 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path | None = None) -> N
     wait_ready(lambda: healthy(url), what=f"forkd-hub serve on {url}", proc=proc, log=log)
 
 
+#: Seconds the hub lets in-flight requests finish on SIGTERM (hub_server/cli.py, timeout_graceful_shutdown).
+GRACEFUL_STOP = 30
+
+
 class HubProcess:
     """A running hub: ``url``, ``data_dir``, ``token(name, *scopes)``, ``stop()``."""
 
-    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        port: int | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
+        """Start ``forkd-hub serve`` (on ``port``, else a free one, with ``args`` added) and wait for /healthz.
+        The log is appended to, so a replica restarted on the same data keeps one log."""
         self.data_dir = data_dir
         self.env = {**os.environ, "FORKD_HUB_DATA_DIR": str(data_dir), **(env or {})}
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log_path.open("w")
+        self._log = log_path.open("a")
+        self._log_start = self._log.tell()
         self.proc = subprocess.Popen(
-            forkd_hub("serve", "--port", str(self.port)), env=self.env, stdout=self._log, stderr=subprocess.STDOUT
+            forkd_hub("serve", "--port", str(self.port), *args),
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
         try:
             wait_healthy(self.url, self.proc, log_path)
@@ -84,15 +103,30 @@ class HubProcess:
                 out.append((entry["method"], entry["path"], entry["status"]))
         return out
 
+    def kill(self) -> None:
+        """SIGKILL the hub (a crash: nothing it holds is given back)."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+    def log(self) -> str:
+        """What this process wrote to its log."""
+        with open(self._log.name, errors="replace") as f:
+            f.seek(self._log_start)
+            return f.read()
+
     def stop(self) -> int:
-        """SIGTERM the hub and return its exit status; its log must hold no traceback."""
+        """SIGTERM the hub and return its exit status; its log must hold no traceback.
+
+        The hub lets in-flight requests finish for up to 30 s (``timeout_graceful_shutdown``) before it closes
+        its database and store: wait that plus the time a loaded machine needs to close them."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            code = self.proc.wait(timeout=30)
+            code = self.proc.wait(timeout=GRACEFUL_STOP + 60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
         finally:
             self._log.close()
-        assert_no_traceback(Path(self._log.name).read_text(errors="replace"), f"hub log {self._log.name}")
+        assert_no_traceback(self.log(), f"hub log {self._log.name}")
         return code

@@ -56,6 +56,21 @@ def test_metrics_exposes_http_storage_and_chunk_counters(hub: Hub, images, tmp_p
     assert 'forkd_hub_repositories{visibility="private"} 1.0' in admin
 
 
+def test_metrics_report_the_queues_an_operator_alerts_on(hub: Hub):
+    """Open upload sessions and pending webhook deliveries, across replicas (counted in the database)."""
+    token = hub.token("admin", "admin")
+
+    def gauge(name: str) -> float:
+        hub.call(hub.registry.refresh_gauges, 0)
+        text = hub.client.get("/metrics", headers=auth(token)).text
+        return float(next(line for line in text.splitlines() if line.startswith(f"{name} ")).split()[1])
+
+    assert gauge("forkd_hub_upload_sessions") == 0 and gauge("forkd_hub_webhook_deliveries_pending") == 0
+    for _ in range(2):
+        assert hub.client.post("/v2/acme/vm/blobs/uploads/", headers=auth(token)).status_code == 202
+    assert gauge("forkd_hub_upload_sessions") == 2
+
+
 @pytest.mark.parametrize("path", ["/metrics", "/healthz", "/schema/openapi.json", "/schema/swagger", "/v2/"])
 def test_system_routes_refuse_a_bad_token_like_every_route(hub: Hub, path: str):
     """Issue 16 item 7: the documented rule (a bad token is a 401 on every route) holds here too.

@@ -109,7 +109,8 @@ def test_create_list_revoke_audit(tmp_path, capsys):
 
     assert verify_jsonl(default_jsonl_path(tmp_path)) == 2
     code, out, _ = run(capsys, "audit", "--verify", "--data-dir", d)
-    assert code == 0 and "2 events, hash chain intact and matching the database" in out
+    assert code == 0 and "database: 2 events, hash chain intact\n" in out
+    assert f"{default_jsonl_path(tmp_path)}: the same 2 events, line for line\n" in out
     head = out.split("head ", 1)[1].split()[0]
     code, out, _ = run(capsys, "audit", "--verify", "--expect-head", head, "--data-dir", d)
     assert code == 0 and f"head {head}" in out

@@ -53,6 +53,19 @@ def test_exceptions_and_unencodable_values(root_stream):
     assert record["obj"].startswith("<object object")
 
 
+def test_urllib3_header_warnings_are_one_line_without_a_traceback(root_stream):
+    """Seen from SeaweedFS under load (issue 28): urllib3 logs it with its traceback though it used the answer."""
+    try:
+        raise ValueError("[MissingHeaderBodySeparatorDefect()]")
+    except ValueError:
+        logging.getLogger("urllib3.connection").warning(
+            "Failed to parse headers (url=%s): %s", "http://s3/k", "x", exc_info=True
+        )
+    [record] = lines(root_stream, "urllib3.connection")
+    assert record["msg"] == "Failed to parse headers (url=http://s3/k): x" and "exc" not in record
+    assert "Traceback" not in root_stream.getvalue()
+
+
 def test_configure_logging_is_idempotent_and_checks_the_level(root_stream):
     stream = io.StringIO()
     configure_logging("warning", stream=stream)

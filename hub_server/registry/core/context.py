@@ -13,6 +13,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.audit import AuditLog
 from hub_server.db.models import utcnow
 from hub_server.metrics import HubMetrics
+from hub_server.outages import Outages
 from hub_server.registry.core.readcache import ReadCache
 from hub_server.settings import Limits
 from hub_server.storage import BlobStore
@@ -59,3 +60,5 @@ class RegistryContext:
     """Seconds a fleet host's inventory counts for placement after its last report (``FORKD_HUB_NODE_TTL``)."""
     namespace_quota: int | None = None
     """Hub-wide default storage quota of a namespace (``FORKD_HUB_NAMESPACE_QUOTA``; ``content/quotas.py``)."""
+    outages: Outages = field(default_factory=Outages)
+    """Which dependencies are down as this process saw them (hub_server/outages.py): logged once per change."""

@@ -19,6 +19,9 @@
                                     lists its frames in order (registry/push/packs.py, recipes.py).
                                     ``<id>`` is 32 lowercase hex (the upload session's uuid).
     forkd-packs/<ns>/<repo>/<alg>-<hex>.forkd-snapshot.tar.zst|.json   forkd pack of manifest <alg>:<hex> and its {sha256, size}, built once (registry/forkd/compat.py)
+    healthz/write-probe             a few bytes ``/healthz`` rewrites (at most every few seconds per
+                                    process) to prove the store still accepts writes (a full store
+                                    reads fine and refuses every write); never referenced, never collected
     quarantine/<key>                an object ``forkd-hub verify --quarantine`` found damaged or
                                     orphaned, moved aside from ``<key>`` (never deleted by the hub;
                                     table ``damage`` says why, registry/upkeep/scrub.py)
@@ -39,6 +42,7 @@ __all__ = [
     "FORKD_PACK_SUFFIX",
     "FRAME_PACKS_PREFIX",
     "HEALTH_PROBE_KEY",
+    "HEALTH_WRITE_KEY",
     "QUARANTINE_PREFIX",
     "UPLOADS_PREFIX",
     "blob_key",
@@ -60,6 +64,8 @@ FORKD_PACKS_PREFIX = "forkd-packs"
 FORKD_PACK_SUFFIX = ".forkd-snapshot.tar.zst"
 #: A key the readiness check asks about: its answer (present or not) proves the store responds.
 HEALTH_PROBE_KEY = f"{BLOBS_PREFIX}/healthz"
+#: The object the readiness check rewrites: a store that refuses it refuses pushes too (full, read-only).
+HEALTH_WRITE_KEY = "healthz/write-probe"
 _PACK_ID = re.compile(r"[0-9a-f]{32}")
 
 

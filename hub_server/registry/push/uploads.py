@@ -6,16 +6,16 @@ re-hashes the whole staged object (in worker threads), moves it to its content a
 if it matches, and links it to the repository; on a mismatch the staged bytes and the session
 are deleted. A data blob's session may declare its recipe first (``declare_recipe``): its
 PATCHes then verify the frames as they stream in (registry/push/upload_verify.py) and
-``finish_recipe`` only commits. At most one request works on a session at a time, whichever replica it reaches: it
-takes a lease on the session's row (``uploads.lease_owner``/``lease_until``, one conditional
-``UPDATE``), renews it while a long body streams in, and gives it back at the end; a lease left
-by a crashed replica expires after :data:`UPLOAD_LEASE`.
+``finish_recipe`` only commits. At most one request works on a session at a time, whichever replica it reaches:
+it holds the session's lease (registry/push/leases.py: renewed by a heartbeat while it works, given back at the
+end; a crashed replica's lease runs out within ``limits.upload_lease``, seconds), and renews it once more
+right before it commits anything.
 
 A session records the token that opened it (``uploads.opened_by``): its status and its cancel also
 serve that token with pull alone (OCI clients reuse one pull token for every ``GET``), never anyone
 else who may not push (the URL is not a capability a reader of the repository may use).
 
-Errors: ``HubError`` (``BLOB_UPLOAD_UNKNOWN``, ``BLOB_UPLOAD_INVALID``, ``RANGE_INVALID``,
+Errors: ``HubError`` (``BLOB_UPLOAD_UNKNOWN``, ``BLOB_UPLOAD_INVALID``, ``BLOB_UPLOAD_BUSY``, ``RANGE_INVALID``,
 ``DIGEST_INVALID``, ``NAME_INVALID``, ``NAME_UNKNOWN``), ``Unauthorized``/``Forbidden`` (``Unauthorized``
 ``insufficient_scope`` for a mount whose registry token cannot read its source but whose API token
 could), storage errors.
@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 import anyio
-from sqlalchemy import or_, update
-from sqlmodel import col
 
 from hub_server.auth.errors import Unauthorized
 from hub_server.auth.scopes import repository_scope
@@ -50,6 +47,7 @@ from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import check_digest, check_repository, parse_digest
 from hub_server.registry.core.paths import session_pack_key, upload_key
 from hub_server.registry.core.sql import insert_ignore
+from hub_server.registry.push.leases import Lease, UploadLeases
 from hub_server.registry.push.packs import Recipe, ingest_recipe, keep_frames, parse_recipe
 from hub_server.registry.push.upload_verify import (
     FrameStream,
@@ -61,10 +59,7 @@ from hub_server.registry.push.upload_verify import (
 )
 from hub_server.storage import BlobInfo, BlobNotFound, BlobWriter
 
-__all__ = ["UPLOAD_LEASE", "BlobCommitted", "UploadService", "UploadStatus"]
-
-#: How long a request holds an upload session without renewing; renewed every third of it.
-UPLOAD_LEASE = timedelta(minutes=10)
+__all__ = ["BlobCommitted", "UploadService", "UploadStatus"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +83,7 @@ class BlobCommitted:
 class UploadService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
+        self.leases = UploadLeases(ctx)
 
     # -- public operations ---------------------------------------------------------------
 
@@ -163,7 +159,7 @@ class UploadService:
         when the body length differs from the range or the blob would exceed the size limit.
         """
         upload = await self._session(scope, upload_id)
-        async with self._exclusive(upload_id) as lease:
+        async with self.leases.hold(upload_id) as lease:
             size = await self._append(upload, body, content_range, lease)
         return UploadStatus(upload_id, scope.full_name, size)
 
@@ -185,10 +181,11 @@ class UploadService:
         want = parse_digest(digest)
         upload = await self._session(scope, upload_id)
         key = upload_key(upload_id)
-        async with self._exclusive(upload_id) as lease:
+        async with self.leases.hold(upload_id) as lease:
             if body is not None:
                 await self._append(upload, body, content_range, lease)
             got, size = await digest_object(self.ctx.store, key, want.algorithm)
+            await self.leases.renew(lease)  # still ours: nobody took the session over while it was hashed
             if got != want:
                 await self._drop(upload_id)
                 raise HubError(
@@ -217,7 +214,7 @@ class UploadService:
         """
         parsed = parse_recipe(recipe, self.ctx.limits.blob_bytes)
         await self._session(scope, upload_id)
-        async with self._exclusive(upload_id):
+        async with self.leases.hold(upload_id) as lease:
             try:
                 async with self.ctx.sessions() as session:
                     await check_storage(session, self.ctx, scope.namespace, adding=parsed.size, blob=parsed.digest)
@@ -230,6 +227,7 @@ class UploadService:
                     )
                 if declared is not None and declared[1] is not None:  # verified as it streamed in
                     await declared[1].finish(parsed)
+                    await self.leases.renew(lease)
                     await keep_frames(self.ctx, scope.id, upload_id, parsed)
                 else:
                     await ingest_recipe(self.ctx, scope.principal, scope.id, upload_id, parsed)
@@ -250,7 +248,7 @@ class UploadService:
         (the session and its bytes are deleted); HubError(BLOB_UPLOAD_UNKNOWN).
         """
         await self._session(scope, upload_id)
-        async with self._exclusive(upload_id):
+        async with self.leases.hold(upload_id):
             try:
                 # a whole recipe tells the blob's size before its frames are sent: over quota, it stops here (a
                 # recipe declared in parts is checked when it is finished)
@@ -268,7 +266,7 @@ class UploadService:
     async def cancel(self, scope: RepositoryScope, upload_id: str) -> None:
         """Delete the session and its staged bytes (``scope``: as for :meth:`status`). Raises: as :meth:`status`."""
         await self._session(scope, upload_id, opener_may=True)
-        async with self._exclusive(upload_id):
+        async with self.leases.hold(upload_id):
             await self._drop(upload_id)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -349,7 +347,7 @@ class UploadService:
             ) from None
 
     async def _append(
-        self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None, lease: str
+        self, upload: Upload, body: AsyncIterator[bytes], content_range: tuple[int, int] | None, lease: Lease
     ) -> int:
         state = await declared_row(self.ctx, upload.id)
         try:
@@ -395,17 +393,15 @@ class UploadService:
         upload: Upload,
         body: AsyncIterator[bytes],
         content_range: tuple[int, int] | None,
-        lease: str,
+        lease: Lease,
         writer: BlobWriter,
         stream: FrameStream | None,
     ) -> BlobInfo:
         """Write ``body`` (verifying it through ``stream`` when a recipe was declared) and commit it."""
         limit = self.ctx.limits.blob_bytes
         start = writer.size
-        renewed = self.ctx.clock()
         async for piece in body:
-            if self.ctx.clock() - renewed > UPLOAD_LEASE / 3:
-                renewed = await self._renew(upload.id, lease)
+            lease.check()  # taken over (this request stalled past its lease): write nothing more
             if writer.size + len(piece) > limit:
                 raise HubError(
                     ErrorCode.BLOB_UPLOAD_INVALID,
@@ -424,6 +420,7 @@ class UploadService:
             )
         if stream is not None:
             await stream.settle()
+        await self.leases.renew(lease)  # the fence: commit only while the session is still this request's
         return await writer.commit()
 
     async def _drop(self, upload_id: str, *, keep_pack: bool = False) -> None:
@@ -436,59 +433,6 @@ class UploadService:
             if row is not None:
                 await session.delete(row)
                 await session.commit()
-
-    @asynccontextmanager
-    async def _exclusive(self, upload_id: str) -> AsyncIterator[str]:
-        """Hold the session's lease (any replica); yields the lease token.
-
-        A second request is told the session is busy instead of waiting, because its offset
-        would be stale by the time it ran anyway. Raises: HubError(BLOB_UPLOAD_INVALID).
-        """
-        token = uuid.uuid4().hex
-        now = self.ctx.clock()
-        async with self.ctx.sessions() as session:
-            taken = await session.exec(
-                update(Upload)
-                .where(
-                    col(Upload.id) == upload_id,
-                    or_(col(Upload.lease_until).is_(None), col(Upload.lease_until) < now),
-                )
-                .values(lease_owner=token, lease_until=now + UPLOAD_LEASE)
-            )
-            await session.commit()
-        if taken.rowcount != 1:
-            raise HubError(
-                ErrorCode.BLOB_UPLOAD_INVALID, f"upload {upload_id} is busy with another request", {"uuid": upload_id}
-            )
-        try:
-            yield token
-        finally:
-            with anyio.CancelScope(shield=True):
-                async with self.ctx.sessions() as session:
-                    await session.exec(
-                        update(Upload)
-                        .where(
-                            col(Upload.id) == upload_id,
-                            col(Upload.lease_owner) == token,
-                        )
-                        .values(lease_owner=None, lease_until=None)
-                    )
-                    await session.commit()
-
-    async def _renew(self, upload_id: str, token: str) -> datetime:
-        """Extend the lease ``token`` holds on the upload; return the renewal time."""
-        now = self.ctx.clock()
-        async with self.ctx.sessions() as session:
-            await session.exec(
-                update(Upload)
-                .where(
-                    col(Upload.id) == upload_id,
-                    col(Upload.lease_owner) == token,
-                )
-                .values(lease_until=now + UPLOAD_LEASE)
-            )
-            await session.commit()
-        return now
 
 
 def _valid_id(upload_id: str) -> bool:

@@ -77,7 +77,14 @@ from hub_server.registry.core.paths import (
     upload_key,
 )
 from hub_server.registry.core.sql import batched
-from hub_server.registry.upkeep.gcstate import acquire_lease, holder_name, release_lease, settle_marks
+from hub_server.registry.upkeep.gcstate import (
+    HOLD_PREFIX,
+    acquire_lease,
+    holder_name,
+    release_hold,
+    release_lease,
+    settle_marks,
+)
 from hub_server.registry.upkeep.retention import ExpiredTag, expire_tags, plan_retention
 from hub_server.registry.upkeep.usage import stored_bytes
 from hub_server.storage import BlobNotFound
@@ -124,6 +131,23 @@ class GcReport:
 class GarbageCollector:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
+
+    async def hold(self, duration: timedelta, actor: str) -> datetime:
+        """Keep every replica from collecting for ``duration`` (a backup: nothing is deleted meanwhile); returns
+        until when. Raises GcBusy while a run is sweeping (hold once it ends)."""
+        until = self.ctx.clock() + duration
+        async with self.ctx.sessions() as session:
+            await acquire_lease(session, f"{HOLD_PREFIX}{actor}:{holder_name()}", self.ctx.clock(), duration)
+        await self.ctx.audit.record(actor, "gc.hold", detail={"until": until.isoformat()})
+        return until
+
+    async def release_hold(self, actor: str) -> bool:
+        """End a hold taken by :meth:`hold`; whether one was held."""
+        async with self.ctx.sessions() as session:
+            released = await release_hold(session)
+        if released:
+            await self.ctx.audit.record(actor, "gc.release", detail={})
+        return released
 
     async def run(
         self,

@@ -2,7 +2,9 @@
 
 **Lease** (``gc_leases``): one row per name; a run takes it with one conditional statement
 (free, or expired because its holder died) and gives it back at the end, so one replica
-sweeps at a time. A replica that finds it held skips its run (:class:`GcBusy`).
+sweeps at a time. A replica that finds it held skips its run (:class:`GcBusy`). An operator holds it
+too, for a while, to keep every replica from deleting anything during a backup (``forkd-hub gc --hold``,
+holder ``hold:…``; ``--release`` gives it back, or it expires).
 
 **Marks** (``gc_marks``): the first run that finds a manifest or blob unreferenced records
 when (``unreferenced_since``); a run deletes it only once that is older than the grace period,
@@ -28,11 +30,22 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.db.models import GcLease, GcMark
 from hub_server.registry.core.sql import batched, insert_ignore
 
-__all__ = ["GC_LEASE", "GcBusy", "acquire_lease", "holder_name", "release_lease", "settle_marks"]
+__all__ = [
+    "GC_LEASE",
+    "HOLD_PREFIX",
+    "GcBusy",
+    "acquire_lease",
+    "holder_name",
+    "release_hold",
+    "release_lease",
+    "settle_marks",
+]
 
 #: A run renews nothing: it must finish within this, or another replica may start sweeping.
 GC_LEASE = timedelta(hours=1)
 LEASE_NAME = "gc"
+#: Holders of a lease taken by ``forkd-hub gc --hold`` (a backup in progress), not by a run.
+HOLD_PREFIX = "hold:"
 
 
 class GcBusy(RuntimeError):
@@ -71,6 +84,15 @@ async def acquire_lease(session: AsyncSession, holder: str, now: datetime, ttl: 
         await session.refresh(row)
     if row is None or row.holder != holder:
         raise GcBusy(row.holder if row else "?", row.expires_at if row else now)
+
+
+async def release_hold(session: AsyncSession) -> bool:
+    """Give back a lease ``forkd-hub gc --hold`` took (whoever took it); whether there was one."""
+    done = await session.exec(
+        delete(GcLease).where(col(GcLease.name) == LEASE_NAME, col(GcLease.holder).startswith(HOLD_PREFIX))
+    )
+    await session.commit()
+    return bool(done.rowcount)
 
 
 async def release_lease(session: AsyncSession, holder: str) -> None:

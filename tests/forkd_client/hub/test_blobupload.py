@@ -51,18 +51,20 @@ def test_a_push_saves_an_upload_s_place_once_not_after_every_part(chain3, other_
     monkeypatch.setattr(TransferState, "set", counting)
     parts: list[int] = []
     started: list[str] = []
-    real_upload, real_start = HubClient.upload_chunk, RepositoryClient.start_upload
+    real_upload, real_start = HubClient.upload_chunk, RepositoryClient.mount_or_start
 
     def counting_parts(self, location, data, offset):
         parts.append(len(data))
         return real_upload(self, location, data, offset)
 
-    def counting_starts(self):
-        started.append(self.name)
-        return real_start(self)
+    def counting_starts(self, digest):
+        location = real_start(self, digest)
+        if location is not None:  # None: mounted, no session
+            started.append(self.name)
+        return location
 
     monkeypatch.setattr(HubClient, "upload_chunk", counting_parts)
-    monkeypatch.setattr(RepositoryClient, "start_upload", counting_starts)
+    monkeypatch.setattr(RepositoryClient, "mount_or_start", counting_starts)
     client = inproc_hub.client(inproc_hub.token("ci", "push:acme/*"))
     ref = Reference.parse("acme/py:v1")
     pushed = push(chain3, client, "head", ref)

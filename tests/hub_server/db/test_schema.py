@@ -16,7 +16,7 @@ from sqlmodel import SQLModel
 from hub_server.cli import main
 from hub_server.compose import HubStartError, open_hub
 from hub_server.db.engine import import_models, make_engine
-from hub_server.db.schema import _scripts, head_revision, include_object, state, upgrade
+from hub_server.db.schema import _scripts, head_revision, include_object, oldest_code, state, upgrade
 from hub_server.settings import Settings
 
 LEGACY_SQL = Path(__file__).with_name("legacy_v1_hub.sql")
@@ -193,6 +193,42 @@ def test_a_newer_schema_is_refused_even_when_migrating(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
         assert "schema is at revision 9999_from_the_future, newer than this forkd-hub knows" in err, (argv, err)
+
+
+def _declare_compat(settings: Settings, revision: str, oldest_code: str) -> None:
+    """What the next release's ``forkd-hub migrate`` writes: the schema at ``revision`` runs code from ``oldest_code``."""
+    _set_revision(settings, revision)
+    with sqlite3.connect(settings.data_dir / "hub.db") as db:
+        db.execute("UPDATE schema_compat SET revision = ?, oldest_code = ?", (revision, oldest_code))
+
+
+def test_migrate_records_the_oldest_code_that_runs_on_the_schema(tmp_path):
+    settings = _settings(tmp_path)
+    assert main(["migrate", "--data-dir", str(settings.data_dir)]) == 0
+    with sqlite3.connect(settings.data_dir / "hub.db") as db:
+        row = db.execute("SELECT revision, oldest_code FROM schema_compat").fetchall()
+    assert row == [(head_revision(), oldest_code(head_revision()))]
+    # the issue-28 revision only adds (expand = True): the release before it runs on its schema
+    [ours] = [r for r in _scripts().walk_revisions() if "issue28" in Path(r.path).name]
+    assert oldest_code(ours.revision) == oldest_code(str(ours.down_revision)) != ours.revision
+
+
+def test_a_newer_schema_declared_compatible_starts_the_previous_release(tmp_path, capsys, caplog):
+    """Issue 28 item 6: a replica of the previous release that restarts after an expand-only migration runs."""
+    settings = _settings(tmp_path)
+    assert main(["migrate", "--data-dir", str(settings.data_dir)]) == 0
+    _declare_compat(settings, "9999_next_release", head_revision())
+    capsys.readouterr()
+    assert main(["token", "list", "--data-dir", str(settings.data_dir)]) == 0, capsys.readouterr().err
+    assert "newer than this forkd-hub's" in caplog.text and "so this one starts" in caplog.text
+
+    _declare_compat(settings, "9999_next_release", "9998_contracted")  # a contract revision: needs newer code
+    for argv in (["token", "list"], ["gc"]):
+        capsys.readouterr()
+        assert main([*argv, "--data-dir", str(settings.data_dir)]) == 1, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+        assert "schema is at revision 9999_next_release" in err and "needs code from revision 9998_contracted on" in err
 
 
 def test_token_create_on_an_older_data_dir_runs_the_migrations(tmp_path, capsys):

@@ -205,10 +205,12 @@ def test_a_session_leased_by_another_replica_is_busy_until_its_lease_ends(hub: H
 
         hub.call(go)
 
-    lease(timedelta(minutes=5))  # another replica is streaming into this session right now
+    lease(timedelta(seconds=12))  # another replica is streaming into this session right now
     busy = hub.client.patch(location, content=b"x" * 10, headers={**auth(admin_token), "Content-Range": "0-9"})
-    assert expect_error(busy, 400, "BLOB_UPLOAD_INVALID") == {"uuid": upload_id}
-    lease(timedelta(minutes=-1))  # that replica died: its lease ran out
+    detail = expect_error(busy, 409, "BLOB_UPLOAD_BUSY")
+    assert detail["uuid"] == upload_id and 10 <= detail["retry_after"] <= 12
+    assert busy.headers["Retry-After"] == str(detail["retry_after"])  # when that replica's lease runs out
+    lease(timedelta(seconds=-1))  # that replica died: its lease ran out
     resumed = hub.client.patch(location, content=b"x" * 10, headers={**auth(admin_token), "Content-Range": "0-9"})
     assert resumed.status_code == 202 and resumed.headers["Range"] == "0-9"
     [row] = [r for r in rows(hub, Upload) if r.id == upload_id]

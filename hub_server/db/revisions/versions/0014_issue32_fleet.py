@@ -1,7 +1,7 @@
 """Fleet inventory: hosts, the layers they hold, and the report sequence (``db/models_fleet.py``, issue 32).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+#: Only adds (tables, indexes, nullable columns): the previous release runs on it (db/schema.py).
+expand = True
 
 #: ``db.models.DIGEST_TYPE`` as of this revision (SQLite keeps 80, see revision 0006)
 DIGEST = sa.String(length=144).with_variant(sa.String(length=80), "sqlite")

@@ -1,7 +1,7 @@
 """Tenant limits (issue 27): namespace storage quotas, ended web sessions.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | None = "0013"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+#: Only adds (tables, indexes, nullable columns): the previous release runs on it (db/schema.py).
+expand = True
 
 
 def upgrade() -> None:
