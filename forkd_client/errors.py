@@ -58,10 +58,16 @@ class SnapshotNotFound(ClientError, LookupError):
 
 
 class SnapshotExists(ClientError, FileExistsError):
-    """A snapshot with the given tag already exists."""
+    """A snapshot with the given tag already exists.
 
-    def __init__(self, tag: str, message: str | None = None) -> None:
-        super().__init__(message or f"snapshot {tag!r} already exists (use --force to replace it)")
+    ``replaceable``: the command that raised it has a ``--force`` that replaces it (import, unpack,
+    snapshot, from-image …), and the message says so; the others (tag, snapshot-compact, snapshot-diff)
+    never suggest a flag they lack.
+    """
+
+    def __init__(self, tag: str, message: str | None = None, *, replaceable: bool = False) -> None:
+        remedy = "use --force to replace it" if replaceable else f"remove it first with 'forkd rmi {tag}'"
+        super().__init__(message or f"snapshot {tag!r} already exists: choose another tag, or {remedy}")
         self.tag = tag
 
 

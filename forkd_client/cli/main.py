@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from clikit.helpdoc import parse_args
 from clikit.quickexit import run_and_exit
 from manifest.errors import ManifestError
 
@@ -88,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``forkd`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse_args(parser, None if argv is None else list(argv))
     except SystemExit as e:  # --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     home = getattr(args, "home", None) or forkd_home()

@@ -169,3 +169,21 @@ def test_images_warns_about_an_unreadable_snapshot_and_lists_the_rest(chain: Pat
     code, out, err = run(capsys, "images")
     assert code == 0 and "snapshot.json is not valid JSON" in err and err.startswith("forkd: warning: ")
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["base", "head"]
+
+
+def test_tag_and_compact_never_suggest_a_force_they_lack(chain: Path, capsys, tmp_path: Path) -> None:
+    """Issue 30 item 7: a taken tag says how to free it, and an unknown flag shows the subcommand's usage."""
+    for argv in (["tag", "head", "mid"], ["snapshot-compact", "--from", "head", "--to", "mid"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (4, "")
+        assert (
+            err
+            == "forkd: error: snapshot 'mid' already exists: choose another tag, or remove it first with 'forkd rmi mid'\n"
+        )
+        code, out, err = run(capsys, *argv, "--force")
+        command = argv[0]
+        assert (code, out) == (2, "") and err.startswith(f"usage: forkd {command} ")  # its usage, not forkd's
+        assert f"forkd {command}: error: unrecognized arguments: --force" in err and "COMMAND ..." not in err
+    base = make_base_source(tmp_path / "again", seed=9)
+    code, _, err = run(capsys, "import", str(base), "mid")  # import has --force, and says so
+    assert code == 4 and "use --force to replace it" in err
