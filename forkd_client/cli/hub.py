@@ -356,7 +356,7 @@ def run_search(args: argparse.Namespace, ctx: Context) -> int:
         ]
         for r in repos
     ]
-    ctx.table(["NAME", "VISIBILITY", "TAGS", "DESCRIPTION"], rows)
+    ctx.table(["NAME", "VISIBILITY", "TAGS", "DESCRIPTION"], rows, flexible=("TAGS", "DESCRIPTION"))
     return 0
 
 

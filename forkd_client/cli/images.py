@@ -198,7 +198,7 @@ def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> N
         [role, str(rec.size), rec.digest or (f"tree {rec.chunk_tree[1]}" if rec.chunk_tree else "-"), rec.sha256 or "-"]
         for role, rec in snap.files.items()
     ]
-    ctx.table(["FILE", "SIZE", "DIGEST", "SHA256"], rows, right=("SIZE",))
+    ctx.table(["FILE", "SIZE", "DIGEST", "SHA256"], rows, right=("SIZE",), flexible=("DIGEST", "SHA256"))
 
 
 def run_tag(args: argparse.Namespace, ctx: Context) -> int:

@@ -187,3 +187,23 @@ def test_tag_and_compact_never_suggest_a_force_they_lack(chain: Path, capsys, tm
     base = make_base_source(tmp_path / "again", seed=9)
     code, _, err = run(capsys, "import", str(base), "mid")  # import has --force, and says so
     assert code == 4 and "use --force to replace it" in err
+
+
+def test_inspect_on_a_narrow_terminal_keeps_file_and_size(chain: Path, monkeypatch) -> None:
+    """Issue 30 item 4, through the command: at 100 columns rich dropped FILE and SIZE."""
+    import io
+    import re
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setattr(sys, "stdout", screen)
+    assert main(["inspect", "head"]) == 0
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in screen.getvalue().splitlines()]
+    files = lines[lines.index("Files:") + 1 :]
+    assert files[0].split()[:2] == ["FILE", "SIZE"] and all(len(line) <= 100 for line in files)
+    assert {"memory.bin", "vmstate"} <= {line.split()[0] for line in files[1:] if line[:1].strip()}
+    assert any(line.startswith("memory.bin") and line.split()[1] == str(4 << 20) for line in files)
