@@ -10,7 +10,7 @@
         ├── DigestInvalid        (also VerificationFailed) bytes did not match their digest (hub side or on arrival here)
         │   └── SignatureInvalid a chain is unsigned, or not signed for this digest by a trusted key
         ├── SignatureRequired    403: the hub's policy wants a signature before this tag moves
-        ├── DiskFull             (also OSError) the pull cannot fit on the local disk
+        ├── DiskFull             (also NoSpace, an OSError) the pull cannot fit on the local disk
         └── InvalidReference     (also ValueError) a ``[host/]ns/repo[:tag][@digest]`` string is malformed
 
 httpx errors never leave :mod:`forkd_client.hub.client`; they become these.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ClientError, VerificationFailed
+from ..errors import ClientError, NoSpace, VerificationFailed
 
 
 class HubError(ClientError):
@@ -79,7 +79,7 @@ class SignatureRequired(HubError):
     """403 ``SIGNATURE_REQUIRED``: the namespace requires a signature by a registered key (``push --sign``)."""
 
 
-class DiskFull(HubError, OSError):
+class DiskFull(HubError, NoSpace):
     """Not enough free space for what a pull must write (checked before writing anything)."""
 
 
