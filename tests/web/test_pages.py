@@ -265,3 +265,21 @@ def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> No
     assert '<p class="empty">Not signed.</p>' in section and "no provenance attached" not in section
     assert dangers(html) == []
     assert "Not signed, and no provenance attached" in page(hub, "/r/acme/py-base/t/3.12")  # the parent has none
+
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+def test_unknown_urls_are_a_page_for_browsers_and_json_for_api_clients(hub: Hub) -> None:
+    """Issue 30 item 6: an unknown URL answered raw JSON to a browser."""
+    html = page(hub, "/no/such/page", 404, headers=BROWSER)
+    assert "<h1>Not found</h1>" in html and "There is no page at /no/such/page." in html
+    assert '<a href="/">Back to the catalog</a>' in html
+    assert "Not allowed here" in page(hub, "/signout", 405, headers=BROWSER)  # a form's target, opened as a link
+    for headers in ({}, {"Accept": "application/json"}, {"Accept": "*/*"}):  # curl, httpx, API clients
+        r = hub.client.get("/no/such/page", headers=headers)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/json")
+        assert r.json()["errors"][0]["code"] == "NOT_FOUND"
+    for url in ("/v2/acme/nope/x", "/api/v1/nope"):  # the API's own paths keep the envelope even for a browser
+        r = hub.client.get(url, headers=BROWSER)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/json"), url
