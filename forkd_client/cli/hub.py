@@ -31,6 +31,7 @@ from ..hub.signing import keys_for_pull
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .output import Context, human_size
+from .summary import one_line
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -352,7 +353,7 @@ def run_search(args: argparse.Namespace, ctx: Context) -> int:
             r.get("name", ""),
             "public" if r.get("public") else "private",
             ", ".join(r.get("tags", [])[:5]),
-            (r.get("description") or "")[:60],
+            one_line(r.get("description") or "", 80),  # Markdown, as one plain line
         ]
         for r in repos
     ]

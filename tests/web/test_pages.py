@@ -69,7 +69,11 @@ def test_search_is_full_text_with_highlights(hub: Hub, catalog: Catalog) -> None
     assert cards(html) == ["acme/py-numpy"]
     assert "py-<mark>numpy</mark>" in html
     assert "recipe <mark>numpy" in html  # annotation values too (PostgreSQL marks the token numpy.toml whole)
-    assert cards(page(hub, "/search", params={"q": "tiny guest"})) == ["acme/py-base"]  # description words
+    described = page(hub, "/search", params={"q": "tiny guest"})
+    assert cards(described) == ["acme/py-base"]  # description words
+    # Issue 30 item 3: the card shows the Markdown's words, never its markup, matches marked
+    assert "Python 3.12 on a <mark>tiny</mark> <mark>guest</mark>. · pip ready · uv installed" in described
+    assert "**Python" not in described and "`uv`" not in described
     assert cards(page(hub, "/search", params={"q": "ci-runn"})) == ["acme/py-numpy"]  # prefixes
     assert cards(page(hub, "/search", params={"q": '"unbalanced AND ( NEAR'})) == []  # query syntax is inert
     assert "0 repositories" in page(hub, "/search", params={"q": "nothing-like-this"})
