@@ -158,21 +158,3 @@ def test_require_without_a_repository_needs_admin():
         Principal.anonymous().require("admin")
     with pytest.raises(Forbidden):
         Principal.with_scopes("ci", ["delete:*/*"]).require("delete")
-
-
-def test_node_scopes_parse_and_grant_only_node():
-    scope = Scope.parse("node:acme/*")
-    assert (scope.action, scope.pattern, str(scope)) == ("node", "acme/*", "node:acme/*")
-    node = Principal.with_scopes("worker-1", ["node:acme/*"])
-    assert node.can("node", "acme/py")
-    assert not node.can("node", "other/py")
-    for action in ("pull", "push", "delete", "admin"):
-        assert not node.can(action, "acme/py"), action
-    assert node.reads_repositories == ()
-    with pytest.raises(InvalidScope, match="'node' needs a pattern"):
-        Scope.parse("node")
-
-
-def test_pull_does_not_grant_node_and_admin_does():
-    assert not Principal.with_scopes("r", ["pull:acme/*", "push:acme/*"]).can("node", "acme/py")
-    assert Principal.with_scopes("root", ["admin"]).can("node", "acme/py")

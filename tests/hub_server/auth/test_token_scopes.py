@@ -53,11 +53,3 @@ def test_names_outside_our_grammar_and_anonymous_callers_get_nothing():
         == []
     )
     assert grant(Principal.anonymous(), parse_token_scopes(["repository:acme/app:pull"])) == []
-
-
-def test_a_node_token_gets_no_registry_token_scope_that_reads_content():
-    """A node token reports and asks for placements; through /v2/token it must not become a reader (catalog
-    included, which grants pull on every pattern the API token holds)."""
-    node = Principal.with_scopes("worker-1", ["node:acme/*"])
-    asked = parse_token_scopes(["repository:acme/app:pull,push,delete,*", "registry:catalog:*"])
-    assert grant(node, asked) == []
