@@ -22,6 +22,7 @@ from hub_server.registry.core.paths import HEALTH_PROBE_KEY
 from hub_server.registry.push.chunks import ChunkService
 from hub_server.registry.push.manifests import ManifestService
 from hub_server.registry.push.uploads import UploadService
+from hub_server.registry.read.auditview import AuditView
 from hub_server.registry.read.browse import BrowseService
 from hub_server.registry.read.catalog import CatalogService
 from hub_server.registry.read.lineage import LineageService
@@ -52,6 +53,7 @@ class Registry:
         self.lineage = LineageService(ctx)
         self.catalog = CatalogService(ctx)
         self.browse = BrowseService(ctx)
+        self.audit_view = AuditView(ctx)
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
         self._gauges_at: float | None = None
