@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 from manifest.chunking import DEFAULT_CHUNK_SIZE
 
 from ..errors import ClientError, Interrupted, UsageError
+from ..hub.account import check_push, not_found_hint
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
-from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
-from ..hub.progress import Progress, make_progress
+from ..hub.errors import HasDependents, HubError, InvalidReference, NotFound, TagConflict, Unauthorized
+from ..hub.progress import FAILED, INTERRUPTED, REFUSED, Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
 from ..hub.signing import keys_for_pull
@@ -63,14 +64,18 @@ def _client(ref: Reference | None, url: str | None = None, ctx: Context | None =
 @contextlib.contextmanager
 def _interruptible(progress: Progress, resume_hint: str) -> Iterator[None]:
     """Close ``progress`` when the block ends; on Ctrl-C leave the bars where they were and
-    raise :class:`Interrupted` saying what can be resumed (the CLI exits 130)."""
+    raise :class:`Interrupted` saying what can be resumed (the CLI exits 130). A hub's refusal (4xx: an
+    immutable tag, a signature policy, a scope) is labelled as one, not as an interruption."""
     try:
         yield
     except KeyboardInterrupt:
-        progress.close(finished=False)
+        progress.close(finished=False, stopped=INTERRUPTED)
         raise Interrupted(resume_hint) from None
+    except HubError as e:
+        progress.close(finished=False, stopped=REFUSED if 400 <= e.status < 500 else FAILED)
+        raise
     except BaseException:
-        progress.close(finished=False)
+        progress.close(finished=False, stopped=FAILED)
         raise
     progress.close()
 
@@ -143,6 +148,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
     started = now_rfc3339()
     progress = make_progress(quiet=args.quiet or (args.json and not args.progress))
     with ctx.store() as store, _client(ref, ctx=None if args.quiet or args.json else ctx) as client:
+        check_push(client, ref.name)  # a token that may not push there is refused before anything is built
         # recorded before any upload: a host that cannot (no FUSE, no VMM, a failing command) refuses early
         profile = _record_profile(store, args, progress) if args.record_profile else None
         try:
@@ -177,6 +183,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                     progress.log(f"{ref.name}: attaching the access profile to {result.digest[:19]}…")
                     result.profile = _attach_profile(client, ref.name, result.digest, profile, args.profile_exec)
         except TagConflict as e:  # exits 4 (conflict), like every 409
+            if e.code == "TAG_IMMUTABLE":  # --force cannot move it: the hub's message says what to do
+                raise
             raise TagConflict(
                 f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
                 "retry, or use --force to move the tag anyway",
@@ -275,9 +283,15 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             f"pull interrupted: installed links and verified chunks are kept; run "
             f"'forkd pull {args.ref}' again to resume from there",
         ):
-            result = pull(
-                store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
-            )
+            try:
+                result = pull(
+                    store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
+                )
+            except NotFound as e:
+                hint = not_found_hint(client, ref.name) if e.code == "NAME_UNKNOWN" else None
+                if hint is None:
+                    raise
+                raise NotFound(f"{e}; {hint}", code=e.code, status=e.status, detail=e.detail) from None
         warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
     if warning:
         ctx.warn(warning)

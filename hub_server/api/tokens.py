@@ -44,9 +44,23 @@ class AccountController(Controller):
     path = "/api/v1"
     tags = ["account"]
 
-    @get("/me", summary="Who the caller's token is: name, scopes, expiry, whether it may make tokens")
-    async def me(self, principal: NamedDependency[Principal], state: State) -> dict[str, Any]:
-        return (await _robots(state).whoami(principal)).to_json()
+    @get(
+        "/me",
+        summary="Who the caller's token is: name, scopes, expiry, whether it may make tokens; with ?repository=NS/REPO, "
+        "what it may do there",
+    )
+    async def me(
+        self,
+        principal: NamedDependency[Principal],
+        state: State,
+        registry: NamedDependency[Registry],
+        repository: Annotated[str | None, QueryParameter()] = None,
+    ) -> dict[str, Any]:
+        answer = (await _robots(state).whoami(principal)).to_json()
+        if repository is not None:
+            namespace, _, name = repository.partition("/")
+            answer["repository"] = {"name": repository, **await registry.rights(principal, namespace, name)}
+        return answer
 
     @get("/tokens", summary="The robot tokens the caller may manage (optionally those reaching one namespace)")
     async def list_tokens(
