@@ -91,8 +91,15 @@ def run_login(args: argparse.Namespace, ctx: Context) -> int:
             return 1
     else:
         token = args.token
+        if not token and sys.stdin.isatty():  # as docker login does: asked for, never echoed
+            import getpass
+
+            token = getpass.getpass(f"Token for {args.url}: ").strip()
+            if not token:
+                ctx.error("no token given")
+                return 1
         if not token:
-            ctx.error("give the token with --token-stdin (recommended) or --token")
+            ctx.error("give the token with --token-stdin (recommended) or --token, or run forkd login on a terminal")
             return 2
     url = normalize_url(args.url)  # the URL stored below, never plain http by accident
     with HubClient(url, token) as client:

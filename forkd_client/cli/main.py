@@ -30,12 +30,22 @@ from ..errors import ClientError, InvalidTag, UsageError
 from ..exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from ..hub.errors import InvalidReference
 from ..localdb import skipped_writes
-from . import bake, guest, hub_commands, images, keys, local, packs, vmcmds
+from . import bake, guest, hub_commands, images, keys, local, manage_commands, packs, vmcmds
 from .helptext import HELP, document
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
-COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub_commands, keys, vmcmds, bake, guest)
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    images,
+    local,
+    packs,
+    hub_commands,
+    manage_commands,
+    keys,
+    vmcmds,
+    bake,
+    guest,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
