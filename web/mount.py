@@ -12,6 +12,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
+from web.manage import RepositorySettingsPages
 from web.pages import CatalogPages
 from web.text import FILTERS
 
@@ -28,6 +29,7 @@ STATIC_MAX_AGE = 3600
 def route_handlers() -> list[ControllerRouterHandler]:
     return [
         CatalogPages,
+        RepositorySettingsPages,
         create_static_files_router(
             "/static/swagger-ui",
             [SWAGGER_UI_DIR],

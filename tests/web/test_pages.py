@@ -115,7 +115,7 @@ def test_repository_page(hub: Hub, catalog: Catalog) -> None:
     assert "<h1>acme/py-numpy</h1>" in html
     numpy = catalog.layers["numpy"]
     assert f'href="/r/acme/py-numpy/t/{numpy.digest}"' in html
-    assert "<td>admin</td>" in html  # the pusher, from the audit log
+    assert '<td data-label="By">admin</td>' in html  # the pusher, from the audit log
     assert "forkd pull testserver.local/acme/py-numpy:1.26" in html
     assert f"forkd pull testserver.local/acme/py-numpy@{numpy.digest}" in html
     assert "firecracker · aarch64 · 8 MiB" in html
