@@ -15,9 +15,17 @@ _TAG = "local snapshot tag ([A-Za-z0-9_][A-Za-z0-9_-]{0,63})"
 #: command path → (description, {dest: help for arguments without one}, examples)
 HELP: HelpTable = {
     "images": (
-        "List the local snapshots: tag, parent, sizes and where they came from.",
+        "List the local snapshots: tag, parent, chain depth and sizes. SIZE is what forking one needs on disk "
+        "(UNIQUE SIZE, its own files, which rmi frees, plus SHARED SIZE, its ancestors' files).",
         {},
-        ["forkd images", "forkd images --json"],
+        [
+            "forkd images",
+            "forkd images --json",
+            "forkd images -q --filter 'reference=py-*'",
+            "forkd images --filter dangling=true",
+            "forkd images --format 'table {{.Tag}}\\t{{.UniqueSize}}\\t{{.SharedSize}}'",
+            "forkd images --format json",
+        ],
     ),
     "inspect": (
         "Show one snapshot: its chain base to head, its files and their digests; --verify re-checks "

@@ -41,21 +41,50 @@ def test_images_table_and_json(chain: Path, capsys) -> None:
         "PARENT",
         "DEPTH",
         "SIZE",
-        "ON",
-        "DISK",
+        "UNIQUE",
+        "SIZE",
+        "SHARED",
+        "SIZE",
         "LOGICAL",
         "SIZE",
         "CREATED",
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["base"][1:3] == ["-", "1"] and rows["head"][1:3] == ["mid", "3"]
-    assert rows["head"][5:7] == ["4.0", "MiB"]  # human sizes in the table
+    assert rows["head"][9:11] == ["4.0", "MiB"]  # human sizes in the table (logical)
     code, out, _ = run(capsys, "images", "--json")
     images = {i["tag"]: i for i in json.loads(out)}
     assert set(images) == {"base", "mid", "head"}
     head = images["head"]
     assert (head["parent_tag"], head["depth"], head["chain_error"]) == ("mid", 3, None)
     assert head["logical_size"] > 4 << 20 and 0 < head["disk_size"] < head["logical_size"]  # bytes in JSON
+    # unique: its own files; shared: its ancestors'; size: both (issue 30, sizes as docker shows them)
+    assert head["unique_size"] == head["disk_size"]
+    assert head["shared_size"] == images["mid"]["disk_size"] + images["base"]["disk_size"]
+    assert head["size"] == head["unique_size"] + head["shared_size"] and images["base"]["shared_size"] == 0
+
+
+def test_images_quiet_filters_and_format(chain: Path, capsys) -> None:
+    """Issue 30 "forkd images": -q, --filter reference=/parent=/dangling=, --format (fields or json)."""
+    assert run(capsys, "images", "-q")[1].split() == ["base", "head", "mid"]
+    assert run(capsys, "images", "-q", "--filter", "reference=*e*")[1].split() == ["base", "head"]
+    assert run(capsys, "images", "-q", "-f", "reference=b*", "-f", "reference=m*")[1].split() == ["base", "mid"]
+    assert run(capsys, "images", "-q", "--filter", "parent=mid")[1].split() == ["head"]
+    assert run(capsys, "images", "-q", "--filter", "dangling=true")[1] == ""
+    assert run(capsys, "images", "-q", "--filter", "dangling=false")[1].split() == ["base", "head", "mid"]
+    code, out, _ = run(capsys, "images", "--format", "{{.Tag}}:{{ .Parent }}:{{.Depth}}", "-f", "reference=head")
+    assert (code, out) == (0, "head:mid:3\n")
+    out = run(capsys, "images", "--format", "table {{.Tag}}\\t{{.LogicalSize}}", "-f", "reference=base")[1]
+    assert out.splitlines() == ["TAG\tLOGICAL SIZE", "base\t4.0 MiB"]
+    lines = run(capsys, "images", "--format", "json")[1].splitlines()
+    assert [json.loads(line)["tag"] for line in lines] == ["base", "head", "mid"]
+    code, _, err = run(capsys, "images", "--format", "{{.Nope}}")
+    assert code == 2 and "unknown field .Nope" in err and "UniqueSize" in err
+    code, _, err = run(capsys, "images", "--filter", "label=x")
+    assert code == 2 and "unknown filter" in err
+    # a chain whose parent is gone is dangling
+    shutil.rmtree(chain / "snapshots" / "mid")
+    assert run(capsys, "images", "-q", "--filter", "dangling=true")[1].split() == ["head"]
 
 
 def test_inspect_json(chain: Path, capsys) -> None:
