@@ -12,6 +12,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
+from web.account import AccountPages
 from web.manage import RepositorySettingsPages
 from web.pages import CatalogPages
 from web.text import FILTERS
@@ -30,6 +31,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
     return [
         CatalogPages,
         RepositorySettingsPages,
+        AccountPages,
         create_static_files_router(
             "/static/swagger-ui",
             [SWAGGER_UI_DIR],

@@ -85,3 +85,58 @@ def test_a_maintainer_edits_a_repository_and_deletes_a_tag(served, browser) -> N
     page.goto("/r/beta/secret")
     assert page.locator("p.manage").count() == 0  # no Settings link without push
     context.close()
+
+
+def test_robot_tokens_and_the_audit_log_in_the_browser(served, browser) -> None:  # noqa: F811
+    process, _, reader = served
+    lead = process.token("lead-tokens", "push:acme/*")
+    for viewport, suffix in ((DESKTOP, "desktop"), (PHONE, "phone")):
+        context = browser.new_context(viewport=viewport, base_url=process.url)
+        page = context.new_page()
+        _sign_in(page, lead, "/")
+        page.click("a.who")
+        page.wait_for_url("**/tokens")
+        name = f"ci-{suffix}"
+        page.fill("#t-name", name)
+        page.fill("#t-scopes", "push:acme/py-numpy pull:acme/*")
+        page.fill("#t-expires", "1d")
+        page.click("form.settings button[type=submit]")
+        secret = page.locator("#secret").inner_text()
+        assert secret.startswith("fkd_") and "shown this once" in page.locator("section.made").inner_text()
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+        _shot(page, f"tokens-{suffix}")
+        with httpx.Client(base_url=process.url) as api:  # the new token works, with exactly its scopes
+            me = api.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"}).json()
+            assert me["name"] == name and me["scopes"] == ["push:acme/py-numpy", "pull:acme/*"]
+        again = page.goto("/tokens")
+        assert secret not in page.content()  # shown once, never again
+        assert again is not None and again.headers["cache-control"] == "no-store"
+        page.fill("#t-name", f"wide-{suffix}")
+        page.fill("#t-scopes", "push:*/*")
+        page.click("form.settings button[type=submit]")
+        assert "cannot grant push:*/*" in page.locator("p.error").inner_text()
+        page.click(f"button[aria-label='Revoke token {name}']")
+        page.wait_for_url(f"**/tokens?revoked={name}")
+        with httpx.Client(base_url=process.url) as api:  # (the hub's accepted-token cache may serve it a while)
+            listed = api.get("/api/v1/tokens", headers={"Authorization": f"Bearer {lead}"}).json()
+            assert name not in [t["name"] for t in listed]
+        page.goto("/n/acme/audit")
+        actions = page.locator("table.audit tbody tr td:nth-child(3)").all_inner_texts()
+        assert actions[:2] == ["token.revoke", "token.create"] and "push" in actions
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+        _shot(page, f"audit-{suffix}")
+        context.close()
+
+    context = browser.new_context(viewport=DESKTOP, base_url=process.url)
+    page = context.new_page()
+    cookies_before = context.cookies()
+    assert page.goto("/tokens").status == 401  # signed out
+    _sign_in(page, reader, "/")
+    assert page.goto("/n/acme/audit").status == 403  # a pull-only token is no member
+    page.goto("/tokens")
+    assert page.locator("#t-name").count() == 0  # makes no tokens
+    cookies = {c["name"]: c["value"] for c in context.cookies()}
+    with httpx.Client(base_url=process.url, cookies=cookies) as forged:  # no CSRF token: refused
+        assert forged.post("/tokens", data={"name": "x", "scopes": "pull:beta/*"}).status_code == 403
+    assert cookies_before == [] and context.cookies()
+    context.close()
