@@ -133,7 +133,7 @@ HELP: HelpTable = {
         "Show or change a repository on a hub with your own token: visibility, description and README "
         "(Markdown, as the web catalog renders them). Changing needs push (or admin) there; deleting a tag is "
         "'forkd delete NS/REPO:TAG'.",
-        {},
+        {"repo_command": "show (read) or set (change)"},
         [
             "forkd repo show acme/python",
             "forkd repo set acme/python --public --description 'Python 3.12 with **NumPy**'",
@@ -157,7 +157,7 @@ HELP: HelpTable = {
         "Manage the robot tokens of your namespaces on a hub: a token with push on a namespace makes tokens "
         "within its own scopes (never wider, never outliving it) and lists and revokes them. Operators on the "
         "hub's host use 'forkd-hub token'.",
-        {},
+        {"token_command": "list, create or revoke"},
         ["forkd token list", "forkd token create ci --scope 'push:acme/python' --expires 30d"],
     ),
     "token list": (
