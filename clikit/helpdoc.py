@@ -6,9 +6,10 @@ unexplained, and examples, applied by :func:`document` to the built parser from 
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 
-__all__ = ["HelpFormatter", "HelpTable", "document"]
+__all__ = ["HelpFormatter", "HelpTable", "document", "parse_args"]
 
 #: command path ("token create") → (description, {dest: help for arguments without one}, examples)
 HelpTable = dict[str, tuple[str, dict[str, str], list[str]]]
@@ -41,10 +42,30 @@ def document(parser: argparse.ArgumentParser, table: HelpTable) -> None:
                     sub.description = description
                     sub.epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
                     sub.formatter_class = HelpFormatter
-                    sub.set_defaults(command_usage=sub.format_usage)  # for errors about an argument
+                    sub.set_defaults(
+                        command_usage=sub.format_usage, command_prog=sub.prog
+                    )  # for errors about an argument
                     for arg in sub._actions:  # noqa: SLF001
                         if arg.help is None and arg.dest in arguments:
                             arg.help = arguments[arg.dest]
                 walk(sub, [*path, name])
 
     walk(parser, [])
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that arguments the chosen subcommand does not know are
+    reported with that subcommand's usage (``forkd tag A B --force`` shows ``forkd tag``'s), not the
+    top-level one that lists only COMMAND. Raises SystemExit(2) for a usage error, as argparse does."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        prog = getattr(args, "command_prog", None)
+        usage = getattr(args, "command_usage", None)
+        if prog is None or usage is None:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        sys.stderr.write(usage())
+        sys.stderr.write(
+            f"{prog}: error: unrecognized arguments: {' '.join(extras)} (see '{prog} --help' for what it takes)\n"
+        )
+        raise SystemExit(2)
+    return args

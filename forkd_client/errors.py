@@ -16,6 +16,7 @@ name the snapshot tag, file or path involved; the CLI prints them as
     ├── FileContentMismatch      a file's bytes no longer hash to what was recorded for it (deep check)
     ├── InvalidSnapshotDir       (also ValueError) a directory is not a usable snapshot (no vmstate …)
     ├── UsageError               (also ValueError) an argument or option value is malformed (CLI exit 2)
+    ├── NoSpace                  (also OSError, errno ENOSPC) the disk is full: names the mount point and what to free
     ├── VerificationFailed       content is not what its digest, parent record or signature says (CLI exit 6);
     │                            ParentContentMismatch, FileContentMismatch and hub.errors.DigestInvalid are ones
     └── HubError                 talking to a hub failed (tree in forkd_client.hub.errors)
@@ -30,6 +31,7 @@ Errors from lower layers keep their own types: ``manifest.errors.ManifestError``
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 
@@ -45,6 +47,19 @@ class UsageError(ClientError, ValueError):
     """An argument or option value is malformed (e.g. ``--annotation`` without ``=``)."""
 
 
+class NoSpace(ClientError, OSError):
+    """The disk is full: the message names the mount point, what was being written and what to free
+    (:mod:`forkd_client.diskspace` builds it). ``errno`` is ``ENOSPC``; ``path`` what was being written."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class VerificationFailed(ClientError):
     """Content is not what its digest, its child's parent record or its signature says it must be."""
 
@@ -58,10 +73,16 @@ class SnapshotNotFound(ClientError, LookupError):
 
 
 class SnapshotExists(ClientError, FileExistsError):
-    """A snapshot with the given tag already exists."""
+    """A snapshot with the given tag already exists.
 
-    def __init__(self, tag: str, message: str | None = None) -> None:
-        super().__init__(message or f"snapshot {tag!r} already exists (use --force to replace it)")
+    ``replaceable``: the command that raised it has a ``--force`` that replaces it (import, unpack,
+    snapshot, from-image …), and the message says so; the others (tag, snapshot-compact, snapshot-diff)
+    never suggest a flag they lack.
+    """
+
+    def __init__(self, tag: str, message: str | None = None, *, replaceable: bool = False) -> None:
+        remedy = "use --force to replace it" if replaceable else f"remove it first with 'forkd rmi {tag}'"
+        super().__init__(message or f"snapshot {tag!r} already exists: choose another tag, or {remedy}")
         self.tag = tag
 
 

@@ -103,7 +103,7 @@ def import_snapshot(
         if not (src / role).is_file():
             raise InvalidSnapshotDir(f"{src} has no {role}; a snapshot directory needs vmstate and memory.bin")
     if not force and store.exists(tag):
-        raise SnapshotExists(tag)
+        raise SnapshotExists(tag, replaceable=True)
     parent_hash = None
     if parent is not None:
         _check_parent(store, parent, tag)

@@ -108,7 +108,7 @@ def unpack(
     if not force:
         for target in targets:
             if store.exists(target):
-                raise SnapshotExists(target)
+                raise SnapshotExists(target, replaceable=True)
     with store.staging("unpack") as staged:
         unpacked = read_pack(file, staged)
         parents = _checked_parents(store, unpacked.links, targets)

@@ -11,6 +11,9 @@ Never touches a snapshot. Removes (or with ``dry_run`` only lists):
   expires their upload sessions anyway; a later push starts those uploads over);
 - rows of ``chunk-index.db`` and ``verified.db`` about files that no longer exist.
 
+It works on a full disk: staged files go first (that frees space), and a record that cannot be rewritten for lack
+of space is left as it was and named in the report.
+
 Errors: OSError from the filesystem, sqlite3.Error from the local databases.
 """
 
@@ -22,6 +25,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .diskspace import is_no_space
 from .hub.localchunks import LocalChunkIndex
 from .hub.state import TransferState
 from .install import RESUME_PREFIX
@@ -42,6 +46,9 @@ class PruneReport:
     transfer_entries: list[str] = field(default_factory=list)
     chunk_index_rows: int = 0
     verified_rows: int = 0
+    not_rewritten: list[str] = field(default_factory=list)
+    """Records left as they were because the disk is full (rows of the SQLite records are skipped the same way,
+    forkd_client.localdb)."""
 
     def to_obj(self) -> dict:
         return {
@@ -51,6 +58,7 @@ class PruneReport:
             "transfer_entries": self.transfer_entries,
             "chunk_index_rows": self.chunk_index_rows,
             "verified_rows": self.verified_rows,
+            "not_rewritten": self.not_rewritten,
         }
 
 
@@ -68,9 +76,15 @@ def prune(store: SnapshotStore, *, dry_run: bool = False) -> PruneReport:
                 report.staging.append(entry.name)
                 if not dry_run:
                     shutil.rmtree(path, ignore_errors=True)
-    report.transfer_entries = TransferState(store.root / "transfers.json").remove_prefixed(
-        RESUMABLE_TRANSFERS, dry_run=dry_run
-    )
+    # Files first (above): on a full disk they are what frees space; the records below need a little.
+    try:
+        report.transfer_entries = TransferState(store.root / "transfers.json").remove_prefixed(
+            RESUMABLE_TRANSFERS, dry_run=dry_run
+        )
+    except OSError as e:
+        if not is_no_space(e):
+            raise
+        report.not_rewritten.append("transfers.json")
     if (store.root / "chunk-index.db").exists():
         index = LocalChunkIndex(store.root / "chunk-index.db", store.verified)
         try:

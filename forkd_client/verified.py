@@ -20,7 +20,8 @@ chunk size, so a push does not read an unchanged parent or base again (:meth:`ch
 
 Errors: OSError when a file cannot be read or stat'ed; ``manifest.errors.InvalidDigest``
 for an unknown algorithm or a malformed digest given to :meth:`VerifiedRecord.record`;
-``sqlite3.Error`` if the database itself is unusable.
+``sqlite3.Error`` if the database itself is unusable. A full disk is not an error here: the record is then read
+only and what it would have recorded is hashed again next time (:mod:`forkd_client.localdb`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from pathlib import Path
 from manifest.chunktree import file_chunk_tree
 from manifest.digest import ALGORITHMS, digest_file, parse_digest
 from manifest.errors import InvalidDigest
+
+from .localdb import open_store_database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS verified (
@@ -89,10 +92,8 @@ class VerifiedRecord:
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        # on a full disk: a read-only view, and writes skipped (forkd_client.localdb)
+        self._db = open_store_database(self.db_path, _SCHEMA, synchronous_normal=True)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(verified)")}
         if "chunk_tree" not in columns:  # a record written before chunk trees were kept
             with contextlib.suppress(sqlite3.OperationalError):  # another process may add it first

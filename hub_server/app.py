@@ -101,7 +101,8 @@ def create_app(
     app = Litestar(
         route_handlers=[*route_handlers(), *extra_route_handlers],
         dependencies=DEPENDENCIES,
-        exception_handlers=EXCEPTION_HANDLERS,
+        # an unknown URL: an HTML page for a browser, the error envelope for an API client (and always under /v2, /api)
+        exception_handlers={Exception: web.browser_aware(EXCEPTION_HANDLERS[Exception], ("/v2", "/api/"))},
         lifespan=[lifespan],
         openapi_config=OpenAPIConfig(
             title="forkd-hub",

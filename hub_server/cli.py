@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from clikit.helpdoc import parse_args
 from clikit.quickexit import run_and_exit
 from clikit.units import human_size
 from hub_server import cli_repos, cli_tokens, cli_verify, cli_webhooks
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``forkd-hub`` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, None if argv is None else list(argv))
     try:
         return int(args.func(args))
     except (SettingsError, HubStartError) as e:

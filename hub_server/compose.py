@@ -47,6 +47,7 @@ from hub_server.registry.content.signature_policy import SignaturePolicy, Signat
 from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.readcache import ReadCache
 from hub_server.registry.service import Registry
+from hub_server.robot_tokens import RobotTokens
 from hub_server.settings import Settings, SettingsError
 from hub_server.storage import BlobStore, StorageError
 from hub_server.storage.factory import create_store
@@ -85,6 +86,11 @@ class HubServices:
     """Which dependencies are down as this process saw them; logged once per change (hub_server/outages.py)."""
     migrations_applied: list[str] = field(default_factory=list)
     """Schema revisions applied while opening (empty when the schema was current)."""
+
+    @property
+    def robots(self) -> RobotTokens:
+        """Token management on behalf of a user (``/api/v1/tokens``, the web catalog): within their own scopes."""
+        return RobotTokens(self.tokens, self.audit)
 
 
 def redacted_url(url: str) -> str:

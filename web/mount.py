@@ -13,6 +13,8 @@ from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
+from web.account import AccountPages
+from web.manage import RepositorySettingsPages
 from web.pages import CatalogPages
 from web.text import FILTERS
 
@@ -29,6 +31,8 @@ STATIC_MAX_AGE = 3600
 def route_handlers() -> list[ControllerRouterHandler]:
     return [
         CatalogPages,
+        RepositorySettingsPages,
+        AccountPages,
         create_static_files_router(
             "/static/swagger-ui",
             [SWAGGER_UI_DIR],

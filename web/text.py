@@ -10,7 +10,6 @@ the sanitiser would remove it if it did. Everything else is escaped by Jinja's a
 from __future__ import annotations
 
 import functools
-import html
 import re
 from datetime import UTC, datetime
 
@@ -20,11 +19,13 @@ from markupsafe import Markup, escape
 
 __all__ = [
     "FILTERS",
+    "excerpt",
     "highlighted",
     "human_bytes",
     "link_digests",
     "markdown_html",
     "short_digest",
+    "summary_line",
     "time_ago",
 ]
 
@@ -74,10 +75,53 @@ def markdown_html(text: str) -> Markup:
     return Markup(clean)  # noqa: S704 - sanitised by nh3 just above
 
 
+_SPACES = re.compile(r"\s+")
+#: between the blocks (heading, paragraph, list item) of a one-line summary
+SEPARATOR = " · "
+EXCERPT_CHARS = 160
+EXCERPT_BEFORE = 50
+
+
 @functools.lru_cache(maxsize=2048)
-def plain_text(markdown: str) -> str:
-    """The words of a Markdown description without any markup (for one-line excerpts)."""
-    return html.unescape(nh3.clean(_MARKDOWN.render((markdown or "")[:MAX_MARKDOWN]), tags=set())).strip()
+def summary_line(markdown: str) -> str:
+    """The words of a Markdown description as one plain line: its blocks (headings, paragraphs, list items)
+    joined by `` · ``, without markup; code blocks left out, raw HTML kept as the text it is shown as."""
+    blocks: list[str] = []
+    for token in _MARKDOWN.parse((markdown or "")[:MAX_MARKDOWN]):
+        if token.type != "inline":
+            continue
+        words = "".join(
+            " " if child.type in ("softbreak", "hardbreak") else child.content
+            for child in token.children or []
+            if child.type in ("text", "code_inline", "softbreak", "hardbreak")
+        )
+        text = _SPACES.sub(" ", words).strip()
+        if text:
+            blocks.append(text)
+    return SEPARATOR.join(blocks)
+
+
+def excerpt(markdown: str, query: str = "", width: int = EXCERPT_CHARS) -> Markup:
+    """A search card's line: :func:`summary_line` cut to about ``width`` characters around the first word
+    of ``query`` it contains, each word starting with a query word in ``<mark>`` (escaped HTML)."""
+    line = summary_line(markdown)
+    words = [w for w in re.findall(r"\w+", query.lower()) if w]
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\w*", re.IGNORECASE) if words else None
+    first = pattern.search(line) if pattern else None
+    start = 0
+    if first is not None and first.start() > EXCERPT_BEFORE and len(line) > width:
+        start = line.rfind(" ", 0, first.start() - EXCERPT_BEFORE) + 1
+    end = len(line) if len(line) - start <= width else max(line.rfind(" ", start, start + width), start + width // 2)
+    piece = line[start:end]
+    parts: list[tuple[str, bool]] = []
+    at = 0
+    for match in pattern.finditer(piece) if pattern else ():
+        parts += [(piece[at : match.start()], False), (match.group(0), True)]
+        at = match.end()
+    parts.append((piece[at:], False))
+    return Markup("").join(
+        [Markup("…") if start else Markup(""), highlighted(parts), Markup("…") if end < len(line) else Markup("")]
+    )
 
 
 def human_bytes(size: int | None) -> str:
@@ -136,7 +180,7 @@ def link_digests(document: str, layers: dict[str, str], repository: str) -> Mark
 FILTERS = {
     "linkdigests": link_digests,
     "markdown": markdown_html,
-    "plaintext": plain_text,
+    "excerpt": excerpt,
     "bytes": human_bytes,
     "ago": time_ago,
     "iso": iso_time,

@@ -119,7 +119,7 @@ def run_from_debian(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def _bake(args: argparse.Namespace, ctx: Context, source: ImageRef | DebianSpec) -> int:
-    from ..hub.progress import make_progress
+    from ..hub.progress import FAILED, INTERRUPTED, make_progress
     from ..images.build import build_rootfs
     from ..vmops import GuestSteps, check_new_base, snapshot_rootfs
 
@@ -129,8 +129,8 @@ def _bake(args: argparse.Namespace, ctx: Context, source: ImageRef | DebianSpec)
     started = time.monotonic()
     try:
         built = build_rootfs(source, size_mib=args.size_mib, progress=_ProgressAdapter(progress))
-    except BaseException:
-        progress.close(finished=False)
+    except BaseException as e:
+        progress.close(finished=False, stopped=INTERRUPTED if isinstance(e, KeyboardInterrupt) else FAILED)
         raise
     progress.close()
     build_ms = (time.monotonic() - started) * 1000

@@ -15,9 +15,17 @@ _TAG = "local snapshot tag ([A-Za-z0-9_][A-Za-z0-9_-]{0,63})"
 #: command path → (description, {dest: help for arguments without one}, examples)
 HELP: HelpTable = {
     "images": (
-        "List the local snapshots: tag, parent, sizes and where they came from.",
+        "List the local snapshots: tag, parent, chain depth and sizes. SIZE is what forking one needs on disk "
+        "(UNIQUE SIZE, its own files, which rmi frees, plus SHARED SIZE, its ancestors' files).",
         {},
-        ["forkd images", "forkd images --json"],
+        [
+            "forkd images",
+            "forkd images --json",
+            "forkd images -q --filter 'reference=py-*'",
+            "forkd images --filter dangling=true",
+            "forkd images --format 'table {{.Tag}}\\t{{.UniqueSize}}\\t{{.SharedSize}}'",
+            "forkd images --format json",
+        ],
     ),
     "inspect": (
         "Show one snapshot: its chain base to head, its files and their digests; --verify re-checks "
@@ -66,11 +74,13 @@ HELP: HelpTable = {
     ),
     "login": (
         "Check that a hub accepts a token and store it (XDG config, mode 0600). The first login becomes "
-        "the default hub; later ones only with --default.",
+        "the default hub; later ones only with --default. On a terminal without --token-stdin or --token it "
+        "asks for the token (not echoed), as docker login does.",
         {},
         [
             "forkd-hub token create laptop --scope 'push:acme/*' | forkd login http://127.0.0.1:8080 --token-stdin",
             "forkd login https://hub.example.com --token-stdin --default < token.txt",
+            "forkd login https://hub.example.com",
         ],
     ),
     "logout": (
@@ -155,6 +165,61 @@ HELP: HelpTable = {
         "Delete a snapshot (by tag or digest) on a hub. One others chain on needs --cascade or --force.",
         {},
         ["forkd delete acme/python:old", "forkd delete acme/python:base --cascade"],
+    ),
+    "repo": (
+        "Show or change a repository on a hub with your own token: visibility, description and README "
+        "(Markdown, as the web catalog renders them). Changing needs push (or admin) there; deleting a tag is "
+        "'forkd delete NS/REPO:TAG'.",
+        {"repo_command": "show (read) or set (change)"},
+        [
+            "forkd repo show acme/python",
+            "forkd repo set acme/python --public --description 'Python 3.12 with **NumPy**'",
+        ],
+    ),
+    "repo show": (
+        "A repository's visibility, pull count, description, README and tags.",
+        {},
+        ["forkd repo show acme/python", "forkd repo show hub.example.com/acme/python --json"],
+    ),
+    "repo set": (
+        "Change a repository's visibility, description or README (needs push or admin there); what is not "
+        "given stays as it is.",
+        {},
+        [
+            "forkd repo set acme/python --private",
+            "forkd repo set acme/python --description-file DESCRIPTION.md --readme-file README.md",
+        ],
+    ),
+    "token": (
+        "Manage the robot tokens of your namespaces on a hub: a token with push on a namespace makes tokens "
+        "within its own scopes (never wider, never outliving it) and lists and revokes them. Operators on the "
+        "hub's host use 'forkd-hub token'.",
+        {"token_command": "list, create or revoke"},
+        ["forkd token list", "forkd token create ci --scope 'push:acme/python' --expires 30d"],
+    ),
+    "token list": (
+        "The unrevoked tokens your token may manage, oldest first.",
+        {},
+        ["forkd token list", "forkd token list --namespace acme --json"],
+    ),
+    "token create": (
+        "Make a robot token within your own scopes; its secret is printed once on standard output.",
+        {},
+        [
+            "forkd token create ci --scope 'push:acme/python' --scope 'pull:acme/*' --expires 30d",
+            "forkd token create ci --scope 'push:acme/*' | gh secret set FORKD_TOKEN",
+        ],
+    ),
+    "token revoke": (
+        "Revoke a robot token you manage; the hub refuses it from then on.",
+        {},
+        ["forkd token revoke ci"],
+    ),
+    "audit": (
+        "A namespace's audit log (pushes, tags, deletes, tokens, webhooks), newest first, for a token with push "
+        "or delete there.",
+        {},
+        ["forkd audit acme", "forkd audit acme --limit 20 --before 1234 --json"],
     ),
     "snapshot": (
         "Boot the guest, optionally run a command in it, and save the warm VM as a base snapshot.",

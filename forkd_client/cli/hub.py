@@ -23,10 +23,11 @@ from manifest.chunking import DEFAULT_CHUNK_SIZE
 from manifest.mediatypes import ROOTFS_FILE
 
 from ..errors import ClientError, Interrupted, UsageError
+from ..hub.account import check_push, not_found_hint
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
-from ..hub.errors import HasDependents, HubError, InvalidReference, TagConflict, Unauthorized
-from ..hub.progress import Progress, make_progress
+from ..hub.errors import HasDependents, HubError, InvalidReference, NotFound, TagConflict, Unauthorized
+from ..hub.progress import FAILED, INTERRUPTED, REFUSED, Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
 from ..hub.retry import Retrier
@@ -36,6 +37,7 @@ from ..rootfs import missing_rootfs_warning
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .output import Context, human_size
+from .summary import one_line
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -78,14 +80,18 @@ def _client(
 @contextlib.contextmanager
 def _interruptible(progress: Progress, resume_hint: str) -> Iterator[None]:
     """Close ``progress`` when the block ends; on Ctrl-C leave the bars where they were and
-    raise :class:`Interrupted` saying what can be resumed (the CLI exits 130)."""
+    raise :class:`Interrupted` saying what can be resumed (the CLI exits 130). A hub's refusal (4xx: an
+    immutable tag, a signature policy, a scope) is labelled as one, not as an interruption."""
     try:
         yield
     except KeyboardInterrupt:
-        progress.close(finished=False)
+        progress.close(finished=False, stopped=INTERRUPTED)
         raise Interrupted(resume_hint) from None
+    except HubError as e:
+        progress.close(finished=False, stopped=REFUSED if 400 <= e.status < 500 else FAILED)
+        raise
     except BaseException:
-        progress.close(finished=False)
+        progress.close(finished=False, stopped=FAILED)
         raise
     progress.close()
 
@@ -101,8 +107,15 @@ def run_login(args: argparse.Namespace, ctx: Context) -> int:
             return 1
     else:
         token = args.token
+        if not token and sys.stdin.isatty():  # as docker login does: asked for, never echoed
+            import getpass
+
+            token = getpass.getpass(f"Token for {args.url}: ").strip()
+            if not token:
+                ctx.error("no token given")
+                return 1
         if not token:
-            ctx.error("give the token with --token-stdin (recommended) or --token")
+            ctx.error("give the token with --token-stdin (recommended) or --token, or run forkd login on a terminal")
             return 2
     url = normalize_url(args.url)  # the URL stored below, never plain http by accident
     with HubClient(url, token) as client:
@@ -161,6 +174,7 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
         ctx.store() as store,
         _client(ref, ctx=None if args.quiet or args.json else ctx, notices=None if args.quiet else ctx) as client,
     ):
+        check_push(client, ref.name)  # a token that may not push there is refused before anything is built
         # recorded before any upload: a host that cannot (no FUSE, no VMM, a failing command) refuses early
         profile = _record_profile(store, args, progress) if args.record_profile else None
         try:
@@ -195,6 +209,8 @@ def run_push(args: argparse.Namespace, ctx: Context) -> int:
                     progress.log(f"{ref.name}: attaching the access profile to {result.digest[:19]}…")
                     result.profile = _attach_profile(client, ref.name, result.digest, profile, args.profile_exec)
         except TagConflict as e:  # exits 4 (conflict), like every 409
+            if e.code == "TAG_IMMUTABLE":  # --force cannot move it: the hub's message says what to do
+                raise
             raise TagConflict(
                 f"{ref.name}:{ref.tag or 'latest'}: {e}; the layers are on the hub: push again to "
                 "retry, or use --force to move the tag anyway",
@@ -312,9 +328,15 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             f"'forkd pull {args.ref}' again to resume from there",
         ):
             started = time.monotonic()
-            result = pull(
-                store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
-            )
+            try:
+                result = pull(
+                    store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
+                )
+            except NotFound as e:
+                hint = not_found_hint(client, ref.name) if e.code == "NAME_UNKNOWN" else None
+                if hint is None:
+                    raise
+                raise NotFound(f"{e}; {hint}", code=e.code, status=e.status, detail=e.detail) from None
         record_pull_rate(store, result.bytes_received, time.monotonic() - started)  # for placement (forkd node)
         warning = compat_warning(store.get(result.tag))  # the store still open: its records are not read again
         missing = [w for snap in store.chain(result.tag) if (w := missing_rootfs_warning(snap.tag, snap.dir))]
@@ -394,11 +416,11 @@ def run_search(args: argparse.Namespace, ctx: Context) -> int:
             r.get("name", ""),
             "public" if r.get("public") else "private",
             ", ".join(r.get("tags", [])[:5]),
-            (r.get("description") or "")[:60],
+            one_line(r.get("description") or "", 80),  # Markdown, as one plain line
         ]
         for r in repos
     ]
-    ctx.table(["NAME", "VISIBILITY", "TAGS", "DESCRIPTION"], rows)
+    ctx.table(["NAME", "VISIBILITY", "TAGS", "DESCRIPTION"], rows, flexible=("TAGS", "DESCRIPTION"))
     return 0
 
 

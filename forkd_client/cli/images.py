@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import json
+import re
 from typing import Any
 
-from ..errors import ClientError, InvalidSnapshotDir
+from ..errors import ClientError, InvalidSnapshotDir, UsageError
 from ..exitcodes import exit_code_for
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
@@ -15,6 +18,22 @@ from .output import Context, human_size
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("images", parents=[common], help="list local snapshots")
     p.add_argument("--json", action="store_true", help="print JSON (sizes in bytes)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print the tags only")
+    p.add_argument(
+        "-f",
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="reference=GLOB (tags matching; repeat for any of several), parent=TAG (its direct children), "
+        "dangling=true|false (a chain that is broken: a parent is missing); repeatable, all must hold",
+    )
+    p.add_argument(
+        "--format",
+        metavar="FORMAT",
+        help="'json' (one object a line) or a template of fields like '{{.Tag}}\\t{{.Size}}' "
+        f"('table ' first for a header); fields: {', '.join(FIELDS)}",
+    )
     p.set_defaults(func=run_images)
 
     p = sub.add_parser(
@@ -61,7 +80,74 @@ def _depth(store: SnapshotStore, tag: str) -> tuple[int | None, str | None]:
         return None, str(e)
 
 
+#: ``--format`` fields → (header, JSON key of :func:`_image_row`)
+FIELDS = {
+    "Tag": ("TAG", "tag"),
+    "Parent": ("PARENT", "parent_tag"),
+    "Depth": ("DEPTH", "depth"),
+    "Size": ("SIZE", "size"),
+    "UniqueSize": ("UNIQUE SIZE", "unique_size"),
+    "SharedSize": ("SHARED SIZE", "shared_size"),
+    "LogicalSize": ("LOGICAL SIZE", "logical_size"),
+    "Created": ("CREATED", "created"),
+    "Dir": ("DIR", "dir"),
+}
+_SIZES = {"size", "unique_size", "shared_size", "logical_size"}
+_FIELD = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
+
+
+def _filters(specs: list[str]) -> tuple[list[str], str | None, bool | None]:
+    """``--filter``s as (reference globs, parent, dangling). Raises UsageError for a malformed one."""
+    globs: list[str] = []
+    parent: str | None = None
+    dangling: bool | None = None
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not value:
+            raise UsageError(f"--filter {spec!r}: give KEY=VALUE (reference=GLOB, parent=TAG, dangling=true|false)")
+        if key == "reference":
+            globs.append(value)
+        elif key == "parent":
+            parent = value
+        elif key == "dangling" and value.lower() in ("true", "false", "1", "0"):
+            dangling = value.lower() in ("true", "1")
+        else:
+            raise UsageError(f"--filter {spec!r}: unknown filter (reference=GLOB, parent=TAG, dangling=true|false)")
+    return globs, parent, dangling
+
+
+def _image_row(s: LocalSnapshot, depth: tuple[int | None, str | None], shared: int) -> dict[str, Any]:
+    """One snapshot as ``images`` shows it: ``unique_size`` is its own files on disk (what ``rmi`` frees),
+    ``shared_size`` its ancestors' (what it shares with its parents), ``size`` both (what forking it needs)."""
+    return {
+        "tag": s.tag,
+        "parent_tag": s.parent_tag,
+        "depth": depth[0],
+        "chain_error": depth[1],
+        "size": s.disk_size + shared,
+        "unique_size": s.disk_size,
+        "shared_size": shared,
+        "disk_size": s.disk_size,
+        "logical_size": s.logical_size,
+        "created": s.created,
+        "dir": str(s.dir),
+    }
+
+
+def _formatted(template: str, row: dict[str, Any]) -> str:
+    def field(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in FIELDS:
+            raise UsageError(f"--format: unknown field .{name} (fields: {', '.join(FIELDS)})")
+        key = FIELDS[name][1]
+        value = row[key]
+        return human_size(value) if key in _SIZES else "-" if value is None else str(value)
+
+    return _FIELD.sub(field, template.replace("\\t", "\t").replace("\\n", "\n"))
+
+
 def run_images(args: argparse.Namespace, ctx: Context) -> int:
+    globs, parent, dangling = _filters(args.filter)  # a bad filter fails before the store is read
     snaps: list[LocalSnapshot] = []
     with ctx.store() as store:
         for tag in store.tags():
@@ -70,38 +156,59 @@ def run_images(args: argparse.Namespace, ctx: Context) -> int:
             except InvalidSnapshotDir as e:  # one unreadable snapshot must not hide the others
                 ctx.warn(str(e))
         depths = {s.tag: _depth(store, s.tag) for s in snaps}
-    if args.json:
-        ctx.json(
-            [
-                {
-                    "tag": s.tag,
-                    "parent_tag": s.parent_tag,
-                    "depth": depths[s.tag][0],
-                    "chain_error": depths[s.tag][1],
-                    "disk_size": s.disk_size,
-                    "logical_size": s.logical_size,
-                    "created": s.created,
-                    "dir": str(s.dir),
-                }
-                for s in snaps
-            ]
-        )
-        return 0
+        by_tag = {s.tag: s for s in snaps}
+
+        def shared(s: LocalSnapshot) -> int:
+            total, seen, at = 0, {s.tag}, s.parent_tag
+            while at is not None and at in by_tag and at not in seen:
+                seen.add(at)
+                total += by_tag[at].disk_size
+                at = by_tag[at].parent_tag
+            return total
+
+        rows = [_image_row(s, depths[s.tag], shared(s)) for s in snaps]
     rows = [
-        [
-            s.tag,
-            s.parent_tag or "-",
-            str(depths[s.tag][0]) if depths[s.tag][0] else "broken",
-            human_size(s.disk_size),
-            human_size(s.logical_size),
-            s.created,
-        ]
-        for s in snaps
+        r
+        for r in rows
+        if (not globs or any(fnmatch.fnmatchcase(r["tag"], g) for g in globs))
+        and (parent is None or r["parent_tag"] == parent)
+        and (dangling is None or (r["chain_error"] is not None) == dangling)
     ]
+    if args.quiet:
+        for r in rows:
+            ctx.print(r["tag"])
+        return 0
+    if args.json or args.format == "json":
+        if args.json:
+            ctx.json(rows)
+        else:
+            for r in rows:
+                ctx.print(json.dumps(r, ensure_ascii=False))
+        return 0
+    if args.format:
+        template = args.format
+        if template.startswith("table "):
+            template = template.removeprefix("table ")
+            ctx.print(_FIELD.sub(lambda m: FIELDS.get(m.group(1), ("?",))[0], template.replace("\\t", "\t")))
+        for r in rows:
+            ctx.print(_formatted(template, r))
+        return 0
     ctx.table(
-        ["TAG", "PARENT", "DEPTH", "SIZE ON DISK", "LOGICAL SIZE", "CREATED"],
-        rows,
-        right=("DEPTH", "SIZE ON DISK", "LOGICAL SIZE"),
+        ["TAG", "PARENT", "DEPTH", "SIZE", "UNIQUE SIZE", "SHARED SIZE", "LOGICAL SIZE", "CREATED"],
+        [
+            [
+                r["tag"],
+                r["parent_tag"] or "-",
+                str(r["depth"]) if r["depth"] else "broken",
+                human_size(r["size"]),
+                human_size(r["unique_size"]),
+                human_size(r["shared_size"]),
+                human_size(r["logical_size"]),
+                r["created"],
+            ]
+            for r in rows
+        ],
+        right=("DEPTH", "SIZE", "UNIQUE SIZE", "SHARED SIZE", "LOGICAL SIZE"),
     )
     return 0
 
@@ -198,7 +305,7 @@ def _print_inspect(ctx: Context, snap: LocalSnapshot, info: dict[str, Any]) -> N
         [role, str(rec.size), rec.digest or (f"tree {rec.chunk_tree[1]}" if rec.chunk_tree else "-"), rec.sha256 or "-"]
         for role, rec in snap.files.items()
     ]
-    ctx.table(["FILE", "SIZE", "DIGEST", "SHA256"], rows, right=("SIZE",))
+    ctx.table(["FILE", "SIZE", "DIGEST", "SHA256"], rows, right=("SIZE",), flexible=("DIGEST", "SHA256"))
 
 
 def run_tag(args: argparse.Namespace, ctx: Context) -> int:

@@ -1,5 +1,6 @@
-"""``forkd inspect REF``: what a hub holds for a reference: the manifest's annotations, the
-snapshot's own annotations (its config), and the referrers attached to it (provenance,
+"""``forkd inspect REF``: what a hub holds for a reference: its size (logical, stored by the layer, shared
+with its parent), its chain and what it runs on (a forkd hub's lineage and the layer's config), the manifest's
+annotations, the snapshot's own annotations (its config), and the referrers attached to it (provenance,
 signatures), with each provenance statement read back and verified against its digest.
 
 ``forkd inspect`` calls :func:`run_inspect_remote` when its argument is a hub reference (it has
@@ -18,11 +19,12 @@ from manifest import mediatypes as mt
 
 from ..errors import UsageError
 from ..hub.client import HubClient
+from ..hub.errors import HubError
 from ..hub.provenance import ARTIFACT_TYPE, PREDICATE_TYPE
 from ..hub.reference import Reference
 from ..hub.referrers import fetch_documents
 from .hub import _client
-from .output import Context
+from .output import Context, human_size
 
 __all__ = ["remote_inspection", "run_inspect_remote"]
 
@@ -48,6 +50,22 @@ def run_inspect_remote(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(f"Hub:            {info['hub']}")
     ctx.print(f"Digest:         {info['digest']}")
     ctx.print(f"Artifact type:  {info['artifact_type'] or '-'}")
+    size = info["size"]
+    if size:
+        shared = size.get("sharedWithParent")
+        ctx.print(
+            f"Size:           {human_size(size.get('logicalSize') or 0)} logical, "
+            f"{human_size(size.get('storedSize') or 0)} stored by this layer"
+            + (f", {human_size(shared)} shared with its parent" if info["chain"] and shared is not None else "")
+        )
+    if size or info["chain"]:
+        names = [
+            f"{a['repository']}:{a['tags'][0]}" if a["tags"] else f"{a['repository']}@{str(a['digest'])[:19]}…"
+            for a in info["chain"]
+        ]
+        ctx.print(f"Chain:          depth {len(names) + 1}: " + " → ".join([*names, str(ref)]))
+    runs_on = info["runs_on"]
+    ctx.print("Runs on:        " + (", ".join(f"{k} {v}" for k, v in sorted(runs_on.items())) if runs_on else "-"))
     for title, key in (("Annotations", "annotations"), ("Snapshot annotations", "snapshot_annotations")):
         ctx.print(f"{title}:" + ("" if info[key] else " -"))
         for k, v in sorted(info[key].items()):
@@ -86,10 +104,25 @@ def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:
     manifest = _object(data)
     config: dict[str, Any] = manifest["config"] if isinstance(manifest.get("config"), dict) else {}
     snapshot_annotations: dict[str, str] = {}
+    runs_on: dict[str, Any] = {}
     if config.get("mediaType") in (mt.CONFIG, mt.CONFIG_V1) and isinstance(config.get("digest"), str):
         size = config.get("size")
-        blob = repo.get_blob(config["digest"], size if isinstance(size, int) else None, limit=MAX_CONFIG_BYTES)
-        snapshot_annotations = _strings(_object(blob).get("annotations"))
+        blob = _object(repo.get_blob(config["digest"], size if isinstance(size, int) else None, limit=MAX_CONFIG_BYTES))
+        snapshot_annotations = _strings(blob.get("annotations"))
+        runs_on = blob["compat"] if isinstance(blob.get("compat"), dict) else {}
+    sizes: dict[str, Any] = {}
+    chain: list[dict[str, Any]] = []
+    if runs_on or snapshot_annotations or config.get("mediaType") in (mt.CONFIG, mt.CONFIG_V1):
+        try:  # a forkd hub's lineage; another registry (no such route) leaves size and chain empty
+            lineage = repo.lineage(digest)
+        except HubError:
+            lineage = {}
+        sizes = {k: lineage[k] for k in ("logicalSize", "storedSize", "sharedWithParent") if k in lineage}
+        chain = [
+            {"digest": a.get("digest"), "repository": a.get("repository"), "tags": a.get("tags") or []}
+            for a in lineage.get("ancestors") or []
+            if isinstance(a, dict)
+        ]
     referrers: list[dict[str, Any]] = [
         {
             "digest": str(r.get("digest")),
@@ -113,6 +146,9 @@ def remote_inspection(client: HubClient, ref: Reference) -> dict[str, Any]:
         "artifact_type": manifest.get("artifactType"),
         "annotations": _strings(manifest.get("annotations")),
         "snapshot_annotations": snapshot_annotations,
+        "size": sizes,
+        "chain": chain,
+        "runs_on": runs_on,
         "referrers": referrers,
         "provenance": provenance,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..diskspace import no_space_message
 from ..prune import prune
 from .output import Context, human_size
 
@@ -71,4 +72,6 @@ def run_prune(args: argparse.Namespace, ctx: Context) -> int:
         f"({human_size(report.bytes_freed)}), {len(report.transfer_entries)} resumable upload record(s), "
         f"{report.chunk_index_rows + report.verified_rows} record(s) of files that are gone"
     )
+    for name in report.not_rewritten:
+        ctx.warn(f"{name} was left as it was: {no_space_message(ctx.home / name, ctx.home)}")
     return 0

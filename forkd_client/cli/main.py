@@ -14,26 +14,39 @@ raised; messages are printed as ``forkd: error: <message>``. Tracebacks never re
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from clikit.helpdoc import parse_args
 from clikit.quickexit import run_and_exit
 from manifest.errors import ManifestError
 
 from ..config import forkd_home
+from ..diskspace import is_no_space, no_space_message
 from ..errors import ClientError, InvalidTag, UsageError
 from ..exitcodes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, exit_code_for
 from ..hub.errors import InvalidReference
-from . import bake, fleet, guest, hub_commands, images, keys, local, packs, vmcmds
+from ..localdb import skipped_writes
+from . import bake, fleet, guest, hub_commands, images, keys, local, manage_commands, packs, vmcmds
 from .helptext import HELP, document
 from .output import Context
 
 #: command groups, in the order ``forkd --help`` lists them
-COMMAND_MODULES: tuple[ModuleType, ...] = (images, local, packs, hub_commands, fleet, keys, vmcmds, bake, guest)
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    images,
+    local,
+    packs,
+    hub_commands,
+    manage_commands,
+    fleet,
+    keys,
+    vmcmds,
+    bake,
+    guest,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,13 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``forkd`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parse_args(parser, None if argv is None else list(argv))
     except SystemExit as e:  # --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     home = getattr(args, "home", None) or forkd_home()
     ctx = Context(home=Path(home), stdout=sys.stdout, stderr=sys.stderr)
     try:
-        return int(args.func(args, ctx))
+        code = int(args.func(args, ctx))
+        _warn_unrecorded(ctx)
+        return code
     except KeyboardInterrupt as e:  # Interrupted says what can be resumed
         ctx.error(str(e) or "interrupted")
         return EXIT_INTERRUPTED
@@ -105,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ctx.stderr.write(usage())
         return exit_code_for(e)
     except OSError as e:
-        ctx.error(_describe_os_error(e))
+        ctx.error(_describe_os_error(e, ctx.home))
         return EXIT_ERROR
     except Exception as e:  # a bug: say so plainly, keep the traceback for FORKD_DEBUG
         if os.environ.get("FORKD_DEBUG"):
@@ -120,13 +135,21 @@ def run() -> None:
     run_and_exit(main)
 
 
-def _describe_os_error(e: OSError) -> str:
-    if e.errno == errno.ENOSPC:
-        where = f" writing {e.filename}" if e.filename else ""
-        return f"disk full{where}: free some space and rerun; transfers resume where they stopped"
+def _describe_os_error(e: OSError, home: Path | None = None) -> str:
+    if is_no_space(e):
+        return no_space_message(e.filename, home)
     if e.filename is not None:
         return f"{e.strerror or e}: {e.filename}"
     return str(e)
+
+
+def _warn_unrecorded(ctx: Context) -> None:
+    """A full disk kept the store's records from being updated (forkd_client.localdb): say so, once."""
+    for path, count in skipped_writes().items():
+        ctx.warn(
+            f"{count} update(s) of {Path(path).name} skipped (what they would have kept is hashed or fetched "
+            f"again next time): {no_space_message(path, ctx.home)}"
+        )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,19 @@ class Context:
         # json.dumps escapes C0 controls; C1 controls and bidi overrides it leaves raw, so escape them too
         self.stdout.write(_JSON_UNSAFE.sub(_json_safe, json.dumps(obj, indent=2, ensure_ascii=False)) + "\n")
 
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[str] = ()) -> None:
-        """Print rows under headers; columns named in ``right`` are right-aligned (numbers)."""
+    def table(
+        self,
+        headers: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        *,
+        right: Sequence[str] = (),
+        flexible: Sequence[str] = (),
+    ) -> None:
+        """Print rows under headers; columns named in ``right`` are right-aligned (numbers).
+
+        On a terminal narrower than the table, the columns named in ``flexible`` (long digests,
+        descriptions) fold onto several lines; every other column keeps its full width, so none is
+        ever dropped (rich would otherwise squeeze a column to nothing). Pipes get every cell whole."""
         rows = [[terminal_safe(cell) for cell in row] for row in rows]
         if _isatty(self.stdout):
             from rich.console import Console
@@ -85,8 +96,15 @@ class Context:
             from rich.text import Text
 
             table = Table(box=None, header_style="bold", pad_edge=False)
-            for h in headers:
-                table.add_column(h, justify="right" if h in right else "left", no_wrap=True)
+            for i, h in enumerate(headers):
+                widest = max([len(h), *(len(r[i]) for r in rows if i < len(r))])
+                table.add_column(
+                    h,
+                    justify="right" if h in right else "left",
+                    no_wrap=h not in flexible,
+                    overflow="fold" if h in flexible else "ellipsis",
+                    min_width=min(len(h), 12) if h in flexible else widest,
+                )
             for row in rows:
                 table.add_row(*(Text(cell) for cell in row))  # Text: a cell's "[red]" is shown, not obeyed
             Console(file=self.stdout).print(table)

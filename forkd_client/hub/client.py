@@ -2,7 +2,8 @@
 
 One method per endpoint of docs/http-api.md: here the hub-wide ones (ping, search, upload
 sessions by location, presigned store reads, the fleet's inventory reports and placement), and in :class:`~.repository.RepositoryClient`
-(``HubClient.repository(name)``) those about one repository. Unit tests inject ``httpx.MockTransport``;
+(``HubClient.repository(name)``) those about one repository, and in :class:`~.account.AccountClient`
+(``HubClient.account()``) those about the caller's own token. Unit tests inject ``httpx.MockTransport``;
 end-to-end tests pass Litestar's ``TestClient`` (an ``httpx.Client``) or point at a real
 server. Every response error becomes a typed :mod:`forkd_client.hub.errors` exception parsed
 from the hub's envelope; httpx exceptions never escape this module. All calls have timeouts (seconds
@@ -20,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
-from .errors import HubError, HubUnreachable
+from .account import AccountClient
+from .errors import HubError, HubUnreachable, NotAHub, Unauthorized
 from .lean_httpx import httpx
 from .politeness import Patience
 from .presigned import PresignedCache, merge_spans, slice_spans
@@ -209,8 +211,25 @@ class HubClient:
         """The calls about repository ``name`` (``ns/repo``): manifests, tags, blobs, uploads, chains."""
         return RepositoryClient(self, name)
 
+    def account(self) -> AccountClient:
+        """The calls about this client's own token: who it is, the tokens it makes, its namespaces' audit log."""
+        return AccountClient(self)
+
     def ping(self) -> None:
-        self._request("GET", "/v2/")
+        """Check that ``base_url`` is a forkd hub that accepts this client's token.
+
+        Raises: Unauthorized (the token is refused), NotAHub (``/v2/`` does not answer as a hub does:
+        200 or 401 with ``Docker-Distribution-Api-Version``), HubUnreachable."""
+        try:
+            response = self._request("GET", "/v2/")
+        except Unauthorized:
+            raise
+        except HubError as e:
+            if isinstance(e, HubUnreachable):
+                raise
+            raise NotAHub(self.base_url, f"GET /v2/ answered HTTP {e.status}") from None
+        if "docker-distribution-api-version" not in response.headers:
+            raise NotAHub(self.base_url, "GET /v2/ answered without Docker-Distribution-Api-Version")
 
     def search(self, query: str = "", namespace: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"q": query, "n": limit}

@@ -3,6 +3,7 @@
     ClientError (forkd_client.errors)
     └── HubError                 the hub answered with an error envelope; ``.code``, ``.status``, ``.detail``
         ├── HubUnreachable       connection refused / DNS / timeout: no answer at all
+        ├── NotAHub              the URL answers, but not as a forkd hub does (a plain web server, a wrong path)
         ├── Unauthorized         401: missing, wrong or expired token
         ├── Forbidden            403: the token lacks the scope
         ├── NotFound             404: repository, manifest, blob or upload unknown (or private)
@@ -11,7 +12,7 @@
         ├── DigestInvalid        (also VerificationFailed) bytes did not match their digest (hub side or on arrival here)
         │   └── SignatureInvalid a chain is unsigned, or not signed for this digest by a trusted key
         ├── SignatureRequired    403: the hub's policy wants a signature before this tag moves
-        ├── DiskFull             (also OSError) the pull cannot fit on the local disk
+        ├── DiskFull             (also NoSpace, an OSError) the pull cannot fit on the local disk
         └── InvalidReference     (also ValueError) a ``[host/]ns/repo[:tag][@digest]`` string is malformed
 
 httpx errors never leave :mod:`forkd_client.hub.client`; they become these.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ClientError, VerificationFailed
+from ..errors import ClientError, NoSpace, VerificationFailed
 
 
 class HubError(ClientError):
@@ -42,6 +43,18 @@ GATEWAY_STATUSES = frozenset({502, 503, 504})
 
 class HubUnreachable(HubError):
     """No answer from the hub (connection refused, DNS failure, timeout)."""
+
+
+class NotAHub(HubError):
+    """``GET /v2/`` at the URL does not answer as a hub does (200, or 401, with ``Docker-Distribution-Api-Version``)."""
+
+    def __init__(self, url: str, what: str) -> None:
+        super().__init__(
+            f"{url} does not look like a forkd hub ({what}); is this a forkd hub? Give the URL 'forkd-hub serve' "
+            "listens on (e.g. http://127.0.0.1:8080, without a path), or the one its operator published",
+            code="NOT_A_HUB",
+        )
+        self.url = url
 
 
 class Unauthorized(HubError):
@@ -87,7 +100,7 @@ class SignatureRequired(HubError):
     """403 ``SIGNATURE_REQUIRED``: the namespace requires a signature by a registered key (``push --sign``)."""
 
 
-class DiskFull(HubError, OSError):
+class DiskFull(HubError, NoSpace):
     """Not enough free space for what a pull must write (checked before writing anything)."""
 
 

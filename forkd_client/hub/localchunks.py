@@ -16,12 +16,12 @@ indexed). What one pull moves is then each missing chunk once: the number placem
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
 import blake3
 
+from ..localdb import open_store_database
 from ..verified import VerifiedRecord
 
 _SCHEMA = """
@@ -34,9 +34,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 
 class LocalChunkIndex:
     def __init__(self, db_path: Path, verified: VerifiedRecord) -> None:
-        self._db = sqlite3.connect(db_path, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_store_database(db_path, _SCHEMA)  # a full disk: read only (forkd_client.localdb)
         self._verified = verified
         self._staged: dict[str, tuple[Path, int, int]] = {}
 

@@ -6,7 +6,8 @@ Sizes are IEC (MiB). Piped output (logs, CI) gets a line every ``FORKD_PROGRESS_
 seconds (default 5) while a task runs, not only at its end: a ticker thread prints it even when
 no byte moved since (one upload request of a big layer on a slow link, a stalled hub), so a CI
 log never goes quiet long enough to look hung. ``close(finished=False)`` (an
-interrupt) leaves every bar where it was instead of filling it.
+interrupt, a failure, a refusal) leaves every bar where it was instead of filling it, and the line says which
+(``stopped``: ``interrupted at``, ``stopped at``, ``refused by the hub after``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from rich.progress import Task, TaskID
 
 DEFAULT_INTERVAL = 5.0
+#: how a piped line ends a task that did not finish (``close(finished=False, stopped=…)``)
+INTERRUPTED = "interrupted at"
+FAILED = "stopped at"
+REFUSED = "refused by the hub after"
 
 
 def line_interval() -> float:
@@ -49,8 +54,8 @@ class Progress:
     def log(self, message: str) -> None:
         """A line worth showing even without a bar (skipped link, reused chunks…)."""
 
-    def close(self, *, finished: bool = True) -> None:
-        """Finish rendering; ``finished=False`` (interrupted) shows the current task where it stopped."""
+    def close(self, *, finished: bool = True, stopped: str = INTERRUPTED) -> None:
+        """Finish rendering; ``finished=False`` shows the current task where it stopped, saying how (``stopped``)."""
 
 
 class NullProgress(Progress):
@@ -82,7 +87,8 @@ class LineProgress(Progress):
     def _line(self, state: str) -> None:
         seconds = max(time.monotonic() - self._start, 1e-9)
         if self._busy:
-            said = {"at": "still working after", "done,": "done in"}.get(state, "interrupted after")
+            said = {"at": "still working after", "done,": "done in"}.get(state, state.removesuffix(" at"))
+            said = said if said.endswith((" after", " in")) else f"{said} after"
             print(f"{self._desc}: {said} {seconds:.1f}s", file=self.stream, flush=True)
             return
         of = f" of {human_size(self._total)}" if self._total else ""
@@ -93,9 +99,9 @@ class LineProgress(Progress):
             flush=True,
         )
 
-    def _finish(self, finished: bool = True) -> None:
+    def _finish(self, finished: bool = True, stopped: str = INTERRUPTED) -> None:
         if self._desc is not None:
-            self._line("done," if finished else "interrupted at")
+            self._line("done," if finished else stopped)
         self._desc = None
 
     def task(self, description: str, total: int, *, busy: bool = False) -> None:
@@ -122,12 +128,12 @@ class LineProgress(Progress):
         with self._lock:
             print(message, file=self.stream, flush=True)
 
-    def close(self, *, finished: bool = True) -> None:
+    def close(self, *, finished: bool = True, stopped: str = INTERRUPTED) -> None:
         self._closed.set()
         if self._ticker is not None:
             self._ticker.join()
         with self._lock:
-            self._finish(finished)
+            self._finish(finished, stopped)
 
 
 class RichProgress(Progress):
@@ -168,7 +174,7 @@ class RichProgress(Progress):
     def log(self, message: str) -> None:
         self._bars.console.print(message, highlight=False, markup=False)
 
-    def close(self, *, finished: bool = True) -> None:
+    def close(self, *, finished: bool = True, stopped: str = INTERRUPTED) -> None:
         if self._task is not None:
             if finished:
                 self._bars.update(self._task, completed=self._bars.tasks[-1].total)

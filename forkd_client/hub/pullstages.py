@@ -25,6 +25,7 @@ from manifest.errors import ManifestError
 from manifest.jsontext import loads as loads_json
 from manifest.model import ChunkMap, LayerConfig, LayerManifest
 
+from ..diskspace import mount_point, no_space_message
 from ..errors import SnapshotNotFound
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
@@ -162,10 +163,11 @@ def check_space(store: SnapshotStore, maps: dict[str, ChunkMap], parent: Path | 
     st = os.statvfs(store.root)
     free = st.f_bavail * st.f_frsize
     if need > free:
+        free_some = no_space_message(None, store.root).split(": ", 1)[1]  # "free space there: ..."
         raise DiskFull(
-            f"not enough disk space for layer {layer} under {store.root}: it may need "
+            f"no space left on {mount_point(store.root)} for layer {layer}: it may need "
             f"{need / 2**20:,.0f} MiB (changed chunks, plus a copy of the parent where the filesystem "
-            f"cannot reflink), {free / 2**20:,.0f} MiB free"
+            f"cannot reflink), {free / 2**20:,.0f} MiB free; {free_some}"
         )
 
 

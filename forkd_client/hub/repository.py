@@ -84,6 +84,19 @@ class RepositoryClient:
         """The repository's catalog entry (visibility, description, tags)."""
         return json_object(self.hub._request("GET", f"/api/v1/repositories/{self.name}"), f"repository {self.name}")
 
+    def update(
+        self, *, public: bool | None = None, description: str | None = None, readme: str | None = None
+    ) -> dict[str, Any]:
+        """Change the repository's visibility, description or README (push or admin there); answers like
+        :meth:`info`. Raises the HubError family (Forbidden without push; HubError ``INVALID_REQUEST`` for a
+        description or README over the hub's limit)."""
+        body = {
+            k: v for k, v in (("public", public), ("description", description), ("readme", readme)) if v is not None
+        }
+        return json_object(
+            self.hub._request("PATCH", f"/api/v1/repositories/{self.name}", json=body), f"repository {self.name}"
+        )
+
     def lineage(self, ref: str) -> dict[str, Any]:
         return json_object(
             self.hub._request("GET", f"/api/v1/repositories/{self.name}/lineage/{ref}"), f"lineage of {self.name}:{ref}"

@@ -195,7 +195,7 @@ def check_new_base(store: SnapshotStore, tag: str, force: bool) -> None:
     validate_tag(tag)
     if store.exists(tag):
         if not force:
-            raise SnapshotExists(tag)
+            raise SnapshotExists(tag, replaceable=True)
         if dependents := store.dependents(tag):
             raise DependentsExist(tag, dependents)
 

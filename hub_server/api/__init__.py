@@ -15,6 +15,7 @@ from hub_server.api.referrers import ReferrerController
 from hub_server.api.system import SystemController
 from hub_server.api.tags import TagController
 from hub_server.api.token import TokenController
+from hub_server.api.tokens import AccountController
 from hub_server.api.uploads import UploadController
 from hub_server.api.webhooks import WebhookController
 
@@ -33,6 +34,7 @@ ROUTE_HANDLERS = [
     WebhookController,
     FleetController,
     QuotaController,
+    AccountController,
 ]
 
 __all__ = ["ROUTE_HANDLERS"]

@@ -60,7 +60,7 @@ class CatalogController(Controller):
 
     @patch(
         "/repositories/{ns:str}/{repo:str}",
-        summary="Change visibility or description (push or admin), or the tag policies (admin)",
+        summary="Change visibility, description or README (push or admin), or the tag policies (admin)",
         operation_class=json_body(RepositoryPatch, "the fields to change"),
         dependencies=PUSH,
     )
@@ -76,6 +76,7 @@ class CatalogController(Controller):
             repository,
             public=change.public,
             description=change.description,
+            readme=change.readme,
             policy=change.policy_change(),
             remote=remote_of(request),
         )

@@ -191,6 +191,8 @@ class RepositoryOut(_Wire):
     updated: datetime
     tags: list[TagOut]
     policy: PolicyOut | None = None
+    readme: str = ""
+    pull_count: int = 0
 
     @classmethod
     def from_detail(cls, d: RepositoryDetail) -> RepositoryOut:
@@ -198,6 +200,8 @@ class RepositoryOut(_Wire):
             name=d.name,
             public=d.public,
             description=d.description,
+            readme=d.readme,
+            pull_count=d.pull_count,
             created=d.created,
             updated=d.updated,
             tags=[
@@ -226,6 +230,7 @@ class RetentionPatch(_Wire, forbid_unknown_fields=True):
 class RepositoryPatch(_Wire, forbid_unknown_fields=True):
     public: bool | None = None
     description: str | None = None
+    readme: str | None = None
     immutable_tags: bool | msgspec.UnsetType | None = msgspec.UNSET
     """true/false on this repository; null: follow the hub default."""
     immutable_exempt: str | msgspec.UnsetType | None = msgspec.UNSET

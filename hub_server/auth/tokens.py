@@ -152,11 +152,13 @@ class TokenService:
         self.max_scopes = max_scopes
         """Scopes one token may carry (``FORKD_HUB_TOKEN_SCOPES``): every request it makes reads them."""
 
-    async def create(self, name: str, scopes: Sequence[str], expires_in: timedelta | None) -> str:
+    async def create(
+        self, name: str, scopes: Sequence[str], expires_in: timedelta | None, *, not_after: datetime | None = None
+    ) -> str:
         """Create a token and return its plaintext (the only time it is ever available).
 
         ``scopes`` are scope strings (duplicates are dropped, order kept); ``expires_in=None``
-        means it never expires.
+        means it never expires; ``not_after`` caps the expiry (a token made by another expires no later).
 
         Raises:
             InvalidTokenName: ``name`` is not ``[A-Za-z0-9_.-]{1,64}`` or is reserved.
@@ -187,6 +189,10 @@ class TokenService:
             created_at=now,
             expires_at=None if expires_in is None else now + expires_in,
         )
+        if not_after is not None and (row.expires_at is None or row.expires_at > not_after):
+            if not_after <= now:
+                raise InvalidDuration(str(not_after), "the cap is in the past")
+            row.expires_at = not_after
         async with self._sessions() as session:
             existing = await session.exec(select(Token.id).where(Token.name == name, col(Token.revoked_at).is_(None)))
             if existing.first() is not None:

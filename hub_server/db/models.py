@@ -109,7 +109,9 @@ class Repository(SQLModel, table=True):
     created_at: datetime = _time()
     updated_at: datetime = _time()
     pull_count: int = Field(default=0, sa_column=Column(BigInteger, nullable=False, server_default="0"))
-    """Chains fetched (``forkd pull``) from this repository."""
+    """Pulls of this repository: ``forkd pull`` (one chain answer) and forkd pack downloads (docs/web.md)."""
+    readme: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    """A long Markdown description (the README), beside the short ``description``."""
 
     @property
     def full_name(self) -> str:

@@ -13,14 +13,17 @@ import time
 from sqlalchemy import func, text
 from sqlmodel import select
 
+from hub_server.auth.errors import AuthError
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository, Upload
 from hub_server.outages import DATABASE, STORAGE
+from hub_server.errors import HubError
 from hub_server.registry.content.blobs import BlobService, BlobUnlinker
 from hub_server.registry.content.quotas import QuotaService
 from hub_server.registry.content.tags import TagService
 from hub_server.registry.core.access import Access, RepositoryScope, resolve_scope
 from hub_server.registry.core.context import RegistryContext
+from hub_server.registry.core.names import check_repository
 from hub_server.registry.core.paths import HEALTH_PROBE_KEY, HEALTH_WRITE_KEY
 from hub_server.registry.fleet.fleetindex import FleetIndex
 from hub_server.registry.fleet.inventory import InventoryService
@@ -30,6 +33,7 @@ from hub_server.registry.fleet.placement import PlacementService
 from hub_server.registry.push.chunks import ChunkService
 from hub_server.registry.push.manifests import ManifestService
 from hub_server.registry.push.uploads import UploadService
+from hub_server.registry.read.auditview import AuditView
 from hub_server.registry.read.browse import BrowseService
 from hub_server.registry.read.catalog import CatalogService
 from hub_server.registry.read.lineage import LineageService
@@ -67,6 +71,7 @@ class Registry:
         self.catalog = CatalogService(ctx)
         self.quotas = QuotaService(ctx)
         self.browse = BrowseService(ctx)
+        self.audit_view = AuditView(ctx)
         self.deletion = DeleteService(ctx)
         self.gc = GarbageCollector(ctx)
         layer_facts = LayerFactsCache(ctx)
@@ -92,6 +97,25 @@ class Registry:
         once per request (``core/access.py``), then handed to a service (``also``: another scope a refusal
         names). Raises: as :func:`resolve_scope`."""
         return await resolve_scope(self.ctx, principal, namespace, name, access, cached=cached, also=also)
+
+    async def rights(self, principal: Principal, namespace: str, name: str) -> dict[str, bool]:
+        """What ``principal`` may do to ``namespace/name`` (``pull``, ``push``, ``delete``; ``pullScope``: whether
+        its scopes name a pull there, so a 404 can say "or your token lacks pull scope"), by the rules every
+        route applies, without doing it (``GET /api/v1/me?repository=``: a push checks this before it builds
+        anything). Raises HubError(NAME_INVALID)."""
+        check_repository(namespace, name)
+        full = f"{namespace}/{name}"
+        try:
+            await self.scope(principal, namespace, name, "pull")
+            pull = True
+        except (HubError, AuthError):
+            pull = False
+        return {
+            "pull": pull,
+            "pullScope": principal.can("pull", full),
+            "push": principal.can("push", full),
+            "delete": principal.can("delete", full),
+        }
 
     async def health(self) -> tuple[bool, HealthReport]:
         """Whether the database and the blob store answer, the store accepts writes and has room

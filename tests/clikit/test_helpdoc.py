@@ -47,3 +47,18 @@ def test_a_documented_subcommand_knows_its_usage_and_an_undocumented_one_is_left
     args = p.parse_args(["thing", "n"])
     assert args.command_usage().startswith("usage: tool thing")
     assert not hasattr(p.parse_args(["bare"]), "command_usage")
+
+
+def test_unknown_arguments_are_reported_with_the_subcommands_usage(capsys) -> None:
+    from clikit.helpdoc import parse_args
+
+    p = argparse.ArgumentParser(prog="tool")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("thing").add_argument("x")
+    document(p, {"thing": ("Do a thing.", {"x": "what"}, ["tool thing 1"])})
+    assert parse_args(p, ["thing", "1"]).x == "1"
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(p, ["thing", "1", "--force"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: tool thing [-h] x\n")
+    assert "tool thing: error: unrecognized arguments: --force (see 'tool thing --help'" in err

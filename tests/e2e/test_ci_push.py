@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -266,6 +267,9 @@ def test_ci_provenance_is_a_referrer_that_inspect_shows(hub, tmp_path):
     assert statement["predicate"]["runDetails"]["metadata"]["invocationId"].endswith("/-/pipelines/77")
     text = reader.run("inspect", "acme/env:v1").stdout
     assert "dev.forkd.ci.system: gitlab-ci" in text and "org.example.team: ml" in text
+    # issue 30: size, chain and what it runs on, as the hub's lineage and the layer's config say
+    assert re.search(r"^Size: +[\d.]+ \w+ logical, [\d.]+ \w+ stored by this layer", text, re.M), text
+    assert re.search(r"^Chain: +depth \d+: .*acme/env:v1$", text, re.M) and re.search(r"^Runs on: ", text, re.M)
     reader.run("pull", "acme/env:v1", "--as", "env")  # a local tag knows where it came from
     assert reader.json("inspect", "env", "--remote")["referrers"] == seen["referrers"]
     never_pulled = ci.run("inspect", "numpy", "--remote", check=False)

@@ -41,21 +41,50 @@ def test_images_table_and_json(chain: Path, capsys) -> None:
         "PARENT",
         "DEPTH",
         "SIZE",
-        "ON",
-        "DISK",
+        "UNIQUE",
+        "SIZE",
+        "SHARED",
+        "SIZE",
         "LOGICAL",
         "SIZE",
         "CREATED",
     ]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["base"][1:3] == ["-", "1"] and rows["head"][1:3] == ["mid", "3"]
-    assert rows["head"][5:7] == ["4.0", "MiB"]  # human sizes in the table
+    assert rows["head"][9:11] == ["4.0", "MiB"]  # human sizes in the table (logical)
     code, out, _ = run(capsys, "images", "--json")
     images = {i["tag"]: i for i in json.loads(out)}
     assert set(images) == {"base", "mid", "head"}
     head = images["head"]
     assert (head["parent_tag"], head["depth"], head["chain_error"]) == ("mid", 3, None)
     assert head["logical_size"] > 4 << 20 and 0 < head["disk_size"] < head["logical_size"]  # bytes in JSON
+    # unique: its own files; shared: its ancestors'; size: both (issue 30, sizes as docker shows them)
+    assert head["unique_size"] == head["disk_size"]
+    assert head["shared_size"] == images["mid"]["disk_size"] + images["base"]["disk_size"]
+    assert head["size"] == head["unique_size"] + head["shared_size"] and images["base"]["shared_size"] == 0
+
+
+def test_images_quiet_filters_and_format(chain: Path, capsys) -> None:
+    """Issue 30 "forkd images": -q, --filter reference=/parent=/dangling=, --format (fields or json)."""
+    assert run(capsys, "images", "-q")[1].split() == ["base", "head", "mid"]
+    assert run(capsys, "images", "-q", "--filter", "reference=*e*")[1].split() == ["base", "head"]
+    assert run(capsys, "images", "-q", "-f", "reference=b*", "-f", "reference=m*")[1].split() == ["base", "mid"]
+    assert run(capsys, "images", "-q", "--filter", "parent=mid")[1].split() == ["head"]
+    assert run(capsys, "images", "-q", "--filter", "dangling=true")[1] == ""
+    assert run(capsys, "images", "-q", "--filter", "dangling=false")[1].split() == ["base", "head", "mid"]
+    code, out, _ = run(capsys, "images", "--format", "{{.Tag}}:{{ .Parent }}:{{.Depth}}", "-f", "reference=head")
+    assert (code, out) == (0, "head:mid:3\n")
+    out = run(capsys, "images", "--format", "table {{.Tag}}\\t{{.LogicalSize}}", "-f", "reference=base")[1]
+    assert out.splitlines() == ["TAG\tLOGICAL SIZE", "base\t4.0 MiB"]
+    lines = run(capsys, "images", "--format", "json")[1].splitlines()
+    assert [json.loads(line)["tag"] for line in lines] == ["base", "head", "mid"]
+    code, _, err = run(capsys, "images", "--format", "{{.Nope}}")
+    assert code == 2 and "unknown field .Nope" in err and "UniqueSize" in err
+    code, _, err = run(capsys, "images", "--filter", "label=x")
+    assert code == 2 and "unknown filter" in err
+    # a chain whose parent is gone is dangling
+    shutil.rmtree(chain / "snapshots" / "mid")
+    assert run(capsys, "images", "-q", "--filter", "dangling=true")[1].split() == ["head"]
 
 
 def test_inspect_json(chain: Path, capsys) -> None:
@@ -169,3 +198,41 @@ def test_images_warns_about_an_unreadable_snapshot_and_lists_the_rest(chain: Pat
     code, out, err = run(capsys, "images")
     assert code == 0 and "snapshot.json is not valid JSON" in err and err.startswith("forkd: warning: ")
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["base", "head"]
+
+
+def test_tag_and_compact_never_suggest_a_force_they_lack(chain: Path, capsys, tmp_path: Path) -> None:
+    """Issue 30 item 7: a taken tag says how to free it, and an unknown flag shows the subcommand's usage."""
+    for argv in (["tag", "head", "mid"], ["snapshot-compact", "--from", "head", "--to", "mid"]):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (4, "")
+        assert (
+            err
+            == "forkd: error: snapshot 'mid' already exists: choose another tag, or remove it first with 'forkd rmi mid'\n"
+        )
+        code, out, err = run(capsys, *argv, "--force")
+        command = argv[0]
+        assert (code, out) == (2, "") and err.startswith(f"usage: forkd {command} ")  # its usage, not forkd's
+        assert f"forkd {command}: error: unrecognized arguments: --force" in err and "COMMAND ..." not in err
+    base = make_base_source(tmp_path / "again", seed=9)
+    code, _, err = run(capsys, "import", str(base), "mid")  # import has --force, and says so
+    assert code == 4 and "use --force to replace it" in err
+
+
+def test_inspect_on_a_narrow_terminal_keeps_file_and_size(chain: Path, monkeypatch) -> None:
+    """Issue 30 item 4, through the command: at 100 columns rich dropped FILE and SIZE."""
+    import io
+    import re
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setattr(sys, "stdout", screen)
+    assert main(["inspect", "head"]) == 0
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in screen.getvalue().splitlines()]
+    files = lines[lines.index("Files:") + 1 :]
+    assert files[0].split()[:2] == ["FILE", "SIZE"] and all(len(line) <= 100 for line in files)
+    assert {"memory.bin", "vmstate"} <= {line.split()[0] for line in files[1:] if line[:1].strip()}
+    assert any(line.startswith("memory.bin") and line.split()[1] == str(4 << 20) for line in files)

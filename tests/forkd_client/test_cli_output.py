@@ -77,3 +77,28 @@ def test_json_output_escapes_what_a_terminal_would_obey_and_stays_the_same_json(
     text = out.getvalue()
     assert not any(c in text for c in "\x1b\x07\r\x9b\u202e")
     assert json.loads(text) == {"description": HOSTILE, "sizes": [1, 2]}
+
+
+def test_a_narrow_terminal_folds_the_flexible_columns_and_drops_none(monkeypatch) -> None:
+    """Issue 30 item 4: ``forkd inspect`` under ~170 columns lost FILE and SIZE; now the digests fold."""
+    import re
+
+    digest, sha = "blake3:" + "ab" * 32, "sha256:" + "cd" * 32
+    for columns in (70, 100, 169):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        out = FakeTTY()
+        Context(Path("/x"), out, io.StringIO()).table(
+            ["FILE", "SIZE", "DIGEST", "SHA256"],
+            [["memory.bin", "1048576", digest, sha], ["vmstate", "2", digest, sha]],
+            right=("SIZE",),
+            flexible=("DIGEST", "SHA256"),
+        )
+        lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in out.getvalue().splitlines()]
+        assert all(len(line) <= columns for line in lines), lines
+        assert lines[0].split()[:2] == ["FILE", "SIZE"]
+        assert [line.split()[:2] for line in lines if line.startswith(("memory.bin", "vmstate"))] == [
+            ["memory.bin", "1048576"],
+            ["vmstate", "2"],
+        ]
+        folded = "".join(line[len("memory.bin  1048576  ") :].split()[0] for line in lines[1:] if line.strip())
+        assert digest in folded  # the whole digest is there, over several lines

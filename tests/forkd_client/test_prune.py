@@ -63,6 +63,7 @@ def test_prune_dry_run_then_for_real(store, tmp_path):
         "transfer_entries": [],
         "chunk_index_rows": 0,
         "verified_rows": 0,
+        "not_rewritten": [],
     }
     assert store.tags() == ["base"] and len(store.verify_chain("base")) == 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from web.graph import MAX_DEPENDENTS, GraphNode, lineage_svg
-from web.text import human_bytes, link_digests, markdown_html, plain_text, short_digest
+from web.text import excerpt, human_bytes, link_digests, markdown_html, short_digest, summary_line
 
 HOSTILE = '</text><script>alert(1)</script><a href="javascript:x">&'
 SVG = "{http://www.w3.org/2000/svg}"
@@ -45,7 +45,14 @@ def test_markdown_is_rendered_and_sanitised() -> None:
     assert "<script" not in html and "<img" not in html and 'href="javascript' not in html
     assert "&lt;script&gt;x&lt;/script&gt;" in html  # shown as text
     assert '<a href="https://e.x" rel="noopener noreferrer nofollow">ok</a>' in html
-    assert plain_text("**Python** <b>3</b> & co") == "Python <b>3</b> & co"
+    assert summary_line("**Python** <b>3</b> & co") == "Python <b>3</b> & co"  # raw HTML stays text
+    assert summary_line("# NumPy\n\n**Python 3.12**\non a guest.\n\n```\ncode\n```\n\n- a\n- `b`") == (
+        "NumPy · Python 3.12 on a guest. · a · b"
+    )
+    marked = str(excerpt("# Python\n\n**Python 3.12** <b>x</b>", "pyth"))
+    assert marked == "<mark>Python</mark> · <mark>Python</mark> 3.12 &lt;b&gt;x&lt;/b&gt;"
+    long = str(excerpt("word " * 60 + "numpy here " + "tail " * 40, "numpy"))
+    assert long.startswith("…word") and "<mark>numpy</mark> here" in long and long.endswith("…")
 
 
 def test_small_formatters() -> None:

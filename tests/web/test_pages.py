@@ -69,7 +69,11 @@ def test_search_is_full_text_with_highlights(hub: Hub, catalog: Catalog) -> None
     assert cards(html) == ["acme/py-numpy"]
     assert "py-<mark>numpy</mark>" in html
     assert "recipe <mark>numpy" in html  # annotation values too (PostgreSQL marks the token numpy.toml whole)
-    assert cards(page(hub, "/search", params={"q": "tiny guest"})) == ["acme/py-base"]  # description words
+    described = page(hub, "/search", params={"q": "tiny guest"})
+    assert cards(described) == ["acme/py-base"]  # description words
+    # Issue 30 item 3: the card shows the Markdown's words, never its markup, matches marked
+    assert "Python 3.12 on a <mark>tiny</mark> <mark>guest</mark>. · pip ready · uv installed" in described
+    assert "**Python" not in described and "`uv`" not in described
     assert cards(page(hub, "/search", params={"q": "ci-runn"})) == ["acme/py-numpy"]  # prefixes
     assert cards(page(hub, "/search", params={"q": '"unbalanced AND ( NEAR'})) == []  # query syntax is inert
     assert "0 repositories" in page(hub, "/search", params={"q": "nothing-like-this"})
@@ -111,7 +115,7 @@ def test_repository_page(hub: Hub, catalog: Catalog) -> None:
     assert "<h1>acme/py-numpy</h1>" in html
     numpy = catalog.layers["numpy"]
     assert f'href="/r/acme/py-numpy/t/{numpy.digest}"' in html
-    assert "<td>admin</td>" in html  # the pusher, from the audit log
+    assert '<td data-label="By">admin</td>' in html  # the pusher, from the audit log
     assert "forkd pull testserver.local/acme/py-numpy:1.26" in html
     assert f"forkd pull testserver.local/acme/py-numpy@{numpy.digest}" in html
     assert "firecracker · aarch64 · 8 MiB" in html
@@ -265,3 +269,21 @@ def test_layer_page_shows_provenance_referrers(hub: Hub, catalog: Catalog) -> No
     assert '<p class="empty">Not signed.</p>' in section and "no provenance attached" not in section
     assert dangers(html) == []
     assert "Not signed, and no provenance attached" in page(hub, "/r/acme/py-base/t/3.12")  # the parent has none
+
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+def test_unknown_urls_are_a_page_for_browsers_and_json_for_api_clients(hub: Hub) -> None:
+    """Issue 30 item 6: an unknown URL answered raw JSON to a browser."""
+    html = page(hub, "/no/such/page", 404, headers=BROWSER)
+    assert "<h1>Not found</h1>" in html and "There is no page at /no/such/page." in html
+    assert '<a href="/">Back to the catalog</a>' in html
+    assert "Not allowed here" in page(hub, "/signout", 405, headers=BROWSER)  # a form's target, opened as a link
+    for headers in ({}, {"Accept": "application/json"}, {"Accept": "*/*"}):  # curl, httpx, API clients
+        r = hub.client.get("/no/such/page", headers=headers)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/json")
+        assert r.json()["errors"][0]["code"] == "NOT_FOUND"
+    for url in ("/v2/acme/nope/x", "/api/v1/nope"):  # the API's own paths keep the envelope even for a browser
+        r = hub.client.get(url, headers=BROWSER)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/json"), url

@@ -271,7 +271,9 @@ class ForkdCompatService:
         info = await self._read_info(repository, head.digest)
         if info is None:
             try:  # public: anyone may read it; built once, then served from the cache
-                built = await self.pack(scope_of(Principal.anonymous(), repo, "pull"), f"@{head.digest}")
+                built = await self.pack(
+                    scope_of(Principal.anonymous(), repo, "pull"), f"@{head.digest}", count_pull=False
+                )
             except HubError as e:
                 log.warning("registry.json: leaving out %s:%s, its forkd pack cannot be built: %s", repository, tag, e)
                 return None
@@ -287,14 +289,15 @@ class ForkdCompatService:
 
     # -- packs ------------------------------------------------------------------------------
 
-    async def pack(self, scope: RepositoryScope, ref: str) -> PackDownload:
+    async def pack(self, scope: RepositoryScope, ref: str, *, count_pull: bool = True) -> PackDownload:
         """The forkd pack of ``ref`` (a tag, or a digest with an optional leading ``@``) in the repository of
-        ``scope`` (``pull``), built on first use.
+        ``scope`` (``pull``), built on first use. A download counts as a pull (``count_pull``); a build for
+        ``registry.json`` does not.
 
         Raises: HubError (NAME_INVALID (a bad tag), MANIFEST_UNKNOWN, DIGEST_INVALID, TOO_LARGE,
         INTERNAL, UNAVAILABLE), StorageUnavailable, StorageFull.
         """
-        chain = await self._lineage.chain(scope, ref.removeprefix("@"))
+        chain = await self._lineage.chain(scope, ref.removeprefix("@"), count_pull=count_pull)
         repository, name = scope.full_name, scope.name
         key = pack_key(repository, chain.digest)
         cached = await self._cached(repository, chain.digest)

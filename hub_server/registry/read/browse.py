@@ -88,6 +88,8 @@ class RepositoryView:
     per_page: int
     policy: EffectivePolicy | None = None
     """Immutable tags and retention (``registry/content/policy.py``)."""
+    readme: str = ""
+    """The long description (Markdown), shown under the tags."""
 
     @property
     def full_name(self) -> str:
@@ -194,6 +196,7 @@ class BrowseService:
             page,
             TAGS_PER_PAGE,
             policy,
+            repo.readme,
         )
 
     async def layer(self, scope: RepositoryScope, ref: str) -> LayerView:

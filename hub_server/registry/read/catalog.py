@@ -26,6 +26,7 @@ from hub_server.registry.core.context import RegistryContext
 __all__ = ["CatalogService", "RepositoryDetail", "RepositoryPage", "RepositorySummary", "TagDetail"]
 
 MAX_DESCRIPTION = 4096
+MAX_README = 65_536
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class RepositoryDetail:
     tags: list[TagDetail]
     policy: EffectivePolicy | None = None
     """Immutable tags and retention (``registry/content/policy.py``)."""
+    pull_count: int = 0
+    readme: str = ""
 
 
 class CatalogService:
@@ -120,21 +123,23 @@ class CatalogService:
         *,
         public: bool | None = None,
         description: str | None = None,
+        readme: str | None = None,
         policy: PolicyChange | None = None,
         remote: str | None = None,
     ) -> RepositoryDetail:
-        """Change visibility and/or description of the repository of ``scope`` (a ``push`` scope: push or
-        admin there), and the tag policies (needs admin: ``registry/content/policy.py``). All or nothing: a
+        """Change visibility, description and/or README of the repository of ``scope`` (a ``push`` scope: push
+        or admin there), and the tag policies (needs admin: ``registry/content/policy.py``). All or nothing: a
         bad field changes nothing.
 
         Raises: HubError(NAME_UNKNOWN, INVALID_REQUEST), Forbidden/Unauthorized (policies without admin).
         """
-        if description is not None and len(description) > MAX_DESCRIPTION:
-            raise HubError(
-                ErrorCode.INVALID_REQUEST,
-                f"description is over {MAX_DESCRIPTION} characters",
-                {"field": "description", "limit": MAX_DESCRIPTION},
-            )
+        for field, value, limit in (("description", description, MAX_DESCRIPTION), ("readme", readme, MAX_README)):
+            if value is not None and len(value) > limit:
+                raise HubError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{field} is over {limit:,} characters",
+                    {"field": field, "limit": limit},
+                )
         async with self.ctx.sessions() as session:
             repo = await scope.row_in(session)
             changes: dict = {}
@@ -146,6 +151,9 @@ class CatalogService:
                 repo.public = changes["public"] = public
             if description is not None and description != repo.description:
                 repo.description = changes["description"] = description
+            if readme is not None and readme != repo.readme:
+                repo.readme = readme
+                changes["readme"] = f"{len(readme)} characters"  # the audit log keeps its size, not the text
             if changes or policy_changes:
                 repo.updated_at = self.ctx.clock()
                 session.add(repo)
@@ -198,5 +206,13 @@ async def _detail(session: AsyncSession, repo: Repository, ctx: RegistryContext)
     ]
     policy = await effective_policy(session, ctx, repo.id)  # type: ignore[arg-type]
     return RepositoryDetail(
-        repo.full_name, repo.public, repo.description, repo.created_at, repo.updated_at, tags, policy
+        repo.full_name,
+        repo.public,
+        repo.description,
+        repo.created_at,
+        repo.updated_at,
+        tags,
+        policy,
+        pull_count=repo.pull_count,
+        readme=repo.readme,
     )

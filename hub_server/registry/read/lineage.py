@@ -92,21 +92,24 @@ class LineageService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
 
-    async def chain(self, scope: RepositoryScope, ref: str) -> Chain:
+    async def chain(self, scope: RepositoryScope, ref: str, *, count_pull: bool = True) -> Chain:
         """The chain ``ref`` names in the repository of ``scope`` (``pull``), base → head, with exact
         manifest and config bytes.
 
-        Each answer counts as one pull of the repository (``repositories.pull_count``).
+        With ``count_pull`` the answer counts as one pull of the repository (``repositories.pull_count``):
+        what a user calls a pull is one ``forkd pull`` (which asks for its chain once) or one forkd pack
+        download; the hub building a pack for ``registry.json`` passes False (docs/web.md, "Pull counts").
         """
         async with self.ctx.sessions() as session:
             repo, rows = await resolve_layers(session, scope, ref)
             refs = await locate_links(session, scope.principal, repo, [r.digest for r in rows])
-            await session.exec(
-                update(Repository)
-                .where(col(Repository.id) == repo.id)
-                .values(pull_count=col(Repository.pull_count) + 1)
-            )
-            await session.commit()
+            if count_pull:
+                await session.exec(
+                    update(Repository)
+                    .where(col(Repository.id) == repo.id)
+                    .values(pull_count=col(Repository.pull_count) + 1)
+                )
+                await session.commit()
         links = []
         for row, where in zip(rows, refs, strict=True):
             manifest = await self.ctx.store.read(blob_key(row.digest))

@@ -44,6 +44,11 @@ def test_push_pull_and_remote_inspect_examples_match(chain3, other_store, inproc
     assert set(docs["push"]["provenance"]) == set(pushed["provenance"])
     assert set(docs["push"]["provenance"]["annotations"]) == set(pushed["provenance"]["annotations"])
     doc, real = docs["inspect_remote"], inspected
+    # issue 30: a remote inspect shows size, chain and what the layer runs on
+    assert set(doc["size"]) == set(real["size"]) == {"logicalSize", "storedSize", "sharedWithParent"}
+    assert len(real["chain"]) == 2 and set(doc["chain"][0]) == set(real["chain"][0])  # base, mid; head is the ref
+    assert real["runs_on"] == other_store.get("py").compat  # the layer config's compat, as pulled
+    assert real["size"]["logicalSize"] > 0 and real["size"]["storedSize"] > 0
     assert set(doc["referrers"][0]) == set(real["referrers"][0])
     assert set(doc["provenance"][0]) == set(real["provenance"][0])
     doc_statement, real_statement = doc["provenance"][0]["statement"], real["provenance"][0]["statement"]

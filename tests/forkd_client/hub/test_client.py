@@ -13,6 +13,7 @@ from forkd_client.hub.errors import (
     HasDependents,
     HubError,
     HubUnreachable,
+    NotAHub,
     NotFound,
     Unauthorized,
 )
@@ -51,10 +52,24 @@ def test_bearer_token_is_sent():
 
     def handler(request):
         seen["auth"] = request.headers.get("authorization")
-        return httpx.Response(200, json={})
+        return httpx.Response(200, json={}, headers={"Docker-Distribution-Api-Version": "registry/2.0"})
 
     client_for(handler).ping()
     assert seen["auth"] == "Bearer tok"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (httpx.Response(404, text="<h1>Not Found</h1>"), "GET /v2/ answered HTTP 404"),
+        (httpx.Response(200, text="<html>welcome</html>"), "answered without Docker-Distribution-Api-Version"),
+    ],
+)
+def test_a_url_that_is_not_a_hub_is_named_as_such(answer, said):
+    """Issue 30 item 8: any plain web server answered 'GET /v2/ failed with HTTP 404'."""
+    with pytest.raises(NotAHub) as info:
+        client_for(lambda request: answer).ping()
+    assert said in str(info.value) and "is this a forkd hub?" in str(info.value)
 
 
 def test_unreachable_hub():

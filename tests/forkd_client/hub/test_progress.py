@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import time
 
-from forkd_client.hub.progress import LineProgress
+from forkd_client.hub.progress import FAILED, REFUSED, LineProgress
 
 
 def _wait_for(predicate, timeout: float = 30.0) -> bool:
@@ -54,3 +54,19 @@ def test_a_step_of_unknown_length_says_it_is_still_working():
     lines = out.getvalue().splitlines()
     assert any(line.startswith("base: computing layer: done in ") for line in lines)
     assert lines[-1].startswith("push base: done, 0 B of 100 B")
+
+
+def test_a_refusal_or_a_failure_is_not_called_an_interruption():
+    """Issue 30 item 9: an immutable tag or a signature policy refused the push once every byte was sent."""
+    out = io.StringIO()
+    progress = LineProgress(out, interval=3600)
+    progress.task("push a", 100)
+    progress.advance(100)
+    progress.close(finished=False, stopped=REFUSED)
+    assert out.getvalue().startswith("push a: refused by the hub after 100 B of 100 B"), out.getvalue()
+    busy = io.StringIO()
+    progress = LineProgress(busy, interval=3600)
+    progress.busy("base: computing layer")
+    progress.close(finished=False, stopped=FAILED)
+    assert busy.getvalue().startswith("base: computing layer: stopped after "), busy.getvalue()
+    assert "interrupted" not in out.getvalue() + busy.getvalue()

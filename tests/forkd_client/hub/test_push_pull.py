@@ -244,7 +244,7 @@ def test_a_pull_that_cannot_fit_is_refused_before_writing(store, inproc_hub, tmp
         token = inproc_hub.token("ci", "push:acme/*")
         push(store, inproc_hub.client(token), "base", Reference.parse("acme/py:v1"))
         with SnapshotStore(mnt / "home") as small:
-            with pytest.raises(DiskFull, match="not enough disk space") as info:
+            with pytest.raises(DiskFull, match=r"no space left on .* for layer") as info:
                 pull(small, inproc_hub.client(token), Reference.parse("acme/py:v1"), as_tag="py")
             assert isinstance(info.value, OSError)
             assert small.tags() == []

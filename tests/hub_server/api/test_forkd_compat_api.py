@@ -102,6 +102,28 @@ def test_registry_json_lists_public_tags_and_a_latest(hub: Hub, published, image
     assert registry(hub)["acme/vm"]["description"] == "a tiny VM"
 
 
+def test_pull_counts_count_what_a_user_calls_a_pull(hub: Hub, published):
+    """Issue 30 item 2: fetching /registry.json built (and counted) a pull of every repository in it."""
+    admin, _ = published
+
+    def pulls() -> int:
+        r = hub.client.get("/api/v1/repositories/acme/vm", headers=auth(admin))
+        assert r.status_code == 200, r.text
+        return r.json()["pullCount"]
+
+    assert pulls() == 0
+    versions = registry(hub)["acme/vm"]["versions"]  # builds every pack it lists
+    registry(hub)
+    assert pulls() == 0  # reading the registry is not a pull
+    hub.client.get(versions["v2"]["url"])  # forkd's pull: one pack download
+    assert pulls() == 1
+    assert hub.client.get("/api/v1/repositories/acme/vm/chain/v2").status_code == 200  # forkd pull: one chain
+    assert pulls() == 2
+    assert hub.client.get("/api/v1/repositories/acme/vm/lineage/v2").status_code == 200  # a look is not a pull
+    assert hub.client.get("/v2/acme/vm/manifests/v2").status_code == 200
+    assert pulls() == 2
+
+
 def test_packs_hold_the_pushed_files(hub: Hub, published, images, tmp_path):
     _, layers = published
     versions = registry(hub)["acme/vm"]["versions"]
