@@ -16,8 +16,8 @@ from sqlmodel import select
 from hub_server.auth.errors import AuthError
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Repository, Upload
-from hub_server.outages import DATABASE, STORAGE
 from hub_server.errors import HubError
+from hub_server.outages import DATABASE, STORAGE
 from hub_server.registry.content.blobs import BlobService, BlobUnlinker
 from hub_server.registry.content.quotas import QuotaService
 from hub_server.registry.content.tags import TagService
