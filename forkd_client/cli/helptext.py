@@ -113,7 +113,7 @@ HELP: HelpTable = {
     "node": (
         "Tell a hub what this host holds, so it can place snapshots where they restore fastest "
         "(docs/placement.md): layers pulled from it, partly pulled layers, free disk and memory, VMMs.",
-        {},
+        {"node_command": "report (once), serve (keep reporting) or status (what was last reported)"},
         ["forkd node serve --label zone=a", "forkd node report --json"],
     ),
     "node report": (

@@ -2,7 +2,8 @@
 
 ``# NumPy\n\n**Python 3.12** on a tiny guest.\n\n- pip ready`` becomes ``NumPy · Python 3.12 on a tiny guest. · pip
 ready``: the words of each block (headings, paragraphs, list items, table cells), markup dropped, joined with
-`` · ``; code blocks and raw HTML are left out; line breaks and other control characters become spaces. markdown-it-py
+`` · ``; code blocks and raw HTML are left out; line breaks and tabs become spaces. Other control characters stay,
+for the output layer to show as visible escapes (``output.terminal_safe``), as everywhere else. markdown-it-py
 (CommonMark) is imported only when a command needs it.
 """
 
@@ -12,7 +13,7 @@ import re
 
 __all__ = ["one_line"]
 
-_SPACES = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
+_SPACES = re.compile(r"\s+")
 _SEPARATOR = " · "
 
 

@@ -8,6 +8,7 @@ balancer, and an upload straight to a replica. A full SeaweedFS still answers re
 from __future__ import annotations
 
 import os
+import ssl
 import time
 
 import httpx
@@ -59,7 +60,15 @@ def test_a_full_store_fails_healthz_and_pushes_are_refused_with_503(deployment, 
         assert health.status_code == 503 and health.json()["database"] == "ok", health.text
         assert health.json()["storage"].startswith("error: writes fail:"), health.text
 
-    refused = frank.run("push", "base", "acme/after:v1", check=False)
+    # the load balancer takes both replicas out after its own checks fail (deploy/haproxy.cfg: every 2 s, twice)
+    deadline = time.monotonic() + 120
+    while httpx.get(deployment.url + "/healthz", timeout=60, verify=ssl.create_default_context(cafile=str(deployment.lb.ca_file))).status_code != 503:
+        assert time.monotonic() < deadline, "the load balancer never took the replicas out"
+        time.sleep(1)
+    # new bytes (a base already stored is mounted, and a push that writes nothing needs no room)
+    [fresh] = make_sources(tmp_path / "fresh", data_mib=1)[:1]
+    frank.run("import", str(fresh), "fresh")
+    refused = frank.run("push", "fresh", "acme/after:v1", check=False)
     assert refused.returncode == 5, refused.stderr  # retryable: the load balancer has no healthy replica
     assert "unavailable" in refused.stderr and "Traceback" not in refused.stderr
 

@@ -194,7 +194,7 @@ class ForkdCompatService:
                 return
             if not (mt.is_layer(manifest.artifact_type) or manifest.artifact_type == mt.CHAIN_ARTIFACT):
                 return
-            await self.pack(scope_of(Principal.anonymous(), repo, "pull"), f"@{digest}")
+            await self.pack(scope_of(Principal.anonymous(), repo, "pull"), f"@{digest}", count_pull=False)
         except HubError as e:  # too large, damaged (marked), no space: the listing leaves it out or retries
             log.warning("the forkd pack of %s/%s@%s was not built after its push: %s", namespace, name, digest, e)
         except Exception:  # noqa: BLE001 - after the answer: logged, registry.json builds it when asked

@@ -99,7 +99,7 @@ def test_the_debian_tree_matches_umoci(debian_cache, tmp_path):
     assert len(actual) > 5000 and installed_packages(tmp_path / "mine")["python3-minimal"]
 
 
-def test_bad_specs_and_unknown_packages(debian_cache):
+def test_bad_specs_and_unknown_packages(built, debian_cache):  # built: the good tarball is there first
     with pytest.raises(InvalidSetting, match="package"):
         DebianSpec("bookworm", ("Bad Name",))
     with pytest.raises(InvalidSetting, match="amd64"):
