@@ -62,7 +62,14 @@ def test_a_full_store_fails_healthz_and_pushes_are_refused_with_503(deployment, 
 
     # the load balancer takes both replicas out after its own checks fail (deploy/haproxy.cfg: every 2 s, twice)
     deadline = time.monotonic() + 120
-    while httpx.get(deployment.url + "/healthz", timeout=60, verify=ssl.create_default_context(cafile=str(deployment.lb.ca_file))).status_code != 503:
+    while (
+        httpx.get(
+            deployment.url + "/healthz",
+            timeout=60,
+            verify=ssl.create_default_context(cafile=str(deployment.lb.ca_file)),
+        ).status_code
+        != 503
+    ):
         assert time.monotonic() < deadline, "the load balancer never took the replicas out"
         time.sleep(1)
     # new bytes (a base already stored is mounted, and a push that writes nothing needs no room)
