@@ -15,7 +15,9 @@ Timeouts are the other half (:func:`http_timeout`): one request waits at most ``
 (default 120) **without a byte moving** — httpx's read and write timeouts apply to each read and write, so
 a long transfer that keeps moving never times out — and ``FORKD_CONNECT_TIMEOUT`` (default 10) to connect.
 A hub that works longer than that without answering (verifying a large upload) is not given up on: the
-timeout is transient, and the upload's retry finds its work done or still going (busy) and waits.
+timeout is transient, the time the timed-out request waited does not count against the window (so a
+timeout longer than the window is still retried once), and the upload's retry finds its work done or still
+going (busy) and waits. A hub that never answers is given up on after its second timeout.
 
 Errors: what the step raises, once it is not transient or the window passed; HubError for a malformed
 variable.
@@ -97,8 +99,10 @@ class Retrier:
         (``progress()`` growing, or the hub answering busy). Raises what the last attempt raised."""
         since = self.clock()
         delay = FIRST_DELAY
+        longest = 0.0  # the longest failed attempt since the last progress: a timed-out request's own wait
         mark = progress() if progress is not None else 0
         while True:
+            started = self.clock()
             try:
                 return step()
             except HubError as error:
@@ -106,9 +110,11 @@ class Retrier:
                     raise
                 now = progress() if progress is not None else 0
                 if now > mark or isinstance(error, UploadBusy):
-                    since, delay, mark = self.clock(), FIRST_DELAY, now
+                    since, delay, mark, longest = self.clock(), FIRST_DELAY, now, 0.0
+                else:
+                    longest = max(longest, self.clock() - started)
                 wait = error.retry_after if error.retry_after is not None else delay
-                if self.clock() - since + wait > self.window:
+                if self.clock() - since + wait > self.window + longest:
                     raise
                 if self.notice is not None:
                     self.notice(f"{what}: {_why(error)}; retrying in {wait:.1f} s")

@@ -166,6 +166,7 @@ class S3Store(BlobStore):
         super().__init__()
         import boto3
         from botocore.config import Config
+        from botocore.handlers import add_expect_header
 
         self.config = config
         self.bucket = config.bucket
@@ -182,6 +183,11 @@ class S3Store(BlobStore):
         self.client = session.client(
             "s3", endpoint_url=config.endpoint, region_name=config.region, config=botocore_config
         )
+        # Every body this store sends is bytes already in memory, which botocore writes with the headers in
+        # one send: ``Expect: 100-continue`` saves nothing, and against SeaweedFS under load its late
+        # "100 Continue" left a response unparsed and the PUT hung for the whole read timeout (a PATCH took
+        # 120 s in tests/e2e/test_operations_shared_base.py). Plain PUTs, as most S3 clients send them.
+        self.client.meta.events.unregister("before-call.s3", add_expect_header)
         self._presigner = (
             self.client
             if not config.public_endpoint

@@ -113,3 +113,35 @@ def test_the_hubs_own_unavailable_envelope_is_kept():
     body = {"errors": [{"code": "UNAVAILABLE", "message": "the database is unavailable; retry later"}]}
     error = error_from(httpx.Response(503, json=body), "PUT", "/v2/acme/vm/manifests/v1")
     assert str(error) == "the database is unavailable; retry later" and error.code == "UNAVAILABLE"
+
+
+def test_a_request_that_timed_out_after_longer_than_the_window_is_retried_once_more():
+    """A PATCH the hub is still verifying times out after FORKD_TIMEOUT (120 s, twice the 60 s window): its
+    retry must still happen, and find the upload busy (progress) or done. A hub that never answers is left
+    after the second timeout."""
+    retrier, t, lines = _retrier(window=60)
+    answers = iter(["timeout", "busy", "done"])
+
+    def step() -> str:
+        answer = next(answers)
+        if answer == "timeout":
+            t.now += 120
+            raise HubUnreachable("hub timed out on PATCH")
+        if answer == "busy":
+            raise UploadBusy("upload is busy")
+        return answer
+
+    assert retrier.run("upload", step, progress=lambda: 0) == "done"
+    assert len(lines) == 2
+
+    silent, t2, _ = _retrier(window=60)
+    attempts = []
+
+    def hangs() -> None:
+        attempts.append(t2.now)
+        t2.now += 120
+        raise HubUnreachable("hub timed out on PATCH")
+
+    with pytest.raises(HubUnreachable):
+        silent.run("upload", hangs)
+    assert len(attempts) == 2
