@@ -17,11 +17,16 @@ from forkd_client.hub.errors import (
     NotFound,
     Unauthorized,
 )
+from forkd_client.hub.retry import Retrier
 from manifest.digest import digest_bytes
 
 
 def client_for(handler) -> HubClient:
-    return HubClient("http://hub", "tok", http=httpx.Client(transport=httpx.MockTransport(handler)))
+    """A client of ``handler``; transient failures are not retried here (tests/forkd_client/hub/test_retry.py
+    covers retries: with the default 60 s window, an unreachable hub would be retried for a minute)."""
+    return HubClient(
+        "http://hub", "tok", http=httpx.Client(transport=httpx.MockTransport(handler)), retrier=Retrier(window=0)
+    )
 
 
 def envelope(status, code, message="boom", detail=None):

@@ -15,11 +15,14 @@ from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.hub.retry import Retrier
 from forkd_client.verified import VerifiedRecord
 from manifest.chunktree import file_chunk_tree
 
 from ..snapshots import scribble
 from .hubproxy import proxy
+
+NO_RETRY = Retrier(window=0)  # the cut-off connection fails the pull at once, not after a minute of retries
 
 CHUNK = 64 << 10
 
@@ -113,7 +116,12 @@ def test_a_chain_pull_cut_off_midway_resumes_where_it_stopped(store, other_store
         return None
 
     with pytest.raises(HubUnreachable):
-        pull(other_store, HubClient("http://hub.test", token, http=proxy(inproc_hub, cut)), ref, as_tag="r")
+        pull(
+            other_store,
+            HubClient("http://hub.test", token, http=proxy(inproc_hub, cut), retrier=NO_RETRY),
+            ref,
+            as_tag="r",
+        )
     again = pull(other_store, inproc_hub.client(token), ref, as_tag="r")
     base, mid, head = again.links
     assert base.reused or (base.chunks_fetched == 0 and base.chunks_resumed == 16)

@@ -16,9 +16,12 @@ from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.hub.retry import Retrier
 
 from ..snapshots import make_base_source
 from .hubproxy import proxy
+
+NO_RETRY = Retrier(window=0)  # the cut-off connection fails the pull at once, not after a minute of retries
 
 
 def test_pull_by_digest_rejects_a_chain_ending_in_another_snapshot(chain3, other_store, inproc_hub):
@@ -101,7 +104,7 @@ def _interrupted_pull(chain3, other_store, inproc_hub, monkeypatch, *, fail_afte
                 raise httpx.ConnectError("connection reset", request=request)
         return None
 
-    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, fail))
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, fail), retrier=NO_RETRY)
     with pytest.raises(HubUnreachable):
         pull(other_store, client, Reference.parse("acme/py:base"))
     return token, ranges
