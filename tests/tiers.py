@@ -180,11 +180,29 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return (yield from _guarded(item, "call"))
 
 
+#: The client's retry window (``FORKD_RETRY_FOR``) while a unit test runs, unless the environment sets one:
+#: seconds, against the default 60. A unit test that cuts a connection on purpose, with a client left at the
+#: default, slept through a minute of retries (eight such tests cost 55-112 s each); at 5 s a hub answering
+#: 503 is still retried three times, and a busy upload session still restarts the window.
+UNIT_RETRY_WINDOW = "5"
+
+
 def _guarded(item: pytest.Item, phase: str) -> Generator[None, None, None]:
-    """Run one phase of a unit-tier test with the process guard on. Teardown is not guarded: the last test
-    of a run also tears down the session's services, whichever tier it is in."""
+    """Run one phase of a unit-tier test with the process guard on and the short retry window. Teardown is
+    not guarded: the last test of a run also tears down the session's services, whichever tier it is in."""
     if item.stash.get(_TIER, None) != "unit":
         return (yield)
+    short_window = "FORKD_RETRY_FOR" not in os.environ
+    if short_window:
+        os.environ["FORKD_RETRY_FOR"] = UNIT_RETRY_WINDOW
+    try:
+        return (yield from _process_guarded(item, phase))
+    finally:
+        if short_window and os.environ.get("FORKD_RETRY_FOR") == UNIT_RETRY_WINDOW:
+            del os.environ["FORKD_RETRY_FOR"]
+
+
+def _process_guarded(item: pytest.Item, phase: str) -> Generator[None, None, None]:
     with _ProcessGuard() as guard:
         try:
             result = yield
