@@ -234,6 +234,7 @@ def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_s
     import httpx
 
     from forkd_client.hub.client import HubClient
+    from forkd_client.hub.retry import Retrier
     from forkd_client.lazy.errors import ChunkUnfetchable
 
     from ..hub.hubproxy import proxy
@@ -246,7 +247,8 @@ def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_s
             raise httpx.ConnectError("connection refused", request=request)
         return None
 
-    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, drop_ranges))
+    # the refused ranges fail at once, not after the default minute of retries
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, drop_ranges), retrier=Retrier(window=0))
     with LazySession(other_store, client, REF, as_tag="py") as session:
         files = session.open()
         chunk = session.image.plan.data_chunks()[0]
