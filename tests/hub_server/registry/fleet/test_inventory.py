@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import base64
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hub_server.settings import Limits
 from manifest.bitmap import encode_bitmap, pack_bits
-from tests.hub_server.conftest import Hub
-from tests.hub_server.pushing import auth, expect_error
+from tests.hub_server.conftest import Hub, hub_on_template, stopped_hub_with
+from tests.hub_server.pushing import auth, chain_images, expect_error
 
 QEMU = {
     "vmm": "qemu-microvm",
@@ -30,15 +32,35 @@ def full(layers: list[str], **extra: Any) -> dict[str, Any]:
     return {"mode": "full", "layers": layers, "facts": {"vmms": [QEMU], "freeMemory": 1 << 30}, **extra}
 
 
-@pytest.fixture
-def fleet(hub: Hub, images, tmp_path):
+def _push_fleet(hub: Hub, work: Path) -> dict[str, Any]:
     """acme/py (private, three links, tag head), other/secret (private), pub/base (public): the digests."""
+    (work / "images").mkdir()
+    images = chain_images(work / "images")
     pusher = hub.pusher(hub.token("admin", "admin"))
-    layers = [x.digest for x in pusher.push_chain("acme/py", images, tmp_path / "py", "head")]
-    secret = pusher.push_chain("other/secret", [(images[0][0], b"secret")], tmp_path / "secret", "v1")[0]
+    layers = [x.digest for x in pusher.push_chain("acme/py", images, work / "py", "head")]
+    secret = pusher.push_chain("other/secret", [(images[0][0], b"secret")], work / "secret", "v1")[0]
     images2 = [(images[1][0], b"another vmstate" * 10)]
-    public = pusher.push_chain("pub/base", images2, tmp_path / "pub", "v1", public=True)[0]
+    public = pusher.push_chain("pub/base", images2, work / "pub", "v1", public=True)[0]
     return {"py": layers, "secret": secret.digest, "public": public.digest, "secret_layer": secret}
+
+
+@pytest.fixture(scope="session")
+def fleet_template(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> tuple[Path, dict[str, Any]]:
+    """The pushed repositories below, once per session on SQLite (each test's hub starts on a copy)."""
+    return stopped_hub_with(tmp_path_factory.mktemp("fleet-template"), sqlite_template, _push_fleet)
+
+
+@pytest.fixture
+def hub(make_hub: Callable[..., Hub], request: pytest.FixtureRequest) -> Hub:
+    return hub_on_template(request, make_hub, "fleet", "fleet_template")
+
+
+@pytest.fixture
+def fleet(hub: Hub, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """What :func:`_push_fleet` pushed: copied from the session's template on SQLite, pushed here otherwise."""
+    if hub.template is not None:
+        return request.getfixturevalue("fleet_template")[1]
+    return _push_fleet(hub, tmp_path)
 
 
 def report(hub: Hub, host: str, token: str | None, body: Any, **kw: Any):
