@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import httpx
 
+from forkd_client.hub.retry import Retrier
+
+#: For a client whose connection a test cuts on purpose: it fails at once, not after a minute of retries.
+NO_RETRY = Retrier(window=0)
+
 
 def proxy(inproc_hub, tamper) -> httpx.Client:
     """An httpx.Client that forwards to the in-process hub; ``tamper(request)`` may answer instead."""

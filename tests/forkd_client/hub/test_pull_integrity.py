@@ -15,14 +15,11 @@ from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import RESUME_MARKER, pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.hub.retry import Retrier
 from forkd_client.verified import VerifiedRecord
 from manifest.chunktree import file_chunk_tree
 
 from ..snapshots import scribble
-from .hubproxy import proxy
-
-NO_RETRY = Retrier(window=0)  # the cut-off connection fails the pull at once, not after a minute of retries
+from .hubproxy import NO_RETRY, proxy
 
 CHUNK = 64 << 10
 

@@ -16,12 +16,9 @@ from forkd_client.hub.errors import DigestInvalid, HubError, HubUnreachable
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.hub.retry import Retrier
 
 from ..snapshots import make_base_source
-from .hubproxy import proxy
-
-NO_RETRY = Retrier(window=0)  # the cut-off connection fails the pull at once, not after a minute of retries
+from .hubproxy import NO_RETRY, proxy
 
 
 def test_pull_by_digest_rejects_a_chain_ending_in_another_snapshot(chain3, other_store, inproc_hub):

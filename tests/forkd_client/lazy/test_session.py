@@ -234,10 +234,9 @@ def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_s
     import httpx
 
     from forkd_client.hub.client import HubClient
-    from forkd_client.hub.retry import Retrier
     from forkd_client.lazy.errors import ChunkUnfetchable
 
-    from ..hub.hubproxy import proxy
+    from ..hub.hubproxy import NO_RETRY, proxy
 
     token = _pushed(chain3, inproc_hub)
     cut = {"on": False}
@@ -247,8 +246,7 @@ def test_a_chunk_that_cannot_be_fetched_answers_eio_and_is_named(chain3, other_s
             raise httpx.ConnectError("connection refused", request=request)
         return None
 
-    # the refused ranges fail at once, not after the default minute of retries
-    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, drop_ranges), retrier=Retrier(window=0))
+    client = HubClient("http://hub.test", token, http=proxy(inproc_hub, drop_ranges), retrier=NO_RETRY)
     with LazySession(other_store, client, REF, as_tag="py") as session:
         files = session.open()
         chunk = session.image.plan.data_chunks()[0]
