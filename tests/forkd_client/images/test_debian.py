@@ -23,6 +23,9 @@ from tests.forkd_client.images.ocibuild import layout_from_rootfs_tar, tree_list
 
 pytestmark = [
     pytest.mark.slow,
+    # One worker builds the tarball once for the whole module (under --dist loadgroup an ungrouped test may
+    # land on a worker whose module fixtures never ran, and each worker would run its own ~30 s build).
+    pytest.mark.xdist_group("debian-build"),
     pytest.mark.skipif(os.geteuid() != 0, reason="mmdebstrap's root mode and the rootfs build need root"),
     pytest.mark.skipif(shutil.which("mmdebstrap") is None, reason="needs mmdebstrap (scripts/install-system-deps.sh)"),
 ]
@@ -77,10 +80,10 @@ def test_the_tarball_is_cached_by_its_inputs(built, debian_cache):
     assert bigger.packages == built.packages
 
 
-def test_the_debian_tree_matches_umoci(debian_cache, tmp_path):
+def test_the_debian_tree_matches_umoci(built, debian_cache, tmp_path):  # built: the tarball exists
     if shutil.which("umoci") is None:
         pytest.skip("needs umoci")
-    tarball = next((debian_cache / "debian").glob("*.tar"))
+    tarball = debian_cache / "debian" / f"{debian_inputs(SPEC).key}.tar"
     layout_from_rootfs_tar(tarball, tmp_path / "oci", tag="deb")
     result = subprocess.run(
         ["umoci", "raw", "unpack", "--image", f"{tmp_path / 'oci'}:deb", str(tmp_path / "ref")],
