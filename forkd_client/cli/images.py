@@ -6,13 +6,15 @@ import argparse
 import fnmatch
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ClientError, InvalidSnapshotDir, UsageError
 from ..exitcodes import exit_code_for
-from ..snapdir import LocalSnapshot
-from ..store import SnapshotStore
 from .output import Context, human_size
+
+if TYPE_CHECKING:  # the store is opened through ctx.store(): not imported by ``forkd --help``
+    from ..snapdir import LocalSnapshot
+    from ..store import SnapshotStore
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from ..errors import ClientError
-from ..hub.credentials import config_dir
 from .output import Context
 
 __all__ = ["default_key_path", "register", "write_key_pair"]
@@ -25,6 +24,8 @@ class KeyExists(ClientError, FileExistsError):
 
 
 def default_key_path() -> Path:
+    from ..hub.credentials import config_dir  # not imported by ``forkd --help``
+
     return config_dir() / "keys" / "signing.key"
 
 

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from ..diskspace import no_space_message
-from ..prune import prune
 from .output import Context, human_size
 
 
@@ -60,6 +59,8 @@ def run_compact(args: argparse.Namespace, ctx: Context) -> int:
 
 def run_prune(args: argparse.Namespace, ctx: Context) -> int:
     with ctx.store() as store:
+        from ..prune import prune  # imported by the command, not by ``forkd --help``
+
         report = prune(store, dry_run=args.dry_run)
     if args.json:
         ctx.json(report.to_obj())

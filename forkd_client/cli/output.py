@@ -19,11 +19,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from clikit.units import human_size
 
-from ..store import SnapshotStore
+if TYPE_CHECKING:
+    from ..store import SnapshotStore
 
 __all__ = ["Context", "human_size", "terminal_safe"]
 
@@ -60,6 +61,8 @@ class Context:
     stderr: TextIO
 
     def store(self) -> SnapshotStore:
+        from ..store import SnapshotStore  # imported when a command opens the store, not by ``forkd --help``
+
         return SnapshotStore(self.home)
 
     def print(self, text: str = "") -> None:

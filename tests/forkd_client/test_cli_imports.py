@@ -63,6 +63,34 @@ def test_local_commands_do_not_import_the_hub_client(tmp_path, argv):
     assert hub_client_modules(modules) == [], f"forkd {' '.join(argv)} imported them"
 
 
+#: what ``forkd --help`` (issue 31's start-up goal: under 150 ms) needs none of: the image builder, the store
+#: and its verification cache, prune. ``forkd_client.images.errors`` is imported (the exit-code table maps it)
+#: but the ``images`` package loads its builder only when a name of it is used.
+NOT_FOR_HELP = (
+    "forkd_client.images.build",
+    "forkd_client.images.apply",
+    "forkd_client.images.fetch",
+    "forkd_client.store",
+    "forkd_client.snapdir",
+    "forkd_client.verified",
+    "forkd_client.prune",
+    "forkd_client.hub.credentials",
+)
+
+
+def test_help_loads_only_the_parsers(tmp_path):
+    modules, done = imported_by(tmp_path, "--help")
+    assert done.returncode == 0 and "forkd_client.images.errors" in modules, done.stderr[-2000:]
+    assert sorted(m for m in modules if m in NOT_FOR_HELP) == [], "forkd --help imported them"
+
+
+def test_images_opens_the_store_when_it_runs(tmp_path):
+    """The control: ``forkd images`` imports the store (through ``Context.store``) and lists an empty one."""
+    modules, done = imported_by(tmp_path, "images")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {"forkd_client.store", "forkd_client.snapdir"} <= modules
+
+
 def test_a_hub_command_imports_them_when_it_runs(tmp_path):
     """The control: ``forkd search`` against a closed port loads the client, then fails cleanly."""
     modules, done = imported_by(tmp_path, "search", "--hub", "http://127.0.0.1:9")
