@@ -12,10 +12,13 @@ from __future__ import annotations
 import functools
 import re
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import nh3
-from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 __all__ = [
     "FILTERS",
@@ -29,7 +32,16 @@ __all__ = [
     "time_ago",
 ]
 
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table").enable("strikethrough")
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """The renderer, made on the first description rendered (markdown-it: ~30 ms of imports kept out of the
+    hub's start-up, bench/hub_startup.py)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table").enable("strikethrough")
+
+
 _TAGS = {
     "p",
     "br",
@@ -64,7 +76,7 @@ MAX_MARKDOWN = 16_384
 @functools.lru_cache(maxsize=2048)
 def markdown_html(text: str) -> Markup:
     """Sanitised HTML for a Markdown description (safe to insert unescaped)."""
-    rendered = _MARKDOWN.render((text or "")[:MAX_MARKDOWN])
+    rendered = _markdown().render((text or "")[:MAX_MARKDOWN])
     clean = nh3.clean(
         rendered,
         tags=_TAGS,
@@ -87,7 +99,7 @@ def summary_line(markdown: str) -> str:
     """The words of a Markdown description as one plain line: its blocks (headings, paragraphs, list items)
     joined by `` · ``, without markup; code blocks left out, raw HTML kept as the text it is shown as."""
     blocks: list[str] = []
-    for token in _MARKDOWN.parse((markdown or "")[:MAX_MARKDOWN]):
+    for token in _markdown().parse((markdown or "")[:MAX_MARKDOWN]):
         if token.type != "inline":
             continue
         words = "".join(

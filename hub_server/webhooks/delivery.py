@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import ssl
 import time
@@ -33,9 +34,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import certifi
-import httpx
 from sqlalchemy import or_, update
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from sqlmodel import col, select
@@ -48,6 +49,9 @@ from hub_server.webhooks.guard import AllowList, Destination, DestinationRefused
 from hub_server.webhooks.logprune import PRUNE_EVERY, prune_deliveries
 from hub_server.webhooks.models import DeliveryState, Webhook, WebhookAttempt, WebhookDelivery
 from hub_server.webhooks.payload import SIGNATURE_HEADER, signature
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Deliverer", "DeliveryPolicy"]
 
@@ -152,6 +156,9 @@ class Deliverer:
         """Claim the due deliveries (at most ``policy.batch``), attempt each once; return how many."""
         claimed = await self._claim()
         if claimed:
+            # httpx (with its CLI's click, rich, pygments: ~0.1 s) is imported on the first delivery, in a worker
+            # thread: not by every ``forkd-hub serve`` start (bench/hub_startup.py), and never on the event loop
+            httpx = await asyncio.to_thread(importlib.import_module, "httpx")
             async with httpx.AsyncClient(follow_redirects=False, trust_env=False, verify=self._tls) as client:
                 await asyncio.gather(*(self._attempt(client, d, h) for d, h in claimed))
         return len(claimed)
@@ -255,6 +262,8 @@ class Deliverer:
             log.exception("recording webhook delivery %s failed", delivery.id)
 
     async def _send(self, client: httpx.AsyncClient, delivery: WebhookDelivery, hook: Webhook) -> _Outcome:
+        import httpx  # loaded by run_due already
+
         try:
             destination = await check_url(hook.url, self.policy.allow)
         except DestinationRefused as e:

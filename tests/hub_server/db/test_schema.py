@@ -16,7 +16,15 @@ from sqlmodel import SQLModel
 from hub_server.cli import main
 from hub_server.compose import HubStartError, open_hub
 from hub_server.db.engine import import_models, make_engine
-from hub_server.db.schema import _scripts, head_revision, include_object, oldest_code, state, upgrade
+from hub_server.db.schema import (
+    _scripts,
+    head_from_files,
+    head_revision,
+    include_object,
+    oldest_code,
+    state,
+    upgrade,
+)
 from hub_server.settings import Settings
 
 LEGACY_SQL = Path(__file__).with_name("legacy_v1_hub.sql")
@@ -69,6 +77,68 @@ def test_revisions_form_one_line():
     # Two revisions with the same parent (two branches landing at once) must be merged first.
     assert len(_scripts().get_heads()) == 1
     assert head_revision() == _scripts().get_current_head()
+    assert head_from_files() == head_revision()  # the start-up's fast check reads the same head
+
+
+def test_the_fast_head_check_gives_up_on_anything_but_one_plain_head(tmp_path, monkeypatch):
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    write = lambda name, text: (versions / name).write_text(text)  # noqa: E731
+    write("0001_a.py", 'revision: str = "0001"\ndown_revision: str | None = None\n')
+    write("0002_b.py", 'revision: str = "0002"\ndown_revision: str | None = "0001"\n')
+    monkeypatch.setattr("hub_server.db.schema.REVISIONS", tmp_path)
+    head_from_files.cache_clear()
+    try:
+        assert head_from_files() == "0002"
+        head_from_files.cache_clear()
+        write("0003_c.py", 'revision: str = "0003"\ndown_revision: str | None = "0001"\n')  # a second head
+        assert head_from_files() is None
+        head_from_files.cache_clear()
+        write("0003_c.py", 'revision = "0003"\ndown_revision = ("0001", "0002")\n')  # a merge: Alembic decides
+        assert head_from_files() is None
+    finally:
+        head_from_files.cache_clear()
+
+
+#: start a hub on an existing, up-to-date data dir in a fresh interpreter; print whether Alembic was imported
+START_AND_REPORT = """
+import asyncio, sys
+from dataclasses import replace
+from pathlib import Path
+from hub_server.compose import open_hub
+from hub_server.settings import Settings
+
+async def go():
+    async with open_hub(replace(Settings.for_data_dir(Path(sys.argv[1])), storage="memory")):
+        pass
+
+try:
+    asyncio.run(go())
+except Exception as e:  # a refused start still says what it imported
+    print(type(e).__name__)
+print("alembic" in sys.modules)
+"""
+
+
+@pytest.mark.integration  # a fresh interpreter: this one has imported Alembic already
+def test_a_start_on_an_up_to_date_schema_does_not_load_alembic(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", START_AND_REPORT, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    ).stdout.split()[-1]
+    assert run() == "True"  # the first start creates and migrates the database: Alembic
+    assert run() == "False"  # the next ones read one row
+    _set_revision(_settings(tmp_path), "9999")  # not this code's head: Alembic reads the schema (and refuses it)
+    assert run() == "True"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
