@@ -114,7 +114,7 @@ def test_one_client_writes_to_two_repositories_and_deletes(
         raise BackedOff(f"oras-py backs off {seconds} s before retrying")
 
     monkeypatch.setattr(oras_decorator.time, "sleep", sleep)
-    with pytest.raises(RuntimeError, match="Delete was not successful.*DENIED"):
+    with pytest.raises(RuntimeError, match=r"Delete was not successful.*DENIED"):
         pusher.delete_tag(f"{host}/oras/one", "v1")  # 403 DENIED, challenged: no token of it could
     assert slept == []
     assert writer.delete_tag(f"{host}/oras/one", "v1") is True
