@@ -119,3 +119,29 @@ def test_one_client_writes_to_two_repositories_and_deletes(
     assert slept == []
     assert writer.delete_tag(f"{host}/oras/one", "v1") is True
     assert writer.get_tags(f"{host}/oras/one") == []
+
+
+def test_a_push_token_deletes_where_its_api_token_may(
+    oci_hub: HubProcess, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 29 item 4 as oras-py meets it: the registry token its push obtained (``pull,push``) deletes, without
+    asking the token endpoint again, where its API token holds ``delete`` (the token endpoint's ``push`` carries
+    ``delete`` then, docs/http-api.md). Before, that DELETE was a 403 and oras-py asked for a new token."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    files = artifact_files(tmp_path / "src")
+    monkeypatch.chdir(tmp_path / "src")
+    client = _client(host, oci_hub.token("oras-deleter", "push:oras/*", "delete:oras/*"), tmp_path)
+    assert client.push(files=[f.name for f in files], target=f"{host}/oras/gone:v1").status_code == 201
+    sent: list[tuple[str, str, int]] = []
+    request = client.session.request
+
+    def recorded(method: str, url: str, *args, **kwargs):
+        response = request(method, url, *args, **kwargs)
+        sent.append((method, httpx.URL(url).path, response.status_code))
+        return response
+
+    monkeypatch.setattr(client.session, "request", recorded)
+    assert client.delete_tag(f"{host}/oras/gone", "v1") is True
+    assert [path for _, path, _ in sent if path == "/v2/token"] == []  # the push token did it
+    assert [(method, status) for method, _, status in sent] == [("HEAD", 200), ("DELETE", 202)]
+    assert client.get_tags(f"{host}/oras/gone") == []
