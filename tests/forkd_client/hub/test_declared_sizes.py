@@ -16,6 +16,7 @@ import pytest
 
 from forkd_client.errors import UsageError
 from forkd_client.hub.client import HubClient
+from forkd_client.hub.errors import HubError
 from forkd_client.hub.limits import ClientLimits, DeclarationTooLarge
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
@@ -59,9 +60,12 @@ def base_pushed(store: SnapshotStore, inproc_hub, tmp_path: Path) -> tuple[str, 
     return token, ref
 
 
-def zero_memory(inproc_hub, token: str, size: int, chunk_size: int, tree: str, asked: list[str]) -> HubClient:
-    """A client of a hub whose base declares memory.bin as ``size`` zero bytes in ``chunk_size`` chunks."""
-    chunk_map = canonical_json(
+def zero_memory(
+    inproc_hub, token: str, size: int, chunk_size: int, tree: str, asked: list[str], *, body: bytes | None = None
+) -> tuple[HubClient, str]:
+    """A client of a hub whose base declares memory.bin as ``size`` zero bytes in ``chunk_size`` chunks (its chunk
+    map ``body``, by default one listing no chunk)."""
+    chunk_map = body or canonical_json(
         {
             "mediaType": mt.VERSIONS[2]["chunkmap"],
             "file": mt.MEMORY_FILE,
@@ -151,6 +155,37 @@ def test_a_sparse_file_at_the_limits_is_pulled_in_bounded_memory_as_holes(base_p
     assert st.st_blocks * 512 < 1 << 20  # holes, nothing written for the declared zeros
     # one 32 MiB chunk list (32 bytes a chunk) and the pull around it; not three transient copies of it
     assert peak < 56 << 20, peak
+
+
+def test_a_chunk_map_listing_more_entries_than_its_file_has_chunks_is_refused_before_it_is_parsed(
+    base_pushed, other_store, inproc_hub
+):
+    token, ref = base_pushed
+    size = 64 << 10  # one chunk
+    entries = ",".join(f"[{i},null]" for i in range(2_000_000))  # 26 MiB: under the 64 MiB a chunk map may be
+    head = canonical_json(
+        {
+            "mediaType": mt.VERSIONS[2]["chunkmap"],
+            "file": mt.MEMORY_FILE,
+            "size": size,
+            "chunkSize": size,
+            "digest": zero_tree(size, size),
+            "parentDigest": None,
+            "compression": "zstd",
+            "blobs": [],
+        }
+    )
+    body = head[:-1] + b',"chunks":[' + entries.encode() + b"]}"
+    del entries
+    asked: list[str] = []
+    client, map_digest = zero_memory(inproc_hub, token, size, size, zero_tree(size, size), asked, body=body)
+    result, peak = pull_traced(other_store, client, ref)
+    assert isinstance(result, HubError), result
+    assert "holds up to 2,000,000 entries, more than the file's 1 chunks" in str(result)
+    assert map_digest in asked
+    # not its parse: ~10 bytes of Python objects per byte of JSON (the body itself is the proxy's, not traced)
+    assert peak < 64 << 20, peak
+    assert "zeros" not in other_store.tags()
 
 
 def test_the_limits_are_read_from_the_environment():
