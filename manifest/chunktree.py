@@ -80,8 +80,11 @@ class ChunkList:
             raise ValueError(f"chunk size {chunk_size} differs from the parent's {self.chunk_size}")
         geometry = ChunkGeometry(size, self.chunk_size)
         want = geometry.count * DIGEST_BYTES
-        data = self._d[:want] + bytes(max(0, want - len(self._d)))
-        return ChunkList(size, self.chunk_size, data)
+        kept = min(want, len(self._d))
+        out = ChunkList.__new__(ChunkList)  # one new list, not three transient copies of it
+        out.geometry, out._d = geometry, bytearray(want)
+        out._d[:kept] = memoryview(self._d)[:kept]
+        return out
 
     def apply(self, entries: Iterable[tuple[int, str | None]]) -> None:
         """Apply a layer's entries ``(index, chunk digest or None for zero)`` in place."""

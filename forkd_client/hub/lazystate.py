@@ -24,7 +24,8 @@ Errors: OSError.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
+from itertools import repeat
 from pathlib import Path
 
 import blake3
@@ -55,12 +56,14 @@ def state_dir(store: SnapshotStore, head_digest: str) -> Path:
 
 
 def write_chunk_list(
-    image: Path, chunk_size: int, digests: Sequence[str | None], *, suffix: str = CHUNKS_SUFFIX
+    image: Path, chunk_size: int, digests: Iterable[str | None], *, suffix: str = CHUNKS_SUFFIX
 ) -> None:
     """Record the chunk size and chunk digests of the image at ``image`` (``None``: a zero chunk, or for an
-    entry list, an index the layer leaves as its parent's) next to it, as ``<image><suffix>``."""
-    lines = [str(chunk_size), *(d or "" for d in digests)]
-    image.with_name(image.name + suffix).write_text("".join(line + "\n" for line in lines))
+    entry list, an index the layer leaves as its parent's) next to it, as ``<image><suffix>``; the
+    digests are streamed to the file, never held as one list of lines."""
+    with open(image.with_name(image.name + suffix), "w") as out:
+        out.write(f"{chunk_size}\n")
+        out.writelines((d or "") + "\n" for d in digests)
 
 
 def read_chunk_list(image: Path, *, suffix: str = CHUNKS_SUFFIX) -> tuple[int, list[str | None]] | None:
@@ -77,14 +80,17 @@ def read_chunk_list(image: Path, *, suffix: str = CHUNKS_SUFFIX) -> tuple[int, l
     return chunk, [d or None for d in digests]
 
 
-def entry_digests(chunk_map: ChunkMap) -> list[str | None]:
-    """One digest per chunk index of ``chunk_map``'s file: an entry's data digest, else None (what an
-    interrupted pull's staged file should hold, written as ``<file>.entries`` for ``forkd node``)."""
-    digests: list[str | None] = [None] * -(-chunk_map.size // chunk_map.chunk_size)
+def entry_digests(chunk_map: ChunkMap) -> Iterator[str | None]:
+    """One digest per chunk index of ``chunk_map``'s file, in order: an entry's data digest, else None (what
+    an interrupted pull's staged file should hold, written as ``<file>.entries`` for ``forkd node``).
+    Generated as it goes: a file of many chunks and few entries costs no list of its chunks."""
+    upto = 0
     for e in chunk_map.entries:
         if e.digest is not None:
-            digests[e.index] = e.digest
-    return digests
+            yield from repeat(None, e.index - upto)
+            yield e.digest
+            upto = e.index + 1
+    yield from repeat(None, -(-chunk_map.size // chunk_map.chunk_size) - upto)
 
 
 def present_chunks(image: Path) -> dict[str, tuple[int, int]]:

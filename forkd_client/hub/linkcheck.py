@@ -6,7 +6,7 @@
   tree from those lists; v1: blake3 of its bytes), made durable;
 - :func:`still_intact`: whether an installed link still holds what its layer describes.
 
-Errors: DigestInvalid (naming layer, tag and file), HubError, OSError.
+Errors: DigestInvalid (naming layer, tag and file), DeclarationTooLarge (.limits), HubError, OSError.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from manifest import mediatypes as mt
 from manifest.assemble import FileAssembler
+from manifest.chunking import MIN_CHUNK_SIZE
 from manifest.chunktree import ChunkList, apply_map
 from manifest.errors import AssemblyError, DigestMismatch, ManifestError
 from manifest.model import MAX_CHUNK_MAP_BYTES, ChunkMap, LayerConfig, LayerManifest
@@ -23,6 +24,7 @@ from ..install import fsync_path, settle_mtime
 from ..snapdir import LocalSnapshot, read_hub_meta
 from ..store import SnapshotStore
 from .errors import DigestInvalid, HubError
+from .limits import FILE_CHUNKS_ENV, ClientLimits, DeclarationTooLarge, check_files, check_map_entries
 from .repository import ChainLink, RepositoryClient
 
 __all__ = ["chunk_lists", "fetch_maps", "still_intact", "verify_files"]
@@ -60,16 +62,29 @@ def still_intact(store: SnapshotStore, snap: LocalSnapshot, config: LayerConfig)
 def fetch_maps(
     repo: RepositoryClient, link: ChainLink, manifest: LayerManifest, config: LayerConfig
 ) -> dict[str, ChunkMap]:
-    """A layer's chunk maps, each checked against its digest and the config. Raises DigestInvalid, HubError."""
+    """A layer's chunk maps, each checked against its digest and the config; the config's declared
+    sizes against the client's limits first, each body's entry count before it is parsed
+    (:mod:`.limits`). Raises DigestInvalid, DeclarationTooLarge, HubError."""
     maps: dict[str, ChunkMap] = {}
+    limits = ClientLimits.from_env()
+    check_files(link.digest, config, limits)  # a caller that did not parse_link: nothing fetched yet
     for role, desc in manifest.chunk_maps.items():
+        info = config.files.get(role)
+        if info is None:
+            raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
+        body = repo.get_blob(desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES)
+        check_map_entries(link.digest, role, body, -(-info.size // (info.chunk_size or MIN_CHUNK_SIZE)))
         try:
-            maps[role] = ChunkMap.from_json(repo.get_blob(desc.digest, desc.size, limit=MAX_CHUNK_MAP_BYTES))
+            maps[role] = ChunkMap.from_json(body)
         except ManifestError as e:
             raise HubError(f"layer {link.digest}: invalid chunk map for {role}: {e}") from None
-        info = config.files.get(role)
-        if info is None or info.digest != maps[role].digest or info.size != maps[role].size:
+        if info.digest != maps[role].digest or info.size != maps[role].size:
             raise DigestInvalid(f"layer {link.digest}: chunk map of {role} disagrees with the config")
+        chunks = -(-maps[role].size // maps[role].chunk_size)
+        if chunks > limits.file_chunks:  # format v1 configs may not declare a chunk size
+            raise DeclarationTooLarge(
+                link.digest, f"{role} chunks (chunk map)", chunks, limits.file_chunks, FILE_CHUNKS_ENV
+            )
     return maps
 
 

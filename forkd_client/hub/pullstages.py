@@ -3,7 +3,7 @@ chain the hub answered, naming the local tags, and the per-link checks around a 
 (disk space, the resume marker, indexing installed chunks), and the records of a link in
 flight (:class:`FetchedLink`, :class:`ParentLink`). :class:`.pull.ChainPull` runs them.
 
-Errors: forkd_client.hub.errors (DigestInvalid, DiskFull, HubError), OSError.
+Errors: forkd_client.hub.errors (DigestInvalid, DiskFull, HubError), DeclarationTooLarge (.limits), OSError.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..errors import SnapshotNotFound
 from ..snapdir import LocalSnapshot
 from ..store import SnapshotStore
 from .errors import DigestInvalid, DiskFull, HubError
+from .limits import ClientLimits, check_files
 from .localchunks import LocalChunkIndex
 from .reference import Reference
 from .repository import ChainLink, RepositoryClient
@@ -85,16 +86,19 @@ def local_tag_for(name: str) -> str:
     return tag[:64]
 
 
-def parse_link(link: ChainLink) -> ParsedLink:
-    """A link's manifest and config, the config checked against the digest the manifest names.
-    Raises DigestInvalid, HubError."""
+def parse_link(link: ChainLink, limits: ClientLimits | None = None) -> ParsedLink:
+    """A link's manifest and config, the config checked against the digest the manifest names and
+    its chunked files' declared sizes against the client's limits (:mod:`.limits`), before anything
+    is fetched or allocated for them. Raises DigestInvalid, DeclarationTooLarge, HubError."""
     try:
         manifest = LayerManifest.from_json(link.manifest)
         if str(digest_bytes(link.config, manifest.config.digest.split(":")[0])) != manifest.config.digest:
             raise DigestInvalid(f"layer {link.digest}: config does not match its digest {manifest.config.digest}")
-        return link, manifest, LayerConfig.from_json(link.config)
+        config = LayerConfig.from_json(link.config)
     except ManifestError as e:
         raise HubError(f"layer {link.digest} is not a valid forkd snapshot layer: {e}") from None
+    check_files(link.digest, config, limits)
+    return link, manifest, config
 
 
 def check_chain(repo: RepositoryClient, ref: Reference, parsed: list[ParsedLink]) -> None:

@@ -57,8 +57,10 @@ class Unauthorized(AuthError):
 class Forbidden(AuthError):
     """The credentials are valid but lack the scope for ``action`` on ``repository``.
 
-    ``scope`` is set when a new registry token could carry it (``insufficient_scope``): the
-    answer then challenges the client to ask the token endpoint for that Docker scope.
+    ``scope`` is set when a new registry token could carry it (``insufficient_scope``), and for every
+    registry token refused on a repository (its API token lacking the scope too): the answer then
+    challenges the client to ask the token endpoint for that Docker scope (which grants it only when
+    it could; docs/http-api.md "Tokens and scopes").
     """
 
     def __init__(self, message: str, action: str = "", repository: str | None = None, scope: str | None = None) -> None:

@@ -185,7 +185,7 @@ class Principal:
         Raises:
             Unauthorized: the caller is anonymous (the client should authenticate).
             Forbidden: the caller's token has no scope for this (with ``scope`` set when a new
-                registry token could have it).
+                registry token could have it, and for any registry token: see below).
             Forbidden: the caller has a valid token without a scope for this.
         """
         allowed = self.is_admin if repository is None else self.can(action, repository)
@@ -200,4 +200,9 @@ class Principal:
             raise Unauthorized(f"authentication required for {what}", "required", scope)
         if repository is not None and self.could(action, repository):
             raise self.insufficient_scope(action, repository)
-        raise Forbidden(f"token {self.name!r} has no scope granting {what}", action, repository)
+        # A registry token whose API token cannot have the scope either is still challenged for it (RFC 6750
+        # ``insufficient_scope``): oras-py treats a 403 without a challenge as an error to retry five times
+        # (131 s of backoff), but on a challenge it asks the token endpoint once, is granted less, and reports
+        # the 403 at once. An API token (forkd, Basic) gets no challenge: no token endpoint could help it.
+        scope = repository_scope(repository, action) if repository is not None and self.grantable else None
+        raise Forbidden(f"token {self.name!r} has no scope granting {what}", action, repository, scope)

@@ -87,13 +87,18 @@ def _client(host: str, token: str, tmp_path: Path):
     return client
 
 
+class BackedOff(Exception):
+    """oras-py's retry decorator went to sleep: it took an answer for an error worth retrying."""
+
+
 def test_one_client_writes_to_two_repositories_and_deletes(
     oci_hub: HubProcess, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """oras-py keeps one registry token for everything and, holding one, asks the token endpoint again only after
     a 403 (on a 401 it retries with the same token): a token lacking a scope its API token has is therefore 403
     ``insufficient_scope`` (docs/http-api.md). Its delete (HEAD, then DELETE by digest) gets a token for
-    ``delete`` that way; an API token without delete never deletes."""
+    ``delete`` that way; an API token without delete never deletes, and learns it at once (issue 29): the 403
+    carries a challenge, so oras-py asks for a token once instead of retrying a bare 403 for 131 s."""
     monkeypatch.setenv("HOME", str(tmp_path))
     files = artifact_files(tmp_path / "src")
     monkeypatch.chdir(tmp_path / "src")
@@ -102,10 +107,41 @@ def test_one_client_writes_to_two_repositories_and_deletes(
         assert writer.push(files=[f.name for f in files], target=f"{host}/{repo}:v1").status_code == 201
     assert writer.get_tags(f"{host}/oras/two") == ["v1"]
     pusher = _client(host, oci_hub.token("oras-pusher", "push:oras/*"), tmp_path)
-    with monkeypatch.context() as backoff:
-        # oras-py retries any error 5 times, sleeping 3 + 3**n s (131 s in all): the refusal is the same each time
-        backoff.setattr(oras_decorator.time, "sleep", lambda seconds: None)
-        with pytest.raises(ValueError, match="Cannot respond to request for authentication"):
-            pusher.delete_tag(f"{host}/oras/one", "v1")  # 403 DENIED without a challenge: no token of it could
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # its backoff is 3 + 3**n s, five times: 131 s before the refusal
+        slept.append(seconds)
+        raise BackedOff(f"oras-py backs off {seconds} s before retrying")
+
+    monkeypatch.setattr(oras_decorator.time, "sleep", sleep)
+    with pytest.raises(RuntimeError, match=r"Delete was not successful.*DENIED"):
+        pusher.delete_tag(f"{host}/oras/one", "v1")  # 403 DENIED, challenged: no token of it could
+    assert slept == []
     assert writer.delete_tag(f"{host}/oras/one", "v1") is True
     assert writer.get_tags(f"{host}/oras/one") == []
+
+
+def test_a_push_token_deletes_where_its_api_token_may(
+    oci_hub: HubProcess, host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Issue 29 item 4 as oras-py meets it: the registry token its push obtained (``pull,push``) deletes, without
+    asking the token endpoint again, where its API token holds ``delete`` (the token endpoint's ``push`` carries
+    ``delete`` then, docs/http-api.md). Before, that DELETE was a 403 and oras-py asked for a new token."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    files = artifact_files(tmp_path / "src")
+    monkeypatch.chdir(tmp_path / "src")
+    client = _client(host, oci_hub.token("oras-deleter", "push:oras/*", "delete:oras/*"), tmp_path)
+    assert client.push(files=[f.name for f in files], target=f"{host}/oras/gone:v1").status_code == 201
+    sent: list[tuple[str, str, int]] = []
+    request = client.session.request
+
+    def recorded(method: str, url: str, *args, **kwargs):
+        response = request(method, url, *args, **kwargs)
+        sent.append((method, httpx.URL(url).path, response.status_code))
+        return response
+
+    monkeypatch.setattr(client.session, "request", recorded)
+    assert client.delete_tag(f"{host}/oras/gone", "v1") is True
+    assert [path for _, path, _ in sent if path == "/v2/token"] == []  # the push token did it
+    assert [(method, status) for method, _, status in sent] == [("HEAD", 200), ("DELETE", 202)]
+    assert client.get_tags(f"{host}/oras/gone") == []
