@@ -12,9 +12,11 @@ refused with ``DIGEST_INVALID`` (detail ``file``, ``declared``, ``actual``) befo
 
 **What it costs, and how it is bounded** (docs/limits.md): CPU O(declared file size) ≤
 ``FORKD_HUB_FILE_BYTES`` per file (~50 s at 64 GiB), whatever was uploaded (chunks shared with a
-parent or all-zero cost hashing, not upload); reads ≤ one per stored chunk of the file (frames close
-together in one blob are read together); memory ≤ 24 bytes per chunk (``FORKD_HUB_FILE_CHUNKS``) plus
-32 MiB. So:
+parent or all-zero cost hashing, not upload), plus reading the chain's chunk maps once (≤
+``FORKD_HUB_CHAIN_DEPTH`` maps of ≤ ``FORKD_HUB_CHUNK_MAP_BYTES``, parsed in worker threads); reads ≤ one
+per stored chunk of the file (frames close together in one blob are read together); memory ≤ 24 bytes per
+chunk (``FORKD_HUB_FILE_CHUNKS``), one parsed chunk map and 32 MiB. Every O(chunks) loop runs in a worker
+thread too. So:
 
 - at most ``FORKD_HUB_FILE_SHA256_CHECKS`` files are hashed at once in a hub process (default 2, on a
   :class:`anyio.CapacityLimiter`; more pushes wait their turn), and ``0`` turns the check off (a hub
@@ -153,18 +155,20 @@ class FileSha256Checker:
         wanted = [m for m in maps if m.file in declared and m.file not in unchanged]
         if self._limiter is None or not wanted:
             return
-        layouts = {m.file: FileLayout() for m in wanted}
-        async with self.ctx.sessions() as session:  # closed before hashing: no connection held for a minute
+        async with self.ctx.sessions() as session:
             if await session.get(Manifest, digest) is not None:
                 return
-            for link in ancestors:  # base first, one link's maps at a time
-                for chunk_map in await maps_of(self.ctx, session, link):
-                    if chunk_map.file in layouts:
-                        layouts[chunk_map.file].apply(chunk_map)
-        async with self._limiter:
+        async with self._limiter:  # the whole proof takes a turn: reading the chain's maps, then hashing
+            layouts = {m.file: FileLayout() for m in wanted}
+            if any(m.parent_digest is not None for m in wanted):
+                async with self.ctx.sessions() as session:  # closed before hashing: no connection held for a minute
+                    for link in ancestors:  # base first, one link's maps at a time
+                        for chunk_map in await maps_of(self.ctx, session, link):
+                            if chunk_map.file in layouts:
+                                await anyio.to_thread.run_sync(layouts[chunk_map.file].apply, chunk_map)
             for chunk_map in wanted:
                 layout = layouts.pop(chunk_map.file)
-                layout.apply(chunk_map)
+                await anyio.to_thread.run_sync(layout.apply, chunk_map)
                 actual = await self._hash(layout, chunk_map.file)
                 if actual != declared[chunk_map.file]:
                     raise HubError(
@@ -177,7 +181,7 @@ class FileSha256Checker:
     async def _hash(self, layout: FileLayout, file: str) -> str:
         hasher = hashlib.sha256()
         sizes: dict[int, tuple[int, bool]] = {}
-        for step in layout.steps():
+        for step in await anyio.to_thread.run_sync(lambda: list(layout.steps())):  # O(chunks): off the loop
             frames = await self._read_frames(layout, step, sizes)
             hashed = await anyio.to_thread.run_sync(_hash_step, hasher, layout, step, frames, file)
             self.ctx.metrics.push_sha256_bytes.inc(hashed)
@@ -186,7 +190,7 @@ class FileSha256Checker:
         return "sha256:" + hasher.hexdigest()
 
     async def _read_frames(self, layout: FileLayout, step: range, sizes: dict[int, tuple[int, bool]]) -> _Frames:
-        wanted = sorted({(layout.blob[i], layout.offset[i], layout.length[i]) for i in step if layout.blob[i] >= 0})
+        wanted = await anyio.to_thread.run_sync(_frames_of, layout, step)
         frames: _Frames = {}
         run: list[tuple[int, int, int]] = []
         for frame in [*wanted, None]:
@@ -202,6 +206,11 @@ class FileSha256Checker:
             if frame is not None:
                 run.append(frame)
         return frames
+
+
+def _frames_of(layout: FileLayout, step: range) -> list[tuple[int, int, int]]:
+    """The distinct stored frames ``step`` needs, sorted by blob and offset: ``(blob index, offset, length)``."""
+    return sorted({(layout.blob[i], layout.offset[i], layout.length[i]) for i in step if layout.blob[i] >= 0})
 
 
 def _hash_step(hasher: hashlib._Hash, layout: FileLayout, step: range, frames: _Frames, file: str) -> int:
