@@ -79,8 +79,9 @@ class Limits:
     """Most chunks one chunked file may declare (size / chunkSize): the hub holds 32 bytes per chunk while it
     proves the file's digest (32 MiB at this default: 64 GiB at the default 64 KiB chunks)."""
     file_sha256_checks: int = 2
-    """Chunked files whose declared whole-file sha256 a hub process hashes at once at push (O(file size) each,
-    registry/push/filesha.py); more pushes wait their turn. 0: not checked (trusted pushers)."""
+    """Layers whose chunked files' declared whole-file sha256 a hub process proves at once at push (O(file size)
+    each, registry/push/filesha.py); more pushes wait their turn, a namespace holding at most half the turns.
+    0: not checked (trusted pushers)."""
     annotation_bytes: int = 64 << 10
     """Largest annotations object of one manifest (its compact JSON; a forkd layer's config annotations too)."""
     referrers_per_subject: int = 128

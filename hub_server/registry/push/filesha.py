@@ -18,9 +18,10 @@ per stored chunk of the file (frames close together in one blob are read togethe
 chunk (``FORKD_HUB_FILE_CHUNKS``), one parsed chunk map and 32 MiB. Every O(chunks) loop runs in a worker
 thread too. So:
 
-- at most ``FORKD_HUB_FILE_SHA256_CHECKS`` files are hashed at once in a hub process (default 2, on a
-  :class:`anyio.CapacityLimiter`; more pushes wait their turn), and ``0`` turns the check off (a hub
-  whose pushers are trusted; the damage marks of ``registry/forkd/compat.py`` remain);
+- at most ``FORKD_HUB_FILE_SHA256_CHECKS`` layers are proven at once in a hub process (default 2, on a
+  :class:`anyio.CapacityLimiter`; more pushes wait their turn), one namespace holding at most half of
+  those turns (at least one), and ``0`` turns the check off (a hub whose pushers are trusted; the
+  damage marks of ``registry/forkd/compat.py`` remain);
 - a manifest the hub already stores is not hashed again (a re-push, a retag, a mount: the database
   row is the memory, shared by every replica; a manifest stored before this check existed is
   covered by the damage marks of pack builds);
@@ -34,7 +35,8 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -138,12 +140,33 @@ class FileSha256Checker:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
         self.concurrency = ctx.limits.file_sha256_checks
+        self.per_namespace = max(1, self.concurrency // 2)
+        """Turns one namespace may hold at once: half of them (at least one), so one tenant pushing
+        without pause delays the others' pushes, never stops them."""
         self._limiter = anyio.CapacityLimiter(self.concurrency) if self.concurrency > 0 else None
+        self._namespaces: dict[str, tuple[anyio.CapacityLimiter, list[int]]] = {}
         self.on_step: Callable[[int], None] | None = None
         """Called in the worker thread after each step with the bytes it hashed (tests, curiosity)."""
 
+    @asynccontextmanager
+    async def turn(self, namespace: str) -> AsyncIterator[None]:
+        """Wait for one of the namespace's turns, then one of the hub's (the caller checked the limiter is on)."""
+        assert self._limiter is not None
+        entry = self._namespaces.get(namespace)
+        if entry is None:
+            entry = self._namespaces[namespace] = (anyio.CapacityLimiter(self.per_namespace), [0])
+        entry[1][0] += 1
+        try:
+            async with entry[0], self._limiter:
+                yield
+        finally:
+            entry[1][0] -= 1
+            if not entry[1][0]:  # nobody holds or waits for it: the table keeps only namespaces at work
+                del self._namespaces[namespace]
+
     async def check(
         self,
+        namespace: str,
         digest: str,
         maps: list[ChunkMap],
         ancestors: list[str],
@@ -151,14 +174,14 @@ class FileSha256Checker:
         unchanged: set[str],
     ) -> None:
         """Prove ``declared[file]`` (``sha256:<hex>``) for each map of the layer ``digest`` (chain ``ancestors``,
-        base → parent), except files in ``unchanged``. Raises HubError(DIGEST_INVALID)."""
+        base → parent) pushed to ``namespace``, except files in ``unchanged``. Raises HubError(DIGEST_INVALID)."""
         wanted = [m for m in maps if m.file in declared and m.file not in unchanged]
         if self._limiter is None or not wanted:
             return
         async with self.ctx.sessions() as session:
             if await session.get(Manifest, digest) is not None:
                 return
-        async with self._limiter:  # the whole proof takes a turn: reading the chain's maps, then hashing
+        async with self.turn(namespace):  # the whole proof takes a turn: reading the chain's maps, then hashing
             layouts = {m.file: FileLayout() for m in wanted}
             if any(m.parent_digest is not None for m in wanted):
                 async with self.ctx.sessions() as session:  # closed before hashing: no connection held for a minute

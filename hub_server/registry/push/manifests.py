@@ -140,7 +140,7 @@ class ManifestService:
             async with self.ctx.sessions() as session:
                 await prove_file_digests(self.ctx, session, plan.proven_maps, plan.ancestors)
             await self.file_sha256.check(
-                digest, plan.proven_maps, plan.ancestors, plan.file_sha256, plan.unchanged_files
+                scope.namespace, digest, plan.proven_maps, plan.ancestors, plan.file_sha256, plan.unchanged_files
             )
         return plan
 

@@ -12,6 +12,7 @@ import json
 import random
 import threading
 
+import anyio
 import pytest
 
 from hub_server.db.models import Manifest, Tag
@@ -116,9 +117,39 @@ def test_the_hashing_runs_on_a_worker_thread(hub: Hub, admin_token, images, tmp_
     assert seen and not seen[0][0] and not seen[0][1]  # held in a worker thread before the other answer
 
 
-def test_the_concurrency_limit_is_hub_wide(hub: Hub):
+def test_turns_are_hub_wide_and_one_namespace_holds_at_most_half(hub: Hub):
+    """With 2 turns: a second proof of namespace acme waits for the first, one of another namespace does not;
+    a third namespace waits for a hub-wide turn. Ordered by anyio's scheduler (every other task blocked)."""
     checker = hub.registry.manifests.file_sha256
-    assert checker.concurrency == Limits().file_sha256_checks == 2
+    assert checker.concurrency == Limits().file_sha256_checks == 2 and checker.per_namespace == 1
+    entered: list[str] = []
+
+    async def run() -> None:
+        release = {name: anyio.Event() for name in ("acme-1", "acme-2", "other", "third")}
+
+        async def prove(namespace: str, name: str) -> None:
+            async with checker.turn(namespace):
+                entered.append(name)
+                await release[name].wait()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(prove, "acme", "acme-1")
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(prove, "acme", "acme-2")
+            tg.start_soon(prove, "other", "other")
+            await anyio.wait_all_tasks_blocked()
+            assert entered == ["acme-1", "other"]  # acme's second proof waits for acme's turn
+            tg.start_soon(prove, "third", "third")
+            await anyio.wait_all_tasks_blocked()
+            assert entered == ["acme-1", "other"]  # both hub-wide turns are held
+            release["acme-1"].set()
+            await anyio.wait_all_tasks_blocked()
+            assert len(entered) == 3 and entered[2] in ("acme-2", "third")
+            for event in release.values():
+                event.set()
+        assert checker._namespaces == {}  # nothing kept for namespaces at rest
+
+    anyio.run(run)
 
 
 def test_zero_checks_turns_the_check_off(make_hub, images, tmp_path):
