@@ -197,7 +197,8 @@ class FileSha256Checker:
                     raise HubError(
                         ErrorCode.DIGEST_INVALID,
                         f"{chunk_map.file} declares sha256 {declared[chunk_map.file]}, but its assembled bytes hash "
-                        f"to {actual}: every forkd pack of this layer would fail",
+                        f"to {actual}: every forkd pack of this layer would fail (or a stored frame of its chain is damaged: "
+                        "forkd-hub verify)",
                         {"file": chunk_map.file, "declared": declared[chunk_map.file], "actual": actual},
                     )
 

@@ -16,8 +16,10 @@ import anyio
 import pytest
 
 from hub_server.db.models import Manifest, Tag
+from hub_server.registry.push.filesha import FileLayout
 from hub_server.settings import Limits, SettingsError, load_settings
 from manifest import mediatypes as mt
+from manifest.model import ChunkEntry, ChunkMap
 from tests.hub_server.conftest import Hub
 from tests.hub_server.pushing import BuiltLayer, auth, expect_error
 from tests.hub_server.registry.push.test_manifests import count, put, upload_all
@@ -38,6 +40,28 @@ def with_false_sha256(layer: BuiltLayer) -> BuiltLayer:
 
 def memory_size(layer: BuiltLayer) -> int:
     return json.loads(layer.config)["files"][mt.MEMORY_FILE]["size"]
+
+
+def _map(size: int, entries: list[ChunkEntry], *, parent: bool = True) -> ChunkMap:
+    blobs = ("sha256:" + "a" * 64, "sha256:" + "b" * 64)
+    return ChunkMap(mt.MEMORY_FILE, size, 4096, "blake3:" + "0" * 64, "p" if parent else None, blobs, tuple(entries))
+
+
+def test_a_file_layout_follows_truncation_and_growth():
+    """Where each chunk's bytes come from, link after link: truncating inside a chunk keeps its head only,
+    growing again adds zeros after it, a zero entry or a new chunk is zeros, a map with no parent starts over."""
+    layout = FileLayout()
+    d = "blake3:" + "1" * 64
+    layout.apply(_map(10_000, [ChunkEntry(i, d, i % 2, 100 * i, 50) for i in range(3)], parent=False))
+    assert list(layout.blob) == [0, 1, 0] and list(layout.raw) == [4096, 4096, 1808] == list(layout.keep)
+    layout.apply(_map(6000, [ChunkEntry(0, None)]))  # chunk 0 zeroed, the file cut inside chunk 1
+    assert list(layout.blob) == [-1, 1] and layout.keep[1] == 6000 - 4096 and layout.raw[1] == 4096
+    layout.apply(_map(3 * 4096 + 1, []))  # grown again: chunk 1 is its old head then zeros; 2 and 3 are new zeros
+    assert list(layout.blob) == [-1, 1, -1, -1] and layout.keep[1] == 1904
+    assert [layout.chunk_length(i) for i in range(4)] == [4096, 4096, 4096, 1]
+    assert [list(step) for step in layout.steps()] == [[0, 1, 2, 3]]
+    layout.apply(_map(4096, [ChunkEntry(0, d, 1, 7, 9)], parent=False))  # a new file: nothing inherited
+    assert list(layout.blob) == [1] and layout.blobs[1] == "sha256:" + "b" * 64 and layout.offset[0] == 7
 
 
 def test_a_false_sha256_is_refused_and_nothing_is_written(hub: Hub, admin_token, images, tmp_path):
