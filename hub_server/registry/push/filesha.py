@@ -146,7 +146,7 @@ class FileSha256Checker:
         self._limiter = anyio.CapacityLimiter(self.concurrency) if self.concurrency > 0 else None
         self._namespaces: dict[str, tuple[anyio.CapacityLimiter, list[int]]] = {}
         self.on_step: Callable[[int], None] | None = None
-        """Called in the worker thread after each step with the bytes it hashed (tests, curiosity)."""
+        """Called in the hashing worker thread after each step with the bytes it hashed (tests, curiosity)."""
 
     @asynccontextmanager
     async def turn(self, namespace: str) -> AsyncIterator[None]:
@@ -207,10 +207,8 @@ class FileSha256Checker:
         sizes: dict[int, tuple[int, bool]] = {}
         for step in await anyio.to_thread.run_sync(lambda: list(layout.steps())):  # O(chunks): off the loop
             frames = await self._read_frames(layout, step, sizes)
-            hashed = await anyio.to_thread.run_sync(_hash_step, hasher, layout, step, frames, file)
+            hashed = await anyio.to_thread.run_sync(_hash_step, hasher, layout, step, frames, file, self.on_step)
             self.ctx.metrics.push_sha256_bytes.inc(hashed)
-            if self.on_step is not None:
-                await anyio.to_thread.run_sync(self.on_step, hashed)
         return "sha256:" + hasher.hexdigest()
 
     async def _read_frames(self, layout: FileLayout, step: range, sizes: dict[int, tuple[int, bool]]) -> _Frames:
@@ -237,8 +235,16 @@ def _frames_of(layout: FileLayout, step: range) -> list[tuple[int, int, int]]:
     return sorted({(layout.blob[i], layout.offset[i], layout.length[i]) for i in step if layout.blob[i] >= 0})
 
 
-def _hash_step(hasher: hashlib._Hash, layout: FileLayout, step: range, frames: _Frames, file: str) -> int:
-    """Hash the chunks of ``step`` in order (in a worker thread); return how many bytes were hashed."""
+def _hash_step(
+    hasher: hashlib._Hash,
+    layout: FileLayout,
+    step: range,
+    frames: _Frames,
+    file: str,
+    on_step: Callable[[int], None] | None = None,
+) -> int:
+    """Hash the chunks of ``step`` in order (in a worker thread), then call ``on_step`` there; return how
+    many bytes were hashed."""
     dctx = zstandard.ZstdDecompressor()
     hashed = 0
     for i in step:
@@ -258,6 +264,8 @@ def _hash_step(hasher: hashlib._Hash, layout: FileLayout, step: range, frames: _
         keep = min(layout.keep[i], n)
         hasher.update(memoryview(data)[:keep])
         _hash_zeros(hasher, n - keep)
+    if on_step is not None:
+        on_step(hashed)
     return hashed
 
 
