@@ -80,6 +80,11 @@ class HubMetrics:
             registry=r,
         )
         self.chunks_stored = Counter("forkd_hub_chunks_stored", "Chunks stored in pushed data blobs", registry=r)
+        self.push_sha256_bytes = Counter(
+            "forkd_hub_push_sha256_bytes",
+            "Bytes of assembled files hashed at push to prove the whole-file sha256 a layer declares",
+            registry=r,
+        )
         self.gc_runs = Counter("forkd_hub_gc_runs", "Garbage collection runs", ["result"], registry=r)
         self.gc_deleted_bytes = Counter("forkd_hub_gc_deleted_bytes", "Bytes deleted by garbage collection", registry=r)
         self.storage_used_bytes = Gauge("forkd_hub_storage_used_bytes", "Bytes held by the blob store", registry=r)

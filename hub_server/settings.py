@@ -78,6 +78,10 @@ class Limits:
     file_chunks: int = 1 << 20
     """Most chunks one chunked file may declare (size / chunkSize): the hub holds 32 bytes per chunk while it
     proves the file's digest (32 MiB at this default: 64 GiB at the default 64 KiB chunks)."""
+    file_sha256_checks: int = 2
+    """Layers whose chunked files' declared whole-file sha256 a hub process proves at once at push (O(file size)
+    each, registry/push/filesha.py); more pushes wait their turn, a namespace holding at most half the turns.
+    0: not checked (trusted pushers)."""
     annotation_bytes: int = 64 << 10
     """Largest annotations object of one manifest (its compact JSON; a forkd layer's config annotations too)."""
     referrers_per_subject: int = 128
@@ -245,6 +249,16 @@ def _positive(parse: Callable[[str], _N]) -> Callable[[str], _N]:
     return check
 
 
+def _non_negative(parse: Callable[[str], int]) -> Callable[[str], int]:
+    def check(text: str) -> int:
+        value = parse(text)
+        if value < 0:
+            raise SettingsError(f"must be 0 or more: {text!r}")
+        return value
+
+    return check
+
+
 def _log_level(text: str) -> str:
     level = str(text).strip().lower()
     if level not in LOG_LEVELS:
@@ -371,6 +385,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "host_layers": (_positive(int), True),
     "file_bytes": (_positive(parse_size), True),
     "file_chunks": (_positive(int), True),
+    "file_sha256_checks": (_non_negative(int), True),
     "annotation_bytes": (_positive(parse_size), True),
     "referrers_per_subject": (_positive(int), True),
     "referrers_page": (_positive(int), True),

@@ -2,8 +2,9 @@
 
 A forkd pack whose build failed on damaged content (``registry/forkd/compat.py``) is marked by its
 pack key (and a layer whose file is not the sha256 its config declares by ``forkd-link/DIGEST``, so
-every chain holding it is refused too), so the next request answers from the mark instead of assembling
-gigabytes again; objects
+every chain holding it is refused too: a push proves that sha256 now, ``registry/push/filesha.py``, so
+this catches layers stored before, or on a hub with the check off), so the next request answers from the
+mark instead of assembling gigabytes again; objects
 ``forkd-hub verify`` finds wrong are marked by their storage key (and where ``--quarantine`` moved
 them). Marks are never deleted silently: ``forkd-hub verify --clear-marks`` forgets them after a
 repair. Errors: the database's (SQLAlchemyError).

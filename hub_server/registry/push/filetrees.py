@@ -36,7 +36,7 @@ from manifest.chunktree import DIGEST_BYTES, ChunkList, apply_map
 from manifest.errors import ManifestError
 from manifest.model import ChunkMap
 
-__all__ = ["ChunkListCache", "chunk_lists", "prove_file_digests"]
+__all__ = ["ChunkListCache", "chunk_lists", "maps_of", "prove_file_digests"]
 
 #: Digest bytes the shared cache keeps (64 MiB: the lists of ~8 files of 16 GiB at 64 KiB chunks).
 CACHE_BYTES = 64 << 20
@@ -112,7 +112,11 @@ def chunk_lists(parent: dict[str, ChunkList], maps: Iterable[ChunkMap], where: s
     return out
 
 
-async def _maps_of(ctx: RegistryContext, session: AsyncSession, manifest: str) -> list[ChunkMap]:
+async def maps_of(ctx: RegistryContext, session: AsyncSession, manifest: str) -> list[ChunkMap]:
+    """The chunk maps of a stored layer, read and parsed (each ≤ ``limits.chunk_map_bytes``).
+
+    Raises: HubError(MANIFEST_INVALID) for an unreadable map, HubError(MANIFEST_BLOB_UNKNOWN).
+    """
     rows = await session.exec(
         select(ManifestBlob.blob_digest)
         .where(ManifestBlob.manifest_digest == manifest, ManifestBlob.role == BlobRole.CHUNK_MAP)
@@ -142,7 +146,7 @@ async def _parent_lists(
         return {role: v for role, v in found.items() if v is not None}
     lists: dict[str, ChunkList] = {}
     for link in ancestors:  # base first: rebuild every file's list the way pulls do
-        maps = await _maps_of(ctx, session, link)
+        maps = await maps_of(ctx, session, link)
         lists = await anyio.to_thread.run_sync(chunk_lists, lists, maps, f"layer {link} (an ancestor)")
         for chunk_list in lists.values():
             cache.put(chunk_list.digest(), chunk_list)

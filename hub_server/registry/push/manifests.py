@@ -3,7 +3,8 @@
 A push runs, in order: the size limit, recognising its kind (:mod:`kinds`: a forkd layer, a forkd
 chain index or any other OCI content, each with its own handler), the kind's database checks
 (:mod:`pushplan`, :mod:`oci_plan`), the annotation limit (:mod:`limits`), a required signature, the chunk frame verification of
-:mod:`verify`, the proof of format-v2 file digests from those chunks (:mod:`filetrees`), then
+:mod:`verify`, the proof of format-v2 file digests from those chunks (:mod:`filetrees`) and of
+their declared whole-file sha256 (:mod:`filesha`, bounded by ``FORKD_HUB_FILE_SHA256_CHECKS``), then
 stores the exact bytes received as a blob and commits every row in one transaction — links
 to the repository (the document's blobs and the chain below it, so the whole chain is
 pullable through this repository), verified chunk locations, and the tag, after the namespace's
@@ -49,6 +50,7 @@ from hub_server.registry.core.context import RegistryContext
 from hub_server.registry.core.names import Reference, parse_reference
 from hub_server.registry.core.paths import blob_key
 from hub_server.registry.core.sql import batched, insert_ignore
+from hub_server.registry.push.filesha import FileSha256Checker
 from hub_server.registry.push.filetrees import prove_file_digests
 from hub_server.registry.push.kinds import ManifestKind, manifest_kind
 from hub_server.registry.push.limits import check_annotations, check_referrers, check_tags
@@ -88,6 +90,7 @@ class _Push:
 class ManifestService:
     def __init__(self, ctx: RegistryContext) -> None:
         self.ctx = ctx
+        self.file_sha256 = FileSha256Checker(ctx)
 
     async def put(
         self,
@@ -123,7 +126,7 @@ class ManifestService:
 
     async def _checked(self, scope: RepositoryScope, kind: ManifestKind, reference: Reference, digest: str) -> PushPlan:
         """Every check before anything is written: the kind's plan, a required signature, the new frames,
-        the format-v2 file digests proven from those frames' chunk digests."""
+        the format-v2 file digests proven from those frames' chunk digests, then their whole-file sha256."""
         async with self.ctx.sessions() as session:
             plan = await kind.plan(self.ctx, session, scope, digest)
         check_annotations(plan.annotations, self.ctx.limits.annotation_bytes)
@@ -136,6 +139,9 @@ class ManifestService:
         if plan.proven_maps:  # format v2: the chunk digests hold, so the file digests can be proven from them
             async with self.ctx.sessions() as session:
                 await prove_file_digests(self.ctx, session, plan.proven_maps, plan.ancestors)
+            await self.file_sha256.check(
+                scope.namespace, digest, plan.proven_maps, plan.ancestors, plan.file_sha256, plan.unchanged_files
+            )
         return plan
 
     async def _record(self, push: _Push, created: bool, previous: str | None, remote: str | None) -> None:

@@ -10,7 +10,8 @@
    than the limit (``CHAIN_TOO_DEEP``);
 4. every chunk map parses and agrees with the manifest, the config and the parent's config;
 5. the chunk frames not verified before are listed for :func:`verify.verify_frames`, and (format
-   v2) the chunk maps whose file digests are proven after them (:mod:`filetrees`, O(chunks)).
+   v2) the chunk maps whose file digests are proven after them (:mod:`filetrees`, O(chunks)) and
+   the whole-file sha256 each declares (:mod:`filesha`, O(file size)).
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ class PushPlan:
     proven_maps: list[ChunkMap] = field(default_factory=list)
     """Format v2: the chunk maps whose file digests :func:`filetrees.prove_file_digests` proves
     once the frames are verified."""
+    file_sha256: dict[str, str] = field(default_factory=dict)
+    """Format v2: each chunked file's declared whole-file sha256, proven by :mod:`filesha`."""
+    unchanged_files: set[str] = field(default_factory=set)
+    """Chunked files the layer leaves as its parent had them (no entries, same size and sha256): not hashed."""
 
 
 async def plan_layer(
@@ -159,7 +164,30 @@ async def plan_layer(
         blob_sizes={d: b.size for d, b in blobs.items()},
         reused_frames=len(frames) - len(new),
         proven_maps=maps if manifest.version >= 2 else [],
+        file_sha256=_declared_sha256(maps, config) if manifest.version >= 2 else {},
+        unchanged_files=_unchanged(maps, config, parent_config),
     )
+
+
+def _declared_sha256(maps: list[ChunkMap], config: LayerConfig) -> dict[str, str]:
+    return {m.file: sha for m in maps if (sha := config.files[m.file].sha256) is not None}
+
+
+def _unchanged(maps: list[ChunkMap], config: LayerConfig, parent_config: LayerConfig | None) -> set[str]:
+    """Files whose bytes are the parent's: no entry, the parent's size, the parent's declared sha256."""
+    if parent_config is None:
+        return set()
+    out = set()
+    for m in maps:
+        parent = parent_config.files.get(m.file)
+        if (
+            parent is not None
+            and not m.entries
+            and parent.size == m.size
+            and parent.sha256 == config.files[m.file].sha256
+        ):
+            out.add(m.file)
+    return out
 
 
 async def plan_index(

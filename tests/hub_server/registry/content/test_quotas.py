@@ -78,3 +78,68 @@ def test_at_the_quota_no_upload_starts_but_tags_still_move(make_hub):
     hub.call(hub.registry.quotas.set, "acme", UNLIMITED)
     assert status(hub, "acme").limit is None
     assert hub.client.post("/v2/acme/a/blobs/uploads/", headers=auth(token)).status_code == 202
+
+
+def test_usage_of_a_namespace_with_ten_thousand_links_is_one_query(make_hub):
+    """docs/limits.md "Storage quotas": usage is counted when asked, one aggregate over the namespace's links.
+    With 10,000 links (10 repositories, a fifth of the blobs linked twice) it is one SELECT whose result is
+    charged once per distinct blob; the in-process CPU it costs is measured (SQLite runs in this process)."""
+    import time
+
+    from sqlalchemy import event
+
+    from hub_server.db.models import Blob, Repository, RepositoryBlob
+    from hub_server.db.types import utcnow
+    from hub_server.registry.content.quotas import namespace_usage
+    from hub_server.registry.core.sql import insert_ignore
+
+    hub = make_hub()
+    links, repositories = 10_000, 10
+    blobs = [f"sha256:{i:064x}" for i in range(links * 5 // 6)]
+
+    async def fill() -> None:
+        now = utcnow()
+        async with hub.registry.ctx.sessions() as session:
+            repos = [
+                Repository(namespace="big", name=f"r{i}", created_at=now, updated_at=now) for i in range(repositories)
+            ]
+            session.add_all(repos)
+            await session.flush()
+            await insert_ignore(session, Blob, [{"digest": d, "size": 1000, "created_at": now} for d in blobs])
+            rows = [
+                {"repository_id": repos[i % repositories].id, "blob_digest": d, "created_at": now}
+                for i, d in enumerate(blobs)
+            ]
+            shared = blobs[: links - len(blobs)]  # linked a second time, in another repository
+            rows += [
+                {"repository_id": repos[(i + 1) % repositories].id, "blob_digest": d, "created_at": now}
+                for i, d in enumerate(shared)
+            ]
+            assert len(rows) == links
+            await insert_ignore(session, RepositoryBlob, rows)
+            await session.commit()
+
+    hub.call(fill)
+    queries: list[str] = []
+    engine = hub.client.app.state.engine.sync_engine
+
+    def count(conn, cursor, statement, params, context, executemany) -> None:
+        if "repository_blobs" in statement:  # not the hub's own background polls (webhook deliveries)
+            queries.append(statement)
+
+    async def usage() -> int:
+        async with hub.registry.ctx.sessions() as session:
+            return await namespace_usage(session, "big")
+
+    hub.call(usage)  # warm: the statement compiled once
+    event.listen(engine, "after_cursor_execute", count)
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        used = hub.call(usage)
+    finally:
+        event.remove(engine, "after_cursor_execute", count)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    print(f"namespace usage over {links} links: {wall * 1000:.1f} ms wall, {cpu * 1000:.1f} ms CPU in process")
+    assert used == len(blobs) * 1000  # each distinct blob once
+    assert len(queries) == 1, queries
+    assert cpu < 5, cpu  # generous: measured ~15 ms (docs/limits.md)
