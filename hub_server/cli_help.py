@@ -94,9 +94,43 @@ HELP: HelpTable = {
         ["forkd-hub webhook remove 3"],
     ),
     "repo": (
-        "Repository settings kept by the hub: immutable tags and retention.",
-        {"repo_command": "policy"},
-        ["forkd-hub repo policy acme/python-numpy"],
+        "Repositories as an operator sees them, on the hub's database: list, show, change visibility, "
+        "description and README, delete a tag, and the tag policies (immutable tags, retention). Changes are "
+        "audited as the API's, with the actor cli:<login user>.",
+        {"repo_command": "list, show, set, delete-tag or policy"},
+        [
+            "forkd-hub repo list acme",
+            "forkd-hub repo show acme/python-numpy",
+            "forkd-hub repo policy acme/python-numpy",
+        ],
+    ),
+    "repo list": (
+        "List the hub's repositories, public and private (of one namespace): visibility, tag count, last change, "
+        "the description's first line.",
+        {},
+        ["forkd-hub repo list", "forkd-hub repo list acme --json"],
+    ),
+    "repo show": (
+        "Show one repository: visibility, description, README size, pull count, tag policy and its tags.",
+        {"repository": "the repository, namespace/name"},
+        ["forkd-hub repo show acme/python-numpy", "forkd-hub repo show acme/python-numpy --json | jq -r .readme"],
+    ),
+    "repo set": (
+        "Change a repository's visibility, description (Markdown, up to 4,096 characters) or README (Markdown, "
+        "up to 65,536 characters), all or nothing, audited like PATCH /api/v1/repositories/NS/REPO.",
+        {"repository": "the repository, namespace/name"},
+        [
+            "forkd-hub repo set acme/python-numpy --public --description 'NumPy on Python 3.12'",
+            "forkd-hub repo set acme/python-numpy --readme README.md",
+            "forkd-hub repo set acme/python-numpy --private --readme - < README.md",
+        ],
+    ),
+    "repo delete-tag": (
+        "Delete one tag, as DELETE /v2/NS/REPO/manifests/TAG does (a forkd snapshot's manifest goes with its last "
+        "tag; GC frees the bytes). A tag the repository's policy makes immutable needs --allow-immutable, "
+        "recorded in the audit event.",
+        {"reference": "the tag, namespace/name:tag"},
+        ["forkd-hub repo delete-tag acme/scratch:old", "forkd-hub repo delete-tag acme/py:v1 --allow-immutable"],
     ),
     "repo policy": (
         "Show a repository's immutable-tags and retention policy, or change it (flags given). "

@@ -1,4 +1,4 @@
-"""``forkd-hub repo policy NS/REPO``: show or change a repository's immutable-tags and retention policy;
+"""``forkd-hub repo policy NS/REPO`` (the other ``repo`` verbs are in ``cli_repo_manage``): show or change a repository's immutable-tags and retention policy;
 ``forkd-hub quota NS``: show or change a namespace's storage quota (docs/limits.md; over HTTP
 ``GET``/``PUT /api/v1/namespaces/{ns}/quota``).
 
@@ -20,6 +20,7 @@ from typing import Any
 from clikit.units import human_size
 from hub_server.auth.scopes import Principal
 from hub_server.cli_common import add_store_args, cli_actor, run_on_hub
+from hub_server.cli_repo_manage import add_commands
 from hub_server.compose import HubServices
 from hub_server.db.models_limits import UNLIMITED
 from hub_server.errors import HubError
@@ -34,9 +35,12 @@ _DEFAULT = "default"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``repo`` command (``policy``)."""
-    repo = subparsers.add_parser("repo", help="repository settings: immutable tags, retention")
+    """Add the ``repo`` command (``list``, ``show``, ``set``, ``delete-tag``: ``cli_repo_manage``; ``policy``)."""
+    repo = subparsers.add_parser(
+        "repo", help="repositories: list, show, set visibility/description/README, delete a tag, tag policies"
+    )
     commands = repo.add_subparsers(dest="repo_command", metavar="COMMAND", required=True)
+    add_commands(commands)
     policy = commands.add_parser("policy", help="show or change a repository's immutable-tags and retention policy")
     policy.add_argument("repository", metavar="NS/REPO")
     policy.add_argument(

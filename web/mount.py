@@ -17,6 +17,7 @@ from web.account import AccountPages
 from web.manage import RepositorySettingsPages
 from web.pages import CatalogPages
 from web.text import FILTERS
+from web.webhooks import WebhookPages
 
 __all__ = ["STATIC_DIR", "SWAGGER_UI_DIR", "openapi_render_plugin", "route_handlers", "template_config"]
 
@@ -33,6 +34,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         CatalogPages,
         RepositorySettingsPages,
         AccountPages,
+        WebhookPages,
         create_static_files_router(
             "/static/swagger-ui",
             [SWAGGER_UI_DIR],

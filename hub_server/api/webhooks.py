@@ -22,7 +22,7 @@ from litestar.params import FromPath, QueryParameter, RawBody
 from hub_server.api.deps import decode_json_body, json_body, remote_of
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
-from hub_server.webhooks.service import WebhookInfo, WebhookService
+from hub_server.webhooks.service import WebhookService
 
 __all__ = ["WebhookController", "WebhookIn"]
 
@@ -35,15 +35,6 @@ class WebhookIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 def _service(state: State) -> WebhookService:
     return state.hub.webhooks
-
-
-async def _in_namespace(service: WebhookService, ns: str, webhook_id: int) -> WebhookInfo:
-    for info in await service.list(ns):
-        if info.id == webhook_id:
-            return info
-    raise HubError(
-        ErrorCode.NOT_FOUND, f"no webhook with id {webhook_id} in namespace {ns!r}", {"namespace": ns, "id": webhook_id}
-    )
 
 
 class WebhookController(Controller):
@@ -90,7 +81,7 @@ class WebhookController(Controller):
         request: Request[Any, Any, Any],
     ) -> Response[None]:
         principal.require("admin")
-        info = await _in_namespace(_service(state), ns, webhook_id)
+        info = await _service(state).in_namespace(ns, webhook_id)
         await _service(state).remove(info.id)
         await state.audit.record(principal.actor, "webhook.remove", remote=remote_of(request), detail=info.to_json())
         return Response(None, status_code=204)
@@ -105,5 +96,5 @@ class WebhookController(Controller):
         limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 50,
     ) -> list[dict[str, Any]]:
         principal.require("admin")
-        info = await _in_namespace(_service(state), ns, webhook_id)
+        info = await _service(state).in_namespace(ns, webhook_id)
         return await _service(state).deliveries(info.id, limit)

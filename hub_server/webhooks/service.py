@@ -7,7 +7,8 @@ a single insert after the action committed; delivering is the job of
 :class:`hub_server.webhooks.delivery.Deliverer`, never of the request.
 
 Errors: ``ValueError`` (a bad namespace, URL, event name or secret, naming it),
-``LookupError`` (no webhook with that id).
+``LookupError`` (no webhook with that id), ``HubError(NOT_FOUND)`` (:meth:`in_namespace`: none with that id
+in that namespace, the answer of the API and of the web pages alike).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from hub_server.audit import AuditEvent
 from hub_server.auth.models import utcnow
+from hub_server.errors import ErrorCode, HubError
 from hub_server.webhooks.guard import split_url
 from hub_server.webhooks.models import Webhook, WebhookAttempt, WebhookDelivery
 from hub_server.webhooks.payload import EVENTS, body_bytes, event_fields
@@ -110,6 +112,17 @@ class WebhookService:
             query = query.where(Webhook.namespace == namespace)
         async with self._sessions() as session:
             return [WebhookInfo.of(h) for h in (await session.exec(query)).all()]
+
+    async def in_namespace(self, namespace: str, webhook_id: int) -> WebhookInfo:
+        """The webhook ``webhook_id`` of ``namespace``. Raises HubError(NOT_FOUND) if that namespace has none such."""
+        for info in await self.list(namespace):
+            if info.id == webhook_id:
+                return info
+        raise HubError(
+            ErrorCode.NOT_FOUND,
+            f"no webhook with id {webhook_id} in namespace {namespace!r}",
+            {"namespace": namespace, "id": webhook_id},
+        )
 
     async def remove(self, webhook_id: int) -> WebhookInfo:
         """Delete a webhook with its delivery log. Raises LookupError if there is none with that id."""

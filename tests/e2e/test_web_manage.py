@@ -140,3 +140,50 @@ def test_robot_tokens_and_the_audit_log_in_the_browser(served, browser) -> None:
         assert forged.post("/tokens", data={"name": "x", "scopes": "pull:beta/*"}).status_code == 403
     assert cookies_before == [] and context.cookies()
     context.close()
+
+
+def test_an_admin_manages_webhooks_in_the_browser(served, browser) -> None:  # noqa: F811
+    process, _, reader = served
+    admin = process.token("ops-web", "admin")
+    for viewport, suffix in ((DESKTOP, "desktop"), (PHONE, "phone")):
+        context = browser.new_context(viewport=viewport, base_url=process.url)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))  # noqa: B023
+        _sign_in(page, admin, "/n/acme")
+        page.click("p.manage a:has-text('Webhooks')")
+        page.wait_for_url("**/n/acme/webhooks")
+        assert page.locator("h1").inner_text() == "Webhooks of acme"
+        page.fill("#w-url", "ftp://127.0.0.1/hook")  # the browser's own check would stop a non-URL; the hub's this
+        page.click("form.settings button[type=submit]")
+        assert "must be http:// or https://" in page.locator("p.error").inner_text()
+        page.fill("#w-url", f"http://127.0.0.1:9/hooks/{suffix}")
+        page.check("input[name=events][value=push]")
+        page.check("input[name=events][value=tag]")
+        page.click("form.settings button[type=submit]")
+        secret = page.locator("#secret").inner_text()
+        assert len(secret) >= 40 and "shown this once" in page.locator("section.made").inner_text()
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+        _shot(page, f"webhooks-{suffix}")
+        with httpx.Client(base_url=process.url, headers={"Authorization": f"Bearer {admin}"}) as api:
+            hooks = {h["url"]: h for h in api.get("/api/v1/namespaces/acme/webhooks").json()}
+        hook = hooks[f"http://127.0.0.1:9/hooks/{suffix}"]
+        assert hook["events"] == ["push", "tag"]
+        page.goto("/n/acme/webhooks")
+        assert secret not in page.content()  # shown once, never again
+        page.click(f"button[aria-label='Remove webhook {hook['id']}']")
+        page.wait_for_url(f"**/n/acme/webhooks?removed={hook['id']}")
+        assert page.locator("p.notice").inner_text() == f"Webhook {hook['id']} removed."
+        assert errors == []
+        context.close()
+
+    context = browser.new_context(viewport=DESKTOP, base_url=process.url)
+    page = context.new_page()
+    _sign_in(page, reader, "/")
+    response = page.goto("/n/acme/webhooks")  # not an admin: the API's 403, as a page
+    assert response is not None and response.status == 403
+    assert page.locator("#w-url").count() == 0
+    cookies = {c["name"]: c["value"] for c in context.cookies()}
+    with httpx.Client(base_url=process.url, cookies=cookies) as forged:  # no CSRF token: refused
+        assert forged.post("/n/acme/webhooks", data={"url": "http://127.0.0.1:9/x"}).status_code == 403
+    context.close()

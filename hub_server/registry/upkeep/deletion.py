@@ -12,13 +12,18 @@ Only links and tags are removed here; bytes and unreferenced rows go in garbage 
 
 Who may delete is the ``delete`` access of ``core/access.py`` (resolved before the service runs).
 
+Immutable tags (``content/policy.py``) may be deleted with delete scope (``immutable="allow"``, the API's
+rule). The operator CLI asks for more care: ``"refuse"`` refuses an immutable tag with ``TAG_IMMUTABLE``,
+``"override"`` deletes it and its audit event says ``immutableOverride``.
+
 Errors: ``HubError`` (``UNSUPPORTED``, ``HAS_DEPENDENTS``, ``DENIED``, ``NAME_INVALID`` (a bad tag),
-``MANIFEST_UNKNOWN``).
+``MANIFEST_UNKNOWN``, ``TAG_IMMUTABLE`` (``immutable="refuse"``)).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from sqlalchemy import delete
 from sqlmodel import col, select
@@ -27,6 +32,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from hub_server.auth.scopes import Principal
 from hub_server.db.models import Manifest, Repository, RepositoryManifest, Tag
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.content.policy import tag_is_immutable
 from hub_server.registry.content.tags import resolve_reference
 from hub_server.registry.core.access import RepositoryScope, can_read
 from hub_server.registry.core.context import RegistryContext
@@ -35,7 +41,10 @@ from hub_server.registry.core.sql import batched
 from hub_server.registry.read.lineage import descendants
 from manifest import mediatypes as mt
 
-__all__ = ["DeleteResult", "DeleteService", "Removal"]
+__all__ = ["DeleteResult", "DeleteService", "ImmutableTags", "Removal"]
+
+ImmutableTags = Literal["allow", "refuse", "override"]
+"""What deleting an immutable tag does: see the module docstring."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,7 @@ class DeleteService:
         cascade: bool = False,
         force: bool = False,
         remote: str | None = None,
+        immutable: ImmutableTags = "allow",
     ) -> DeleteResult:
         """Delete what ``ref`` names from the repository of ``scope`` (a ``delete`` scope; see the module docstring)."""
         if cascade and force:
@@ -82,6 +92,17 @@ class DeleteService:
         async with self.ctx.sessions() as session:
             repo = await scope.row_in(session)
             digest = await resolve_reference(session, repo, reference)
+            overridden = (
+                reference.tag is not None
+                and immutable != "allow"
+                and await tag_is_immutable(session, self.ctx, repo.id, reference.tag)  # type: ignore[arg-type]
+            )
+            if overridden and immutable == "refuse":
+                raise HubError(
+                    ErrorCode.TAG_IMMUTABLE,
+                    f"tag {full}:{reference.tag} is immutable; deleting it needs an explicit override",
+                    {"repository": full, "tag": reference.tag, "digest": digest},
+                )
             tags = await _tags_on(session, repo, digest)
             if reference.tag is not None and (len(tags) > 1 or not await _is_forkd(session, digest)):
                 # Only the tag goes: another tag holds the manifest, or it is generic OCI content
@@ -115,6 +136,7 @@ class DeleteService:
                 detail={
                     "cascade": cascade,
                     "force": force,
+                    **({"immutableOverride": True} if overridden else {}),
                     # only a tag went: the manifest it named stays
                     **({"tagDigest": digest} if r.digest is None else {}),
                 },
