@@ -21,6 +21,9 @@ Policies, each choosing among the hosts with a free slot:
   chain's chunk-exact, dedup-aware missing bytes), then fewer running forks, then at random; with the
   hub's capacity rule (``hostcheck.capacity_refusal``): a host whose free cache (its free disk) cannot
   take the chunks it misses is excluded, unless every host is;
+- **probe: least busy on a miss** (not the hub's policy; what a slot-aware scheduler on top of the ranking
+  could do): a host holding the whole chain if one is free (the least busy of them), else the least busy
+  host, then the fewest missing bytes;
 - **random**;
 - **image locality**: Kubernetes' ImageLocality score with the chain's head as the pod's one image
   (present only on a host holding the head whole): ``size × hosts holding it / hosts``, clamped to
@@ -181,6 +184,22 @@ def by_missing(fleet: Fleet) -> Policy:
     return choose
 
 
+def least_busy_on_a_miss(fleet: Fleet) -> Policy:
+    """A probe, not the hub's policy: hosts holding the whole chain first (fewest running forks among them);
+    when none does, the fewest running forks first and missing bytes only between equally busy hosts."""
+
+    def choose(free: list[Host], lineage: int, rng: random.Random) -> Host:
+        universe = fleet.universes[lineage]
+        scored = [(universe.missing(universe.mask_of(h.cache)), h) for h in free]
+        roomy = [(m, h) for m, h in scored if max(0, fleet.capacity - h.used) >= m.chunks * CHUNK] or scored
+        holders = [(m, h) for m, h in roomy if m.total == 0]
+        if holders:
+            return min(holders, key=lambda mh: (mh[1].running, rng.random()))[1]
+        return min(roomy, key=lambda mh: (mh[1].running, mh[0].total, rng.random()))[1]
+
+    return choose
+
+
 def via_kube_scheduler(fleet: Fleet) -> Policy:
     """kube-scheduler with the hub as its extender (docs/placement.md, "Kubernetes"): the extender's 0–10
     priority × its weight (5) × 10, plus NodeResourcesFit's LeastAllocated score (0–100, here free slots)."""
@@ -222,6 +241,7 @@ def image_locality(fleet: Fleet) -> Policy:
 POLICIES: dict[str, Callable[[Fleet], Policy]] = {
     "missing bytes": by_missing,
     "missing bytes via kube-scheduler": via_kube_scheduler,
+    "probe: least busy on a miss": least_busy_on_a_miss,
     "random": at_random,
     "image locality": image_locality,
 }
