@@ -19,6 +19,7 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from sqlalchemy import event
 
 from hub_server.settings import Limits
 from manifest import mediatypes as mt
+from tests.hub_server.conftest import Hub, stopped_hub_with
 from tests.hub_server.pushing import auth
 from tests.hub_server.registry.push.test_oci_content import artifact, digest, upload
 
@@ -144,13 +146,26 @@ def test_a_manifest_with_annotations_at_the_limit(limited):
     assert cost.peak < 4 * MiB, cost
 
 
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> tuple[Path, str]:
+    """A stopped hub's data directory holding acme/l with 30 tags, pushed once per module (per worker), and the
+    token that pushed them: each route below is asked on a fresh hub started on a copy (its caches cold)."""
+
+    def fill(hub: Hub, work: Path) -> str:
+        token = hub.token("ci", "push:acme/*")
+        upload(hub, token, "acme/l", b"{}")
+        body = artifact()
+        for i in range(30):
+            assert hub.client.put(f"/v2/acme/l/manifests/t{i}", content=body, headers=auth(token)).status_code == 201
+        return token
+
+    return stopped_hub_with(tmp_path_factory.mktemp("listed"), sqlite_template, fill)
+
+
 @pytest.mark.parametrize("route", ["tags", "catalog", "search"])
-def test_listing_routes_clamp_their_page(limited, route: str):
-    hub, token = limited
-    upload(hub, token, "acme/l", b"{}")
-    body = artifact()
-    for i in range(30):
-        hub.client.put(f"/v2/acme/l/manifests/t{i}", content=body, headers=auth(token))
+def test_listing_routes_clamp_their_page(make_hub: Callable[..., Hub], listed: tuple[Path, str], route: str):
+    hub, token = make_hub(template=listed[0], limits=LIMITS), listed[1]
+    hub.client.get("/v2/", headers=auth(token))  # warm imports and caches, as ``limited`` does
     url: dict[str, Callable[[], Any]] = {
         "tags": lambda: hub.client.get("/v2/acme/l/tags/list", params={"n": 10**9}, headers=auth(token)),
         "catalog": lambda: hub.client.get("/v2/_catalog", params={"n": 10**9}, headers=auth(token)),

@@ -79,11 +79,7 @@ def test_open_redirects_are_refused(hub: Hub, catalog) -> None:
         assert r.headers["location"] == "/"
 
 
-def test_cookie_is_secure_over_https(make_hub, images, tmp_path) -> None:
-    from tests.web.seeding import seed_catalog
-
-    hub = make_hub()
-    seed_catalog(hub, images, tmp_path / "seed")
+def test_cookie_is_secure_over_https(hub: Hub, catalog) -> None:
     token = hub.token("reader", "pull:beta/*")
     with TestClient(hub.client.app, base_url="https://hub.example") as client:
         r = sign_in(client, token)

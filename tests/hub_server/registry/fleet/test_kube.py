@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hub_server.registry.fleet.kube import MAX_PRIORITY, score
-from tests.hub_server.conftest import Hub
-from tests.hub_server.pushing import auth, expect_error
+from tests.hub_server.conftest import Hub, hub_on_template, stopped_hub_with
+from tests.hub_server.pushing import auth, chain_images, expect_error
 from tests.hub_server.registry.fleet.test_inventory import QEMU, full, report
 
 POD: dict[str, Any] = {
@@ -53,12 +55,31 @@ def by_nodes(names: list[str], pod: dict[str, Any] = POD) -> dict[str, Any]:
     return {"Pod": pod, "Nodes": {"metadata": {}, "items": [node(n) for n in names]}, "NodeNames": None}
 
 
-@pytest.fixture
-def kube(hub: Hub, images, tmp_path):
-    """acme/py:head (3 links, compat vmm qemu-microvm); h1 holds it all, h2 the base, h3 nothing, h4 is a
-    Firecracker-only host; h5 never reported. Returns the token the scheduler uses (a node token)."""
+def _push_py(hub: Hub, work: Path) -> list[str]:
+    """acme/py:head (3 links, compat vmm qemu-microvm): its layers' digests, base first."""
+    (work / "images").mkdir()
     pusher = hub.pusher(hub.token("admin", "admin"))
-    py = [x.digest for x in pusher.push_chain("acme/py", images, tmp_path / "py", "head")]
+    return [x.digest for x in pusher.push_chain("acme/py", chain_images(work / "images"), work / "py", "head")]
+
+
+@pytest.fixture(scope="session")
+def kube_template(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> tuple[Path, list[str]]:
+    """acme/py pushed once per session on SQLite (each test's hub starts on a copy). The host reports are not
+    in it: they expire (``FORKD_HUB_NODE_TTL``), so :func:`kube` sends them to each test's hub."""
+    return stopped_hub_with(tmp_path_factory.mktemp("kube-template"), sqlite_template, _push_py)
+
+
+@pytest.fixture
+def hub(make_hub: Callable[..., Hub], request: pytest.FixtureRequest) -> Hub:
+    return hub_on_template(request, make_hub, "kube", "kube_template")
+
+
+@pytest.fixture
+def kube(hub: Hub, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """acme/py:head (3 links, compat vmm qemu-microvm); h1 holds it all, h2 the base, h3 nothing, h4 is a
+    Firecracker-only host; h5 never reported. Returns the token the scheduler uses (a node token).
+    acme/py is copied from the session's template on SQLite, pushed here otherwise; the reports are fresh."""
+    py = request.getfixturevalue("kube_template")[1] if hub.template is not None else _push_py(hub, tmp_path)
     firecracker = {**QEMU, "vmm": "firecracker", "machine": "fc", "accel": "kvm"}
     for host, layers, vmms in (
         ("h1", py, [QEMU]),
