@@ -3,14 +3,16 @@
 
 Usage: python bench/hub_startup.py [--repeat 7] [--tree DIR]
 
-Each start is a fresh ``python -m hub_server.cli serve`` on a free loopback port, its bytecode compiled
+Each start is a fresh ``python -m hub_server.entry serve`` (what the ``forkd-hub`` console script runs;
+``hub_server.cli`` for a tree without that module) on a free loopback port, its bytecode compiled
 first (as an installed package has it); the clock runs from the spawn to the first 200 of ``/healthz``
 (polled every 20 ms). "new": an empty data dir (SQLite created and migrated, the filesystem store laid
 out); "existing": the same data dir again. Printed per row: the median wall time, the server's own CPU
 seconds up to that moment (``/proc/PID/stat``: user + system; less sensitive to a loaded machine than the
 wall), and the wall against issue 31's goal (≤ 1 s existing, ≤ 2 s new). Peers in the same run: the
-interpreter's own start-up (``python -c pass``) and the import of the server's modules alone (``import
-hub_server.cli, hub_server.app, uvicorn``), the floor that lazy imports can lower. ``--tree DIR`` also
+interpreter's own start-up (``python -c pass``), the import of the stack's dependencies alone (SQLAlchemy,
+SQLModel, aiosqlite, Litestar, uvicorn: the floor of any server built on them) and of the server's modules
+(both with the collector paused, as ``forkd-hub`` loads them). ``--tree DIR`` also
 times another source tree (e.g. a checkout of the commit before a change).
 """
 
@@ -33,6 +35,10 @@ from common import MACHINE_NOTE, ROOT, compile_tree, median, print_table  # noqa
 from procs import free_port, stop_process  # noqa: E402
 
 GOALS = {"new": 2.0, "existing": 1.0}
+#: what any server on this stack imports before it can answer: the floor of a start-up
+DEPENDENCIES = "sqlalchemy.ext.asyncio, sqlalchemy.orm, sqlmodel, aiosqlite, litestar, uvicorn"
+#: what ``serve`` imports (its own modules and the dependencies)
+SERVER_MODULES = "hub_server.cli, hub_server.app, uvicorn"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -46,10 +52,11 @@ def start_once(tree: Path, data_dir: Path, log: Path) -> tuple[float, float]:
     """(wall seconds, server CPU seconds) from spawning ``forkd-hub serve`` to its first healthy answer."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    module = "hub_server.entry" if (tree / "hub_server" / "entry.py").is_file() else "hub_server.cli"
     with log.open("ab") as out:
         began = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hub_server.cli", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+            [sys.executable, "-m", module, "serve", "--port", str(port), "--data-dir", str(data_dir)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -121,7 +128,8 @@ def main() -> int:
             rows += rows_for(label, tree, work, args.repeat)
         for name, code in (
             ("python -c pass (interpreter only)", "pass"),
-            ("import hub_server.cli, hub_server.app, uvicorn", "import hub_server.cli, hub_server.app, uvicorn"),
+            ("import the dependencies (collector paused)", f"import gc; gc.disable(); import {DEPENDENCIES}"),
+            ("import the server's modules (collector paused)", f"import gc; gc.disable(); import {SERVER_MODULES}"),
         ):
             samples = [floor_once(ROOT, code) for _ in range(args.repeat)]
             wall, cpu = median([w for w, _ in samples]), median([c for _, c in samples])

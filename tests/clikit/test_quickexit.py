@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -119,4 +121,19 @@ def test_the_console_scripts_use_it() -> None:
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"forkd": "forkd_client.cli.main:run", "forkd-hub": "hub_server.cli:run"}
+    # forkd-hub's loads hub_server.cli with the collector paused (clikit/gcpause.py), then runs its ``run``
+    assert scripts == {"forkd": "forkd_client.cli.main:run", "forkd-hub": "hub_server.entry:run"}
+
+
+def test_forkd_hubs_entry_runs_the_cli_with_the_collector_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hub_server.entry.run loads the CLI paused, then runs hub_server.cli.run (the quick exit) with the
+    collector as it was: the pause covers the loading only."""
+    import gc
+
+    import hub_server.cli
+    import hub_server.entry
+
+    seen: list[bool] = []
+    monkeypatch.setattr(hub_server.cli, "run", lambda: seen.append(gc.isenabled()))
+    hub_server.entry.run()
+    assert seen == [gc.isenabled()] == [True]
