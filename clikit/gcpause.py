@@ -2,7 +2,7 @@
 
 Loading a server's modules (SQLAlchemy, Litestar, pydantic, the hub's own) creates a few hundred thousand
 objects that live as long as the process. Each automatic collection of the oldest generation during that
-loading walks all of them again; for ``forkd-hub serve`` that was about a third of its start-up CPU
+loading walks all of them again; for ``forkd-hub serve`` that was a fifth to a third of its start-up CPU
 (docs/benchmarks.md, "Hub start-up"). Loading creates garbage cycles only in small amounts, so nothing
 grows while the collector waits; it runs again as usual when the block ends (and ``serve`` then freezes
 what is alive: ``hub_server.app.create_app(freeze_gc=True)``).

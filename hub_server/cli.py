@@ -144,7 +144,7 @@ def _settings(args: argparse.Namespace, names: Sequence[str], **extra: Any) -> S
 
 def _serve(args: argparse.Namespace) -> int:
     # The app, the ASGI server and (on a new data dir) the migrations load with the collector paused
-    # (clikit/gcpause.py: its walks over the modules' objects were a third of the start-up's CPU); the app's
+    # (clikit/gcpause.py: its walks over the modules' objects were a fifth to a third of the start-up's CPU); the app's
     # lifespan then freezes what is alive (create_app(freeze_gc=True)).
     with paused_collector():
         import uvicorn
