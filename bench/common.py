@@ -10,11 +10,17 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# ``python bench/X.py`` puts bench/ first on the path, not the checkout: the scripts also use the tests'
+# service helpers (tests/services: readiness, SeaweedFS), so the checkout goes on the path here, where every
+# script looks first (tests/test_benchmarks_doc.py runs each one's --help as a user would).
+if str(ROOT) not in sys.path:
+    sys.path.insert(1, str(ROOT))
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 PAGE = 4 * KiB
 BLOCK = 4 * MiB
