@@ -72,8 +72,15 @@ def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
         proc.wait()
 
 
+#: The benchmarks measure the server, not its rate limiter (docs/limits.md: 50 anonymous requests a second
+#: from one address by default, which a load generator on loopback passes in a fraction of a second; the
+#: peers, docker-registry and S3, have none): off unless a benchmark's ``env`` sets them.
+RATE_LIMITS_OFF = {"FORKD_HUB_RATE_TOKEN": "off", "FORKD_HUB_RATE_ADDRESS": "off", "FORKD_HUB_RATE_ANONYMOUS": "off"}
+
+
 class HubServer:
-    """``forkd-hub serve`` on a free port with its own data dir; ``stop()`` ends it. ``host``: the address
+    """``forkd-hub serve`` on a free port with its own data dir (rate limits off: ``RATE_LIMITS_OFF``);
+    ``stop()`` ends it. ``host``: the address
     it listens on (loopback by default); ``launcher``: put in front of its command line (e.g.
     ``ip netns exec NAME``, to run it in the servers' namespace of a netshape.ServerNetns)."""
 
@@ -87,7 +94,7 @@ class HubServer:
         launcher: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**os.environ, **RATE_LIMITS_OFF, **(env or {})}
         self.port = free_port()
         self.url = f"http://{host}:{self.port}"
         self._log = log_path.open("ab")
