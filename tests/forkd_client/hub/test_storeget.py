@@ -8,13 +8,14 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from forkd_client.hub.client import HubClient
 from forkd_client.hub.errors import Forbidden, HubError, HubUnreachable
 from forkd_client.hub.storeget import StoreReader, StoreRefusal
+from tests.services.httpserver import QuietHTTPServer
 
 OBJECT = os.urandom(3 << 20)
 
@@ -94,8 +95,7 @@ def fake_store() -> Iterator[Callable[[Answer], str]]:
             def log_message(self, *args: object) -> None:
                 pass
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
+        server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return f"http://127.0.0.1:{server.server_address[1]}/bucket/key?X-Amz-Signature=secret"

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from forkd_client.hub.transport import LazyTLSTransport, make_http_client
+from tests.services.httpserver import QuietHTTPServer
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):
@@ -28,7 +29,7 @@ class _Ok(http.server.BaseHTTPRequestHandler):
 
 
 def _serve(tls: ssl.SSLContext | None = None) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    server = QuietHTTPServer(("127.0.0.1", 0), _Ok)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
