@@ -25,7 +25,7 @@ from hub_server.auth.errors import Forbidden
 from hub_server.errors import HubError
 from hub_server.robot_tokens import RobotTokens
 from web.errors import HTML_EXCEPTION_HANDLERS, SECURITY_HEADERS
-from web.pages import _int, _render, _session
+from web.pages import _int, _remote, _render, _session
 
 __all__ = ["AccountPages"]
 
@@ -34,10 +34,6 @@ AUDIT_PAGE = 50
 
 def _robots(state: State) -> RobotTokens:
     return state.hub.robots
-
-
-def _remote(request: Request[Any, Any, Any]) -> str | None:
-    return request.client.host if request.client else None
 
 
 class AccountPages(Controller):

@@ -23,17 +23,13 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 from hub_server.errors import HubError
 from hub_server.registry.service import Registry
 from web.errors import HTML_EXCEPTION_HANDLERS, SECURITY_HEADERS
-from web.pages import _render, _session
+from web.pages import _remote, _render, _session
 
 __all__ = ["RepositorySettingsPages"]
 
 
 def _registry(state: State) -> Registry:
     return state.registry
-
-
-def _remote(request: Request[Any, Any, Any]) -> str | None:
-    return request.client.host if request.client else None
 
 
 class RepositorySettingsPages(Controller):

@@ -61,6 +61,11 @@ async def _session(request: Request[Any, Any, Any], state: State) -> WebSession:
     return session
 
 
+def _remote(request: Request[Any, Any, Any]) -> str | None:
+    """The client's address, as the audit log records it (None when the server does not know it)."""
+    return request.client.host if request.client else None
+
+
 def hub_url(request: Request[Any, Any, Any], state: State) -> str:
     """The URL clients reach this hub at (``public_url`` behind a proxy, else the request's)."""
     return (state.settings.public_url or str(request.base_url)).rstrip("/")

@@ -27,7 +27,7 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 from hub_server.webhooks.payload import EVENTS
 from hub_server.webhooks.service import WebhookInfo, WebhookService
 from web.errors import HTML_EXCEPTION_HANDLERS, SECURITY_HEADERS
-from web.pages import _render, _session
+from web.pages import _remote, _render, _session
 
 __all__ = ["WebhookPages"]
 
@@ -37,10 +37,6 @@ RECENT_DELIVERIES = 5
 
 def _webhooks(state: State) -> WebhookService:
     return state.hub.webhooks
-
-
-def _remote(request: Request[Any, Any, Any]) -> str | None:
-    return request.client.host if request.client else None
 
 
 class WebhookPages(Controller):
