@@ -40,10 +40,16 @@ def test_three_hosts_pull_from_the_hub_at_once(tmp_path: Path):
 
 
 def test_the_mirror_and_peer_modes_run_or_name_what_is_missing(tmp_path: Path):
-    out = run(tmp_path, "--hosts", "1", "--mib", "4", "--modes", "b,c")
+    """On a tree with the mirror and the peers (after the merge), one host pulls through the mirror and, with one
+    seed serving the chain, from its peer: the hub sends about one chain for each."""
+    out = run(tmp_path, "--hosts", "1", "--mib", "4", "--modes", "b,c", "--seeds", "1")
+    chain = out["chain_bytes"]
     for mode, flag in (("b", "--mirror-of"), ("c", "--peer")):
         result = out["modes"][mode]
         if result["skipped"]:
             assert f"mode {mode} needs" in result["skipped"] and flag in result["skipped"], result["skipped"]
-        else:
-            assert result["identical"] == 1
+            continue
+        assert result["identical"] == 1
+        assert result["hub_egress"] + result["seed_egress"] <= 1.5 * chain, result
+        if mode == "c":
+            assert result["bytes_by_source"]["peers"] > 0 and result["hub_egress"] < 0.5 * chain, result
