@@ -31,7 +31,7 @@ Modes b and c need features of other branches: each is skipped, saying which fla
 pulled ``memory.bin`` of the head is compared with the source. Goals: hub egress ≤ 1.5× one chain's
 bytes in b and c (a: hosts × the chain), time until all hosts have it no worse than a's. The proxies
 run in this process and cost CPU in every mode alike. Scratch data: the source images, the hub, and
-one mode's stores at a time (about hosts × 2 × --mib); free space is checked first. ``--quick``: 3 hosts,
+one mode's stores at a time (about (14 + 2 × hosts) × --mib); free space is checked first. ``--quick``: 3 hosts,
 8 MiB, mode a (a smoke run).
 """
 
@@ -349,9 +349,10 @@ def bench(args: argparse.Namespace, root: Path) -> dict:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise SystemExit(f"fleet_pull: unknown mode(s) {','.join(unknown)}: choose from {','.join(MODES)}")
-    # the source images (2 × mib), the hub's compressed copy (< 2 × mib), one mode's stores (two
-    # memory.bin files a host: the base and the child) and its seeds', a mirror's copy, 10% slack
-    need = int((4 + 2 * (args.hosts + args.seeds)) * args.mib * MiB * 1.1)
+    # the source images and the pusher's store (2 × mib each, removed after the push), the hub's store (~4.5 ×
+    # mib: 145 MiB for 32), a mirror's copy, one mode's stores (two memory.bin files a host: the base and the
+    # child) and its seeds', 10% slack
+    need = int((4 + 5 + 5 + 2 * (args.hosts + args.seeds)) * args.mib * MiB * 1.1)
     check_space(root, need)
     srcs = make_chain(root / "src", args.mib, args.child_dirty)
     sha = sha256_file(srcs[-1] / "memory.bin")
