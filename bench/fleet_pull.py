@@ -75,10 +75,6 @@ FLEET_TOKEN = "fleet-bench-token-0123456789abcdef"
 MODES = {"a": "all from the hub", "b": "through one mirror", "c": "with peers"}
 
 
-class Skipped(Exception):
-    """A mode this tree cannot run (a feature of another branch is missing): the reason is printed."""
-
-
 @dataclass
 class ModeResult:
     mode: str
@@ -146,18 +142,21 @@ class Fleet:
 
     def pull_all(self) -> tuple[float, list[float], list[dict]]:
         """Start every host's ``forkd pull --json`` at once: (seconds until all finished, each host's
-        seconds, each report). A failed pull raises RuntimeError with its stderr."""
+        seconds, each report). Their output goes to files (a pipe nobody reads while they run could fill
+        and stall them). A failed pull raises RuntimeError with its stderr."""
+        outs = []
+        for user in self.users:
+            user.root.mkdir(parents=True, exist_ok=True)
+            outs.append((user.root / "pull.json", user.root / "pull.err"))
         start = time.perf_counter()
-        procs = [
-            subprocess.Popen(
-                forkd_cmd("pull", REF, "--as", "head", "--json"),
-                env=user.env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for user in self.users
-        ]
+        procs = []
+        for user, (out, err) in zip(self.users, outs, strict=True):
+            with out.open("wb") as stdout, err.open("wb") as stderr:
+                procs.append(
+                    subprocess.Popen(
+                        forkd_cmd("pull", REF, "--as", "head", "--json"), env=user.env, stdout=stdout, stderr=stderr
+                    )
+                )
         done: dict[int, float] = {}
         while len(done) < len(procs):
             for i, p in enumerate(procs):
@@ -165,11 +164,11 @@ class Fleet:
                     done[i] = time.perf_counter() - start
             time.sleep(0.01)
         reports = []
-        for i, p in enumerate(procs):
-            out, err = p.communicate()
+        for name, p, (out, err) in zip(self.names, procs, outs, strict=True):
             if p.returncode != 0:
-                raise RuntimeError(f"host {self.names[i]}: forkd pull failed ({p.returncode}): {err.strip()[-2000:]}")
-            reports.append(json.loads(out))
+                why = err.read_text(errors="replace").strip()[-2000:]
+                raise RuntimeError(f"host {name}: forkd pull failed ({p.returncode}): {why}")
+            reports.append(json.loads(out.read_text()))
         times = [done[i] for i in range(len(procs))]
         return max(times), times, reports
 
@@ -449,8 +448,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.hosts, args.mib, args.modes = 3, 8, "a"
-    if args.hosts < 1 or args.mib < 4 or args.seeds < 0:
-        ap.error("--hosts must be >= 1, --mib >= 4 and --seeds >= 0")
+    if args.hosts < 1 or args.mib < 4 or args.mib % 4 or args.seeds < 0 or not 0 < args.child_dirty < 1:
+        ap.error("--hosts must be >= 1, --mib a multiple of 4 (4 MiB blocks), --seeds >= 0, --child-dirty in (0, 1)")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="fleet-pull-") as tmp:
         out = bench(args, Path(tmp))
     if args.json:
