@@ -87,6 +87,8 @@ class ModeResult:
     mirror_egress: int | None = None
     identical: int = 0
     bytes_by_source: dict[str, int] = field(default_factory=dict)
+    peers_dropped: dict[str, int] = field(default_factory=dict)
+    """Why pulls dropped a peer (``pull --json``'s ``peers_dropped``) → how many pulls did so."""
     skipped: str | None = None
     logs: str = ""
 
@@ -296,6 +298,9 @@ def run_mode(
             result.mirror_egress = mirror_proxy.down
         result.p50_s, result.max_s = statistics.median(times), max(times)
         result.bytes_by_source = sum_sources(reports)
+        for report in reports:
+            for why in (report.get("peers_dropped") or {}).values():
+                result.peers_dropped[str(why)[:200]] = result.peers_dropped.get(str(why)[:200], 0) + 1
         result.identical = fleet.identical(sha)
     if mode == "b":
         result.logs = log_summary(mirror=work / "mirror.log")
@@ -429,6 +434,8 @@ def print_results(out: dict) -> None:
             print(f"{mode}: {r['skipped']}")
         else:
             extra = f"; mirror egress {human(r['mirror_egress'])}" if r["mirror_egress"] is not None else ""
+            if r["peers_dropped"]:
+                extra += f"; peers dropped by pulls: {r['peers_dropped']}"
             print(
                 f"{mode}: bytes by source (all hosts) {r['bytes_by_source'] or 'not reported'}{extra}{'; ' + r['logs'] if r['logs'] else ''}"
             )
