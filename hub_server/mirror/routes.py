@@ -88,7 +88,7 @@ class MirrorReads(Controller):
 
     path = "/v2/{ns:str}/{repo:str}"
 
-    @get("/manifests/{ref:str}", media_type=OCTETS)
+    @get("/manifests/{ref:str}")
     async def manifest(
         self, request: Request[Any, Any, Any], ns: FromPath[str], repo: FromPath[str], ref: FromPath[str]
     ) -> Response[bytes]:
@@ -104,7 +104,7 @@ class MirrorReads(Controller):
         served = await _mirror(request).manifest(_auth(request), f"{ns}/{repo}", ref)
         return Response(None, media_type=served.obj.media_type, headers=_manifest_headers(served))
 
-    @get("/blobs/{digest:str}", media_type=OCTETS)
+    @get("/blobs/{digest:str}")
     async def blob(
         self, request: Request[Any, Any, Any], ns: FromPath[str], repo: FromPath[str], digest: FromPath[str]
     ) -> Stream:
