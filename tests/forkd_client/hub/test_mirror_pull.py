@@ -65,6 +65,26 @@ def snapshot_files(store: SnapshotStore) -> dict[str, object]:
 def test_a_pull_through_the_mirror_installs_the_same_bytes_and_still_verifies(
     chain3: SnapshotStore, upstream: ServedHub, mirror: TestClient[Any], tmp_path: Path
 ) -> None:
+    pull_both_ways(chain3, upstream, mirror, tmp_path)
+
+
+def test_a_pull_through_a_mirror_of_an_s3_hub_onto_s3(
+    chain3: SnapshotStore, seaweedfs: Any, tmp_path: Path, sqlite_template: Path
+) -> None:
+    """The upstream answers blob reads with 307s to presigned S3 URLs; the mirror follows them (plain bytes, not
+    the fetch-plan type) and keeps what it fetched in its own S3 store."""
+    up = replace(Settings.for_data_dir(tmp_path / "up"), storage=seaweedfs.storage_spec())
+    seed(tmp_path / "up", sqlite_template)
+    hub = ServedHub(up)
+    try:
+        settings = Settings.for_data_dir(tmp_path / "mirror", mirror_of=hub.url, storage=seaweedfs.storage_spec())
+        with TestClient(create_app(settings), raise_server_exceptions=False) as mirror:
+            pull_both_ways(chain3, hub, mirror, tmp_path)
+    finally:
+        hub.stop()
+
+
+def pull_both_ways(chain3: SnapshotStore, upstream: ServedHub, mirror: TestClient[Any], tmp_path: Path) -> None:
     key = Ed25519PrivateKey.generate()
     token = upstream.token("ci", "push:team/*")
     with HubClient(upstream.url, token) as direct:
