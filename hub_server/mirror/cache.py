@@ -64,6 +64,10 @@ class SingleFlight:
     def __init__(self) -> None:
         self._running: dict[Any, asyncio.Task[Any]] = {}
 
+    def running(self, key: Any) -> bool:
+        """Whether a run for ``key`` is under way (a caller now would join it)."""
+        return key in self._running
+
     async def run(self, key: Any, work: Callable[[], Awaitable[_T]]) -> _T:
         task = self._running.get(key)
         if task is None:

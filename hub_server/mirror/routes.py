@@ -248,7 +248,12 @@ async def _relay_token(request: Request[Any, Any, Any], method: str, body: bytes
     )
     try:
         answer = await mirror.upstream.request(
-            method, "/v2/token", _auth(request), params=dict(request.query_params), content=body, headers=headers
+            method,
+            "/v2/token",
+            _auth(request),
+            params=tuple(request.query_params.multi_items()),
+            content=body,
+            headers=headers,
         )
     except Unreachable as e:
         from hub_server.mirror.errors import unreachable

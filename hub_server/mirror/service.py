@@ -26,8 +26,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hub_server.errors import ErrorCode
 from hub_server.mirror.access import AccessChecks, fingerprint
@@ -40,6 +41,8 @@ from hub_server.mirror.upstream import Answer, Unreachable, Upstream
 __all__ = ["STALE_WARNING", "Mirror", "Served"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 STALE_WARNING = '110 - "Response is Stale"'
 OCTETS = "application/octet-stream"
@@ -80,6 +83,17 @@ class Mirror:
         self.metrics = metrics
         self.tag_ttl = tag_ttl
 
+    async def _shared(self, key: object, work: Callable[[], Awaitable[_T]]) -> _T:
+        """``work`` once for every concurrent caller of ``key``. A caller that joined another's run and got the
+        upstream's refusal asks again with its own credential: a refusal of someone else's is not its answer."""
+        joined = self.cache.flights.running(key)
+        try:
+            return await self.cache.flights.run(key, work)
+        except UpstreamRefusal:
+            if not joined:
+                raise
+        return await self.cache.flights.run(key, work)
+
     # -- manifests -----------------------------------------------------------------------------------
 
     async def manifest(self, authorization: str | None, repository: str, ref: str) -> Served:
@@ -92,7 +106,7 @@ class Mirror:
             return Served(await self._by_digest(authorization, repository, known[0], "manifests"))
         self.metrics.misses.labels(kind="tag").inc()
         try:
-            digest = await self.cache.flights.run(
+            digest = await self._shared(
                 ("tag", repository, ref), lambda: self._resolve_tag(authorization, repository, ref)
             )
         except Unreachable as e:
@@ -142,7 +156,7 @@ class Mirror:
             return obj
         self.metrics.misses.labels(kind=label).inc()
         try:
-            obj = await self.cache.flights.run(digest, lambda: self._fetch(authorization, path, digest, kind))
+            obj = await self._shared(digest, lambda: self._fetch(authorization, path, digest, kind))
         except Unreachable as e:
             raise unreachable(self.upstream.url, f"fetching {digest}: {e}") from None
         if not await self.index.linked(repository, digest):  # another repository's request fetched it
@@ -203,9 +217,7 @@ class Mirror:
             return known, False
         self.metrics.misses.labels(kind="doc").inc()
         try:
-            return await self.cache.flights.run(
-                ("doc", key), lambda: self._fetch_doc(authorization, key, path, params)
-            ), False
+            return await self._shared(("doc", key), lambda: self._fetch_doc(authorization, key, path, params)), False
         except Unreachable as e:
             if known is None:
                 raise unreachable(self.upstream.url, f"fetching {path}: {e}") from None

@@ -86,14 +86,18 @@ class Upstream:
         authorization: str | None,
         *,
         headers: Mapping[str, str] | None = None,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | tuple[tuple[str, str], ...] | None = None,
         content: bytes | None = None,
         max_bytes: int = MAX_DOC_BYTES,
     ) -> Answer:
         """One request; 5xx and transport failures raise ``Unreachable``, 2xx–4xx return."""
         try:
             async with self._http.stream(
-                method, path, headers=self._headers(authorization, headers), params=params, content=content
+                method,
+                path,
+                headers=self._headers(authorization, headers),
+                params=params,
+                content=content,
             ) as r:
                 if r.status_code >= 500:
                     raise Unreachable(f"it answered {r.status_code}")
