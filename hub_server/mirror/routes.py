@@ -8,7 +8,8 @@
     GET  /v2/{ns}/{repo}/referrers/{digest}     }
     GET  /api/v1/repositories/{ns}/{repo}/chain/{ref}     (per credential)
     GET  /api/v1/repositories/{ns}/{repo}/lineage/{ref}
-    GET  /registry.json
+    GET  /registry.json                         its pack URLs rewritten to the mirror
+    GET  /packs/{ns}/{repo}/{file}              forkd packs, cached by their sha256
     GET  /healthz, /metrics                     the mirror's own
 
 A stale answer (the upstream unreachable) carries ``Warning: 110 - "Response is Stale"``. Writes are refused in
@@ -181,7 +182,27 @@ class MirrorApi(Controller):
 class MirrorSystem(Controller):
     @get("/registry.json")
     async def registry_json(self, request: Request[Any, Any, Any]) -> Response[bytes]:
-        return await _doc(request, None)
+        """forkd's registry, its pack URLs pointed at the mirror (``/packs/…`` below)."""
+        doc, stale = await _mirror(request).doc(_auth(request), None, request.url.path, dict(request.query_params))
+        upstream = f'"{_mirror(request).upstream.url}/packs/'.encode()
+        body = doc.body.replace(upstream, f'"{mirror_base(request)}/packs/'.encode())
+        return _doc_response(request, body, doc.headers, stale)
+
+    @get("/packs/{ns:str}/{repo:str}/{file:str}")
+    async def pack(
+        self, request: Request[Any, Any, Any], ns: FromPath[str], repo: FromPath[str], file: FromPath[str]
+    ) -> Stream:
+        mirror = _mirror(request)
+        served = await mirror.pack(_auth(request), f"{ns}/{repo}", file)
+        hexdigest = served.obj.digest.removeprefix("sha256:")
+        headers = {
+            "ETag": f'"{served.obj.digest}"',
+            "X-Checksum-Sha256": hexdigest,
+            "Content-Length": str(served.obj.size),
+        }
+        if served.stale:
+            headers["Warning"] = STALE_WARNING
+        return Stream(mirror.cache.open(served.obj), media_type=served.obj.media_type, headers=headers)
 
     @get("/v2")
     async def v2_root(self, request: Request[Any, Any, Any]) -> Response[bytes]:

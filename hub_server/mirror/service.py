@@ -46,6 +46,7 @@ _T = TypeVar("_T")
 
 STALE_WARNING = '110 - "Response is Stale"'
 OCTETS = "application/octet-stream"
+PACK_TYPE = "application/zstd"
 _MANIFEST_ACCEPT = ", ".join(
     (
         "application/vnd.oci.image.manifest.v1+json",
@@ -192,6 +193,57 @@ class Mirror:
             log.info("cached %s (%d bytes) from %s", digest, obj.size, self.upstream.url)
         await self.index.link(repository, digest)
         return obj
+
+    # -- forkd packs ---------------------------------------------------------------------------------
+
+    async def pack(self, authorization: str | None, repository: str, file: str) -> Served:
+        """A forkd pack (``/packs/NS/REPO/FILE``), cached by its own sha256 (the hub's ``X-Checksum-Sha256``, checked
+        over the bytes). ``@<digest>`` packs never change: kept forever; a tag's pack is asked again after the
+        tag TTL, and served stale while the upstream is unreachable."""
+        await self.access.require(authorization, repository)
+        name = "pack:" + file
+        known = await self.index.tag(repository, name)
+        if known is not None and (file.startswith("@") or time.time() - known[1] < self.tag_ttl):
+            obj = await self.cache.lookup(known[0])
+            if obj is not None:
+                self.metrics.hits.labels(kind="pack").inc()
+                return Served(obj)
+        self.metrics.misses.labels(kind="pack").inc()
+        try:
+            digest = await self._shared(
+                ("pack", repository, file), lambda: self._fetch_pack(authorization, repository, file)
+            )
+        except Unreachable as e:
+            obj = await self.cache.lookup(known[0]) if known is not None else None
+            if obj is None:
+                raise unreachable(self.upstream.url, f"fetching the pack {repository}/{file}: {e}") from None
+            self.metrics.stale.inc()
+            return Served(obj, stale=True)
+        obj = await self.cache.lookup(digest)
+        if obj is None:  # evicted in between: the next read fetches it again
+            raise unreachable(self.upstream.url, f"the pack {repository}/{file} was evicted while it was served")
+        return Served(obj)
+
+    async def _fetch_pack(self, authorization: str | None, repository: str, file: str) -> str:
+        async with self.upstream.stream(f"/packs/{repository}/{file}", authorization) as (answer, chunks):
+            if not answer.ok:
+                raise UpstreamRefusal(answer.status, answer.body, answer.relayed_headers())
+            checksum = answer.headers.get("x-checksum-sha256") or answer.headers.get("hop-x-checksum-sha256")
+            if not checksum:
+                raise MirrorError(
+                    ErrorCode.DIGEST_INVALID,
+                    502,
+                    f"the upstream sent the pack {repository}/{file} without its X-Checksum-Sha256: refused, "
+                    "nothing cached",
+                    {"path": f"/packs/{repository}/{file}"},
+                )
+            digest = "sha256:" + checksum.lower()
+            if await self.cache.lookup(digest) is None:
+                self.metrics.fetches.labels(kind="pack").inc()
+                length = _int(answer.headers.get("content-length"))
+                await self.cache.fill(digest, PACK_TYPE, _counted(chunks, self.metrics), length)
+        await self.index.set_tag(repository, "pack:" + file, digest, time.time())
+        return digest
 
     # -- documents -----------------------------------------------------------------------------------
 

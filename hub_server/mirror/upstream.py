@@ -124,6 +124,9 @@ class Upstream:
                 if r.status_code >= 500:
                     raise Unreachable(f"it answered {r.status_code}")
                 head = {k.lower(): v for k, v in r.headers.items()}
+                for hop in r.history:  # the hub's own headers on its 307 (a pack's X-Checksum-Sha256)
+                    for k, v in hop.headers.items():
+                        head.setdefault(f"hop-{k.lower()}", v)
                 if r.status_code != 200:
                     body = (await r.aread())[:MAX_DOC_BYTES]
                     yield Answer(r.status_code, head, body), _nothing()

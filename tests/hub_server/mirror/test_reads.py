@@ -130,3 +130,20 @@ def test_many_first_requests_for_one_blob_make_one_upstream_fetch(
     assert len(set(sizes)) == 1 and fetched_bytes == sizes[0]
     data = (tmp_path / "sf" / "blobs" / "mirror" / "sha256" / blob[7:9] / blob[7:]).read_bytes()
     assert "sha256:" + hashlib.sha256(data).hexdigest() == blob
+
+
+def test_forkds_registry_json_and_its_packs_come_through_the_mirror(upstream, make_mirror, pushed):
+    mirror = make_mirror()
+    base = str(mirror.base_url).rstrip("/")
+    registry = mirror.get("/registry.json")
+    assert registry.status_code == 200, registry.text
+    version = registry.json()["packages"]["acme/public"]["versions"]["v1"]
+    assert version["url"].startswith(f"{base}/packs/acme/public/@sha256:")
+    for _ in range(2):  # the second from the cache
+        pack = mirror.get(version["url"].removeprefix(base))
+        assert pack.status_code == 200
+        assert hashlib.sha256(pack.content).hexdigest() == version["sha256"] == pack.headers["x-checksum-sha256"]
+    metrics = mirror.app.state.mirror.metrics
+    assert metrics.value("forkd_mirror_upstream_fetches_total", kind="pack") == 1
+    assert metrics.value("forkd_mirror_hits_total", kind="pack") == 1
+    assert mirror.get("/packs/acme/private/v1.forkd-snapshot.tar.zst").status_code == 401  # private: as upstream
