@@ -39,6 +39,7 @@ class AccessChecks:
         self.metrics = metrics
         self.ttl = ttl
         self._flights: dict[tuple[str, str], asyncio.Task[StoredAnswer]] = {}
+        self._pruned = 0.0
 
     async def require(self, authorization: str | None, repository: str) -> None:
         """Return when the upstream lets this credential read ``repository``; raise its refusal otherwise."""
@@ -46,6 +47,7 @@ class AccessChecks:
         now = time.time()
         known = await self.index.answer(fp, repository)
         if known is None or now - known.checked >= self.ttl:
+            await self._prune(now)
             try:
                 known = await self._ask(fp, authorization, repository)
             except Unreachable as e:  # an allow younger than the TTL was used above, without asking
@@ -62,6 +64,12 @@ class AccessChecks:
             self._flights[key] = task
             task.add_done_callback(lambda _t: self._flights.pop(key, None))
         return await asyncio.shield(task)
+
+    async def _prune(self, now: float) -> None:
+        """Forget answers past their TTL (at most once per TTL): one row per credential and repository ever seen."""
+        if now - self._pruned >= max(self.ttl, 1.0):
+            self._pruned = now
+            await self.index.prune_answers(now - self.ttl)
 
     async def _ask_upstream(self, fp: str, authorization: str | None, repository: str) -> StoredAnswer:
         answer = await self.upstream.get(f"/v2/{repository}/tags/list", authorization, params={"n": "1"})

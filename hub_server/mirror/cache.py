@@ -11,7 +11,9 @@ and raises ``MirrorError`` 502 ``DIGEST_INVALID``. Concurrent fills of one key s
 not cancel the run for the others.
 
 Eviction: with a size limit, a fill first deletes least-recently-used objects until the new one fits, skipping
-pinned ones (being read or filled). An object larger than the limit is still stored (and is the first to go).
+pinned ones (being read or filled) and those looked up in the last ``IN_USE`` seconds. When those alone exceed
+the limit, the new object is stored anyway (the cache is over its limit until they are idle); an object larger
+than the limit is stored too, and is the first to go.
 
 Errors: ``MirrorError`` (502 on a digest mismatch, 400 for a digest that is not ``sha256:<64 hex>``),
 ``BlobNotFound`` from ``open`` when the bytes vanished (the row is dropped: the next read fetches again),
@@ -39,6 +41,11 @@ from hub_server.storage import BlobNotFound, BlobStore
 __all__ = ["ObjectCache", "SingleFlight", "check_digest", "object_key"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two writes of one object's ``last_used``.
+TOUCH_EVERY = 30.0
+#: Seconds after a lookup during which eviction leaves the object alone (its answer may not have started yet).
+IN_USE = 10.0
 
 _T = TypeVar("_T")
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
@@ -94,16 +101,29 @@ class ObjectCache:
         self.flights = SingleFlight()
         self._pins: Counter[str] = Counter()
         self._evicting = asyncio.Lock()
+        self._used: dict[str, float] = {}
+        """When this process last looked each object up or filled it (its bytes were there then)."""
+        self.touch_every = TOUCH_EVERY
+        self.in_use = IN_USE
 
     async def lookup(self, digest: str) -> CachedObject | None:
-        """The cached object (its bytes present), its use recorded for the LRU order; ``None`` when not cached."""
+        """The cached object (its bytes present), its use recorded for the LRU order; ``None`` when not cached.
+
+        The store is asked whether the bytes are there once per object and process (an operator may have deleted
+        them); the index's ``last_used`` is written at most every ``TOUCH_EVERY`` seconds per object (a pull reads
+        one blob in many ranges)."""
         obj = await self.index.object(digest)
         if obj is None:
+            self._used.pop(digest, None)
             return None
-        if not await self.store.exists(object_key(digest)):  # deleted behind the index's back
+        now = time.time()
+        last = self._used.get(digest)
+        if last is None and not await self.store.exists(object_key(digest)):  # deleted behind the index's back
             await self.index.forget_object(digest)
             return None
-        await self.index.touch(digest, time.time())
+        if last is None or now - last >= self.touch_every:
+            await self.index.touch(digest, now)
+            self._used[digest] = now
         return obj
 
     async def read(self, obj: CachedObject) -> bytes:
@@ -163,7 +183,9 @@ class ObjectCache:
                     )
                 await writer.commit()
             obj = CachedObject(digest, size, media_type)
-            await self.index.add_object(obj, time.time())
+            now = time.time()
+            await self.index.add_object(obj, now)
+            self._used[digest] = now  # about to be served
             self.metrics.cache_bytes.set(await self.index.total_bytes())
             return obj
         finally:
@@ -176,11 +198,13 @@ class ObjectCache:
             total = await self.index.total_bytes()
             if total + size <= self.limit_bytes:
                 return
+            now = time.time()
             for obj in await self.index.least_recent(1000):
                 if total + size <= self.limit_bytes:
                     break
-                if self._pins.get(obj.digest):
-                    continue
+                if self._pins.get(obj.digest) or now - self._used.get(obj.digest, 0.0) < self.in_use:
+                    continue  # being read or filled, or just looked up for an answer that is about to stream
+                self._used.pop(obj.digest, None)
                 await self.index.forget_object(obj.digest)  # the row first: never a row without bytes
                 with contextlib.suppress(BlobNotFound):
                     await self.store.delete(object_key(obj.digest))
