@@ -247,7 +247,7 @@ def _log_start(settings: Settings) -> None:
     public = f" (public URL {settings.public_url})" if settings.public_url else ""
     public += f" with {settings.workers} workers" if settings.workers > 1 else ""
     public += f", a read-only mirror of {settings.mirror_of}" if settings.mirror_of else ""
-    database = redacted_url(settings.database_url)
+    database = "none (a mirror keeps no registry)" if settings.mirror_of else redacted_url(settings.database_url)
     storage = " ".join(
         f"{word.split('=', 1)[0]}=***" if "=" in word and _SECRET_PARAM.search(word.split("=", 1)[0]) else word
         for word in settings.storage.split()

@@ -35,6 +35,8 @@ from hub_server.settings import Limits
 __all__ = ["MIRROR_ROUTES", "mirror_base", "rewrite_realm"]
 
 _MAX_RANGES = Limits().ranges_per_request
+#: Seconds ``/healthz`` waits for the upstream (a probe must not hang on a black-holed upstream).
+HEALTH_TIMEOUT = 2.0
 
 
 def _mirror(request: Request[Any, Any, Any]) -> Mirror:
@@ -241,7 +243,7 @@ class MirrorSystem(Controller):
         except Exception as e:  # noqa: BLE001 - any store failure is "unavailable", said in one line
             storage = f"unavailable: {type(e).__name__}"
         try:
-            await mirror.upstream.get("/v2/", None)
+            await mirror.upstream.request("GET", "/v2/", None, wait=HEALTH_TIMEOUT)
             upstream = "ok"
         except Unreachable as e:
             upstream = f"unreachable: {e}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -89,8 +90,11 @@ class Upstream:
         params: Mapping[str, str] | tuple[tuple[str, str], ...] | None = None,
         content: bytes | None = None,
         max_bytes: int = MAX_DOC_BYTES,
+        wait: float | None = None,
     ) -> Answer:
-        """One request; 5xx and transport failures raise ``Unreachable``, 2xx–4xx return."""
+        """One request (``wait``: its timeout in seconds, instead of the client's); 5xx and transport failures raise
+        ``Unreachable``, 2xx–4xx return."""
+        extra: dict[str, Any] = {} if wait is None else {"timeout": wait}
         try:
             async with self._http.stream(
                 method,
@@ -98,6 +102,7 @@ class Upstream:
                 headers=self._headers(authorization, headers),
                 params=params,
                 content=content,
+                **extra,
             ) as r:
                 if r.status_code >= 500:
                     raise Unreachable(f"it answered {r.status_code}")
