@@ -3,27 +3,46 @@ thread (tests/services/servedapp.py), the mirror the mirror's app in-process (Li
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from litestar.testing import TestClient
 
 from hub_server.app import create_app
 from hub_server.settings import Settings
+from tests.hub_server.conftest import Hub, stopped_hub_with
 from tests.hub_server.pushing import PushClient, chain_images
 from tests.services.servedapp import ServedHub
 from tests.services.sqlite import seed
 
 
+@pytest.fixture(scope="session")
+def pushed_template(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> tuple[Path, dict[str, Any]]:
+    """A stopped hub's data directory holding a private ``acme/private:v1`` (a 3-link chain) and a public
+    ``acme/public:v1`` (its base layer: the same blobs), pushed once per session; the admin token and the layers."""
+
+    def fill(hub: Hub, work: Path) -> dict[str, Any]:
+        token = hub.token("admin", "admin")
+        (work / "images").mkdir()
+        pusher = PushClient(hub.client, token)
+        layers = pusher.push_chain("acme/private", chain_images(work / "images"), work / "push", "v1")
+        pusher.push_layer("acme/public", layers[0], "v1", public=True, mount_from="acme/private")
+        return {"token": token, "layers": layers}
+
+    return stopped_hub_with(tmp_path_factory.mktemp("mirror-upstream"), sqlite_template, fill)
+
+
 @pytest.fixture
-def upstream(tmp_path: Path, sqlite_template: Path) -> Iterator[ServedHub]:
-    settings = replace(Settings.for_data_dir(tmp_path / "up"), storage=f"filesystem root={tmp_path / 'up' / 'blobs'}")
-    seed(tmp_path / "up", sqlite_template)
-    hub = ServedHub(settings)
+def upstream(tmp_path: Path, sqlite_template: Path, request: pytest.FixtureRequest) -> Iterator[ServedHub]:
+    """The upstream hub, served on 127.0.0.1: a copy of ``pushed_template`` when the test uses ``pushed``."""
+    if "pushed" in request.fixturenames:
+        shutil.copytree(request.getfixturevalue("pushed_template")[0], tmp_path / "up")
+    else:
+        seed(tmp_path / "up", sqlite_template)
+    hub = ServedHub(Settings.for_data_dir(tmp_path / "up"))
     yield hub
     hub.stop()
 
@@ -47,14 +66,6 @@ def make_mirror(tmp_path: Path, upstream: ServedHub) -> Iterator[Callable[..., T
 
 
 @pytest.fixture
-def pushed(upstream: ServedHub, tmp_path: Path) -> dict[str, Any]:
-    """On the upstream: a private ``acme/private:v1`` (a 3-link chain) and a public ``acme/public:v1`` holding its
-    base layer (the same blobs); the admin token that pushed them."""
-    token = upstream.token("admin", "admin")
-    (tmp_path / "images").mkdir()
-    images = chain_images(tmp_path / "images")
-    with httpx.Client(base_url=upstream.url, timeout=60) as http:
-        pusher = PushClient(http, token)
-        layers = pusher.push_chain("acme/private", images, tmp_path / "work", "v1")
-        pusher.push_layer("acme/public", layers[0], "v1", public=True, mount_from="acme/private")
-    return {"token": token, "layers": layers}
+def pushed(pushed_template: tuple[Path, dict[str, Any]], upstream: ServedHub) -> dict[str, Any]:
+    """What ``upstream`` holds (see ``pushed_template``): the admin token and the pushed layers."""
+    return pushed_template[1]
