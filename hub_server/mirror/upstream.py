@@ -34,6 +34,7 @@ RELAYED_HEADERS = (
 )
 
 MAX_DOC_BYTES = 64 << 20
+MAX_REFUSAL_BYTES = 64 << 10
 
 
 class Unreachable(Exception):
@@ -133,8 +134,12 @@ class Upstream:
                     for k, v in hop.headers.items():
                         head.setdefault(f"hop-{k.lower()}", v)
                 if r.status_code != 200:
-                    body = (await r.aread())[:MAX_DOC_BYTES]
-                    yield Answer(r.status_code, head, body), _nothing()
+                    body = bytearray()
+                    async for piece in r.aiter_bytes():
+                        body += piece
+                        if len(body) > MAX_REFUSAL_BYTES:
+                            break
+                    yield Answer(r.status_code, head, bytes(body[:MAX_REFUSAL_BYTES])), _nothing()
                     return
                 yield Answer(200, head, b""), _chunks(r)
         except httpx.HTTPError as e:
