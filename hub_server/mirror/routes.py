@@ -26,7 +26,7 @@ from litestar.response import Stream
 
 from hub_server.api.ranges import multipart_body, multipart_length, new_boundary, parse_range
 from hub_server.mirror.cache import ObjectCache
-from hub_server.mirror.errors import UpstreamRefusal
+from hub_server.mirror.errors import UpstreamRefusal, unreachable
 from hub_server.mirror.index import CachedObject
 from hub_server.mirror.service import OCTETS, STALE_WARNING, Mirror, Served
 from hub_server.mirror.upstream import Unreachable
@@ -76,9 +76,7 @@ def _blob_headers(obj: CachedObject) -> dict[str, str]:
     return {"Docker-Content-Digest": obj.digest, "ETag": f'"{obj.digest}"', "Accept-Ranges": "bytes"}
 
 
-def _doc_response(
-    request: Request[Any, Any, Any], body: bytes, headers: dict[str, str], stale: bool
-) -> Response[bytes]:
+def _doc_response(body: bytes, headers: dict[str, str], stale: bool) -> Response[bytes]:
     out = {k: v for k, v in headers.items() if k != "content-type"}
     if stale:
         out["Warning"] = STALE_WARNING
@@ -162,7 +160,7 @@ async def _doc(
     doc, stale = await _mirror(request).doc(
         _auth(request), repository, request.url.path, dict(request.query_params), per_credential=per_credential
     )
-    return _doc_response(request, doc.body, doc.headers, stale)
+    return _doc_response(doc.body, doc.headers, stale)
 
 
 class MirrorApi(Controller):
@@ -188,7 +186,7 @@ class MirrorSystem(Controller):
         doc, stale = await _mirror(request).doc(_auth(request), None, request.url.path, dict(request.query_params))
         upstream = f'"{_mirror(request).upstream.url}/packs/'.encode()
         body = doc.body.replace(upstream, f'"{mirror_base(request)}/packs/'.encode())
-        return _doc_response(request, body, doc.headers, stale)
+        return _doc_response(body, doc.headers, stale)
 
     @get("/packs/{ns:str}/{repo:str}/{file:str}")
     async def pack(
@@ -279,8 +277,6 @@ async def _relay_token(request: Request[Any, Any, Any], method: str, body: bytes
             headers=headers,
         )
     except Unreachable as e:
-        from hub_server.mirror.errors import unreachable
-
         raise unreachable(mirror.upstream.url, f"asking for a token: {e}") from None
     return _relay(request, answer.status, answer.body, answer.relayed_headers())
 
