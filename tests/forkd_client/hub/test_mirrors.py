@@ -127,3 +127,10 @@ def test_forkd_pull_json_reads_through_the_configured_mirror(
     out = capsys.readouterr().out
     assert code == 0, out
     assert json.loads(out)["mirror"] == mirror.url
+    # forkd inspect REF reads through the mirror too (the manifest is a cache hit there now)
+    metrics = mirror.app.state.mirror.metrics
+    hits = metrics.value("forkd_mirror_hits_total", kind="manifest")
+    assert main(["inspect", f"{upstream.url.removeprefix('http://')}/team/py:v1", "--json"]) == 0
+    inspected = json.loads(capsys.readouterr().out)
+    assert inspected["hub"] == upstream.url  # the hub is what the snapshot comes from; the mirror only carried it
+    assert metrics.value("forkd_mirror_hits_total", kind="manifest") > hits
