@@ -6,7 +6,7 @@ of at most ``max_bytes``); ``Upstream.stream(path, authorization)`` opens a blob
 upstream's 307 to a presigned store URL (httpx drops ``Authorization`` on a cross-origin redirect) and asks for
 plain bytes (``Accept: application/octet-stream``, never the fetch-plan type).
 
-Errors: ``Unreachable`` (connection refused, timeout, a broken answer, a 5xx, an answer over ``max_bytes``): the
+Errors: ``Unreachable`` (connection refused, timeout, a broken answer, a 5xx or 429, an answer over ``max_bytes``): the
 caller falls back to its cache or answers 503 naming the upstream. httpx errors never leave this module.
 """
 
@@ -105,8 +105,7 @@ class Upstream:
                 content=content,
                 **extra,
             ) as r:
-                if r.status_code >= 500:
-                    raise Unreachable(f"it answered {r.status_code}")
+                _check_transient(r)
                 body = bytearray()
                 async for piece in r.aiter_bytes():
                     body += piece
@@ -127,8 +126,7 @@ class Upstream:
         headers = self._headers(authorization, {"Accept": "application/octet-stream"})
         try:
             async with self._http.stream("GET", path, headers=headers, follow_redirects=True) as r:
-                if r.status_code >= 500:
-                    raise Unreachable(f"it answered {r.status_code}")
+                _check_transient(r)
                 head = {k.lower(): v for k, v in r.headers.items()}
                 for hop in r.history:  # the hub's own headers on its 307 (a pack's X-Checksum-Sha256)
                     for k, v in hop.headers.items():
@@ -144,6 +142,15 @@ class Upstream:
                 yield Answer(200, head, b""), _chunks(r)
         except httpx.HTTPError as e:
             raise Unreachable(_why(e)) from None
+
+
+def _check_transient(r: httpx.Response) -> None:
+    """A 5xx, or a 429 (the upstream's rate limit: it sees every client of the mirror at the mirror's address), is
+    no answer about the content or the credential: never cached, never relayed as a refusal."""
+    if r.status_code >= 500:
+        raise Unreachable(f"it answered {r.status_code}")
+    if r.status_code == 429:
+        raise Unreachable(f"it is rate-limiting this mirror (429, Retry-After {r.headers.get('retry-after', '?')})")
 
 
 async def _nothing() -> AsyncIterator[bytes]:

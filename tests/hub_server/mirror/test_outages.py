@@ -47,6 +47,34 @@ def test_cached_content_outlives_the_upstream_and_a_restart(upstream, make_mirro
     assert not [r for r in caplog.records if r.exc_info], "an outage of the upstream is no traceback"
 
 
+class _Throttling(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(429)
+        self.send_header("Retry-After", "7")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_upstream_rate_limiting_the_mirror_is_an_outage_not_a_refusal(tmp_path: Path) -> None:
+    server = QuietHTTPServer(("127.0.0.1", 0), _Throttling)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings = Settings.for_data_dir(tmp_path / "mirror", mirror_of=url)
+        with TestClient(create_app(settings), raise_server_exceptions=False) as mirror:
+            r = mirror.get("/v2/x/y/manifests/v1")
+            expect_error(r, 503, "UNAVAILABLE")
+            assert "429" in r.json()["errors"][0]["message"]
+            index = mirror.app.state.mirror.index
+            assert mirror.blocking_portal.call(index.answer, "anonymous", "x/y") is None  # nothing cached as a refusal
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class _Liar(BaseHTTPRequestHandler):
     """An upstream that lets everyone read and serves the wrong bytes for every blob."""
 
