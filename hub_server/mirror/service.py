@@ -171,8 +171,15 @@ class Mirror:
             answer = await self.upstream.request("HEAD", path, authorization, headers={"Accept": _MANIFEST_ACCEPT})
         except Unreachable as e:
             raise unreachable(self.upstream.url, f"confirming {path}: {e}") from None
-        if not answer.ok:
-            raise UpstreamRefusal(answer.status, answer.body, answer.relayed_headers())
+        if answer.ok:
+            return
+        try:  # a HEAD's refusal has no body: ask with GET for the envelope that says why, as the upstream words it
+            async with self.upstream.stream(path, authorization) as (why, _chunks):
+                if not why.ok:
+                    answer = why
+        except Unreachable:
+            pass
+        raise UpstreamRefusal(answer.status, answer.body, answer.relayed_headers())
 
     async def _fetch(self, authorization: str | None, path: str, digest: str, kind: str) -> CachedObject:
         repository = path.split("/")[2] + "/" + path.split("/")[3]

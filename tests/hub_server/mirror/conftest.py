@@ -21,8 +21,9 @@ from tests.services.sqlite import seed
 
 @pytest.fixture(scope="session")
 def pushed_template(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> tuple[Path, dict[str, Any]]:
-    """A stopped hub's data directory holding a private ``acme/private:v1`` (a 3-link chain) and a public
-    ``acme/public:v1`` (its base layer: the same blobs), pushed once per session; the admin token and the layers."""
+    """A stopped hub's data directory holding a private ``acme/private:v1`` (a 3-link chain), a public
+    ``acme/public:v1`` (its base layer: the same blobs) and a private ``other/own:v1`` (other content), pushed once
+    per session; the admin token and the layers of ``acme/private``."""
 
     def fill(hub: Hub, work: Path) -> dict[str, Any]:
         token = hub.token("admin", "admin")
@@ -30,6 +31,8 @@ def pushed_template(tmp_path_factory: pytest.TempPathFactory, sqlite_template: P
         pusher = PushClient(hub.client, token)
         layers = pusher.push_chain("acme/private", chain_images(work / "images"), work / "push", "v1")
         pusher.push_layer("acme/public", layers[0], "v1", public=True, mount_from="acme/private")
+        (work / "other").mkdir()
+        pusher.push_chain("other/own", chain_images(work / "other", seed=99)[:1], work / "push-other", "v1")
         return {"token": token, "layers": layers}
 
     return stopped_hub_with(tmp_path_factory.mktemp("mirror-upstream"), sqlite_template, fill)

@@ -86,6 +86,15 @@ def test_a_private_repository_is_not_leaked_through_a_warm_cache(upstream, make_
                     want.json()["errors"][0]["code"],
                 ), (path, headers)
                 assert blob.encode() not in got.content
+    # a reader of its own repository asks for acme/private's blob through it: the upstream does not hold that
+    # digest there, so neither does the mirror, though it holds the bytes
+    owner = auth(upstream.token("owner", "pull:other/*"))
+    for path in (f"/v2/other/own/blobs/{blob}", f"/v2/other/own/manifests/{layer.digest}"):
+        want = httpx.get(upstream.url + path, headers=owner)
+        got = mirror.get(path, headers=owner)
+        assert want.status_code == 404 and (got.status_code, got.json()) == (404, want.json()), path
+        assert mirror.head(path, headers=owner).status_code == 404
+    assert mirror.get("/v2/other/own/tags/list", headers=owner).status_code == 200
     # the challenge sends OCI clients to the mirror's own token endpoint
     challenge = mirror.get("/v2/acme/private/manifests/v1").headers["www-authenticate"]
     assert f'realm="{str(mirror.base_url).rstrip("/")}/v2/token"' in challenge
