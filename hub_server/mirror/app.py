@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, cast
 
 from litestar import Litestar, Request, Response
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE = "mirror.db"
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: Staged bytes older than this are an interrupted fill's (another worker's running fill stages younger ones).
+STAGING_GRACE = timedelta(hours=1)
 
 
 @contextlib.asynccontextmanager
@@ -50,6 +53,10 @@ async def open_mirror(settings: Settings) -> AsyncIterator[Mirror]:
         upstream = Upstream(settings.mirror_of)
         metrics = MirrorMetrics()
         try:
+            # fills a crash interrupted left staged bytes (never visible, never indexed): drop the old ones
+            purged = await store.purge_staging(STAGING_GRACE)
+            if purged:
+                log.info("removed %d staged object(s) that interrupted fills left", purged)
             cache = ObjectCache(store, index, metrics, limit_bytes=settings.mirror_cache_bytes)
             metrics.cache_bytes.set(await index.total_bytes())
             access = AccessChecks(upstream, index, metrics, ttl=settings.mirror_auth_ttl)
