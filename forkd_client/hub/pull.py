@@ -156,6 +156,8 @@ class ChainPull:
         result = PullResult(str(self.ref), self.parsed[-1][0].digest, head_tag, signed_by=self.verified)
         self._pull_links(plan, result)
         result.bytes_received = self.client.bytes_received - received_before
+        route = self.client.mirror_route
+        result.mirror = route.served_by if route is not None else None
         return result
 
     def _resolve(self) -> None:

@@ -61,6 +61,8 @@ class PullResult:
     links: list[LinkPulled] = field(default_factory=list)
     bytes_received: int = 0
     signed_by: Verified | None = None
+    mirror: str | None = None
+    """The mirror that served the pull's reads (the last one, if one was skipped); ``None``: the hub itself."""
 
     @property
     def up_to_date(self) -> bool:
@@ -74,6 +76,7 @@ class PullResult:
             "up_to_date": self.up_to_date,
             "bytes_received": self.bytes_received,
             "links": [vars(link) for link in self.links],
+            "mirror": self.mirror,
         }
         if self.signed_by is not None:
             out["signature"] = self.signed_by.to_obj()
