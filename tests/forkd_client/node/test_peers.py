@@ -1,0 +1,126 @@
+"""The node agent's peer chunk server (forkd_client/node/peers.py) against a store that pulled a real chain from an
+in-process hub: the fleet token is required, requests are bounded, only verified chunks are served (a changed file's
+chunks are reported missing, never sent), an unknown digest is missing, and the agent's options are checked."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+
+import blake3
+import pytest
+
+from forkd_client.errors import UsageError
+from forkd_client.hub.peerwire import MISSING, PATH, parse_records
+from forkd_client.hub.pull import pull
+from forkd_client.hub.push import push
+from forkd_client.hub.reference import Reference
+from forkd_client.node.peers import PeerConfigError, bind_listener, fleet_token
+from forkd_client.store import SnapshotStore
+from manifest import mediatypes as mt
+from tests.forkd_client.hub.conftest import InProcessHub
+from tests.forkd_client.node.test_report import dense_chain
+from tests.forkd_client.peering import FLEET_TOKEN, peer_server
+
+CHUNK = 64 << 10
+
+
+@pytest.fixture
+def pulled(inproc_hub: InProcessHub, tmp_path: Path, other_store: SnapshotStore) -> SnapshotStore:
+    """``other_store`` holding acme/py:head (base ← head), pulled from the hub: its chunks indexed as installed."""
+    with SnapshotStore(tmp_path / "pusher") as pusher:
+        dense_chain(tmp_path / "src", pusher)
+        push(pusher, inproc_hub.client(inproc_hub.token("ci", "push:acme/*")), "head", Reference.parse("acme/py:head"))
+    result = pull(
+        other_store, inproc_hub.client(inproc_hub.token("reader", "pull:acme/*")), Reference.parse("acme/py:head")
+    )
+    assert [link.tag for link in result.links] == ["base", "py-head"], result.links
+    return other_store
+
+
+def chunks_of(path: Path) -> list[tuple[str, bytes]]:
+    data = path.read_bytes()
+    out = []
+    for i in range(0, len(data), CHUNK):
+        piece = data[i : i + CHUNK]
+        if piece.strip(b"\0"):
+            out.append(("blake3:" + blake3.blake3(piece).hexdigest(), piece))
+    return out
+
+
+def post(url: str, body: bytes, token: str | None = FLEET_TOKEN) -> tuple[int, bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        conn.request("POST", PATH, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_a_fleet_token_is_required_and_compared_exactly(pulled: SnapshotStore) -> None:
+    digest = chunks_of(pulled.path("py-head") / mt.MEMORY_FILE)[0][0]
+    with peer_server(pulled.root) as server:
+        assert post(server.url, json.dumps([digest]).encode(), token=None)[0] == 401
+        assert post(server.url, json.dumps([digest]).encode(), token=FLEET_TOKEN + "x")[0] == 401
+        assert post(server.url, json.dumps([digest]).encode(), token="")[0] == 401
+        assert post(server.url, json.dumps([digest]).encode())[0] == 200
+    assert server.served_chunks == 1
+
+
+def test_requests_are_bounded(pulled: SnapshotStore) -> None:
+    digest = chunks_of(pulled.path("py-head") / mt.MEMORY_FILE)[0][0]
+    with peer_server(pulled.root) as server:
+        status, body = post(server.url, json.dumps([digest] * 257).encode())
+        assert status == 400 and b"257 digests, over the 256-digest limit" in body
+        assert post(server.url, json.dumps(["sha256:" + "0" * 64]).encode())[0] == 400
+        assert post(server.url, b"{not json")[0] == 400
+        assert post(server.url, json.dumps({"digests": [digest]}).encode())[0] == 400
+        assert post(server.url, b"[" + b'"x",' * 40000 + b'"x"]')[0] == 413
+        assert server.served_chunks == 0
+
+
+def test_serves_verified_chunks_in_order_and_reports_unknown_ones_missing(pulled: SnapshotStore) -> None:
+    chunks = chunks_of(pulled.path("base") / mt.MEMORY_FILE)[:5]
+    unknown = "blake3:" + "ab" * 32
+    asked = [chunks[0][0], unknown, *(d for d, _ in chunks[1:])]
+    with peer_server(pulled.root) as server:
+        status, body = post(server.url, json.dumps(asked).encode())
+    assert status == 200
+    records = list(parse_records(body, [CHUNK] * len(asked)))
+    assert records[1] is None
+    assert [bytes(r) for r in records if r is not None] == [data for _, data in chunks]
+    assert body[len(b"FKPEER1\n") + 4 + CHUNK : len(b"FKPEER1\n") + 8 + CHUNK] == MISSING.to_bytes(4, "big")
+
+
+def test_a_chunk_of_a_file_changed_since_it_was_verified_is_not_served(pulled: SnapshotStore) -> None:
+    memory = pulled.path("base") / mt.MEMORY_FILE
+    (first, _), (second, data) = chunks_of(memory)[:2]
+    with open(memory, "r+b") as f:  # behind the store's back: the verified record no longer trusts the file
+        f.seek(CHUNK)
+        f.write(bytes(reversed(data)))
+    with peer_server(pulled.root) as server:
+        status, body = post(server.url, json.dumps([first, second]).encode())
+    assert status == 200
+    assert list(parse_records(body, [CHUNK, CHUNK])) == [None, None]
+    assert server.served_chunks == 0
+
+
+def test_the_peer_server_refuses_to_start_without_a_fleet_token_or_a_bindable_address(tmp_path: Path) -> None:
+    with pytest.raises(PeerConfigError, match="FORKD_FLEET_TOKEN"):
+        fleet_token(None, env={})
+    assert fleet_token(None, env={"FORKD_FLEET_TOKEN": " s3cret\n"}) == "s3cret"
+    (tmp_path / "token").write_text("from-file\n")
+    assert fleet_token(tmp_path / "token", env={"FORKD_FLEET_TOKEN": "env"}) == "from-file"
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(PeerConfigError, match="is empty"):
+        fleet_token(tmp_path / "empty", env={})
+    for bad in ("7480", "127.0.0.1", "127.0.0.1:http", "127.0.0.1:99999"):
+        with pytest.raises(PeerConfigError, match="--peer-listen"):
+            bind_listener(bad)
+    assert issubclass(PeerConfigError, UsageError.__mro__[1])  # a ClientError: a clean message, no traceback
