@@ -346,7 +346,7 @@ class ChainPull:
                 self.progress,
                 self.pools,
                 None if self.defer else functools.partial(self._install_while_filling, parent, assemblers),
-                self.peers,
+                peers=self.peers,
             )
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
