@@ -158,13 +158,12 @@ def run_serve(args: argparse.Namespace, ctx: Context) -> int:
     services: list[Any] = []
     peer_url = None
     if args.peer_listen:  # refused before anything else starts: no token, an address that cannot be bound
-        from ..node.peers import PeerService, bind_listener, fleet_token
+        from ..node.peers import PeerService, bind_listener, check_peer_url, fleet_token
 
         token = fleet_token(args.fleet_token_file)
+        if args.peer_url is not None:
+            check_peer_url(args.peer_url)
         sock = bind_listener(args.peer_listen)
-        if args.peer_url is not None and not re.fullmatch(r"https?://[^\s?#@]+", args.peer_url):
-            sock.close()
-            raise UsageError(f"--peer-url {args.peer_url!r}: an http:// or https:// URL (no query, no credentials)")
     elif args.peer_url or args.fleet_token_file:
         raise UsageError("--peer-url and --fleet-token-file need --peer-listen HOST:PORT (or FORKD_PEER_LISTEN)")
     with ctx.store() as store, _client(None, args.hub, ctx) as client:

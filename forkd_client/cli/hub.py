@@ -304,6 +304,8 @@ def forkd_version() -> str:
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    if getattr(args, "peers", False) and (args.lazy or args.hub or args.ref.startswith(("http://", "https://"))):
+        raise UsageError("--peers works with a plain hub pull (NS/REPO[:TAG]), not with --lazy or forkd's --hub form")
     if args.lazy:
         from .lazycmds import run_lazy_pull
 

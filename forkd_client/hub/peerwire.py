@@ -33,6 +33,7 @@ __all__ = [
     "MAX_RESPONSE_BYTES",
     "MISSING",
     "PATH",
+    "PEER_URL",
     "PeerWireError",
     "chunk_matches",
     "encode_record",
@@ -49,6 +50,10 @@ MAX_REQUEST_BYTES = 64 << 10
 #: Chunk bytes one response carries at most; records past it are sent as missing.
 MAX_RESPONSE_BYTES = 16 << 20
 DIGEST = re.compile(r"blake3:[0-9a-f]{64}")
+#: The form of a peer URL the hub accepts as the ``peerUrl`` fact (hub_server/registry/fleet/reports.py checks
+#: the same): http(s), a host name, IPv4 or [IPv6], an optional port and path; no credentials, query or fragment.
+PEER_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
+MAX_PEER_URL = 256
 _LEN = struct.Struct(">I")
 
 

@@ -10,8 +10,9 @@ answers one route, ``POST /peer/v1/chunks``, over HTTP/1.1 with one request per 
   (:func:`fleet_token`): without one the service refuses to start (:class:`PeerConfigError`).
 - **Bounds**: a body of at most ``MAX_REQUEST_BYTES`` naming at most ``MAX_DIGESTS`` well-formed chunk
   digests (else 413 / 400, naming what was wrong), at most ``max_connections`` requests at a time (more
-  are answered 503 at once), headers within ``HEADER_TIMEOUT_S`` and the body within ``BODY_TIMEOUT_S``,
-  at most ``MAX_RESPONSE_BYTES`` of chunks per response (later chunks are sent as missing).
+  are answered 503 at once), headers of at most ``MAX_HEADER_BYTES`` within ``HEADER_TIMEOUT_S`` (else 431 or
+  the connection closed), the body within ``BODY_TIMEOUT_S``, at most ``MAX_RESPONSE_BYTES`` of chunks per
+  response (later chunks are sent as missing), taken by the peer within ``SEND_TIMEOUT_S``.
 - **What is served**: each chunk found through the store's :class:`~forkd_client.hub.localchunks.LocalChunkIndex`
   only (files the verified-content record still trusts, each chunk re-hashed on read): a changed file or
   a stale row is a missing chunk, never wrong bytes. The store's databases and the reads and hashing live on
@@ -22,7 +23,8 @@ A peer is untrusted by its readers all the same: they verify every chunk by its 
 Shutdown: when the agent's ``stop`` is set the listener closes, requests in flight finish, the reader
 thread closes the store's databases, and :meth:`PeerService.run` returns.
 
-Errors: :class:`PeerConfigError` (no fleet token, a bad ``--peer-listen``, the address cannot be bound).
+Errors: :class:`PeerConfigError` (no fleet token, a bad ``--peer-listen``, the address cannot be bound, a peer
+URL the hub would refuse).
 """
 
 from __future__ import annotations
@@ -44,20 +46,25 @@ from ..hub.peerwire import (
     DIGEST,
     MAGIC,
     MAX_DIGESTS,
+    MAX_PEER_URL,
     MAX_REQUEST_BYTES,
     MAX_RESPONSE_BYTES,
     PATH,
+    PEER_URL,
     encode_record,
 )
 from ..verified import VerifiedRecord
 
-__all__ = ["PeerConfigError", "PeerService", "bind_listener", "fleet_token"]
+__all__ = ["PeerConfigError", "PeerService", "bind_listener", "check_peer_url", "fleet_token"]
 
 FLEET_TOKEN_ENV = "FORKD_FLEET_TOKEN"
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 10.0
+#: An answer not taken by the peer within this long is dropped (a reader that stalls frees its slot).
+SEND_TIMEOUT_S = 60.0
 MAX_HEADER_BYTES = 16 << 10
-MAX_CONNECTIONS = 16
+#: Requests served at once (each answer is built whole: at most this many times MAX_RESPONSE_BYTES in memory).
+MAX_CONNECTIONS = 8
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -66,6 +73,7 @@ _REASONS = {
     405: "Method Not Allowed",
     411: "Length Required",
     413: "Content Too Large",
+    431: "Request Header Fields Too Large",
     503: "Service Unavailable",
 }
 
@@ -115,9 +123,23 @@ def bind_listener(listen: str) -> socket.socket:
 
 
 def default_url(sock: socket.socket) -> str:
-    """``http://HOST:PORT`` of the bound socket (what peers are told unless ``--peer-url`` says otherwise)."""
+    """``http://HOST:PORT`` of the bound socket (what peers are told unless ``--peer-url`` says otherwise); a
+    socket bound to every address (``0.0.0.0``, ``::``) is named by this machine's host name."""
     host, port = sock.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):
+        host = socket.gethostname()
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def check_peer_url(url: str) -> str:
+    """``url`` if the hub will take it as the ``peerUrl`` fact (:data:`~forkd_client.hub.peerwire.PEER_URL`).
+    Raises PeerConfigError."""
+    if len(url) > MAX_PEER_URL or not PEER_URL.fullmatch(url):
+        raise PeerConfigError(
+            f"peer URL {url[:80]!r}: use http://HOST[:PORT][/PATH] or https://… (at most {MAX_PEER_URL} characters, "
+            "no credentials or query); set it with --peer-url"
+        )
+    return url
 
 
 class _Reader:
@@ -176,7 +198,7 @@ class PeerService:
             raise PeerConfigError("the peer server needs a fleet token")
         self.store_root, self.sock, self.log = Path(store_root), sock, log
         self._token = token.encode()
-        self.url = url or default_url(sock)
+        self.url = check_peer_url(url or default_url(sock))
         self.max_connections = max_connections
         self._busy = 0
         self._reader = _Reader(self.store_root)
@@ -208,8 +230,8 @@ class PeerService:
                 await self._serve(reader, writer)
             finally:
                 self._busy -= 1
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError, asyncio.LimitOverrunError, ValueError):
-            pass  # the peer went away or sent garbage: nothing to answer
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the peer went away, stalled, or stopped reading: nothing more to say
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
@@ -217,7 +239,10 @@ class PeerService:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEADER_TIMEOUT_S)
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEADER_TIMEOUT_S)
+            except (asyncio.LimitOverrunError, ValueError):
+                raise _Refused(431, f"the request's headers are over {MAX_HEADER_BYTES} bytes") from None
             method, path, headers = _parse_head(head)
             digests = await self._digests(reader, method, path, headers)
         except _Refused as e:
@@ -271,7 +296,7 @@ class PeerService:
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         writer.write(head.encode() + body)
-        await writer.drain()
+        await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
 
 
 def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:

@@ -45,7 +45,8 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _FACT_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:-]{0,63}")
-#: A peer URL: http(s), a host (name, IPv4, or [IPv6]) and an optional port and path; no credentials, query or fragment.
+#: A peer URL: http(s), a host (name, IPv4, or [IPv6]) and an optional port and path; no credentials, query or fragment
+#: (the node agent checks the same form before it reports one: forkd_client/hub/peerwire.py).
 _PEER_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
 MAX_PEER_URL = 256
 #: The largest file a layer may hold is 2**40 bytes: 2**24 chunks of 64 KiB, 2**28 of 4 KiB.

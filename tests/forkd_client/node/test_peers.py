@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from pathlib import Path
 
 import blake3
 import pytest
 
+from forkd_client.cli.main import main
 from forkd_client.errors import UsageError
 from forkd_client.hub.peerwire import MISSING, PATH, parse_records
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
-from forkd_client.node.peers import PeerConfigError, bind_listener, fleet_token
+from forkd_client.node.peers import PeerConfigError, bind_listener, check_peer_url, default_url, fleet_token
 from forkd_client.store import SnapshotStore
 from manifest import mediatypes as mt
 from tests.forkd_client.hub.conftest import InProcessHub
@@ -124,3 +126,50 @@ def test_the_peer_server_refuses_to_start_without_a_fleet_token_or_a_bindable_ad
         with pytest.raises(PeerConfigError, match="--peer-listen"):
             bind_listener(bad)
     assert issubclass(PeerConfigError, UsageError.__mro__[1])  # a ClientError: a clean message, no traceback
+
+
+def test_the_peer_url_is_one_the_hub_takes(tmp_path: Path) -> None:
+    assert check_peer_url("http://10.0.0.2:7480") == "http://10.0.0.2:7480"
+    assert check_peer_url("https://h1.fleet.internal/forkd") == "https://h1.fleet.internal/forkd"
+    assert check_peer_url("http://[::1]:7480") == "http://[::1]:7480"
+    for bad in ("ftp://h1", "http://u:p@h1", "http://h1/?x=1", "h1:7480", "http://" + "a" * 300):
+        with pytest.raises(PeerConfigError, match="--peer-url"):
+            check_peer_url(bad)
+    sock = bind_listener("0.0.0.0:0")  # every address: peers are told this machine's name, not 0.0.0.0
+    try:
+        assert default_url(sock) == f"http://{socket.gethostname()}:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def test_oversized_headers_and_other_routes_are_refused(pulled: SnapshotStore) -> None:
+    with peer_server(pulled.root) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"POST " + PATH.encode() + b" HTTP/1.1\r\nX-Big: " + b"a" * (20 << 10) + b"\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 431 ")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", "/")
+        assert conn.getresponse().status == 404
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["node", "serve", "--peer-url", "http://h1:7480"], "need --peer-listen"),
+        (["node", "serve", "--peer-listen", "127.0.0.1:0"], "FORKD_FLEET_TOKEN"),
+        (["node", "serve", "--peer-listen", "127.0.0.1:0", "--fleet-token-file", "/nonexistent"], "/nonexistent"),
+        (["pull", "acme/py:head", "--lazy", "--peers"], "--peers works with a plain hub pull"),
+        (["pull", "acme/py:head", "--peers"], "FORKD_FLEET_TOKEN"),
+    ],
+)
+def test_the_cli_refuses_a_peer_set_up_it_cannot_run(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("FORKD_FLEET_TOKEN", raising=False)
+    monkeypatch.delenv("FORKD_PEER_LISTEN", raising=False)
+    monkeypatch.setenv("FORKD_HOME", str(tmp_path / "home"))
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
