@@ -45,7 +45,7 @@ HOST_ENV = "FORKD_PEERS_HOST"
 DEFAULT_TIMEOUT_S = 5.0
 #: Chunk bytes one peer request asks for at most (64 chunks of 64 KiB).
 BATCH_BYTES = 4 << 20
-_READ = 256 << 10
+_READ = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -140,24 +140,24 @@ class PeerSource:
         with self._lock:
             self.bytes_by_peer[url] = self.bytes_by_peer.get(url, 0) + nbytes
 
-    def fetch(self, url: str, wanted: Sequence[tuple[str, int]]) -> list[bytes | None]:
+    def fetch(self, url: str, wanted: Sequence[tuple[str, int]]) -> list[memoryview | None]:
         """The chunks ``wanted`` (digest, length) from ``url``, each verified (None: the peer lacks it).
         Raises PeerFailure (the caller drops the peer: module docstring)."""
         with self._lock:
             self.requests += 1
         body = _request(url, self.options, [d for d, _ in wanted], len(MAGIC) + sum(4 + n for _, n in wanted))
-        out: list[bytes | None] = []
+        out: list[memoryview | None] = []
         try:
             for i, record in enumerate(parse_records(body, [n for _, n in wanted])):
                 if record is not None and not chunk_matches(record, wanted[i][0]):
                     raise PeerFailure(f"chunk {wanted[i][0]} does not match its digest")
-                out.append(None if record is None else bytes(record))
+                out.append(None if record is None else record)
         except PeerWireError as e:
             raise PeerFailure(str(e)) from None
         return out
 
 
-def _request(url: str, options: PeerOptions, digests: list[str], bound: int) -> bytes:
+def _request(url: str, options: PeerOptions, digests: list[str], bound: int) -> bytearray:
     """POST the digests; the body (at most ``bound`` bytes) within ``options.timeout`` seconds in all.
     Raises PeerFailure."""
     if len(digests) > MAX_DIGESTS:  # pragma: no cover - batches are cut to fit
@@ -187,20 +187,26 @@ def _request(url: str, options: PeerOptions, digests: list[str], bound: int) -> 
         length = response.getheader("Content-Length")
         if length is not None and (not length.isdigit() or int(length) > bound):
             raise PeerFailure(f"a body of {length} bytes, over the {bound} the chunks asked for can take")
-        data = bytearray()
-        while True:
+        # read straight into one buffer of the announced size (or the bound), the deadline checked between reads
+        data = bytearray(int(length) if length is not None else bound + 1)
+        view, at = memoryview(data), 0
+        while at < len(data):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PeerFailure(f"no whole answer within {options.timeout:g} s")
             if conn.sock is not None:
                 conn.sock.settimeout(left)
-            piece = response.read(min(_READ, bound + 1 - len(data)))
-            if not piece:
+            n = response.readinto(view[at : at + _READ])
+            if not n:
                 break
-            data += piece
-            if len(data) > bound:
-                raise PeerFailure(f"a body over the {bound} bytes the chunks asked for can take")
-        return bytes(data)
+            at += n
+        if length is not None and at < len(data):
+            raise PeerFailure(f"the answer is cut short ({at} of {length} bytes)")
+        if length is None and at > bound:
+            raise PeerFailure(f"a body over the {bound} bytes the chunks asked for can take")
+        view.release()
+        del data[at:]
+        return data
     except PeerFailure:
         raise
     except TimeoutError:

@@ -71,7 +71,7 @@ def chunk_matches(data: bytes | memoryview, digest: str) -> bool:
     return digest.startswith("blake3:") and "blake3:" + blake3.blake3(data).hexdigest() == digest
 
 
-def parse_records(body: bytes, lengths: Sequence[int]) -> Iterator[memoryview | None]:
+def parse_records(body: bytes | bytearray, lengths: Sequence[int]) -> Iterator[memoryview | None]:
     """The records of ``body``, one per requested chunk of the given ``lengths``, in order (None: missing).
     The framing is checked as it goes (a record longer than its chunk is refused before it is read), and
     bytes after the last record are an error. Verifying each chunk's digest is the caller's.

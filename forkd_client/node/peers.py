@@ -16,7 +16,7 @@ answers one route, ``POST /peer/v1/chunks``, over HTTP/1.1 with one request per 
 - **What is served**: each chunk found through the store's :class:`~forkd_client.hub.localchunks.LocalChunkIndex`
   only (files the verified-content record still trusts, each chunk re-hashed on read): a changed file or
   a stale row is a missing chunk, never wrong bytes. The store's databases and the reads and hashing live on
-  one reader thread of the service's own, never on the agent's loop.
+  the service's own reader threads (``READERS``, each with its own connections), never on the agent's loop.
 
 A peer is untrusted by its readers all the same: they verify every chunk by its digest.
 
@@ -65,6 +65,8 @@ SEND_TIMEOUT_S = 60.0
 MAX_HEADER_BYTES = 16 << 10
 #: Requests served at once (each answer is built whole: at most this many times MAX_RESPONSE_BYTES in memory).
 MAX_CONNECTIONS = 8
+#: Reader threads (each reads and re-hashes the chunks of one request at a time).
+READERS = 2
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -193,6 +195,7 @@ class PeerService:
         *,
         url: str | None = None,
         max_connections: int = MAX_CONNECTIONS,
+        readers: int = READERS,
     ) -> None:
         if not token:
             raise PeerConfigError("the peer server needs a fleet token")
@@ -201,8 +204,12 @@ class PeerService:
         self.url = check_peer_url(url or default_url(sock))
         self.max_connections = max_connections
         self._busy = 0
-        self._reader = _Reader(self.store_root)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-peer-read")
+        # one reader per thread (the store's SQLite connections stay on the thread that opened them)
+        self._readers = [
+            (_Reader(self.store_root), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"forkd-peer-read{i}"))
+            for i in range(max(1, readers))
+        ]
+        self._next = 0
         self.served_chunks = 0
         self.served_bytes = 0
 
@@ -216,8 +223,9 @@ class PeerService:
                 await server.wait_closed()
         finally:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._pool, self._reader.close)
-            self._pool.shutdown(wait=True)
+            for reader, pool in self._readers:
+                await loop.run_in_executor(pool, reader.close)
+                pool.shutdown(wait=True)
             self.log(f"peer server stopped ({self.served_chunks} chunk(s), {self.served_bytes} bytes served)")
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -248,14 +256,17 @@ class PeerService:
         except _Refused as e:
             await self._respond(writer, e.status, (e.message + "\n").encode())
             return
-        chunks = await asyncio.get_running_loop().run_in_executor(self._pool, self._reader.read, digests)
-        body = bytearray(MAGIC)
-        for chunk in chunks:
-            body += encode_record(chunk)
+        chunk_reader, pool = self._readers[self._next % len(self._readers)]
+        self._next += 1
+        chunks = await asyncio.get_running_loop().run_in_executor(pool, chunk_reader.read, digests)
+        parts = [MAGIC]
+        for chunk in chunks:  # each record written as it is, not copied into one body
+            parts.append(encode_record(None) if chunk is None else len(chunk).to_bytes(4, "big"))
             if chunk is not None:
+                parts.append(chunk)
                 self.served_chunks += 1
                 self.served_bytes += len(chunk)
-        await self._respond(writer, 200, bytes(body), CONTENT_TYPE)
+        await self._respond(writer, 200, parts, CONTENT_TYPE)
 
     async def _digests(
         self, reader: asyncio.StreamReader, method: str, path: str, headers: dict[str, str]
@@ -289,13 +300,17 @@ class PeerService:
 
     @staticmethod
     async def _respond(
-        writer: asyncio.StreamWriter, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8"
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes | list[bytes],
+        content_type: str = "text/plain; charset=utf-8",
     ) -> None:
+        parts = [body] if isinstance(body, bytes) else body
         head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {sum(len(p) for p in parts)}\r\nConnection: close\r\n\r\n"
         )
-        writer.write(head.encode() + body)
+        writer.writelines([head.encode(), *parts])
         await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
 
 
