@@ -136,7 +136,7 @@ def fill_link(
     fill = LinkFill(repo, link, progress, pools)
     fill.sort_chunks(index)
     if peers is not None:
-        fill.from_peers(peers)
+        fill.from_peers(peers, meanwhile)
     return fill.run(meanwhile)
 
 
@@ -183,12 +183,12 @@ class LinkFill:
                     wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[assignment]  # typing debt, decisions/0008
         self.offsets = {blob: sorted(frames) for blob, frames in wanted.items()}
 
-    def from_peers(self, peers: PeerSource) -> None:
+    def from_peers(self, peers: PeerSource, meanwhile: Callable[[], None] | None = None) -> None:
         """Stage 1b (a pull with peers): the wanted chunks in batches spread over the live peers holding the
         layer, fetched in parallel on the piece workers; each chunk a peer delivers verified is written and
-        no longer wanted. A peer that fails is dropped (:mod:`.peers`); what it did not deliver stays wanted."""
-        urls = peers.live(self.link.layer)
-        if not urls or not self.wanted:
+        no longer wanted. A peer that fails is dropped (:mod:`.peers`); what it did not deliver stays wanted.
+        ``meanwhile`` is called as batches complete (as :meth:`run` does)."""
+        if not self.wanted or not peers.live(self.link.layer):
             return
         batches: list[list[tuple[str, int]]] = [[]]
         size = 0
@@ -200,11 +200,17 @@ class LinkFill:
                 batches[-1].append((blob, offset))
                 size += frame[2]
         self.progress.task(f"peers {self.link.tag}", sum(self.wanted[b][o][2] for batch in batches for b, o in batch))
+        urls = peers.spread(self.link.layer, len(batches))  # one per batch, or none when every peer was dropped
         futures = [
-            self.pools.workers.submit(self._peer_batch, peers, urls[i % len(urls)], batch)
-            for i, batch in enumerate(batches)
+            self.pools.workers.submit(self._peer_batch, peers, url, batch)
+            for url, batch in zip(urls, batches if urls else [], strict=True)
         ]
         try:
+            pending = set(futures)
+            while pending:
+                if meanwhile is not None:
+                    meanwhile()
+                _, pending = wait(pending, return_when=FIRST_COMPLETED)
             done = [future.result() for future in futures]
         finally:
             for future in futures:
@@ -237,7 +243,8 @@ class LinkFill:
                 self.link.assemblers[where].write(index, chunk)
             filled.append((blob, offset))
             nbytes += length
-        peers.delivered(url, nbytes)
+        if nbytes:
+            peers.delivered(url, nbytes)
         self.progress.advance(nbytes)
         return filled
 

@@ -4,8 +4,8 @@ Opt-in per host: ``forkd pull --peers`` or ``FORKD_PEERS=1`` (:func:`peer_option
 ``FORKD_FLEET_TOKEN``. A pull with peers asks the hub **once** which peers hold the layers it will fetch
 (:meth:`PeerSource.ask_hub`; a hub without the route, or any refusal, means no peers, never a failed pull).
 For each link, the chunks no staged or local file holds are cut into batches (at most ``MAX_DIGESTS`` chunks
-and :data:`BATCH_BYTES`), spread over the peers holding that layer and fetched in parallel on the pull's fill
-threads (:meth:`~forkd_client.hub.fill.LinkFill.from_peers`).
+and :data:`BATCH_BYTES`), spread round robin over the peers holding that layer and fetched in parallel on the
+pull's fill threads, at most :data:`PER_PEER` requests open to one peer (:meth:`~forkd_client.hub.fill.LinkFill.from_peers`).
 
 **A peer is untrusted.** Every record is checked against the chunk it answers (length, then blake3 of the
 exact bytes: the check a frame from the hub gets) before it is written into place. On **any** failure of a
@@ -36,7 +36,7 @@ from .peerwire import CONTENT_TYPE, MAGIC, MAX_DIGESTS, PATH, PeerWireError, chu
 from .progress import Progress
 from .repository import RepositoryClient
 
-__all__ = ["BATCH_BYTES", "PeerFailure", "PeerOptions", "PeerSource", "peer_options"]
+__all__ = ["BATCH_BYTES", "PER_PEER", "PeerFailure", "PeerOptions", "PeerSource", "peer_options"]
 
 PEERS_ENV = "FORKD_PEERS"
 TIMEOUT_ENV = "FORKD_PEERS_TIMEOUT"
@@ -45,6 +45,8 @@ HOST_ENV = "FORKD_PEERS_HOST"
 DEFAULT_TIMEOUT_S = 5.0
 #: Chunk bytes one peer request asks for at most (64 chunks of 64 KiB).
 BATCH_BYTES = 4 << 20
+#: Requests one pull has open to one peer at most (a peer serves 16 at once, and other pullers too).
+PER_PEER = 4
 _READ = 1 << 20
 
 
@@ -100,6 +102,8 @@ class PeerSource:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._slots: dict[str, threading.Semaphore] = {}
+        self._turn = 0
 
     @classmethod
     def ask_hub(
@@ -127,6 +131,16 @@ class PeerSource:
         with self._lock:
             return [u for u in self.holders.get(layer, []) if u not in self.dropped]
 
+    def spread(self, layer: str, batches: int) -> list[str]:
+        """A live peer of ``layer`` for each of ``batches`` batches, round robin, carried on from the previous
+        link's (so single-batch links still use every peer)."""
+        urls = self.live(layer)
+        if not urls:
+            return []
+        with self._lock:
+            start, self._turn = self._turn, self._turn + batches
+        return [urls[(start + i) % len(urls)] for i in range(batches)]
+
     def is_dropped(self, url: str) -> bool:
         with self._lock:
             return url in self.dropped
@@ -145,7 +159,11 @@ class PeerSource:
         Raises PeerFailure (the caller drops the peer: module docstring)."""
         with self._lock:
             self.requests += 1
-        body = _request(url, self.options, [d for d, _ in wanted], len(MAGIC) + sum(4 + n for _, n in wanted))
+            slots = self._slots.setdefault(url, threading.Semaphore(PER_PEER))
+        with slots:
+            if self.is_dropped(url):  # another batch failed while this one waited
+                return [None] * len(wanted)
+            body = _request(url, self.options, [d for d, _ in wanted], len(MAGIC) + sum(4 + n for _, n in wanted))
         out: list[memoryview | None] = []
         try:
             for i, record in enumerate(parse_records(body, [n for _, n in wanted])):

@@ -48,7 +48,7 @@ MISSING = 0xFFFFFFFF
 MAX_DIGESTS = 256
 MAX_REQUEST_BYTES = 64 << 10
 #: Chunk bytes one response carries at most; records past it are sent as missing.
-MAX_RESPONSE_BYTES = 16 << 20
+MAX_RESPONSE_BYTES = 8 << 20
 DIGEST = re.compile(r"blake3:[0-9a-f]{64}")
 #: The form of a peer URL the hub accepts as the ``peerUrl`` fact (hub_server/registry/fleet/reports.py checks
 #: the same): http(s), a host name, IPv4 or [IPv6], an optional port and path; no credentials, query or fragment.

@@ -64,7 +64,7 @@ BODY_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 60.0
 MAX_HEADER_BYTES = 16 << 10
 #: Requests served at once (each answer is built whole: at most this many times MAX_RESPONSE_BYTES in memory).
-MAX_CONNECTIONS = 8
+MAX_CONNECTIONS = 16
 #: Reader threads (each reads and re-hashes the chunks of one request at a time).
 READERS = 2
 _REASONS = {

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from forkd_client.errors import UsageError
+from forkd_client.hub import fill as fill_module
 from forkd_client.hub.peers import PeerOptions, peer_options
 from forkd_client.hub.peerwire import MAGIC, encode_record
 from forkd_client.hub.pull import pull
@@ -160,3 +161,32 @@ def test_peers_are_opt_in_and_need_the_fleet_token() -> None:
     assert peer_options(True, env={"FORKD_FLEET_TOKEN": "t", "FORKD_PEERS_TIMEOUT": "0.25"}).timeout == 0.25  # type: ignore[union-attr]
     with pytest.raises(UsageError, match="FORKD_PEERS_TIMEOUT"):
         peer_options(True, env={"FORKD_FLEET_TOKEN": "t", "FORKD_PEERS_TIMEOUT": "soon"})
+
+
+def test_a_good_peer_and_a_liar_the_good_one_serves_what_it_was_given_and_the_hub_the_rest(
+    fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub, a = fleet
+    monkeypatch.setattr(fill_module, "BATCH_BYTES", 16 * CHUNK)  # the base in 3 batches, round robin: both peers asked
+    handler = type("BoundLiar", (Liar,), {"behave": staticmethod(_wrong_bytes), "requests": []})
+    liar = QuietHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=liar.serve_forever, daemon=True).start()
+    liar_url = f"http://127.0.0.1:{liar.server_address[1]}"
+    try:
+        with peer_server(a.root) as server, SnapshotStore(tmp_path / "b") as b:
+            report_as(hub, a, "a", server.url)
+            report_as(hub, a, "liar", liar_url)
+            result = pull(b, hub.client(hub.token("reader-b", "pull:acme/*")), REF, peers=options())
+            assert memory_files(b) == memory_files(a)
+    finally:
+        liar.shutdown()
+        liar.server_close()
+    by = result.bytes_by_source
+    # the base's batches given to the liar (one or two of three, round robin) came from the hub, the rest from the
+    # good peer; once it failed the liar was asked nothing more (a second batch only if already in flight; the
+    # head's batch went to the good peer)
+    assert handler.requests in ([16], [16, 16]), handler.requests
+    assert by["hub"] in (16 * CHUNK, 32 * CHUNK) and by["hub"] >= sum(handler.requests) * CHUNK, by
+    assert by["peers"] == 64 * CHUNK - by["hub"], by
+    assert result.bytes_by_peer == {server.url: by["peers"]}
+    assert list(result.peers_dropped) == [liar_url]
