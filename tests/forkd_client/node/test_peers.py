@@ -7,6 +7,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import blake3
@@ -18,6 +20,7 @@ from forkd_client.hub.peerwire import MISSING, PATH, parse_records
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
+from forkd_client.node import peers as peers_module
 from forkd_client.node.peers import PeerConfigError, bind_listener, check_peer_url, default_url, fleet_token
 from forkd_client.store import SnapshotStore
 from manifest import mediatypes as mt
@@ -61,6 +64,8 @@ def post(url: str, body: bytes, token: str | None = FLEET_TOKEN) -> tuple[int, b
         conn.request("POST", PATH, body=body, headers=headers)
         response = conn.getresponse()
         return response.status, response.read()
+    except ConnectionError:  # a busy server answers 503 and closes, maybe before the body is sent
+        return 0, b""
     finally:
         conn.close()
 
@@ -173,3 +178,30 @@ def test_the_cli_refuses_a_peer_set_up_it_cannot_run(
     assert main(argv) != 0
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_an_answer_carries_at_most_its_byte_bound_and_requests_past_the_slots_are_503(
+    pulled: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(peers_module, "MAX_RESPONSE_BYTES", 2 * CHUNK)
+    chunks = chunks_of(pulled.path("base") / mt.MEMORY_FILE)[:5]
+    with peer_server(pulled.root, max_connections=1) as server:
+        status, body = post(server.url, json.dumps([d for d, _ in chunks]).encode())
+        assert status == 200
+        records = list(parse_records(body, [CHUNK] * 5))
+        assert [r is not None for r in records] == [True, True, False, False, False]  # the rest: ask again
+        host, port = server.url.removeprefix("http://").split(":")
+        ask = json.dumps([chunks[0][0]]).encode()
+        with socket.create_connection((host, int(port)), timeout=10) as held:
+            held.sendall(b"POST " + PATH.encode() + b" HTTP/1.1\r\n")  # holds the one slot, headers unfinished
+            assert until(lambda: post(server.url, ask)[0] == 503)
+        assert until(lambda: post(server.url, ask)[0] == 200)  # the slot is free once that peer left
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
