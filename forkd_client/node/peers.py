@@ -9,8 +9,9 @@ answers one route, ``POST /peer/v1/chunks``, over HTTP/1.1 with one request per 
   is read; anything else is 401. The token comes from ``FORKD_FLEET_TOKEN`` or ``--fleet-token-file``
   (:func:`fleet_token`): without one the service refuses to start (:class:`PeerConfigError`).
 - **Bounds**: a body of at most ``MAX_REQUEST_BYTES`` naming at most ``MAX_DIGESTS`` well-formed chunk
-  digests (else 413 / 400, naming what was wrong), at most ``max_connections`` requests at a time (more
-  are answered 503 at once), headers of at most ``MAX_HEADER_BYTES`` within ``HEADER_TIMEOUT_S`` (else 431 or
+  digests (else 413 / 400, naming what was wrong), at most ``max_connections`` requests at a time (a burst
+  beyond waits up to ``queue_wait`` seconds for a slot, at most ``MAX_WAITING`` connections at once; past
+  either bound it is answered 503), headers of at most ``MAX_HEADER_BYTES`` within ``HEADER_TIMEOUT_S`` (else 431 or
   the connection closed), the body within ``BODY_TIMEOUT_S``, at most ``MAX_RESPONSE_BYTES`` of chunks per
   response (later chunks are sent as missing), taken by the peer within ``SEND_TIMEOUT_S``.
 - **What is served**: each chunk found through the store's :class:`~forkd_client.hub.localchunks.LocalChunkIndex`
@@ -65,6 +66,9 @@ SEND_TIMEOUT_S = 60.0
 MAX_HEADER_BYTES = 16 << 10
 #: Requests served at once (each answer is built whole: at most this many times MAX_RESPONSE_BYTES in memory).
 MAX_CONNECTIONS = 16
+#: Connections waiting for a slot at most, and how long each waits (a burst of pullers is queued, not refused).
+MAX_WAITING = 64
+QUEUE_WAIT_S = 2.0
 #: Reader threads (each reads and re-hashes the chunks of one request at a time).
 READERS = 2
 _REASONS = {
@@ -196,14 +200,15 @@ class PeerService:
         url: str | None = None,
         max_connections: int = MAX_CONNECTIONS,
         readers: int = READERS,
+        queue_wait: float = QUEUE_WAIT_S,
     ) -> None:
         if not token:
             raise PeerConfigError("the peer server needs a fleet token")
         self.store_root, self.sock, self.log = Path(store_root), sock, log
         self._token = token.encode()
         self.url = check_peer_url(url or default_url(sock))
-        self.max_connections = max_connections
-        self._busy = 0
+        self.max_connections, self.queue_wait = max_connections, queue_wait
+        self._busy = self._waiting = 0
         # one reader per thread (the store's SQLite connections stay on the thread that opened them)
         self._readers = [
             (_Reader(self.store_root), ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"forkd-peer-read{i}"))
@@ -230,10 +235,9 @@ class PeerService:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            if self._busy >= self.max_connections:
+            if not await self._queued():
                 await self._respond(writer, 503, b"busy: too many peer requests at once; fetch elsewhere\n")
                 return
-            self._busy += 1
             try:
                 await self._serve(reader, writer)
             finally:
@@ -244,6 +248,26 @@ class PeerService:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
+
+    async def _queued(self) -> bool:
+        """A slot taken (True), else no slot within ``queue_wait`` or too many waiting already (False). Polled
+        (every 20 ms): a counter on one loop cannot leak a slot the way a cancelled semaphore wait can."""
+        if self._busy < self.max_connections:
+            self._busy += 1
+            return True
+        if self._waiting >= MAX_WAITING:
+            return False
+        deadline = asyncio.get_running_loop().time() + self.queue_wait
+        self._waiting += 1
+        try:
+            while self._busy >= self.max_connections:
+                if asyncio.get_running_loop().time() >= deadline:
+                    return False
+                await asyncio.sleep(0.02)
+            self._busy += 1
+            return True
+        finally:
+            self._waiting -= 1
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

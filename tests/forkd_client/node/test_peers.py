@@ -185,7 +185,7 @@ def test_an_answer_carries_at_most_its_byte_bound_and_requests_past_the_slots_ar
 ) -> None:
     monkeypatch.setattr(peers_module, "MAX_RESPONSE_BYTES", 2 * CHUNK)
     chunks = chunks_of(pulled.path("base") / mt.MEMORY_FILE)[:5]
-    with peer_server(pulled.root, max_connections=1) as server:
+    with peer_server(pulled.root, max_connections=1, queue_wait=0.3) as server:
         status, body = post(server.url, json.dumps([d for d, _ in chunks]).encode())
         assert status == 200
         records = list(parse_records(body, [CHUNK] * 5))
@@ -194,7 +194,9 @@ def test_an_answer_carries_at_most_its_byte_bound_and_requests_past_the_slots_ar
         ask = json.dumps([chunks[0][0]]).encode()
         with socket.create_connection((host, int(port)), timeout=10) as held:
             held.sendall(b"POST " + PATH.encode() + b" HTTP/1.1\r\n")  # holds the one slot, headers unfinished
+            started = time.monotonic()
             assert until(lambda: post(server.url, ask)[0] == 503)
+            assert time.monotonic() - started >= 0.3  # it waited for a slot first
         assert until(lambda: post(server.url, ask)[0] == 200)  # the slot is free once that peer left
 
 
