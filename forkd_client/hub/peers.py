@@ -32,7 +32,16 @@ from urllib.parse import urlsplit
 
 from ..errors import UsageError
 from .errors import HubError
-from .peerwire import CONTENT_TYPE, MAGIC, MAX_DIGESTS, PATH, PeerWireError, chunk_matches, parse_records
+from .peerwire import (
+    CONTENT_TYPE,
+    MAGIC,
+    MAX_DIGESTS,
+    PATH,
+    PeerWireError,
+    authorization,
+    chunk_matches,
+    parse_records,
+)
 from .progress import Progress
 from .repository import RepositoryClient
 
@@ -194,7 +203,7 @@ def _request(url: str, options: PeerOptions, digests: list[str], bound: int) -> 
             parts.path.rstrip("/") + PATH,
             body=payload,
             headers={
-                "Authorization": f"Bearer {options.token}",
+                "Authorization": authorization(options.token, url, time.time()),
                 "Content-Type": "application/json",
                 "Accept": CONTENT_TYPE,
             },

@@ -1,8 +1,12 @@
 """The wire form of fleet peers' chunk exchange (docs/mirrors.md, "A fleet with peers"), shared by the peer
 server (:mod:`forkd_client.node.peers`) and the pull's peer source (:mod:`.peers`).
 
-Request: ``POST /peer/v1/chunks`` with ``Authorization: Bearer <fleet token>`` and a JSON array of chunk
-digests (``blake3:<64 hex>``; at most :data:`MAX_DIGESTS`, a body of at most :data:`MAX_REQUEST_BYTES`).
+Request: ``POST /peer/v1/chunks`` with a JSON array of chunk digests (``blake3:<64 hex>``; at most
+:data:`MAX_DIGESTS`, a body of at most :data:`MAX_REQUEST_BYTES`) and ``Authorization: ForkdPeer t=<unix
+seconds>,mac=<hex>`` (:func:`authorization`): an HMAC-SHA256, keyed with the fleet token, of the time and of
+the **peer URL the request goes to** (its audience: the URL the peer reported, as the hub hands it out). The
+token itself never travels: a peer URL a host reports (with its node token) learns a proof that opens only
+that URL, within :data:`MAX_SKEW_S` seconds either side of its clock (:func:`authorized`).
 
 Response (``200``, ``Content-Type: application/vnd.forkd.peer-chunks.v1``, with ``Content-Length``): the
 magic :data:`MAGIC`, then one record per requested digest, **in the request's order**: a 4-byte big-endian
@@ -18,6 +22,8 @@ a record longer than the chunk it answers).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import struct
 from collections.abc import Iterator, Sequence
@@ -35,6 +41,8 @@ __all__ = [
     "PATH",
     "PEER_URL",
     "PeerWireError",
+    "authorization",
+    "authorized",
     "chunk_matches",
     "encode_record",
     "parse_records",
@@ -55,6 +63,34 @@ DIGEST = re.compile(r"blake3:[0-9a-f]{64}")
 PEER_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
 MAX_PEER_URL = 256
 _LEN = struct.Struct(">I")
+
+
+#: How far a request's time may be from the peer's clock (fleet hosts keep time with NTP).
+MAX_SKEW_S = 120
+AUTH_SCHEME = "ForkdPeer"
+_AUTH = re.compile(AUTH_SCHEME + r" t=([0-9]{1,12}),mac=([0-9a-f]{64})")
+
+
+def _mac(token: bytes, audience: str, t: int) -> str:
+    return hmac.new(token, f"forkd-peer-v1\n{t}\n{audience.rstrip('/')}".encode(), hashlib.sha256).hexdigest()
+
+
+def authorization(token: str, audience: str, now: float) -> str:
+    """The ``Authorization`` value of a request to the peer at URL ``audience`` at time ``now`` (module docstring)."""
+    t = int(now)
+    return f"{AUTH_SCHEME} t={t},mac={_mac(token.encode(), audience, t)}"
+
+
+def authorized(header: str, token: bytes, audience: str, now: float) -> bool:
+    """Whether ``header`` proves the fleet ``token`` for this peer (``audience``: its own URL) near ``now``;
+    the MAC compared in constant time."""
+    match = _AUTH.fullmatch(header.strip())
+    if match is None:
+        return False
+    t = int(match.group(1))
+    if abs(now - t) > MAX_SKEW_S:
+        return False
+    return hmac.compare_digest(match.group(2), _mac(token, audience, t))
 
 
 class PeerWireError(ValueError):

@@ -5,8 +5,10 @@
 (:func:`bind_listener`, so its URL is known before the first report names it as the ``peerUrl`` fact). It
 answers one route, ``POST /peer/v1/chunks``, over HTTP/1.1 with one request per connection:
 
-- **Auth**: ``Authorization: Bearer <fleet token>``, compared in constant time, checked before the body
-  is read; anything else is 401. The token comes from ``FORKD_FLEET_TOKEN`` or ``--fleet-token-file``
+- **Auth**: a proof of the fleet token bound to this peer's URL and the time
+  (:func:`~forkd_client.hub.peerwire.authorized`: ``Authorization: ForkdPeer t=…,mac=…``, the MAC compared in
+  constant time), checked before the body is read; anything else is 401. The token itself is never sent, so
+  a URL a host reports learns nothing that opens another peer. The token comes from ``FORKD_FLEET_TOKEN`` or ``--fleet-token-file``
   (:func:`fleet_token`): without one the service refuses to start (:class:`PeerConfigError`).
 - **Bounds**: a body of at most ``MAX_REQUEST_BYTES`` naming at most ``MAX_DIGESTS`` well-formed chunk
   digests (else 413 / 400, naming what was wrong), at most ``max_connections`` requests at a time (a burst
@@ -32,10 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import os
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -50,8 +52,10 @@ from ..hub.peerwire import (
     MAX_PEER_URL,
     MAX_REQUEST_BYTES,
     MAX_RESPONSE_BYTES,
+    MAX_SKEW_S,
     PATH,
     PEER_URL,
+    authorized,
     encode_record,
 )
 from ..verified import VerifiedRecord
@@ -299,10 +303,13 @@ class PeerService:
             raise _Refused(404, f"no such route; the peer server answers POST {PATH}")
         if method != "POST":
             raise _Refused(405, f"use POST {PATH}")
-        auth = headers.get("authorization", "")
-        scheme, _, given = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
-            raise _Refused(401, "a fleet token is required (Authorization: Bearer <FORKD_FLEET_TOKEN>)")
+        if not authorized(headers.get("authorization", ""), self._token, self.url, time.time()):
+            raise _Refused(
+                401,
+                "a proof of the fleet token for this peer is required (Authorization: ForkdPeer, "
+                "forkd_client/hub/peerwire.py; the same FORKD_FLEET_TOKEN, clocks within "
+                f"{MAX_SKEW_S} s, and this peer's URL {self.url})",
+            )
         length = headers.get("content-length")
         if length is None or not length.isdigit():
             raise _Refused(411, "a Content-Length is required")

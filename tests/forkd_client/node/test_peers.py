@@ -16,7 +16,7 @@ import pytest
 
 from forkd_client.cli.main import main
 from forkd_client.errors import UsageError
-from forkd_client.hub.peerwire import MISSING, PATH, parse_records
+from forkd_client.hub.peerwire import MAX_SKEW_S, MISSING, PATH, authorization, authorized, parse_records
 from forkd_client.hub.pull import pull
 from forkd_client.hub.push import push
 from forkd_client.hub.reference import Reference
@@ -54,12 +54,17 @@ def chunks_of(path: Path) -> list[tuple[str, bytes]]:
     return out
 
 
-def post(url: str, body: bytes, token: str | None = FLEET_TOKEN) -> tuple[int, bytes]:
+def post(
+    url: str, body: bytes, token: str | None = FLEET_TOKEN, *, auth: str | None = None, audience: str | None = None
+) -> tuple[int, bytes]:
+    """POST digests to the peer at ``url``, proving ``token`` for ``audience`` (default: that URL), or sending ``auth``."""
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
+    if auth is not None:
+        headers["Authorization"] = auth
+    elif token is not None:
+        headers["Authorization"] = authorization(token, audience or url, time.time())
     try:
         conn.request("POST", PATH, body=body, headers=headers)
         response = conn.getresponse()
@@ -70,14 +75,33 @@ def post(url: str, body: bytes, token: str | None = FLEET_TOKEN) -> tuple[int, b
         conn.close()
 
 
-def test_a_fleet_token_is_required_and_compared_exactly(pulled: SnapshotStore) -> None:
+def test_a_proof_of_the_fleet_token_for_this_peer_is_required(pulled: SnapshotStore) -> None:
     digest = chunks_of(pulled.path("py-head") / mt.MEMORY_FILE)[0][0]
+    body = json.dumps([digest]).encode()
     with peer_server(pulled.root) as server:
-        assert post(server.url, json.dumps([digest]).encode(), token=None)[0] == 401
-        assert post(server.url, json.dumps([digest]).encode(), token=FLEET_TOKEN + "x")[0] == 401
-        assert post(server.url, json.dumps([digest]).encode(), token="")[0] == 401
-        assert post(server.url, json.dumps([digest]).encode())[0] == 200
+        assert post(server.url, body, token=None)[0] == 401
+        assert post(server.url, body, token=FLEET_TOKEN + "x")[0] == 401
+        assert post(server.url, body, token="")[0] == 401
+        # the token itself is not a credential (it never travels), nor is a proof made for another peer's URL
+        assert post(server.url, body, auth=f"Bearer {FLEET_TOKEN}")[0] == 401
+        assert post(server.url, body, audience="http://10.9.9.9:7480")[0] == 401
+        stale = authorization(FLEET_TOKEN, server.url, time.time() - MAX_SKEW_S - 5)
+        assert post(server.url, body, auth=stale)[0] == 401
+        status, text = post(server.url, body, token=None)
+        assert status == 401 and b"ForkdPeer" in text and server.url.encode() in text
+        assert post(server.url, body)[0] == 200
     assert server.served_chunks == 1
+
+
+def test_a_proof_is_bound_to_the_fleet_token_the_peer_url_and_the_time() -> None:
+    now = 1_800_000_000.0
+    proof = authorization("s3cret", "http://10.0.0.1:7480", now)
+    assert authorized(proof, b"s3cret", "http://10.0.0.1:7480/", now + MAX_SKEW_S)  # a trailing / is the same URL
+    assert not authorized(proof, b"s3cret", "http://10.0.0.1:7480", now + MAX_SKEW_S + 1)
+    assert not authorized(proof, b"s3cret", "http://10.0.0.2:7480", now)
+    assert not authorized(proof, b"other", "http://10.0.0.1:7480", now)
+    assert not authorized(proof.replace("t=", "t=1"), b"s3cret", "http://10.0.0.1:7480", now)
+    assert "s3cret" not in proof
 
 
 def test_requests_are_bounded(pulled: SnapshotStore) -> None:
