@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import socket
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -219,6 +220,7 @@ class PeerService:
             for i in range(max(1, readers))
         ]
         self._next = 0
+        self._active: set[asyncio.Task[Any]] = set()  # requests being served (waited for on shutdown)
         self.served_chunks = 0
         self.served_bytes = 0
 
@@ -231,6 +233,8 @@ class PeerService:
                 server.close()
                 await server.wait_closed()
         finally:
+            if self._active:  # requests in flight finish (each is bounded by its timeouts) before the readers close
+                await asyncio.wait(set(self._active), timeout=HEADER_TIMEOUT_S + BODY_TIMEOUT_S + SEND_TIMEOUT_S)
             loop = asyncio.get_running_loop()
             for reader, pool in self._readers:
                 await loop.run_in_executor(pool, reader.close)
@@ -238,6 +242,9 @@ class PeerService:
             self.log(f"peer server stopped ({self.served_chunks} chunk(s), {self.served_bytes} bytes served)")
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._active.add(task)
         try:
             if not await self._queued():
                 await self._respond(writer, 503, b"busy: too many peer requests at once; fetch elsewhere\n")
@@ -252,6 +259,7 @@ class PeerService:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
+            self._active.discard(task)
 
     async def _queued(self) -> bool:
         """A slot taken (True), else no slot within ``queue_wait`` or too many waiting already (False). Polled
@@ -286,7 +294,12 @@ class PeerService:
             return
         chunk_reader, pool = self._readers[self._next % len(self._readers)]
         self._next += 1
-        chunks = await asyncio.get_running_loop().run_in_executor(pool, chunk_reader.read, digests)
+        try:
+            chunks = await asyncio.get_running_loop().run_in_executor(pool, chunk_reader.read, digests)
+        except (OSError, sqlite3.Error) as e:  # the store's index or files: this request fails, the service stays
+            self.log(f"peer request failed: cannot read this store's chunks: {e}")
+            await self._respond(writer, 503, f"cannot read chunks here now: {e}\n".encode())
+            return
         parts = [MAGIC]
         for chunk in chunks:  # each record written as it is, not copied into one body
             parts.append(encode_record(None) if chunk is None else len(chunk).to_bytes(4, "big"))

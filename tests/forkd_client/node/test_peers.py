@@ -231,3 +231,15 @@ def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_store_that_cannot_be_read_is_a_503_and_the_service_stays_up(pulled: SnapshotStore) -> None:
+    digest = chunks_of(pulled.path("base") / mt.MEMORY_FILE)[0][0]
+    (pulled.root / "chunk-index.db").write_bytes(b"not a database" * 512)  # opened by the first request
+    for leftover in ("chunk-index.db-wal", "chunk-index.db-shm"):
+        (pulled.root / leftover).unlink(missing_ok=True)
+    with peer_server(pulled.root) as server:
+        for _ in range(2):
+            status, text = post(server.url, json.dumps([digest]).encode())
+            assert status == 503 and b"cannot read chunks here now" in text, text
+    assert any("cannot read this store's chunks" in line for line in server.lines)  # type: ignore[attr-defined]
