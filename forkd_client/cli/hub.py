@@ -320,6 +320,8 @@ def forkd_version() -> str:
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    if getattr(args, "peers", False) and (args.lazy or args.hub or args.ref.startswith(("http://", "https://"))):
+        raise UsageError("--peers works with a plain hub pull (NS/REPO[:TAG]), not with --lazy or forkd's --hub form")
     if args.lazy:
         from .lazycmds import run_lazy_pull
 
@@ -333,6 +335,9 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
     verify_keys = keys_for_pull(ref.namespace, [p.expanduser() for p in args.verify_key])
+    from ..hub.peers import peer_options
+
+    peers = peer_options(getattr(args, "peers", False))
     progress = make_progress(quiet=args.quiet or args.json)
     with (
         ctx.store() as store,
@@ -348,7 +353,14 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             started = time.monotonic()
             try:
                 result = pull(
-                    store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
+                    store,
+                    client,
+                    ref,
+                    as_tag=args.as_tag,
+                    force=args.force,
+                    progress=progress,
+                    verify_keys=verify_keys,
+                    peers=peers,
                 )
             except NotFound as e:
                 hint = not_found_hint(client, ref.name) if e.code == "NAME_UNKNOWN" else None
@@ -378,6 +390,13 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(
         f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received"
     )
+    if peers is not None:
+        by = result.bytes_by_source
+        dropped = f"; {len(result.peers_dropped)} peer(s) dropped" if result.peers_dropped else ""
+        ctx.print(
+            f"chunks by source: {human_size(by['peers'])} from {len(result.bytes_by_peer)} peer(s), "
+            f"{human_size(by['hub'])} from the hub, {human_size(by['local'])} local{dropped}"
+        )
     return 0
 
 
