@@ -26,8 +26,9 @@ the same moment; timed: until each has the chain (per-host p50 and max) and unti
   starts at once, none does yet and every chunk comes from the hub (bench/fleet_sim.py
   ``--peers-serve whole`` models it at scale); ``--seeds`` shows the peer path.
 
-Modes b and c need features of other branches: each is skipped, saying which flag is missing (read from
-``forkd-hub serve --help`` and ``forkd node serve --help``), when this tree lacks it. Every host's
+Modes b and c need the mirror and the peers (issue 33): on a tree without them each is skipped, saying
+which flag is missing (read from ``forkd-hub serve --help``, ``forkd node serve --help`` and
+``forkd pull --help``). Every host's
 pulled ``memory.bin`` of the head is compared with the source. Goals: hub egress ≤ 1.5× one chain's
 bytes in b and c (a: hosts × the chain), time until all hosts have it no worse than a's. The proxies
 run in this process and cost CPU in every mode alike. Scratch data: the source images, the hub, and

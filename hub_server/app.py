@@ -73,7 +73,14 @@ def create_app(
     without this, each full collection walks them all (a 263 ms pause under load in one probe,
     docs/benchmarks.md), stalling every request on that worker. Leave it off where many apps
     come and go in one process (tests).
+
+    With ``settings.mirror_of``: the app of a read-only pull-through mirror of that hub instead
+    (``hub_server.mirror.app``, docs/mirrors.md).
     """
+    if settings.mirror_of is not None:  # a read-only pull-through mirror of another hub: no registry of its own
+        from hub_server.mirror.app import create_mirror_app
+
+        return create_mirror_app(settings)
     metrics = HubMetrics()
 
     @contextlib.asynccontextmanager

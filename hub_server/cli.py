@@ -45,6 +45,10 @@ _SERVER_FLAGS = (
     "cache_ttl",
     "immutable_tags",
     "immutable_exempt",
+    "mirror_of",
+    "mirror_cache_bytes",
+    "mirror_tag_ttl",
+    "mirror_auth_ttl",
 )
 _STORE_FLAGS = ("data_dir", "storage", "database_url")
 _SECRET_PARAM = re.compile(r"secret|password|token|key", re.IGNORECASE)
@@ -87,6 +91,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add(
         serve, "immutable_exempt", "tag globs that stay movable under immutable tags (default latest)", metavar="GLOBS"
+    )
+    _add(
+        serve,
+        "mirror_of",
+        "run a read-only pull-through mirror of the hub at URL instead of a registry (docs/mirrors.md)",
+        metavar="URL",
+    )
+    _add(serve, "mirror_cache_bytes", "a mirror's cache size limit, e.g. 200G (default unlimited)", metavar="SIZE")
+    _add(
+        serve,
+        "mirror_tag_ttl",
+        "seconds a mirror keeps a tag before asking its upstream again (default 60)",
+        metavar="SECONDS",
+    )
+    _add(
+        serve,
+        "mirror_auth_ttl",
+        "seconds a mirror keeps its upstream's answer to a credential (default 60)",
+        metavar="SECONDS",
     )
     serve.set_defaults(func=_serve)
 
@@ -223,7 +246,8 @@ def _log_start(settings: Settings) -> None:
     url = f"http://{settings.host}:{settings.port}" if settings.port else f"http://{settings.host} (a free port)"
     public = f" (public URL {settings.public_url})" if settings.public_url else ""
     public += f" with {settings.workers} workers" if settings.workers > 1 else ""
-    database = redacted_url(settings.database_url)
+    public += f", a read-only mirror of {settings.mirror_of}" if settings.mirror_of else ""
+    database = "none (a mirror keeps no registry)" if settings.mirror_of else redacted_url(settings.database_url)
     storage = " ".join(
         f"{word.split('=', 1)[0]}=***" if "=" in word and _SECRET_PARAM.search(word.split("=", 1)[0]) else word
         for word in settings.storage.split()
@@ -248,6 +272,11 @@ def _log_start(settings: Settings) -> None:
 
 
 async def _open_and_close(settings: Settings) -> None:
+    if settings.mirror_of is not None:  # a mirror keeps no registry: its store and index only
+        from hub_server.mirror.app import open_mirror
+
+        async with open_mirror(settings):
+            return
     async with open_hub(settings):
         pass
 

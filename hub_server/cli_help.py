@@ -11,11 +11,13 @@ __all__ = ["HELP", "document"]
 HELP: HelpTable = {
     "serve": (
         "Run the hub: HTTP API, OCI subset, forkd compatibility and OpenAPI at /schema. The first start "
-        "creates the data directory, database and schema (SQLite).",
+        "creates the data directory, database and schema (SQLite). With --mirror-of URL: a read-only "
+        "pull-through mirror of the hub at URL instead, with no database (docs/mirrors.md).",
         {},
         [
             "forkd-hub serve --data-dir /var/lib/forkd-hub",
             "FORKD_HUB_STORAGE='filesystem root=/srv/blobs' forkd-hub serve --host 0.0.0.0 --port 8080",
+            "forkd-hub serve --mirror-of https://hub.example --port 5001 --mirror-cache-bytes 500G",
         ],
     ),
     "migrate": (

@@ -55,7 +55,7 @@ from hub_server.webhooks.delivery import Deliverer, DeliveryPolicy
 from hub_server.webhooks.guard import ALLOW_ENV, AllowList
 from hub_server.webhooks.service import WebhookService
 
-__all__ = ["HubServices", "HubStartError", "open_hub", "redacted_url"]
+__all__ = ["HubServices", "HubStartError", "open_hub", "open_store", "redacted_url"]
 
 
 class HubStartError(RuntimeError):
@@ -178,6 +178,20 @@ async def open_hub(
             await store.close()
     finally:
         await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def open_store(settings: Settings) -> AsyncIterator[BlobStore]:
+    """The data directory and the blob store of ``settings`` alone, for a process that keeps no registry
+    (``forkd-hub serve --mirror-of``: hub_server/mirror/app.py). Closed on leaving.
+
+    Raises: SettingsError, HubStartError (see the module docstring)."""
+    _make_data_dir(settings)
+    store = _store(settings.storage)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 def _webhooks(

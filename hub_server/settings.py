@@ -168,6 +168,14 @@ class Settings:
     """Authenticated requests per client address (an IPv6 /64) (per process); ``None``: unlimited."""
     rate_anonymous: RateSpec | None = field(default_factory=lambda: RateSpec(50.0, 1000))
     """Anonymous requests per client address (an IPv6 /64) (per process); ``None``: unlimited."""
+    mirror_of: str | None = None
+    """``serve`` runs a read-only pull-through mirror of the hub at this URL instead of a registry (docs/mirrors.md)."""
+    mirror_cache_bytes: int | None = None
+    """A mirror's cache size limit (least-recently-used objects are evicted past it); ``None``: unlimited."""
+    mirror_tag_ttl: float = 60.0
+    """Seconds a mirror keeps a tag's digest (and a tags list, referrers, a chain) before asking the upstream again."""
+    mirror_auth_ttl: float = 60.0
+    """Seconds a mirror keeps the upstream's answer to a credential for a repository (allow or refusal)."""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -331,6 +339,18 @@ def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
 
+def _mirror_of(text: str) -> str:
+    url = text.strip().rstrip("/")
+    if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", url):
+        raise SettingsError(f"not an http(s) URL of a hub: {text!r}")
+    return url
+
+
+def _cache_limit(text: str) -> int | None:
+    size = parse_size(text)
+    return size if size > 0 else None
+
+
 def _gc_interval(text: str) -> float | None:
     seconds = parse_duration(text).total_seconds()
     return seconds if seconds > 0 else None
@@ -366,6 +386,10 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "signature_policy": (lambda t: Path(t).expanduser(), False),
     "node_ttl": (_positive(_seconds), False),
     "namespace_quota": (_quota, False),
+    "mirror_of": (_mirror_of, False),
+    "mirror_cache_bytes": (_cache_limit, False),
+    "mirror_tag_ttl": (_seconds, False),
+    "mirror_auth_ttl": (_seconds, False),
     "rate_token": (parse_rate, False),
     "rate_address": (parse_rate, False),
     "rate_anonymous": (parse_rate, False),

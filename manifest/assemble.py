@@ -268,7 +268,7 @@ class FileAssembler:
         cs = self.chunk_map.chunk_size
         return min(cs, self.chunk_map.size - index * cs)
 
-    def write(self, index: int, data: bytes) -> None:
+    def write(self, index: int, data: bytes | bytearray | memoryview) -> None:
         """Put chunk ``index``'s bytes (already verified against its digest) in place."""
         if len(data) != self.length(index):
             raise AssemblyError(

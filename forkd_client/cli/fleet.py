@@ -9,9 +9,11 @@ named like the host (``--host``, default: this machine's short host name).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from clikit.units import human_size, parse_size
@@ -52,6 +54,21 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p = commands.add_parser("serve", parents=[common, reporting], help="report after every change and on a heartbeat")
     p.add_argument("--heartbeat", type=float, default=60.0, metavar="SECONDS", help="report at least this often (60)")
     p.add_argument("--poll", type=float, default=1.0, metavar="SECONDS", help="look for store changes this often (1)")
+    p.add_argument(
+        "--peer-listen",
+        metavar="HOST:PORT",
+        default=os.environ.get("FORKD_PEER_LISTEN") or None,
+        help="also serve this store's verified chunks to fleet peers there (FORKD_PEER_LISTEN; default off)",
+    )
+    p.add_argument(
+        "--peer-url", metavar="URL", help="the URL peers are told (default: http://HOST:PORT of the bound socket)"
+    )
+    p.add_argument(
+        "--fleet-token-file",
+        type=Path,
+        metavar="FILE",
+        help="the fleet token peers must present (default: FORKD_FLEET_TOKEN)",
+    )
     p.set_defaults(func=run_serve)
 
     p = commands.add_parser("status", parents=[common], help="what the last report told which hub")
@@ -97,7 +114,7 @@ def _size(text: str | None, option: str) -> int | None:
         raise UsageError(f"{option} {text!r}: {e}") from None
 
 
-def _reporter(args: argparse.Namespace, ctx: Context, client: Any, store: Any) -> Any:
+def _reporter(args: argparse.Namespace, ctx: Context, client: Any, store: Any, peer_url: str | None = None) -> Any:
     from ..node.report import Reporter
 
     host = args.host or socket.gethostname().split(".")[0]
@@ -107,6 +124,7 @@ def _reporter(args: argparse.Namespace, ctx: Context, client: Any, store: Any) -
         host,
         labels=_labels(args.label, "--label"),
         download_rate=_size(args.download_rate, "--download-rate"),
+        peer_url=peer_url,
     )
 
 
@@ -137,10 +155,25 @@ def run_serve(args: argparse.Namespace, ctx: Context) -> int:
     def log(line: str) -> None:
         print(f"forkd node: {line}", file=ctx.stderr, flush=True)
 
+    services: list[Any] = []
+    peer_url = None
+    if args.peer_listen:  # refused before anything else starts: no token, an address that cannot be bound
+        from ..node.peers import PeerService, bind_listener, check_peer_url, fleet_token
+
+        token = fleet_token(args.fleet_token_file)
+        if args.peer_url is not None:
+            check_peer_url(args.peer_url)
+        sock = bind_listener(args.peer_listen)
+    elif args.peer_url or args.fleet_token_file:
+        raise UsageError("--peer-url and --fleet-token-file need --peer-listen HOST:PORT (or FORKD_PEER_LISTEN)")
     with ctx.store() as store, _client(None, args.hub, ctx) as client:
-        reporter = _reporter(args, ctx, client, store)
-        service = ReportService(reporter, store, log, heartbeat=args.heartbeat, poll=args.poll)
-        return NodeAgent(store, [service], log).run()
+        if args.peer_listen:
+            peers = PeerService(store.root, sock, token, log, url=args.peer_url)
+            services.append(peers)
+            peer_url = peers.url
+        reporter = _reporter(args, ctx, client, store, peer_url)
+        services.insert(0, ReportService(reporter, store, log, heartbeat=args.heartbeat, poll=args.poll))
+        return NodeAgent(store, services, log).run()
 
 
 def run_status(args: argparse.Namespace, ctx: Context) -> int:

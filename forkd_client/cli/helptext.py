@@ -101,10 +101,13 @@ HELP: HelpTable = {
     ),
     "pull": (
         "Pull a snapshot chain from a hub: every chunk is verified on arrival and every file after "
-        "assembly; an interrupted pull resumes where it stopped.",
+        "assembly; an interrupted pull resumes where it stopped. Reads go through the hub's mirrors when "
+        "some are configured (FORKD_HUB_MIRRORS='HUB=MIRROR[,MIRROR]', or [mirrors] in "
+        "$XDG_CONFIG_HOME/forkd/config.toml; a mirror that is down is skipped; docs/mirrors.md).",
         {},
         [
             "forkd pull acme/python:numpy",
+            "FORKD_HUB_MIRRORS=https://hub.example=http://mirror.eu:5001 forkd pull hub.example/acme/python:numpy",
             "forkd pull acme/python@blake3:<digest> --as py-pinned",
             "forkd pull team/python:numpy --verify-key ci-signing.key.pub",
             "forkd pull acme/python:numpy --lazy",

@@ -27,6 +27,7 @@ from ..hub.account import check_push, not_found_hint
 from ..hub.client import LOGIN_HINT, HubClient
 from ..hub.credentials import Credentials, normalize_url
 from ..hub.errors import HasDependents, HubError, InvalidReference, NotFound, TagConflict, Unauthorized
+from ..hub.mirrors import mirrors_for
 from ..hub.progress import FAILED, INTERRUPTED, REFUSED, Progress, make_progress
 from ..hub.pull import pull
 from ..hub.reference import Reference
@@ -49,16 +50,23 @@ if TYPE_CHECKING:
 
 
 def _client(
-    ref: Reference | None, url: str | None = None, ctx: Context | None = None, notices: Context | None = None
+    ref: Reference | None,
+    url: str | None = None,
+    ctx: Context | None = None,
+    notices: Context | None = None,
+    *,
+    mirrored: bool = False,
 ) -> HubClient:
     """The client for the hub this command talks to, which it names on stderr (unless ``ctx`` is None); its
     retries are told on ``ctx``'s stderr, or on ``notices``' (``--json`` keeps stdout for the JSON, not stderr
-    quiet: a CI log shows what the command rode out)."""
+    quiet: a CI log shows what the command rode out). ``mirrored``: reads go through the hub's configured
+    mirrors (``forkd_client/hub/mirrors.py``; a pull's, never a push's)."""
     creds = Credentials().resolve(url)
     base = ref.hub_url(creds.url) if ref is not None else creds.url
     if not base:
         raise HubError("no hub given: use HOST/ in the reference, 'forkd login URL' or FORKD_HUB_URL")
     token = creds.token if creds.url == base else Credentials().resolve(base).token
+    mirrors = mirrors_for(base) if mirrored else []
     if ctx is not None:
         if ref is not None and ref.host is not None:
             source = "named in the reference"
@@ -68,13 +76,21 @@ def _client(
             source = "FORKD_HUB_URL"
         else:
             source = "the default login"
-        print(f"Using hub {base} ({source}{', anonymous' if not token else ''})", file=ctx.stderr)
+        through = f" through mirror(s) {', '.join(mirrors)}" if mirrors else ""
+        print(f"Using hub {base} ({source}{', anonymous' if not token else ''}){through}", file=ctx.stderr)
         stderr = ctx.stderr
-        return HubClient(base, token, retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=stderr)))
+        return HubClient(
+            base, token, retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=stderr)), mirrors=mirrors
+        )
     if notices is not None:
         quiet_stderr = notices.stderr
-        return HubClient(base, token, retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=quiet_stderr)))
-    return HubClient(base, token)
+        return HubClient(
+            base,
+            token,
+            retrier=Retrier(notice=lambda line: print(f"forkd: {line}", file=quiet_stderr)),
+            mirrors=mirrors,
+        )
+    return HubClient(base, token, mirrors=mirrors)
 
 
 @contextlib.contextmanager
@@ -304,6 +320,8 @@ def forkd_version() -> str:
 
 
 def run_pull(args: argparse.Namespace, ctx: Context) -> int:
+    if getattr(args, "peers", False) and (args.lazy or args.hub or args.ref.startswith(("http://", "https://"))):
+        raise UsageError("--peers works with a plain hub pull (NS/REPO[:TAG]), not with --lazy or forkd's --hub form")
     if args.lazy:
         from .lazycmds import run_lazy_pull
 
@@ -317,10 +335,15 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
         return _run_forkd_pull(args, ctx)
     ref = Reference.parse(args.ref)
     verify_keys = keys_for_pull(ref.namespace, [p.expanduser() for p in args.verify_key])
+    from ..hub.peers import peer_options
+
+    peers = peer_options(getattr(args, "peers", False))
     progress = make_progress(quiet=args.quiet or args.json)
     with (
         ctx.store() as store,
-        _client(ref, ctx=None if args.quiet or args.json else ctx, notices=None if args.quiet else ctx) as client,
+        _client(
+            ref, ctx=None if args.quiet or args.json else ctx, notices=None if args.quiet else ctx, mirrored=True
+        ) as client,
     ):
         with _interruptible(
             progress,
@@ -330,7 +353,14 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
             started = time.monotonic()
             try:
                 result = pull(
-                    store, client, ref, as_tag=args.as_tag, force=args.force, progress=progress, verify_keys=verify_keys
+                    store,
+                    client,
+                    ref,
+                    as_tag=args.as_tag,
+                    force=args.force,
+                    progress=progress,
+                    verify_keys=verify_keys,
+                    peers=peers,
                 )
             except NotFound as e:
                 hint = not_found_hint(client, ref.name) if e.code == "NAME_UNKNOWN" else None
@@ -360,6 +390,13 @@ def run_pull(args: argparse.Namespace, ctx: Context) -> int:
     ctx.print(
         f"{len(result.links)} layer(s), {human_size(fetched)} of chunks fetched, {human_size(result.bytes_received)} received"
     )
+    if peers is not None:
+        by = result.bytes_by_source
+        dropped = f"; {len(result.peers_dropped)} peer(s) dropped" if result.peers_dropped else ""
+        ctx.print(
+            f"chunks by source: {human_size(by['peers'])} from {len(result.bytes_by_peer)} peer(s), "
+            f"{human_size(by['hub'])} from the hub, {human_size(by['local'])} local{dropped}"
+        )
     return 0
 
 

@@ -141,6 +141,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
         help="refuse the chain unless its head is signed by this public key (repeatable; also the "
         "namespace's keys in $XDG_CONFIG_HOME/forkd/trusted-keys.json)",
     )
+    p.add_argument(
+        "--peers",
+        action="store_true",
+        help="also fetch chunks from fleet peers holding the layers (FORKD_PEERS=1; needs FORKD_FLEET_TOKEN; every "
+        "chunk verified, a bad peer dropped and its chunks fetched from the hub; docs/mirrors.md)",
+    )
     p.set_defaults(func=_handler("run_pull"))
 
     p = sub.add_parser("search", parents=[common], help="search repositories on a hub")

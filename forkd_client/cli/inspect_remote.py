@@ -41,7 +41,7 @@ def run_inspect_remote(args: argparse.Namespace, ctx: Context) -> int:
         ref, hub = Reference.parse(args.tag), None
     else:
         ref, hub = _origin(args, ctx)
-    with _client(ref, hub, ctx=None if args.json else ctx) as client:
+    with _client(ref, hub, ctx=None if args.json else ctx, mirrored=True) as client:  # reads only: mirrors serve them
         info = remote_inspection(client, ref)
     if args.json:
         ctx.json(info)

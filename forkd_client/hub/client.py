@@ -24,6 +24,7 @@ from urllib.parse import quote
 from .account import AccountClient
 from .errors import HubError, HubUnreachable, NotAHub, Unauthorized
 from .lean_httpx import httpx
+from .mirrors import MirrorRoute
 from .politeness import Patience
 from .presigned import PresignedCache, merge_spans, slice_spans
 from .repository import (
@@ -55,9 +56,11 @@ class HubClient:
         http: httpx.Client | None = None,
         timeout: float | None = None,
         retrier: Retrier | None = None,
+        mirrors: Sequence[str] = (),
     ) -> None:
         """``timeout``: seconds a request may wait without a byte moving (default ``FORKD_TIMEOUT``, 120);
-        ``retrier``: how outages are ridden out (default: ``FORKD_RETRY_FOR``, silent)."""
+        ``retrier``: how outages are ridden out (default: ``FORKD_RETRY_FOR``, silent); ``mirrors``: send reads
+        (GET, HEAD) to the first of these that answers, then to the hub (:mod:`.mirrors`; pulls only, never a push)."""
         timeout = http_timeout() if timeout is None else timeout
         self.base_url = base_url.rstrip("/")
         self._owns_http = http is None
@@ -73,6 +76,8 @@ class HubClient:
         self._presigned = PresignedCache()
         self.patience = Patience()
         """How 429s are waited out (``politeness.py``); tests inject its ``sleep`` and ``say``."""
+        self.mirror_route = MirrorRoute(self.base_url, mirrors) if mirrors else None
+        """Where reads go when mirrors are configured; ``mirror_route.served_by`` names the mirror that served."""
 
     def close(self) -> None:
         if self._owns_http:
@@ -173,6 +178,33 @@ class HubClient:
         return response
 
     def _send(self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any) -> httpx.Response:
+        """One request; a read of the hub's goes to its first live mirror (an unreachable mirror or its 5xx: the
+        next one, then the hub; that mirror is skipped from then on)."""
+        route = self.mirror_route
+        if route is not None and method in ("GET", "HEAD"):
+            for mirror in route.live():
+                target = route.rebase(url, mirror)
+                if target is None:
+                    break
+                try:
+                    response = self._send_once(method, target, headers, max_bytes, **kw)
+                except httpx.TransportError as e:
+                    self._skip_mirror(mirror, f"unreachable: {e}")
+                    continue
+                if response.status_code >= 500:
+                    self._skip_mirror(mirror, f"it answered HTTP {response.status_code}")
+                    continue
+                route.served_by = mirror
+                return response
+        return self._send_once(method, url, headers, max_bytes, **kw)
+
+    def _skip_mirror(self, mirror: str, why: str) -> None:
+        assert self.mirror_route is not None
+        self.mirror_route.skip(mirror)
+        if self.retrier.notice is not None:
+            self.retrier.notice(f"mirror {mirror} skipped for the rest of this command ({why})")
+
+    def _send_once(self, method: str, url: str, headers: dict[str, str], max_bytes: int, **kw: Any) -> httpx.Response:
         request = self.http.build_request(method, url, headers=headers, **kw)
         response = self.http.send(request, stream=True)
         try:

@@ -2,7 +2,10 @@
 
 Every changed chunk of a layer comes from the first of: the staged file itself (an interrupted
 pull left it there; it is read and hashed, never trusted), a local snapshot holding the same
-content at any offset (``chunk-index.db``), or the hub. Chunks from the hub are fetched as
+content at any offset (``chunk-index.db``), a fleet peer holding the layer (a pull with peers,
+:mod:`.peers`: batches fetched in parallel on the piece workers, each chunk verified by its digest
+before it is written; a failing peer is dropped and what it did not deliver goes on to the hub), or
+the hub. Chunks from the hub are fetched as
 coalesced byte ranges of the layer's data blobs (touching frames merged into ranges of at most
 FORKD_PULL_RANGE_BYTES, up to 64 ranges per request, FORKD_PULL_PARALLEL requests in flight).
 Two stages overlap: a request to the hub answers with the bytes, a redirect or a fetch plan
@@ -29,6 +32,8 @@ from manifest.model import ChunkMap
 
 from .errors import DigestInvalid, HubError
 from .localchunks import LocalChunkIndex
+from .peers import BATCH_BYTES, PeerFailure, PeerSource
+from .peerwire import MAX_DIGESTS
 from .progress import Progress
 from .repository import RepositoryClient
 
@@ -51,12 +56,26 @@ def tunable(name: str, default: int, minimum: int) -> int:
 
 @dataclass
 class FillCounts:
-    """Where a link's changed chunks came from."""
+    """Where a link's changed chunks came from (``bytes_*``: the chunks' own, uncompressed bytes)."""
 
     fetched: int = 0  # downloaded from the hub
     local: int = 0  # read from local snapshots holding the same content
     resumed: int = 0  # already in the staged file, from an interrupted pull
-    bytes_fetched: int = 0  # frame bytes downloaded
+    peers: int = 0  # from fleet peers, verified
+    bytes_fetched: int = 0  # frame bytes downloaded from the hub (compressed)
+    bytes_hub: int = 0
+    bytes_local: int = 0
+    bytes_resumed: int = 0
+    bytes_peers: int = 0
+
+    def by_source(self) -> dict[str, int]:
+        """Chunk bytes written per source (``forkd pull --json``: ``bytes_by_source``)."""
+        return {
+            "hub": self.bytes_hub,
+            "peers": self.bytes_peers,
+            "local": self.bytes_local,
+            "resumed": self.bytes_resumed,
+        }
 
 
 class FillPools:
@@ -100,20 +119,24 @@ def fill_link(
     progress: Progress,
     pools: FillPools | None = None,
     meanwhile: Callable[[], None] | None = None,
+    peers: PeerSource | None = None,
 ) -> FillCounts:
     """Write every changed chunk of ``link`` (its blobs in repository ``repo``) into its staged files,
     on the threads of ``pools`` (the pull's; else ones started, and stopped, for this link).
     ``meanwhile`` is called on this thread whenever a request or piece is done (and once the
     first requests are out), while the pools move bytes: the pull installs earlier links there.
-    What it raises ends the fill as a failed request would."""
+    What it raises ends the fill as a failed request would. With ``peers``, the chunks still wanted
+    after the local ones are asked of the peers holding the layer first."""
     if pools is None:
         own = FillPools()
         try:
-            return fill_link(repo, index, link, progress, own, meanwhile)
+            return fill_link(repo, index, link, progress, own, meanwhile, peers)
         finally:
             own.close()
     fill = LinkFill(repo, link, progress, pools)
     fill.sort_chunks(index)
+    if peers is not None:
+        fill.from_peers(peers, meanwhile)
     return fill.run(meanwhile)
 
 
@@ -141,10 +164,11 @@ class LinkFill:
             for e in chunk_map.entries:
                 if e.is_zero:
                     continue
+                length = assembler.length(e.index)
                 if assembler.resumed and assembler.holds(e.index, e.digest):  # type: ignore[arg-type]
                     counts.resumed += 1
+                    counts.bytes_resumed += length
                     continue
-                length = assembler.length(e.index)
                 blob = chunk_map.blobs[e.blob]
                 slot = wanted.get(blob, {}).get(e.offset)
                 if slot is not None:  # the same frame at several places of this layer
@@ -153,12 +177,78 @@ class LinkFill:
                 data = index.read(e.digest) if e.digest in local else None
                 if data is not None and len(data) == length:
                     counts.local += 1
+                    counts.bytes_local += length
                     assembler.write(e.index, data)
                 else:
                     wanted.setdefault(blob, {})[e.offset] = (e.length, e.digest, length, [(role, e.index)])  # type: ignore[assignment]  # typing debt, decisions/0008
         self.offsets = {blob: sorted(frames) for blob, frames in wanted.items()}
 
-    def ask(self, request: tuple[str, list[tuple[int, int]]]) -> list[Future[tuple[int, int]]]:
+    def from_peers(self, peers: PeerSource, meanwhile: Callable[[], None] | None = None) -> None:
+        """Stage 1b (a pull with peers): the wanted chunks in batches spread over the live peers holding the
+        layer, fetched in parallel on the piece workers; each chunk a peer delivers verified is written and
+        no longer wanted. A peer that fails is dropped (:mod:`.peers`); what it did not deliver stays wanted.
+        ``meanwhile`` is called as batches complete (as :meth:`run` does)."""
+        if not self.wanted or not peers.live(self.link.layer):
+            return
+        batches: list[list[tuple[str, int]]] = [[]]
+        size = 0
+        for blob, frames in self.wanted.items():
+            for offset, frame in frames.items():
+                if len(batches[-1]) >= MAX_DIGESTS or (batches[-1] and size + frame[2] > BATCH_BYTES):
+                    batches.append([])
+                    size = 0
+                batches[-1].append((blob, offset))
+                size += frame[2]
+        self.progress.task(f"peers {self.link.tag}", sum(self.wanted[b][o][2] for batch in batches for b, o in batch))
+        urls = peers.spread(self.link.layer, len(batches))  # one per batch, or none when every peer was dropped
+        futures = [
+            self.pools.workers.submit(self._peer_batch, peers, url, batch)
+            for url, batch in zip(urls, batches if urls else [], strict=True)
+        ]
+        try:
+            pending = set(futures)
+            while pending:
+                if meanwhile is not None:
+                    meanwhile()
+                _, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done = [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()
+            wait(futures)
+        for filled in done:
+            for blob, offset in filled:
+                length = self.wanted[blob].pop(offset)[2]
+                self.counts.peers += 1
+                self.counts.bytes_peers += length
+        self.wanted = {blob: frames for blob, frames in self.wanted.items() if frames}
+        self.offsets = {blob: sorted(frames) for blob, frames in self.wanted.items()}
+
+    def _peer_batch(self, peers: PeerSource, url: str, batch: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """One batch from one peer: the (blob, offset) frames whose chunk it delivered, verified and written."""
+        if peers.is_dropped(url):
+            return []
+        frames = [self.wanted[blob][offset] for blob, offset in batch]
+        try:
+            chunks = peers.fetch(url, [(digest, length) for _, digest, length, _ in frames])
+        except PeerFailure as e:
+            peers.drop(url, str(e))
+            self.progress.log(f"peers: dropped {url} for the rest of this pull ({e}); its chunks come from the hub")
+            return []
+        filled, nbytes = [], 0
+        for (blob, offset), (_, _, length, places), chunk in zip(batch, frames, chunks, strict=True):
+            if chunk is None:
+                continue
+            for where, index in places:
+                self.link.assemblers[where].write(index, chunk)
+            filled.append((blob, offset))
+            nbytes += length
+        if nbytes:
+            peers.delivered(url, nbytes)
+        self.progress.advance(nbytes)
+        return filled
+
+    def ask(self, request: tuple[str, list[tuple[int, int]]]) -> list[Future[tuple[int, int, int]]]:
         """Stage 2: one hub request; its frames cut into pieces of at most ``piece_bytes``, each handed
         to a piece worker at once (the fetching never waits for this function's caller)."""
         blob, ranges = request
@@ -175,13 +265,13 @@ class LinkFill:
                 pieces.append((blob, read, group))
         return [self.pools.workers.submit(self.verify, piece) for piece in pieces]
 
-    def verify(self, piece: Piece) -> tuple[int, int]:
+    def verify(self, piece: Piece) -> tuple[int, int, int]:
         """Stage 3: fetch a piece (where the hub redirected or planned), verify each frame, write its chunk."""
         blob, read, group = piece
         frames = self.wanted[blob]
         first, last = group[0], group[-1]
         data = read([(first, last + frames[last][0] - first)])[0]
-        nbytes = 0
+        nbytes = chunk_bytes = 0
         for offset in group:
             flen, digest, length, places = frames[offset]
             role, at = places[0]
@@ -200,8 +290,9 @@ class LinkFill:
             for where, index in places:
                 self.link.assemblers[where].write(index, chunk)
             nbytes += flen
+            chunk_bytes += length
         self.progress.advance(nbytes)
-        return len(group), nbytes
+        return len(group), nbytes, chunk_bytes
 
     def run(self, meanwhile: Callable[[], None] | None) -> FillCounts:
         """Stages 2 and 3 overlapping: ``parallel`` hub requests (bytes, or a redirect / fetch plan),
@@ -243,9 +334,10 @@ class LinkFill:
                             del left[number]
                     else:
                         number = working.pop(future)
-                        count, nbytes = future.result()
+                        count, nbytes, chunk_bytes = future.result()
                         counts.fetched += count
                         counts.bytes_fetched += nbytes
+                        counts.bytes_hub += chunk_bytes
                         left[number] -= 1
                         if not left[number]:
                             del left[number]

@@ -55,6 +55,7 @@ from .fill import FillPools, LinkFiles, fill_link
 from .lazystate import ENTRIES_SUFFIX, entry_digests, open_index, write_chunk_list
 from .linkcheck import chunk_lists, still_intact, verify_files
 from .localchunks import LocalChunkIndex
+from .peers import PeerOptions, PeerSource
 from .prefetch import LinkPrefetch
 from .preflight import PullPlan, check_arguments, index_held_head, plan_pull
 from .progress import NullProgress, Progress
@@ -97,11 +98,15 @@ def pull(
     force: bool = False,
     progress: Progress | None = None,
     verify_keys: list[Ed25519PublicKey] | None = None,
+    peers: PeerOptions | None = None,
 ) -> PullResult:
     """Pull ``ref`` into ``store``. With ``verify_keys``, the head must carry a signature by one of
     them (:func:`.signing.verify_head`, before anything is fetched), and no link is installed
-    until every link passed its check. Raises SignatureInvalid and the errors of the module."""
-    return ChainPull(store, client, ref, as_tag=as_tag, force=force, progress=progress, verify_keys=verify_keys).run()
+    until every link passed its check. With ``peers``, chunks come from fleet peers holding the
+    layers where they can (:mod:`.peers`), each verified. Raises SignatureInvalid and the errors of the module."""
+    return ChainPull(
+        store, client, ref, as_tag=as_tag, force=force, progress=progress, verify_keys=verify_keys, peers=peers
+    ).run()
 
 
 class ChainPull:
@@ -128,8 +133,11 @@ class ChainPull:
         force: bool = False,
         progress: Progress | None = None,
         verify_keys: list[Ed25519PublicKey] | None = None,
+        peers: PeerOptions | None = None,
     ) -> None:
         self.store, self.client, self.ref = store, client, ref
+        self.peer_options = peers
+        self.peers: PeerSource | None = None  # asked of the hub once, in :meth:`_pull_links`
         self.repo = client.repository(ref.name)  # the links' blobs may live elsewhere: repository_of
         self.as_tag, self.force, self.verify_keys = as_tag, force, verify_keys
         self.progress = progress or NullProgress()
@@ -156,6 +164,11 @@ class ChainPull:
         result = PullResult(str(self.ref), self.parsed[-1][0].digest, head_tag, signed_by=self.verified)
         self._pull_links(plan, result)
         result.bytes_received = self.client.bytes_received - received_before
+        route = self.client.mirror_route
+        result.mirror = route.served_by if route is not None else None
+        if self.peers is not None:
+            result.bytes_by_peer = dict(self.peers.bytes_by_peer)
+            result.peers_dropped = dict(self.peers.dropped)
         return result
 
     def _resolve(self) -> None:
@@ -194,6 +207,9 @@ class ChainPull:
                 lambda name, p: self._fetch_vmstate(name, p[0], p[1], p[2].files[mt.VMSTATE_FILE]),
             )
             self.staging.callback(self.ahead.close)
+            if self.peer_options is not None:  # once per pull, for the layers it will fetch
+                fetching = [p[0].digest for p, e in zip(self.parsed, existing, strict=True) if e is None]
+                self.peers = PeerSource.ask_hub(self.repo, fetching, self.peer_options, self.progress)
             self.index = self._open_index()
             self.staging.callback(self.index.close)
             self.pools = FillPools()  # one set of fill threads for every link
@@ -332,9 +348,11 @@ class ChainPull:
                 self.progress,
                 self.pools,
                 None if self.defer else functools.partial(self._install_while_filling, parent, assemblers),
+                peers=self.peers,
             )
             stats.chunks_fetched, stats.chunks_local = counts.fetched, counts.local
             stats.chunks_resumed, stats.bytes_fetched = counts.resumed, counts.bytes_fetched
+            stats.chunks_peers, stats.bytes_by_source = counts.peers, counts.by_source()
             for role, chunk_map in maps.items():  # later links of this pull read these here, not from the hub
                 self.index.stage(staged / role, map_chunks(chunk_map))
         except BaseException as e:
@@ -436,8 +454,9 @@ class ChainPull:
         index_installed(self.store, self.index, tag, fetched.maps)
         stats = fetched.stats
         resumed = f", {stats.chunks_resumed} kept from an interrupted pull" if stats.chunks_resumed else ""
+        peers = f", {stats.chunks_peers} from peers" if stats.chunks_peers else ""
         self.progress.log(
-            f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{resumed})"
+            f"{tag}: installed ({stats.chunks_fetched} chunks fetched, {stats.chunks_local} found locally{peers}{resumed})"
         )
 
     def _parent_hashes(

@@ -51,6 +51,8 @@ class LinkPulled:
     chunks_local: int = 0  # read from local snapshots holding the same content
     chunks_resumed: int = 0  # kept from the staged files of an interrupted pull
     bytes_fetched: int = 0
+    chunks_peers: int = 0  # from fleet peers (a pull with peers), each verified
+    bytes_by_source: dict[str, int] = field(default_factory=dict)  # chunk bytes: hub, peers, local, resumed
 
 
 @dataclass
@@ -61,6 +63,19 @@ class PullResult:
     links: list[LinkPulled] = field(default_factory=list)
     bytes_received: int = 0
     signed_by: Verified | None = None
+    mirror: str | None = None
+    """The mirror that served the pull's reads (the last one, if one was skipped); ``None``: the hub itself."""
+    bytes_by_peer: dict[str, int] = field(default_factory=dict)  # a pull with peers: chunk bytes per peer URL
+    peers_dropped: dict[str, str] = field(default_factory=dict)  # peer URL → why it was dropped
+
+    @property
+    def bytes_by_source(self) -> dict[str, int]:
+        """The chunk bytes (uncompressed) written from each source over every link."""
+        total = {"hub": 0, "peers": 0, "local": 0, "resumed": 0}
+        for link in self.links:
+            for source, n in link.bytes_by_source.items():
+                total[source] = total.get(source, 0) + n
+        return total
 
     @property
     def up_to_date(self) -> bool:
@@ -73,7 +88,11 @@ class PullResult:
             "tag": self.tag,
             "up_to_date": self.up_to_date,
             "bytes_received": self.bytes_received,
-            "links": [vars(link) for link in self.links],
+            "bytes_by_source": self.bytes_by_source,
+            "bytes_by_peer": dict(self.bytes_by_peer),
+            "peers_dropped": dict(self.peers_dropped),
+            "links": [{**vars(link), "bytes_by_source": dict(link.bytes_by_source)} for link in self.links],
+            "mirror": self.mirror,
         }
         if self.signed_by is not None:
             out["signature"] = self.signed_by.to_obj()

@@ -355,6 +355,23 @@ class RepositoryClient:
                 ) from None
         return found & set(digests)
 
+    def peers(self, layers: Sequence[str], host: str | None = None) -> dict[str, list[tuple[str, str]]]:
+        """Which fleet peers hold each of ``layers`` whole: layer → [(host, url)] (``POST …/peers``; the
+        asking ``host`` left out). Raises HubError (a malformed answer too)."""
+        body: dict[str, Any] = {"layers": list(layers)}
+        if host:
+            body["host"] = host
+        r = self.hub._request("POST", f"/api/v1/repositories/{self.name}/peers", json=body, retry=True)
+        try:
+            answer = json_object(r, f"peers answer for {self.name}").get("peers") or {}
+            return {
+                str(layer): [(str(p["host"]), str(p["url"])) for p in found]
+                for layer, found in answer.items()
+                if layer in body["layers"]
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise HubError(f"hub sent a malformed peers answer for {self.name}: {type(e).__name__}: {e}") from None
+
     def declare_recipe(self, location: str, recipe: dict) -> bool:
         """Declare a data blob's recipe on its (still empty) upload session, so the hub verifies each
         frame as it arrives; False from a hub that predates this (it verifies at the finish)."""

@@ -15,8 +15,9 @@ Services today:
   blocking HTTP and may hash staged files), so other services on the loop keep answering. A failed
   report is logged and retried with backoff (doubling from ``poll``, at most ``heartbeat``).
 
-The peer chunk server of the next issue is another service on the same loop (a listener serving this
-store's verified chunks to fleet peers): nothing here changes to add it.
+- :class:`~forkd_client.node.peers.PeerService` (``forkd node serve --peer-listen HOST:PORT``, off by
+  default): a listener serving this store's verified chunks to fleet peers holding the fleet token; its
+  reads and hashing run on a thread of its own, and its URL is what the reports name as ``peerUrl``.
 
 Errors: :class:`AgentBusy` (another agent serves the store).
 """

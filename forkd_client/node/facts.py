@@ -3,7 +3,8 @@
 Free disk (under the store), free memory (``MemAvailable``), arch, CPUs, the 1-minute load per CPU,
 and the VMMs this host can restore with: for each driver that can run here, the compat facts a host
 decides (``vmm``, ``vmmVersion``, ``machine``, ``accel``, ``arch``, ``cpu``: the same facts
-``vmmcompat.check_host_compat`` compares at restore). Labels and a download rate come from the caller.
+``vmmcompat.check_host_compat`` compares at restore). Labels, a download rate and the URL where the agent
+serves chunks to fleet peers (``peerUrl``, :mod:`.peers`) come from the caller.
 
 Errors: none (a fact that cannot be read is left out: the hub treats it as not reported).
 """
@@ -59,6 +60,7 @@ def host_facts(
     vmms: list[dict[str, str]],
     labels: Mapping[str, str] | None = None,
     download_rate: int | None = None,
+    peer_url: str | None = None,
 ) -> dict[str, Any]:
     """The ``facts`` object of a report (``vmms`` from :func:`vmm_facts`, computed once by a long-running agent)."""
     try:
@@ -80,4 +82,5 @@ def host_facts(
         "vmms": vmms,
         "labels": dict(labels or {}),
         "downloadRate": download_rate,
+        **({"peerUrl": peer_url} if peer_url else {}),
     }

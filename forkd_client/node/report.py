@@ -11,7 +11,8 @@ as this host) → a full report; 403 ``DENIED`` listing layers (unknown to the h
 token may not report) → those are left out, remembered for an hour, and the report is sent again.
 Anything else is raised.
 
-``download_rate``: the caller's, else the last rate ``forkd pull`` measured here (``state.py``).
+``download_rate``: the caller's, else the last rate ``forkd pull`` measured here (``state.py``). ``peer_url``:
+where this host's agent serves chunks to fleet peers (the ``peerUrl`` fact; ``forkd node serve --peer-listen``).
 
 Errors: forkd_client.hub.errors (HubError and its subclasses: Unauthorized, Forbidden, HubUnreachable …),
 OSError.
@@ -79,12 +80,14 @@ class Reporter:
         labels: Mapping[str, str] | None = None,
         download_rate: int | None = None,
         vmms: list[dict[str, str]] | None = None,
+        peer_url: str | None = None,
         clock: Any = time.time,
     ) -> None:
         self.store, self.client, self.host = store, client, host
         self.hub = normalize_url(client.base_url)
         self.labels = dict(labels or {})
         self.download_rate = download_rate
+        self.peer_url = peer_url
         self.vmms = vmm_facts() if vmms is None else vmms
         self._clock = clock
 
@@ -149,7 +152,9 @@ class Reporter:
         rate = self.download_rate if self.download_rate is not None else measured_rate(store)
         body: dict[str, Any] = {
             "partial": [p.to_wire() for p in inventory.partial if p.layer not in refused],
-            "facts": host_facts(store.root, vmms=self.vmms, labels=self.labels, download_rate=rate),
+            "facts": host_facts(
+                store.root, vmms=self.vmms, labels=self.labels, download_rate=rate, peer_url=self.peer_url
+            ),
         }
         if acked is None:
             body.update(mode="full", layers=sorted(layers))

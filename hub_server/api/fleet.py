@@ -3,6 +3,8 @@
 - ``POST /api/v1/nodes/{host}/reports``: a host's inventory report (a ``node`` token named like the host;
   ≤ ``FORKD_HUB_REPORT_BYTES``, read only once the caller may report as that host);
 - ``POST /api/v1/placement``: hosts ranked by what they miss of a chain;
+- ``POST /api/v1/repositories/{ns}/{repo}/peers``: which fleet peers hold the layers a pull needs (``pull`` on the
+  repository; registry/fleet/peers.py);
 - ``POST /api/v1/placement/kubernetes/filter`` and ``…/prioritize``: the same, as a Kubernetes scheduler
   extender (``urlPrefix`` ``…/api/v1/placement/kubernetes``).
 """
@@ -16,10 +18,18 @@ from litestar import Controller, Request, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, RawBody
 
-from hub_server.api.deps import decode_json_body, json_body, read_limited
-from hub_server.api.fleet_schemas import InventoryAcceptedOut, InventoryReportIn, PlacementIn, PlacementOut
+from hub_server.api.deps import PULL, decode_json_body, json_body, read_limited
+from hub_server.api.fleet_schemas import (
+    InventoryAcceptedOut,
+    InventoryReportIn,
+    PeersIn,
+    PeersOut,
+    PlacementIn,
+    PlacementOut,
+)
 from hub_server.auth.scopes import Principal
 from hub_server.errors import ErrorCode, HubError
+from hub_server.registry.core.access import RepositoryScope
 from hub_server.registry.fleet.inventory import may_report
 from hub_server.registry.fleet.reports import check_host_name
 from hub_server.registry.service import Registry
@@ -65,6 +75,21 @@ class FleetController(Controller):
     ) -> PlacementOut:
         wanted = decode_json_body(body, PlacementIn, "placement request")
         return PlacementOut.from_placement(await registry.placement.place(principal, wanted.to_request()))
+
+    @post(
+        "/repositories/{ns:str}/{repo:str}/peers",
+        summary="Fleet peers holding each layer whole (for a pull with peers; pull on the repository)",
+        status_code=200,
+        dependencies=PULL,
+        operation_class=json_body(
+            PeersIn, 'the layers (manifest digests, at most 64) and the asking host: {"layers": [...]}'
+        ),
+    )
+    async def peers(
+        self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], body: RawBody
+    ) -> PeersOut:
+        wanted = decode_json_body(body, PeersIn, "peers request")
+        return PeersOut.from_peers(await registry.peers.peers(repository, wanted.layers, wanted.host))
 
     @post(
         "/placement/kubernetes/filter",

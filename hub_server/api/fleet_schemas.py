@@ -9,11 +9,12 @@ import msgspec
 
 from hub_server.registry.fleet.hostcheck import Constraints
 from hub_server.registry.fleet.inventory import ReportAccepted
+from hub_server.registry.fleet.peers import Peer
 from hub_server.registry.fleet.placement import Placement, PlacementRequest
 from hub_server.registry.fleet.ranking import LinkMissing
 from hub_server.registry.fleet.reports import FileBitmap, HostFacts, PartialLayer, Report, VmmFacts
 
-__all__ = ["InventoryAcceptedOut", "InventoryReportIn", "PlacementIn", "PlacementOut"]
+__all__ = ["InventoryAcceptedOut", "InventoryReportIn", "PeersIn", "PeersOut", "PlacementIn", "PlacementOut"]
 
 
 class _Wire(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
@@ -38,6 +39,7 @@ class HostFactsIn(_Wire):
     vmms: list[VmmFactsIn] = []
     labels: dict[str, str] = {}
     download_rate: int | None = None
+    peer_url: str | None = None
 
     def to_facts(self) -> HostFacts:
         return HostFacts(
@@ -49,6 +51,7 @@ class HostFactsIn(_Wire):
             vmms=tuple(VmmFacts(v.vmm, v.vmm_version, v.machine, v.accel, v.arch, v.cpu) for v in self.vmms),
             labels=dict(self.labels),
             download_rate=self.download_rate,
+            peer_url=self.peer_url,
         )
 
 
@@ -207,3 +210,21 @@ class PlacementOut(_Wire):
             excluded=[ExcludedHostOut(host=e.host, kind=e.kind, reason=e.reason) for e in p.excluded],
             tie_break=p.tie_break,
         )
+
+
+class PeersIn(_Wire):
+    layers: list[str]
+    host: str | None = None
+
+
+class PeerOut(_Wire):
+    host: str
+    url: str
+
+
+class PeersOut(_Wire):
+    peers: dict[str, list[PeerOut]]
+
+    @classmethod
+    def from_peers(cls, peers: dict[str, list[Peer]]) -> PeersOut:
+        return cls(peers={layer: [PeerOut(host=p.host, url=p.url) for p in found] for layer, found in peers.items()})

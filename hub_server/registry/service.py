@@ -29,6 +29,7 @@ from hub_server.registry.fleet.fleetindex import FleetIndex
 from hub_server.registry.fleet.inventory import InventoryService
 from hub_server.registry.fleet.kube import KubeExtender
 from hub_server.registry.fleet.layerfacts import LayerFactsCache
+from hub_server.registry.fleet.peers import PeerDirectory
 from hub_server.registry.fleet.placement import PlacementService
 from hub_server.registry.push.chunks import ChunkService
 from hub_server.registry.push.manifests import ManifestService
@@ -79,6 +80,7 @@ class Registry:
         self.inventory = InventoryService(ctx, layer_facts, fleet)
         self.placement = PlacementService(ctx, layer_facts, fleet)
         self.kube = KubeExtender(self.placement)
+        self.peers = PeerDirectory(ctx, fleet)
         self._gauges_at: float | None = None
         self._write_probe: tuple[float, str | None] | None = None
         self._write_probe_lock = asyncio.Lock()

@@ -45,6 +45,10 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 _FACT_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+:-]{0,63}")
+#: A peer URL: http(s), a host (name, IPv4, or [IPv6]) and an optional port and path; no credentials, query or fragment
+#: (the node agent checks the same form before it reports one: forkd_client/hub/peerwire.py).
+_PEER_URL = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*)(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
+MAX_PEER_URL = 256
 #: The largest file a layer may hold is 2**40 bytes: 2**24 chunks of 64 KiB, 2**28 of 4 KiB.
 MAX_CHUNKS = 1 << 28
 Kind = Literal["pull", "lazy"]
@@ -100,6 +104,8 @@ class HostFacts:
     labels: dict[str, str] = field(default_factory=dict)
     download_rate: int | None = None
     """Bytes per second the host measured pulling from this hub."""
+    peer_url: str | None = None
+    """Where the host's agent serves its verified chunks to fleet peers (``forkd node serve --peer-listen``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The form stored in ``fleet_hosts.facts`` (and shown on the wire)."""
@@ -112,6 +118,7 @@ class HostFacts:
             "vmms": [v.compat() for v in self.vmms],
             "labels": dict(self.labels),
             "downloadRate": self.download_rate,
+            "peerUrl": self.peer_url,
         }
 
     @classmethod
@@ -146,6 +153,7 @@ class HostFacts:
             vmms=vmms,
             labels={str(k): str(v) for k, v in labels.items()},
             download_rate=number("downloadRate", int),
+            peer_url=obj.get("peerUrl") if isinstance(obj.get("peerUrl"), str) else None,
         )
 
 
@@ -280,6 +288,11 @@ def _check_facts(facts: HostFacts) -> None:
         for key, text in vmm.compat().items():
             if not _FACT_TEXT.fullmatch(text):
                 raise _invalid(f"facts.vmms[{i}].{key}", "1-64 characters from A-Z a-z 0-9 _ . + : -")
+    if facts.peer_url is not None and (len(facts.peer_url) > MAX_PEER_URL or not _PEER_URL.fullmatch(facts.peer_url)):
+        raise _invalid(
+            "facts.peerUrl",
+            f"an http:// or https:// URL of at most {MAX_PEER_URL} characters (host, port, path; no query or credentials)",
+        )
     if len(facts.labels) > MAX_LABELS:
         raise _invalid("facts.labels", f"at most {MAX_LABELS} labels")
     for key, label in facts.labels.items():

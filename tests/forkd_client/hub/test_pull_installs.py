@@ -28,9 +28,9 @@ def _wrap_head_fill(monkeypatch, chain3: SnapshotStore, around: Callable) -> Non
     real = pull_module.fill_link
     head_tag = "py"
 
-    def fill(*args):
-        if args[2].tag != head_tag:  # fill_link(repo, index, link: LinkFiles, progress, pools, meanwhile)
-            return real(*args)
+    def fill(*args, **kw):
+        if args[2].tag != head_tag:  # fill_link(repo, index, link: LinkFiles, progress, pools, meanwhile, peers=…)
+            return real(*args, **kw)
         return around(real, args, args[-1])
 
     monkeypatch.setattr(pull_module, "fill_link", fill)

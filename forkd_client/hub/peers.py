@@ -1,0 +1,244 @@
+"""Chunks from fleet peers during a pull (docs/mirrors.md, "A fleet with peers"; the framing in :mod:`.peerwire`).
+
+Opt-in per host: ``forkd pull --peers`` or ``FORKD_PEERS=1`` (:func:`peer_options`), with the fleet token in
+``FORKD_FLEET_TOKEN``. A pull with peers asks the hub **once** which peers hold the layers it will fetch
+(:meth:`PeerSource.ask_hub`; a hub without the route, or any refusal, means no peers, never a failed pull).
+For each link, the chunks no staged or local file holds are cut into batches (at most ``MAX_DIGESTS`` chunks
+and :data:`BATCH_BYTES`), spread round robin over the peers holding that layer and fetched in parallel on the
+pull's fill threads, at most :data:`PER_PEER` requests open to one peer (:meth:`~forkd_client.hub.fill.LinkFill.from_peers`).
+
+**A peer is untrusted.** Every record is checked against the chunk it answers (length, then blake3 of the
+exact bytes: the check a frame from the hub gets) before it is written into place. On **any** failure of a
+peer (refused, an HTTP status other than 200, no answer within the per-request deadline ``FORKD_PEERS_TIMEOUT``
+(5 s; a whole request, not a socket read), a body over its bound, broken framing, a wrong or truncated chunk)
+the peer is dropped for the rest of the pull (:meth:`PeerSource.drop`, with the reason), and every chunk it
+did not deliver verified goes the hub's way. A chunk the peer says it lacks also goes to the hub; the peer stays.
+
+Errors: :class:`~forkd_client.errors.UsageError` from :func:`peer_options` (peers on without a fleet token, a
+bad ``FORKD_PEERS_TIMEOUT``). Nothing else: a failing peer is dropped, not raised.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from ..errors import UsageError
+from .errors import HubError
+from .peerwire import (
+    CONTENT_TYPE,
+    MAGIC,
+    MAX_DIGESTS,
+    PATH,
+    PeerWireError,
+    authorization,
+    chunk_matches,
+    parse_records,
+)
+from .progress import Progress
+from .repository import RepositoryClient
+
+__all__ = ["BATCH_BYTES", "PER_PEER", "PeerFailure", "PeerOptions", "PeerSource", "peer_options"]
+
+PEERS_ENV = "FORKD_PEERS"
+TIMEOUT_ENV = "FORKD_PEERS_TIMEOUT"
+FLEET_TOKEN_ENV = "FORKD_FLEET_TOKEN"
+HOST_ENV = "FORKD_PEERS_HOST"
+DEFAULT_TIMEOUT_S = 5.0
+#: Chunk bytes one peer request asks for at most (64 chunks of 64 KiB).
+BATCH_BYTES = 4 << 20
+#: Requests one pull has open to one peer at most (a peer serves 16 at once, and other pullers too).
+PER_PEER = 4
+_READ = 1 << 20
+
+
+@dataclass(frozen=True)
+class PeerOptions:
+    """How a pull uses peers: the fleet ``token``, the per-request ``timeout`` (seconds), and this host's
+    name (``host``: left out of the hub's answer)."""
+
+    token: str
+    timeout: float = DEFAULT_TIMEOUT_S
+    host: str | None = None
+
+
+def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOptions | None:
+    """The pull's peer options: on with ``flag`` (``--peers``) or ``FORKD_PEERS=1``, else None.
+    Raises UsageError (on without ``FORKD_FLEET_TOKEN``, a bad ``FORKD_PEERS_TIMEOUT``)."""
+    env = os.environ if env is None else env
+    enabled = flag or (env.get(PEERS_ENV) or "").strip().lower() in ("1", "true", "yes", "on")
+    if not enabled:
+        return None
+    token = (env.get(FLEET_TOKEN_ENV) or "").strip()
+    if not token:
+        raise UsageError(
+            f"pulling with peers needs the fleet token in {FLEET_TOKEN_ENV} (or drop --peers / {PEERS_ENV})"
+        )
+    raw = env.get(TIMEOUT_ENV)
+    timeout = DEFAULT_TIMEOUT_S
+    if raw is not None:
+        try:
+            timeout = float(raw)
+        except ValueError:
+            timeout = -1.0
+        if not 0 < timeout <= 600:
+            raise UsageError(f"{TIMEOUT_ENV}={raw!r}: seconds, more than 0 and at most 600")
+    host = (env.get(HOST_ENV) or "").strip() or socket.gethostname().split(".")[0] or None
+    return PeerOptions(token, timeout, host)
+
+
+class PeerFailure(Exception):
+    """One peer request failed (the message says how); the peer is dropped."""
+
+
+@dataclass
+class PeerSource:
+    """The peers of one pull (module docstring): layer → peer URLs, what each delivered, who was dropped and why.
+    Thread-safe: the fill threads share it."""
+
+    options: PeerOptions
+    holders: dict[str, list[str]] = field(default_factory=dict)
+    bytes_by_peer: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    requests: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[str, threading.Semaphore] = {}
+        self._turn = 0
+
+    @classmethod
+    def ask_hub(
+        cls, repo: RepositoryClient, layers: Sequence[str], options: PeerOptions, progress: Progress
+    ) -> PeerSource:
+        """Ask the hub once which peers hold ``layers`` (module docstring); no peers when it cannot say."""
+        source = cls(options)
+        if not layers:
+            return source
+        try:
+            answer = repo.peers(list(layers)[:64], options.host)
+        except HubError as e:
+            progress.log(f"peers: the hub named none ({e}); pulling from the hub")
+            return source
+        for layer, found in answer.items():
+            urls = [url for _, url in found if urlsplit(url).scheme in ("http", "https")]
+            if urls:
+                source.holders[layer] = list(dict.fromkeys(urls))
+        count = len({u for urls in source.holders.values() for u in urls})
+        progress.log(f"peers: {count} peer(s) hold {len(source.holders)} of {len(layers)} layer(s) to fetch")
+        return source
+
+    def live(self, layer: str) -> list[str]:
+        """The peers holding ``layer`` not dropped yet."""
+        with self._lock:
+            return [u for u in self.holders.get(layer, []) if u not in self.dropped]
+
+    def spread(self, layer: str, batches: int) -> list[str]:
+        """A live peer of ``layer`` for each of ``batches`` batches, round robin, carried on from the previous
+        link's (so single-batch links still use every peer)."""
+        urls = self.live(layer)
+        if not urls:
+            return []
+        with self._lock:
+            start, self._turn = self._turn, self._turn + batches
+        return [urls[(start + i) % len(urls)] for i in range(batches)]
+
+    def is_dropped(self, url: str) -> bool:
+        with self._lock:
+            return url in self.dropped
+
+    def drop(self, url: str, reason: str) -> None:
+        """No more requests to ``url`` in this pull (the first reason is kept)."""
+        with self._lock:
+            self.dropped.setdefault(url, reason)
+
+    def delivered(self, url: str, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_by_peer[url] = self.bytes_by_peer.get(url, 0) + nbytes
+
+    def fetch(self, url: str, wanted: Sequence[tuple[str, int]]) -> list[memoryview | None]:
+        """The chunks ``wanted`` (digest, length) from ``url``, each verified (None: the peer lacks it).
+        Raises PeerFailure (the caller drops the peer: module docstring)."""
+        with self._lock:
+            self.requests += 1
+            slots = self._slots.setdefault(url, threading.Semaphore(PER_PEER))
+        with slots:
+            if self.is_dropped(url):  # another batch failed while this one waited
+                return [None] * len(wanted)
+            body = _request(url, self.options, [d for d, _ in wanted], len(MAGIC) + sum(4 + n for _, n in wanted))
+        out: list[memoryview | None] = []
+        try:
+            for i, record in enumerate(parse_records(body, [n for _, n in wanted])):
+                if record is not None and not chunk_matches(record, wanted[i][0]):
+                    raise PeerFailure(f"chunk {wanted[i][0]} does not match its digest")
+                out.append(None if record is None else record)
+        except PeerWireError as e:
+            raise PeerFailure(str(e)) from None
+        return out
+
+
+def _request(url: str, options: PeerOptions, digests: list[str], bound: int) -> bytearray:
+    """POST the digests; the body (at most ``bound`` bytes) within ``options.timeout`` seconds in all.
+    Raises PeerFailure."""
+    if len(digests) > MAX_DIGESTS:  # pragma: no cover - batches are cut to fit
+        raise PeerFailure(f"{len(digests)} digests in one request")
+    parts = urlsplit(url)
+    deadline = time.monotonic() + options.timeout
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    try:
+        conn = kind(parts.hostname or "", parts.port, timeout=options.timeout)
+    except (ValueError, http.client.HTTPException) as e:
+        raise PeerFailure(f"bad peer URL: {e}") from None
+    payload = json.dumps(digests).encode()
+    try:
+        conn.request(
+            "POST",
+            parts.path.rstrip("/") + PATH,
+            body=payload,
+            headers={
+                "Authorization": authorization(options.token, url, time.time()),
+                "Content-Type": "application/json",
+                "Accept": CONTENT_TYPE,
+            },
+        )
+        response = conn.getresponse()
+        if response.status != 200:
+            raise PeerFailure(f"HTTP {response.status} {response.read(200)[:200]!r}")
+        length = response.getheader("Content-Length")
+        if length is not None and (not length.isdigit() or int(length) > bound):
+            raise PeerFailure(f"a body of {length} bytes, over the {bound} the chunks asked for can take")
+        # read straight into one buffer of the announced size (or the bound), the deadline checked between reads
+        data = bytearray(int(length) if length is not None else bound + 1)
+        view, at = memoryview(data), 0
+        while at < len(data):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PeerFailure(f"no whole answer within {options.timeout:g} s")
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
+            n = response.readinto(view[at : at + _READ])
+            if not n:
+                break
+            at += n
+        if length is not None and at < len(data):
+            raise PeerFailure(f"the answer is cut short ({at} of {length} bytes)")
+        if length is None and at > bound:
+            raise PeerFailure(f"a body over the {bound} bytes the chunks asked for can take")
+        view.release()
+        del data[at:]
+        return data
+    except PeerFailure:
+        raise
+    except TimeoutError:
+        raise PeerFailure(f"no whole answer within {options.timeout:g} s") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise PeerFailure(f"{type(e).__name__}: {e}") from None
+    finally:
+        conn.close()
