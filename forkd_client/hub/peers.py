@@ -14,8 +14,15 @@ peer (refused, an HTTP status other than 200, no answer within the per-request d
 the peer is dropped for the rest of the pull (:meth:`PeerSource.drop`, with the reason), and every chunk it
 did not deliver verified goes the hub's way. A chunk the peer says it lacks also goes to the hub; the peer stays.
 
+**The swarm** (hosts pulling one chain at once, :mod:`.swarmfill`): the ask says ``pulling: true`` with this host's
+name (``FORKD_PEERS_HOST``, else the host name: the name its node agent reports), and the hub answers each layer's
+swarm too, the hosts pulling it now, sorted by name. Where no live peer holds a layer whole and the swarm has more
+than one member, this one included, :meth:`PeerSource.members` hands the list to the fill, which takes from the
+hub only the chunks this host owns and asks the other chunks of their owners while they pull; an owner that
+delivers nothing new for ``FORKD_PEERS_STALL`` seconds (3) gives its chunks back to the hub path.
+
 Errors: :class:`~forkd_client.errors.UsageError` from :func:`peer_options` (peers on without a fleet token, a
-bad ``FORKD_PEERS_TIMEOUT``). Nothing else: a failing peer is dropped, not raised.
+bad ``FORKD_PEERS_TIMEOUT`` or ``FORKD_PEERS_STALL``). Nothing else: a failing peer is dropped, not raised.
 """
 
 from __future__ import annotations
@@ -51,7 +58,10 @@ PEERS_ENV = "FORKD_PEERS"
 TIMEOUT_ENV = "FORKD_PEERS_TIMEOUT"
 FLEET_TOKEN_ENV = "FORKD_FLEET_TOKEN"
 HOST_ENV = "FORKD_PEERS_HOST"
+STALL_ENV = "FORKD_PEERS_STALL"
 DEFAULT_TIMEOUT_S = 5.0
+#: Seconds a swarm member may deliver nothing new before its chunks go to the hub.
+DEFAULT_STALL_S = 3.0
 #: Chunk bytes one peer request asks for at most (64 chunks of 64 KiB).
 BATCH_BYTES = 4 << 20
 #: Requests one pull has open to one peer at most (a peer serves 16 at once, and other pullers too).
@@ -61,12 +71,13 @@ _READ = 1 << 20
 
 @dataclass(frozen=True)
 class PeerOptions:
-    """How a pull uses peers: the fleet ``token``, the per-request ``timeout`` (seconds), and this host's
-    name (``host``: left out of the hub's answer)."""
+    """How a pull uses peers: the fleet ``token``, the per-request ``timeout`` (seconds), this host's
+    name (``host``: left out of the holders, its place in the swarm), and the swarm's ``stall`` (seconds)."""
 
     token: str
     timeout: float = DEFAULT_TIMEOUT_S
     host: str | None = None
+    stall: float = DEFAULT_STALL_S
 
 
 def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOptions | None:
@@ -81,17 +92,23 @@ def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOption
         raise UsageError(
             f"pulling with peers needs the fleet token in {FLEET_TOKEN_ENV} (or drop --peers / {PEERS_ENV})"
         )
-    raw = env.get(TIMEOUT_ENV)
-    timeout = DEFAULT_TIMEOUT_S
-    if raw is not None:
-        try:
-            timeout = float(raw)
-        except ValueError:
-            timeout = -1.0
-        if not 0 < timeout <= 600:
-            raise UsageError(f"{TIMEOUT_ENV}={raw!r}: seconds, more than 0 and at most 600")
+    timeout = _seconds(env, TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+    stall = _seconds(env, STALL_ENV, DEFAULT_STALL_S)
     host = (env.get(HOST_ENV) or "").strip() or socket.gethostname().split(".")[0] or None
-    return PeerOptions(token, timeout, host)
+    return PeerOptions(token, timeout, host, stall)
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise UsageError(f"{name}={raw!r}: seconds, more than 0 and at most 600")
+    return value
 
 
 class PeerFailure(Exception):
@@ -105,6 +122,8 @@ class PeerSource:
 
     options: PeerOptions
     holders: dict[str, list[str]] = field(default_factory=dict)
+    swarm: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # layer -> [(host, url)], sorted
+    swarm_size: int = 0  # the largest swarm a link of this pull split its chunks over
     bytes_by_peer: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     requests: int = 0
@@ -123,7 +142,7 @@ class PeerSource:
         if not layers:
             return source
         try:
-            answer = repo.peers(list(layers)[:64], options.host)
+            answer, swarm = repo.ask_peers(list(layers)[:64], options.host, pulling=options.host is not None)
         except HubError as e:
             progress.log(f"peers: the hub named none ({e}); pulling from the hub")
             return source
@@ -131,9 +150,27 @@ class PeerSource:
             urls = [url for _, url in found if urlsplit(url).scheme in ("http", "https")]
             if urls:
                 source.holders[layer] = list(dict.fromkeys(urls))
+        for layer, members in swarm.items():
+            usable = [(h, u) for h, u in members if urlsplit(u).scheme in ("http", "https")]
+            if len(usable) == len(members) and len({h for h, _ in usable}) == len(usable):
+                source.swarm[layer] = usable  # every member must see the same list: a bad one voids it
         count = len({u for urls in source.holders.values() for u in urls})
-        progress.log(f"peers: {count} peer(s) hold {len(source.holders)} of {len(layers)} layer(s) to fetch")
+        pulling = max((len(m) for m in source.swarm.values()), default=0)
+        progress.log(
+            f"peers: {count} peer(s) hold {len(source.holders)} of {len(layers)} layer(s) to fetch"
+            + (f"; a swarm of {pulling} host(s) pulls them now" if pulling > 1 else "")
+        )
         return source
+
+    def members(self, layer: str) -> list[tuple[str, str]] | None:
+        """The swarm to split ``layer``'s chunks over: its members (host, url) when no live peer holds it
+        whole, it has more than one member and this host is one of them; else None."""
+        members = self.swarm.get(layer, [])
+        if self.live(layer) or len(members) < 2 or self.options.host not in {h for h, _ in members}:
+            return None
+        with self._lock:
+            self.swarm_size = max(self.swarm_size, len(members))
+        return members
 
     def live(self, layer: str) -> list[str]:
         """The peers holding ``layer`` not dropped yet."""
