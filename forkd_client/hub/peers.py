@@ -1,7 +1,7 @@
 """Chunks from fleet peers during a pull (docs/mirrors.md, "A fleet with peers"; the framing in :mod:`.peerwire`).
 
-Opt-in per host: ``forkd pull --peers`` or ``FORKD_PEERS=1`` (:func:`peer_options`), with the fleet token in
-``FORKD_FLEET_TOKEN``. A pull with peers asks the hub **once** which peers hold the layers it will fetch
+Opt-in per host: ``forkd pull --peers``, ``FORKD_PEERS=1`` or ``enabled = true`` in the ``[peers]`` table of the
+client's config.toml (:func:`peer_options`, :mod:`.peerconfig`), with the fleet token in ``FORKD_FLEET_TOKEN``. A pull with peers asks the hub **once** which peers hold the layers it will fetch
 (:meth:`PeerSource.ask_hub`; a hub without the route, or any refusal, means no peers, never a failed pull).
 For each link, the chunks no staged or local file holds are cut into batches (at most ``MAX_DIGESTS`` chunks
 and :data:`BATCH_BYTES`), spread round robin over the peers holding that layer and fetched in parallel on the
@@ -35,10 +35,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
 from .errors import HubError
+from .mirrors import config_file
+from .peerconfig import read_peer_table
 from .peerwire import (
     CONTENT_TYPE,
     MAGIC,
@@ -80,11 +83,18 @@ class PeerOptions:
     stall: float = DEFAULT_STALL_S
 
 
-def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOptions | None:
-    """The pull's peer options: on with ``flag`` (``--peers``) or ``FORKD_PEERS=1``, else None.
-    Raises UsageError (on without ``FORKD_FLEET_TOKEN``, a bad ``FORKD_PEERS_TIMEOUT``)."""
+def peer_options(flag: bool, env: Mapping[str, str] | None = None, config: Path | None = None) -> PeerOptions | None:
+    """The pull's peer options: on with ``flag`` (``--peers``) or ``FORKD_PEERS=1`` (else ``enabled`` in the
+    ``[peers]`` table of ``config``, default the client's config.toml: :mod:`.peerconfig`; each variable wins over
+    its key), else None. Raises UsageError (on without ``FORKD_FLEET_TOKEN``, a bad ``FORKD_PEERS_TIMEOUT`` or
+    ``FORKD_PEERS_STALL``, a bad key of the table)."""
     env = os.environ if env is None else env
-    enabled = flag or (env.get(PEERS_ENV) or "").strip().lower() in ("1", "true", "yes", "on")
+    table = read_peer_table(config if config is not None else config_file())
+    raw_on = env.get(PEERS_ENV)
+    if raw_on is not None and raw_on.strip():
+        enabled = flag or raw_on.strip().lower() in ("1", "true", "yes", "on")
+    else:
+        enabled = flag or bool(table.get("enabled", False))
     if not enabled:
         return None
     token = (env.get(FLEET_TOKEN_ENV) or "").strip()
@@ -92,16 +102,19 @@ def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOption
         raise UsageError(
             f"pulling with peers needs the fleet token in {FLEET_TOKEN_ENV} (or drop --peers / {PEERS_ENV})"
         )
-    timeout = _seconds(env, TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
-    stall = _seconds(env, STALL_ENV, DEFAULT_STALL_S)
-    host = (env.get(HOST_ENV) or "").strip() or socket.gethostname().split(".")[0] or None
-    return PeerOptions(token, timeout, host, stall)
+    where = config if config is not None else config_file()
+    timeout = _seconds(env, TIMEOUT_ENV, table.get("timeout"), f"{where}: peers.timeout", DEFAULT_TIMEOUT_S)
+    stall = _seconds(env, STALL_ENV, table.get("stall"), f"{where}: peers.stall", DEFAULT_STALL_S)
+    host = (env.get(HOST_ENV) or "").strip() or str(table.get("host") or "").strip()
+    return PeerOptions(token, timeout, host or socket.gethostname().split(".")[0] or None, stall)
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+def _seconds(env: Mapping[str, str], name: str, configured: object, key: str, default: float) -> float:
     raw = env.get(name)
     if raw is None:
-        return default
+        if configured is None:
+            return default
+        raw, name = str(configured), key
     try:
         value = float(raw)
     except ValueError:
