@@ -82,14 +82,14 @@ def fill_with_swarm(
     rounds = fill.pools.swarm.submit(_rounds, fill, peers, owners, theirs, stop)
     try:
         fill.run(meanwhile, task=False)
-    except BaseException:
+        while not rounds.done():  # the owned part is in: the rounds go on while owners deliver
+            wait([rounds], timeout=0.1)
+            if meanwhile is not None:
+                meanwhile()
+    except BaseException:  # a failed hub request, a failed install, Ctrl-C: no more rounds
         stop.set()
         wait([rounds])
         raise
-    while not rounds.done():
-        wait([rounds], timeout=0.1)
-        if meanwhile is not None:
-            meanwhile()
     fallback, chunks, nbytes = rounds.result()
     fill.counts.peers += chunks
     fill.counts.bytes_peers += nbytes
