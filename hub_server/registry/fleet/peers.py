@@ -15,7 +15,8 @@ any other layer is answered with no peers, exactly like a layer nobody holds, so
 
 **The swarm** (a pull asking with ``pulling: true`` and its ``host``): the asker is recorded as pulling the readable
 layers it names (:class:`~.swarm.SwarmTracker`, in this process's memory), the ask is held until the layers' cohort
-windows close (at most ``window`` seconds, when the asker names a shorter one), and each layer is answered with its
+windows close (at most ``window`` seconds, when the asker names a shorter one; a layer a fresh peer holds whole
+does not wait: the puller takes it from its holders), and each layer is answered with its
 swarm too: the hosts pulling it now that have a fresh report and a ``peerUrl`` (the asker included, so every member
 sees the same list), sorted by host name, at most :data:`~.swarm.SWARM_PER_LAYER`.
 
@@ -127,10 +128,9 @@ class PeerDirectory:
         wanted = list(dict.fromkeys(layers))
         async with self.ctx.sessions() as session:
             readable = await readable_linking(session, scope.principal, manifests=wanted)
-        if pulling and host is not None:
-            mine = [layer for layer in wanted if layer in readable]
+        mine = [layer for layer in wanted if layer in readable] if pulling and host is not None else []
+        if mine and host is not None:
             self.tracker.join(host, mine)
-            await self.tracker.wait_for_cohort(mine, window)
         await self.index.refresh()
         cutoff = self.ctx.clock() - timedelta(seconds=self.ctx.node_ttl)
         hosts = self.index.hosts
@@ -147,6 +147,9 @@ class PeerDirectory:
             out[layer] = found[:PEERS_PER_LAYER]
         swarm: dict[str, list[Peer]] = {}
         if pulling:
+            # only a layer no fresh peer holds waits for its cohort (a held one is taken from its holders)
+            await self.tracker.wait_for_cohort([layer for layer in mine if not out[layer]], window)
+            hosts, cutoff = self.index.hosts, self.ctx.clock() - timedelta(seconds=self.ctx.node_ttl)
             for layer in wanted:
                 members: list[Peer] = []
                 for name in self.tracker.members(layer) if layer in readable else ():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,18 @@ def test_every_ask_of_a_cohort_window_gets_the_same_list(hub: Hub, fleet):
     assert got == dict.fromkeys(names, names)
     # after the window: answered at once, with the current list (an asker allowing no wait at all too)
     assert members(ask(hub, puller, py, host="h5", pulling=True, window=0), py[-1]) == names
+
+
+def test_a_layer_a_fresh_peer_holds_whole_does_not_wait_for_its_cohort(hub: Hub, fleet):
+    hub.registry.peers.tracker.window = 5.0
+    py = fleet["py"]
+    holder = report(hub, "a", hub.token("a", "node:acme/*"), with_peer(py, "http://10.0.0.1:7480"))
+    assert holder.status_code == 200, holder.text
+    hosts_reporting(hub, "b")
+    start = time.monotonic()
+    answer = ask(hub, hub.token("puller", "pull:acme/*"), py, host="b", pulling=True)
+    assert time.monotonic() - start < 2.5  # the window is 5 s
+    assert members(answer, py[0]) == ["b"] and [p["host"] for p in answer.json()["peers"][py[0]]] == ["a"]
 
 
 def test_the_tracker_is_bounded() -> None:
