@@ -2,8 +2,11 @@
 
 :func:`fill_with_swarm` runs where no live peer holds the layer whole and the hub named a swarm of n > 1 hosts
 pulling it now, this one included (:meth:`.peers.PeerSource.members`; the same list, sorted by host name, for
-every member). Each wanted chunk is **owned** by ``members[h mod n]``, ``h`` the first 8 bytes of its digest as an
-integer, so every member computes the same split and the hub sends each chunk about once:
+every member). The layer's data blobs are cut into **runs** of :data:`RUN_BYTES` (by frame offset), and the frames
+of run ``r`` of blob ``b`` are **owned** by ``members[(r + h(b)) mod n]``, ``h(b)`` the first 8 bytes of the blob's
+digest as an integer: every member computes the same split from the same chunk maps, the hub sends each chunk
+about once, and each host's share is a set of contiguous ranges (one hub range per run, not a frame here and
+there: ownership by chunk digest made a host's share of 1/n of the frames cost the hub n times the requests):
 
 - the chunks this host owns come from the hub (:meth:`.fill.LinkFill.run`, on that subset);
 - meanwhile, on the pull's swarm thread, the other chunks are asked of their owners in rounds (one request of at
@@ -11,9 +14,11 @@ integer, so every member computes the same split and the hub sends each chunk ab
   delivers, verified by its digest, is written; what it reports missing (not pulled yet: its node agent serves
   what its pull staged, :mod:`forkd_client.node.staged`) is asked again after a pause growing from
   :data:`PAUSE_S` to :data:`MAX_PAUSE_S`;
-- an owner that delivers nothing new for ``FORKD_PEERS_STALL`` seconds (:attr:`.peers.PeerOptions.stall`), or
-  fails in any way (dropped, :mod:`.peers`), gives its remaining chunks to the hub path, fetched once the
-  owned part is done. Rounds go on after the hub part is done only while owners progress.
+- an owner that fails in any way (dropped, :mod:`.peers`) gives its remaining chunks to the hub path at once, and
+  one that delivers nothing new for ``FORKD_PEERS_STALL`` seconds (:attr:`.peers.PeerOptions.stall`) once this
+  host's own part is in (the clock starts at the later of its last delivery and that moment: this host's hub
+  path is busy until then anyway, so a slow start costs nothing) gives them too; they are fetched from the hub
+  after the owned part. Rounds go on after the hub part is done only while owners progress.
 
 A lying or dead member costs time, never correctness: every chunk is verified as a hub frame is, and every chunk
 not delivered is fetched from the hub. Errors: those of :meth:`.fill.LinkFill.run` (a failing hub request, a
@@ -36,17 +41,19 @@ if TYPE_CHECKING:
 
     from .fill import FillCounts, LinkFill, Wanted
 
-__all__ = ["MAX_PAUSE_S", "PAUSE_S", "fill_with_swarm", "owner_of"]
+__all__ = ["MAX_PAUSE_S", "PAUSE_S", "RUN_BYTES", "fill_with_swarm", "owner_of"]
 
+#: The blob bytes (frame offsets) one owner's run covers.
+RUN_BYTES = 1 << 20
 #: The first pause before asking an owner again for chunks it lacked, and the longest.
 PAUSE_S = 0.05
 MAX_PAUSE_S = 0.2
 Key = tuple[str, int]  # (data blob, frame offset)
 
 
-def owner_of(digest: str, members: int) -> int:
-    """The index in the swarm's sorted member list of the host owning chunk ``digest``."""
-    return int(digest.split(":")[-1][:16], 16) % members
+def owner_of(blob: str, offset: int, members: int) -> int:
+    """The index in the swarm's sorted member list of the host owning the frame at ``offset`` of ``blob``."""
+    return (offset // RUN_BYTES + int(blob.split(":")[-1][:16], 16)) % members
 
 
 @dataclass
@@ -70,7 +77,7 @@ def fill_with_swarm(
     me = peers.options.host
     for blob, frames in fill.wanted.items():
         for offset in list(frames):
-            host, url = members[owner_of(frames[offset][1], len(members))]
+            host, url = members[owner_of(blob, offset, len(members))]
             if host != me:
                 theirs.setdefault(blob, {})[offset] = frames.pop(offset)
                 owners.setdefault(url, _Owner(url)).pending[(blob, offset)] = None
@@ -79,9 +86,11 @@ def fill_with_swarm(
     total = sum(f[0] for part in (fill.wanted, theirs) for frames in part.values() for f in frames.values())
     fill.progress.task(f"pull {fill.link.tag} (swarm of {len(members)})", total)
     stop = threading.Event()
-    rounds = fill.pools.swarm.submit(_rounds, fill, peers, owners, theirs, stop)
+    own_done: list[float] = []  # when this host's own part was in
+    rounds = fill.pools.swarm.submit(_rounds, fill, peers, owners, theirs, stop, own_done)
     try:
         fill.run(meanwhile, task=False)
+        own_done.append(time.monotonic())
         while not rounds.done():  # the owned part is in: the rounds go on while owners deliver
             wait([rounds], timeout=0.1)
             if meanwhile is not None:
@@ -103,7 +112,12 @@ def fill_with_swarm(
 
 
 def _rounds(
-    fill: LinkFill, peers: PeerSource, owners: dict[str, _Owner], theirs: Wanted, stop: threading.Event
+    fill: LinkFill,
+    peers: PeerSource,
+    owners: dict[str, _Owner],
+    theirs: Wanted,
+    stop: threading.Event,
+    own_done: list[float],
 ) -> tuple[list[Key], int, int]:
     """Ask each owner for its chunks until it delivered them, stalled or failed (module docstring). Returns the
     chunks left for the hub, and the chunks and chunk bytes delivered."""
@@ -119,7 +133,7 @@ def _rounds(
             for owner in owners.values():
                 if owner.future is not None or not owner.pending:
                     continue
-                stalled = now - owner.last > stall
+                stalled = bool(own_done) and now - max(owner.last, own_done[0]) > stall
                 if stop.is_set() or stalled or peers.is_dropped(owner.url):
                     if stalled and not stop.is_set() and not peers.is_dropped(owner.url):
                         fill.progress.log(

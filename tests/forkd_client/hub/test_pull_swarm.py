@@ -15,7 +15,7 @@ import pytest
 
 from forkd_client.hub.peers import PeerOptions
 from forkd_client.hub.pull import PullResult, pull
-from forkd_client.hub.swarmfill import owner_of
+from forkd_client.hub.swarmfill import RUN_BYTES, owner_of
 from forkd_client.snapdir import read_hub_meta
 from forkd_client.store import SnapshotStore
 from tests.forkd_client.hub.conftest import InProcessHub
@@ -145,7 +145,7 @@ def test_a_member_that_lies_or_stalls_costs_time_never_correctness(fleet, tmp_pa
             assert url in result.peers_dropped, result.peers_dropped
 
 
-def test_every_member_computes_the_same_owner() -> None:
-    digest = "blake3:" + "0123456789abcdef" + "0" * 48
-    assert owner_of(digest, 3) == 0x0123456789ABCDEF % 3
-    assert {owner_of(f"blake3:{i:016x}" + "0" * 48, 4) for i in range(16)} == {0, 1, 2, 3}
+def test_owners_take_runs_of_the_blobs_in_turn() -> None:
+    blob = "sha256:" + "0000000000000005" + "0" * 48
+    offsets = (0, RUN_BYTES - 1, RUN_BYTES, 2 * RUN_BYTES, 3 * RUN_BYTES)
+    assert [owner_of(blob, offset, 3) for offset in offsets] == [2, 2, 0, 1, 2]
