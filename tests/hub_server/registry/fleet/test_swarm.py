@@ -135,7 +135,7 @@ def test_the_tracker_is_bounded() -> None:
             swarm_module.MAX_WAITERS = waits
         return asyncio.get_running_loop().time() - start
 
-    assert asyncio.run(crowd()) >= 0.0  # the two in the window sleep; the third (over the bound) did not
+    assert asyncio.run(crowd()) >= 0.15  # the two in the window slept it out; the third (over the bound) did not
 
 
 async def _late(tracker: SwarmTracker, layer: str) -> None:
