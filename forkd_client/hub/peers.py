@@ -22,7 +22,7 @@ hub only the chunks this host owns and asks the other chunks of their owners whi
 delivers nothing new for ``FORKD_PEERS_STALL`` seconds (3) gives its chunks back to the hub path.
 
 Errors: :class:`~forkd_client.errors.UsageError` from :func:`peer_options` (peers on without a fleet token, a
-bad ``FORKD_PEERS_TIMEOUT`` or ``FORKD_PEERS_STALL``). Nothing else: a failing peer is dropped, not raised.
+bad ``FORKD_PEERS_TIMEOUT``, ``FORKD_PEERS_STALL`` or ``FORKD_PEERS_WINDOW``). Nothing else: a failing peer is dropped, not raised.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ TIMEOUT_ENV = "FORKD_PEERS_TIMEOUT"
 FLEET_TOKEN_ENV = "FORKD_FLEET_TOKEN"
 HOST_ENV = "FORKD_PEERS_HOST"
 STALL_ENV = "FORKD_PEERS_STALL"
+WINDOW_ENV = "FORKD_PEERS_WINDOW"
 DEFAULT_TIMEOUT_S = 5.0
 #: Seconds a swarm member may deliver nothing new before its chunks go to the hub.
 DEFAULT_STALL_S = 3.0
@@ -81,6 +82,7 @@ class PeerOptions:
     timeout: float = DEFAULT_TIMEOUT_S
     host: str | None = None
     stall: float = DEFAULT_STALL_S
+    window: float | None = None  # the longest this pull lets the hub hold its ask for a cohort (None: the hub's)
 
 
 def peer_options(flag: bool, env: Mapping[str, str] | None = None, config: Path | None = None) -> PeerOptions | None:
@@ -106,7 +108,15 @@ def peer_options(flag: bool, env: Mapping[str, str] | None = None, config: Path 
     timeout = _seconds(env, TIMEOUT_ENV, table.get("timeout"), f"{where}: peers.timeout", DEFAULT_TIMEOUT_S)
     stall = _seconds(env, STALL_ENV, table.get("stall"), f"{where}: peers.stall", DEFAULT_STALL_S)
     host = (env.get(HOST_ENV) or "").strip() or str(table.get("host") or "").strip()
-    return PeerOptions(token, timeout, host or socket.gethostname().split(".")[0] or None, stall)
+    window = None
+    if (raw := env.get(WINDOW_ENV)) is not None:
+        try:
+            window = float(raw)
+        except ValueError:
+            window = -1.0
+        if not 0 <= window <= 10:
+            raise UsageError(f"{WINDOW_ENV}={raw!r}: seconds, from 0 to 10")
+    return PeerOptions(token, timeout, host or socket.gethostname().split(".")[0] or None, stall, window)
 
 
 def _seconds(env: Mapping[str, str], name: str, configured: object, key: str, default: float) -> float:
@@ -155,7 +165,9 @@ class PeerSource:
         if not layers:
             return source
         try:
-            answer, swarm = repo.ask_peers(list(layers)[:64], options.host, pulling=options.host is not None)
+            answer, swarm = repo.ask_peers(
+                list(layers)[:64], options.host, pulling=options.host is not None, window=options.window
+            )
         except HubError as e:
             progress.log(f"peers: the hub named none ({e}); pulling from the hub")
             return source

@@ -46,3 +46,11 @@ def test_the_table_turns_peers_on_and_the_environment_wins_key_by_key(tmp_path: 
 def test_bad_values_are_refused_naming_the_key(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(UsageError, match=key.replace("[", r"\[").replace("]", r"\]")):
         peer_options(True, env=TOKEN, config=config(tmp_path, text))
+
+
+def test_a_pull_may_let_the_hub_hold_its_ask_less_than_the_hub_s_window(tmp_path: Path) -> None:
+    none = tmp_path / "none.toml"
+    assert peer_options(True, env={**TOKEN, "FORKD_PEERS_WINDOW": "0.25"}, config=none).window == 0.25  # type: ignore[union-attr]
+    assert peer_options(True, env=TOKEN, config=none).window is None  # type: ignore[union-attr]
+    with pytest.raises(UsageError, match="FORKD_PEERS_WINDOW"):
+        peer_options(True, env={**TOKEN, "FORKD_PEERS_WINDOW": "11"}, config=none)

@@ -111,6 +111,19 @@ def test_a_layer_a_fresh_peer_holds_whole_does_not_wait_for_its_cohort(hub: Hub,
     assert members(answer, py[0]) == ["b"] and [p["host"] for p in answer.json()["peers"][py[0]]] == ["a"]
 
 
+def test_an_asker_may_wait_less_than_the_window(hub: Hub, fleet):
+    hub.registry.peers.tracker.window = 5.0
+    py = fleet["py"]
+    hosts_reporting(hub, "a", "b")
+    puller = hub.token("puller", "pull:acme/*")
+    start = time.monotonic()
+    assert members(ask(hub, puller, py, host="a", pulling=True, window=0), py[0]) == ["a"]  # opens the window
+    assert time.monotonic() - start < 2.5
+    start = time.monotonic()
+    assert members(ask(hub, puller, py, host="b", pulling=True, window=0.3), py[0]) == ["a", "b"]
+    assert 0.25 <= time.monotonic() - start < 2.5
+
+
 def test_the_tracker_is_bounded() -> None:
     now = [0.0]
     tracker = SwarmTracker(0.2, clock=lambda: now[0])
