@@ -150,6 +150,7 @@ async def open_hub(
                     immutable_exempt=settings.immutable_exempt,
                     signatures=_signature_policy(settings),
                     node_ttl=settings.node_ttl,
+                    swarm_window=settings.swarm_window,
                     namespace_quota=settings.namespace_quota,
                     outages=outages,
                 )

@@ -159,6 +159,9 @@ class Settings:
     """JSON file naming namespaces whose tags move only onto signed manifests (docs/decisions/0009-signatures.md)."""
     node_ttl: float = 300.0
     """Seconds a fleet host's inventory counts for placement after its last report (docs/placement.md)."""
+    swarm_window: float = 1.0
+    """Seconds the first pulling ask for a layer holds the asks that follow, so a fleet starting together gets one
+    swarm (docs/mirrors.md); 0 disables."""
     namespace_quota: int | None = None
     """Default storage quota of a namespace in bytes (unique bytes it references); ``None``: unlimited.
     ``forkd-hub quota set`` overrides it per namespace (docs/limits.md)."""
@@ -339,6 +342,13 @@ def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
 
+def _swarm_window(text: str) -> float:
+    value = _seconds(text)
+    if not 0 <= value <= 10:
+        raise SettingsError(f"seconds from 0 to 10: {text!r}")
+    return value
+
+
 def _mirror_of(text: str) -> str:
     url = text.strip().rstrip("/")
     if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", url):
@@ -385,6 +395,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "immutable_exempt": (_tag_globs, False),
     "signature_policy": (lambda t: Path(t).expanduser(), False),
     "node_ttl": (_positive(_seconds), False),
+    "swarm_window": (_swarm_window, False),
     "namespace_quota": (_quota, False),
     "mirror_of": (_mirror_of, False),
     "mirror_cache_bytes": (_cache_limit, False),

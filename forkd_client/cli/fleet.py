@@ -192,6 +192,7 @@ def run_status(args: argparse.Namespace, ctx: Context) -> int:
         "store_changes": changes,
         "reported_changes": state.get("changes"),
         "up_to_date": state.get("changes") == changes,
+        "peer_url": state.get("peer_url"),
     }
     if args.json:
         ctx.json(status)
@@ -203,6 +204,8 @@ def run_status(args: argparse.Namespace, ctx: Context) -> int:
         f"host {status['host']} → {status['hub']}: generation {status['generation']}, {status['layers']} layer(s)"
     )
     ctx.print("the store changed since the last report" if not status["up_to_date"] else "up to date with the store")
+    if status["peer_url"]:
+        ctx.print(f"serving chunks to fleet peers at {status['peer_url']}")
     return 0
 
 

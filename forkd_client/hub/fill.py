@@ -36,6 +36,7 @@ from .peers import BATCH_BYTES, PeerFailure, PeerSource
 from .peerwire import MAX_DIGESTS
 from .progress import Progress
 from .repository import RepositoryClient
+from .swarmfill import fill_with_swarm
 
 RANGE_GAP = 0  # frames of one layer are contiguous; only merge touching ranges
 MAX_RANGE_BYTES = 8 << 20
@@ -88,11 +89,14 @@ class FillPools:
         self.parallel = tunable("FORKD_PULL_PARALLEL", PARALLEL_REQUESTS, 1)
         self.askers = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="forkd-ask")
         self.workers = ThreadPoolExecutor(max_workers=2 * self.parallel, thread_name_prefix="forkd-fill")
+        # a pull in a swarm (:mod:`.swarmfill`): one thread running the peer rounds, and their requests
+        self.swarm = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forkd-swarm")
+        self.peer_workers = ThreadPoolExecutor(max_workers=2 * self.parallel, thread_name_prefix="forkd-swarm-ask")
 
     def close(self) -> None:
         """Stop the threads once their tasks are done (queued tasks never start)."""
-        self.askers.shutdown(wait=True, cancel_futures=True)
-        self.workers.shutdown(wait=True, cancel_futures=True)
+        for pool in (self.swarm, self.askers, self.workers, self.peer_workers):
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 #: per data blob: frame offset -> (frame length, chunk digest, chunk length, [(role, index), …])
@@ -126,7 +130,8 @@ def fill_link(
     ``meanwhile`` is called on this thread whenever a request or piece is done (and once the
     first requests are out), while the pools move bytes: the pull installs earlier links there.
     What it raises ends the fill as a failed request would. With ``peers``, the chunks still wanted
-    after the local ones are asked of the peers holding the layer first."""
+    after the local ones are asked of the peers holding the layer first, or, where none does, split with the
+    hosts pulling it now (:mod:`.swarmfill`)."""
     if pools is None:
         own = FillPools()
         try:
@@ -137,6 +142,9 @@ def fill_link(
     fill.sort_chunks(index)
     if peers is not None:
         fill.from_peers(peers, meanwhile)
+        members = peers.members(link.layer) if fill.wanted else None
+        if members is not None:
+            return fill_with_swarm(fill, peers, members, meanwhile)
     return fill.run(meanwhile)
 
 
@@ -224,11 +232,14 @@ class LinkFill:
         self.wanted = {blob: frames for blob, frames in self.wanted.items() if frames}
         self.offsets = {blob: sorted(frames) for blob, frames in self.wanted.items()}
 
-    def _peer_batch(self, peers: PeerSource, url: str, batch: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        """One batch from one peer: the (blob, offset) frames whose chunk it delivered, verified and written."""
+    def _peer_batch(
+        self, peers: PeerSource, url: str, batch: list[tuple[str, int]], wanted: Wanted | None = None
+    ) -> list[tuple[str, int]]:
+        """One batch from one peer: the (blob, offset) frames (of ``wanted``, else this fill's) whose chunk it
+        delivered, verified and written."""
         if peers.is_dropped(url):
             return []
-        frames = [self.wanted[blob][offset] for blob, offset in batch]
+        frames = [(self.wanted if wanted is None else wanted)[blob][offset] for blob, offset in batch]
         try:
             chunks = peers.fetch(url, [(digest, length) for _, digest, length, _ in frames])
         except PeerFailure as e:
@@ -294,17 +305,18 @@ class LinkFill:
         self.progress.advance(nbytes)
         return len(group), nbytes, chunk_bytes
 
-    def run(self, meanwhile: Callable[[], None] | None) -> FillCounts:
+    def run(self, meanwhile: Callable[[], None] | None, *, task: bool = True) -> FillCounts:
         """Stages 2 and 3 overlapping: ``parallel`` hub requests (bytes, or a redirect / fetch plan),
         each handing its pieces straight to twice as many piece workers fetching from the store and
         verifying. At most 2 * ``parallel`` requests are open (asked, or with pieces not done), which
-        bounds what a hub serving bytes buffers."""
+        bounds what a hub serving bytes buffers. ``task``: begin a progress task of its own."""
         max_range = tunable("FORKD_PULL_RANGE_BYTES", MAX_RANGE_BYTES, 64 << 10)
         self.piece_bytes = tunable("FORKD_PULL_PIECE_BYTES", PIECE_BYTES, 64 << 10)
         requests = coalesce(self.wanted, max_range)
-        self.progress.task(
-            f"pull {self.link.tag}", sum(f[0] for frames in self.wanted.values() for f in frames.values())
-        )
+        if task:
+            self.progress.task(
+                f"pull {self.link.tag}", sum(f[0] for frames in self.wanted.values() for f in frames.values())
+            )
         parallel, askers, counts = self.pools.parallel, self.pools.askers, self.counts
         todo = iter(enumerate(requests))
         asking: dict[Future, int] = {}

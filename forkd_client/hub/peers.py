@@ -1,7 +1,7 @@
 """Chunks from fleet peers during a pull (docs/mirrors.md, "A fleet with peers"; the framing in :mod:`.peerwire`).
 
-Opt-in per host: ``forkd pull --peers`` or ``FORKD_PEERS=1`` (:func:`peer_options`), with the fleet token in
-``FORKD_FLEET_TOKEN``. A pull with peers asks the hub **once** which peers hold the layers it will fetch
+Opt-in per host: ``forkd pull --peers``, ``FORKD_PEERS=1`` or ``enabled = true`` in the ``[peers]`` table of the
+client's config.toml (:func:`peer_options`, :mod:`.peerconfig`), with the fleet token in ``FORKD_FLEET_TOKEN``. A pull with peers asks the hub **once** which peers hold the layers it will fetch
 (:meth:`PeerSource.ask_hub`; a hub without the route, or any refusal, means no peers, never a failed pull).
 For each link, the chunks no staged or local file holds are cut into batches (at most ``MAX_DIGESTS`` chunks
 and :data:`BATCH_BYTES`), spread round robin over the peers holding that layer and fetched in parallel on the
@@ -14,8 +14,15 @@ peer (refused, an HTTP status other than 200, no answer within the per-request d
 the peer is dropped for the rest of the pull (:meth:`PeerSource.drop`, with the reason), and every chunk it
 did not deliver verified goes the hub's way. A chunk the peer says it lacks also goes to the hub; the peer stays.
 
+**The swarm** (hosts pulling one chain at once, :mod:`.swarmfill`): the ask says ``pulling: true`` with this host's
+name (``FORKD_PEERS_HOST``, else the host name: the name its node agent reports), and the hub answers each layer's
+swarm too, the hosts pulling it now, sorted by name. Where no live peer holds a layer whole and the swarm has more
+than one member, this one included, :meth:`PeerSource.members` hands the list to the fill, which takes from the
+hub only the chunks this host owns and asks the other chunks of their owners while they pull; an owner that
+delivers nothing new for ``FORKD_PEERS_STALL`` seconds (3) gives its chunks back to the hub path.
+
 Errors: :class:`~forkd_client.errors.UsageError` from :func:`peer_options` (peers on without a fleet token, a
-bad ``FORKD_PEERS_TIMEOUT``). Nothing else: a failing peer is dropped, not raised.
+bad ``FORKD_PEERS_TIMEOUT``, ``FORKD_PEERS_STALL`` or ``FORKD_PEERS_WINDOW``). Nothing else: a failing peer is dropped, not raised.
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
 from .errors import HubError
+from .mirrors import config_file
+from .peerconfig import read_peer_table
 from .peerwire import (
     CONTENT_TYPE,
     MAGIC,
@@ -51,7 +61,11 @@ PEERS_ENV = "FORKD_PEERS"
 TIMEOUT_ENV = "FORKD_PEERS_TIMEOUT"
 FLEET_TOKEN_ENV = "FORKD_FLEET_TOKEN"
 HOST_ENV = "FORKD_PEERS_HOST"
+STALL_ENV = "FORKD_PEERS_STALL"
+WINDOW_ENV = "FORKD_PEERS_WINDOW"
 DEFAULT_TIMEOUT_S = 5.0
+#: Seconds a swarm member may deliver nothing new before its chunks go to the hub.
+DEFAULT_STALL_S = 3.0
 #: Chunk bytes one peer request asks for at most (64 chunks of 64 KiB).
 BATCH_BYTES = 4 << 20
 #: Requests one pull has open to one peer at most (a peer serves 16 at once, and other pullers too).
@@ -61,19 +75,28 @@ _READ = 1 << 20
 
 @dataclass(frozen=True)
 class PeerOptions:
-    """How a pull uses peers: the fleet ``token``, the per-request ``timeout`` (seconds), and this host's
-    name (``host``: left out of the hub's answer)."""
+    """How a pull uses peers: the fleet ``token``, the per-request ``timeout`` (seconds), this host's
+    name (``host``: left out of the holders, its place in the swarm), and the swarm's ``stall`` (seconds)."""
 
     token: str
     timeout: float = DEFAULT_TIMEOUT_S
     host: str | None = None
+    stall: float = DEFAULT_STALL_S
+    window: float | None = None  # the longest this pull lets the hub hold its ask for a cohort (None: the hub's)
 
 
-def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOptions | None:
-    """The pull's peer options: on with ``flag`` (``--peers``) or ``FORKD_PEERS=1``, else None.
-    Raises UsageError (on without ``FORKD_FLEET_TOKEN``, a bad ``FORKD_PEERS_TIMEOUT``)."""
+def peer_options(flag: bool, env: Mapping[str, str] | None = None, config: Path | None = None) -> PeerOptions | None:
+    """The pull's peer options: on with ``flag`` (``--peers``) or ``FORKD_PEERS=1`` (else ``enabled`` in the
+    ``[peers]`` table of ``config``, default the client's config.toml: :mod:`.peerconfig`; each variable wins over
+    its key), else None. Raises UsageError (on without ``FORKD_FLEET_TOKEN``, a bad ``FORKD_PEERS_TIMEOUT`` or
+    ``FORKD_PEERS_STALL``, a bad key of the table)."""
     env = os.environ if env is None else env
-    enabled = flag or (env.get(PEERS_ENV) or "").strip().lower() in ("1", "true", "yes", "on")
+    table = read_peer_table(config if config is not None else config_file())
+    raw_on = env.get(PEERS_ENV)
+    if raw_on is not None and raw_on.strip():
+        enabled = flag or raw_on.strip().lower() in ("1", "true", "yes", "on")
+    else:
+        enabled = flag or bool(table.get("enabled", False))
     if not enabled:
         return None
     token = (env.get(FLEET_TOKEN_ENV) or "").strip()
@@ -81,17 +104,34 @@ def peer_options(flag: bool, env: Mapping[str, str] | None = None) -> PeerOption
         raise UsageError(
             f"pulling with peers needs the fleet token in {FLEET_TOKEN_ENV} (or drop --peers / {PEERS_ENV})"
         )
-    raw = env.get(TIMEOUT_ENV)
-    timeout = DEFAULT_TIMEOUT_S
-    if raw is not None:
+    where = config if config is not None else config_file()
+    timeout = _seconds(env, TIMEOUT_ENV, table.get("timeout"), f"{where}: peers.timeout", DEFAULT_TIMEOUT_S)
+    stall = _seconds(env, STALL_ENV, table.get("stall"), f"{where}: peers.stall", DEFAULT_STALL_S)
+    host = (env.get(HOST_ENV) or "").strip() or str(table.get("host") or "").strip()
+    window = None
+    if (raw := env.get(WINDOW_ENV)) is not None:
         try:
-            timeout = float(raw)
+            window = float(raw)
         except ValueError:
-            timeout = -1.0
-        if not 0 < timeout <= 600:
-            raise UsageError(f"{TIMEOUT_ENV}={raw!r}: seconds, more than 0 and at most 600")
-    host = (env.get(HOST_ENV) or "").strip() or socket.gethostname().split(".")[0] or None
-    return PeerOptions(token, timeout, host)
+            window = -1.0
+        if not 0 <= window <= 10:
+            raise UsageError(f"{WINDOW_ENV}={raw!r}: seconds, from 0 to 10")
+    return PeerOptions(token, timeout, host or socket.gethostname().split(".")[0] or None, stall, window)
+
+
+def _seconds(env: Mapping[str, str], name: str, configured: object, key: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None:
+        if configured is None:
+            return default
+        raw, name = str(configured), key
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise UsageError(f"{name}={raw!r}: seconds, more than 0 and at most 600")
+    return value
 
 
 class PeerFailure(Exception):
@@ -105,6 +145,8 @@ class PeerSource:
 
     options: PeerOptions
     holders: dict[str, list[str]] = field(default_factory=dict)
+    swarm: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # layer -> [(host, url)], sorted
+    swarm_size: int = 0  # the largest swarm a link of this pull split its chunks over
     bytes_by_peer: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
     requests: int = 0
@@ -123,7 +165,9 @@ class PeerSource:
         if not layers:
             return source
         try:
-            answer = repo.peers(list(layers)[:64], options.host)
+            answer, swarm = repo.ask_peers(
+                list(layers)[:64], options.host, pulling=options.host is not None, window=options.window
+            )
         except HubError as e:
             progress.log(f"peers: the hub named none ({e}); pulling from the hub")
             return source
@@ -131,9 +175,27 @@ class PeerSource:
             urls = [url for _, url in found if urlsplit(url).scheme in ("http", "https")]
             if urls:
                 source.holders[layer] = list(dict.fromkeys(urls))
+        for layer, members in swarm.items():
+            usable = [(h, u) for h, u in members if urlsplit(u).scheme in ("http", "https")]
+            if len(usable) == len(members) and len({h for h, _ in usable}) == len(usable):
+                source.swarm[layer] = usable  # every member must see the same list: a bad one voids it
         count = len({u for urls in source.holders.values() for u in urls})
-        progress.log(f"peers: {count} peer(s) hold {len(source.holders)} of {len(layers)} layer(s) to fetch")
+        pulling = max((len(m) for m in source.swarm.values()), default=0)
+        progress.log(
+            f"peers: {count} peer(s) hold {len(source.holders)} of {len(layers)} layer(s) to fetch"
+            + (f"; a swarm of {pulling} host(s) pulls them now" if pulling > 1 else "")
+        )
         return source
+
+    def members(self, layer: str) -> list[tuple[str, str]] | None:
+        """The swarm to split ``layer``'s chunks over: its members (host, url) when no live peer holds it
+        whole, it has more than one member and this host is one of them; else None."""
+        members = self.swarm.get(layer, [])
+        if self.live(layer) or len(members) < 2 or self.options.host not in {h for h, _ in members}:
+            return None
+        with self._lock:
+            self.swarm_size = max(self.swarm_size, len(members))
+        return members
 
     def live(self, layer: str) -> list[str]:
         """The peers holding ``layer`` not dropped yet."""

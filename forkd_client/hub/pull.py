@@ -169,6 +169,7 @@ class ChainPull:
         if self.peers is not None:
             result.bytes_by_peer = dict(self.peers.bytes_by_peer)
             result.peers_dropped = dict(self.peers.dropped)
+            result.swarm_size = self.peers.swarm_size
         return result
 
     def _resolve(self) -> None:

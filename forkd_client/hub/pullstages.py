@@ -67,6 +67,7 @@ class PullResult:
     """The mirror that served the pull's reads (the last one, if one was skipped); ``None``: the hub itself."""
     bytes_by_peer: dict[str, int] = field(default_factory=dict)  # a pull with peers: chunk bytes per peer URL
     peers_dropped: dict[str, str] = field(default_factory=dict)  # peer URL → why it was dropped
+    swarm_size: int = 0  # a pull with peers: the largest swarm (hosts pulling a link at once) it split chunks over
 
     @property
     def bytes_by_source(self) -> dict[str, int]:
@@ -91,6 +92,7 @@ class PullResult:
             "bytes_by_source": self.bytes_by_source,
             "bytes_by_peer": dict(self.bytes_by_peer),
             "peers_dropped": dict(self.peers_dropped),
+            "swarm_size": self.swarm_size,
             "links": [{**vars(link), "bytes_by_source": dict(link.bytes_by_source)} for link in self.links],
             "mirror": self.mirror,
         }

@@ -358,17 +358,33 @@ class RepositoryClient:
     def peers(self, layers: Sequence[str], host: str | None = None) -> dict[str, list[tuple[str, str]]]:
         """Which fleet peers hold each of ``layers`` whole: layer → [(host, url)] (``POST …/peers``; the
         asking ``host`` left out). Raises HubError (a malformed answer too)."""
+        return self.ask_peers(layers, host)[0]
+
+    def ask_peers(
+        self, layers: Sequence[str], host: str | None = None, *, pulling: bool = False, window: float | None = None
+    ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, list[tuple[str, str]]]]:
+        """The peers holding each of ``layers`` whole and, asking as ``host`` ``pulling`` them now, each layer's
+        swarm (the hosts pulling it, sorted by name, this one included): two maps layer → [(host, url)]. The hub
+        may hold a pulling ask for its cohort window (at most ``window`` seconds). Raises HubError."""
         body: dict[str, Any] = {"layers": list(layers)}
         if host:
             body["host"] = host
+            if pulling:
+                body["pulling"] = True
+                if window is not None:
+                    body["window"] = window
         r = self.hub._request("POST", f"/api/v1/repositories/{self.name}/peers", json=body, retry=True)
         try:
-            answer = json_object(r, f"peers answer for {self.name}").get("peers") or {}
-            return {
-                str(layer): [(str(p["host"]), str(p["url"])) for p in found]
-                for layer, found in answer.items()
-                if layer in body["layers"]
-            }
+            answer = json_object(r, f"peers answer for {self.name}")
+
+            def by_layer(found: Any) -> dict[str, list[tuple[str, str]]]:
+                return {
+                    str(layer): [(str(p["host"]), str(p["url"])) for p in members]
+                    for layer, members in (found or {}).items()
+                    if layer in body["layers"]
+                }
+
+            return by_layer(answer.get("peers")), by_layer(answer.get("swarm"))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise HubError(f"hub sent a malformed peers answer for {self.name}: {type(e).__name__}: {e}") from None
 

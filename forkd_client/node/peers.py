@@ -17,8 +17,10 @@ answers one route, ``POST /peer/v1/chunks``, over HTTP/1.1 with one request per 
   the connection closed), the body within ``BODY_TIMEOUT_S``, at most ``MAX_RESPONSE_BYTES`` of chunks per
   response (later chunks are sent as missing), taken by the peer within ``SEND_TIMEOUT_S``.
 - **What is served**: each chunk found through the store's :class:`~forkd_client.hub.localchunks.LocalChunkIndex`
-  only (files the verified-content record still trusts, each chunk re-hashed on read): a changed file or
-  a stale row is a missing chunk, never wrong bytes. The store's databases and the reads and hashing live on
+  (files the verified-content record still trusts, each chunk re-hashed on read), else in the staged files of a
+  pull running on this host (:class:`~.staged.StagedChunks`: served only when the bytes there hash to the digest
+  asked for, so a fleet pulling one chain at once trades chunks while it pulls): a changed file, a stale row or a
+  chunk not written yet is a missing chunk, never wrong bytes. The store's databases and the reads and hashing live on
   the service's own reader threads (``READERS``, each with its own connections), never on the agent's loop.
 
 A peer is untrusted by its readers all the same: they verify every chunk by its digest.
@@ -60,6 +62,7 @@ from ..hub.peerwire import (
     encode_record,
 )
 from ..verified import VerifiedRecord
+from .staged import StagedChunks
 
 __all__ = ["PeerConfigError", "PeerService", "bind_listener", "check_peer_url", "fleet_token"]
 
@@ -160,6 +163,7 @@ class _Reader:
         self.store_root = store_root
         self.index: LocalChunkIndex | None = None
         self.verified: VerifiedRecord | None = None
+        self.staged = StagedChunks(self.store_root / ".staging")
 
     def read(self, digests: list[str]) -> list[bytes | None]:
         if self.index is None:
@@ -167,8 +171,14 @@ class _Reader:
             self.index = LocalChunkIndex(self.store_root / "chunk-index.db", self.verified)
         out: list[bytes | None] = []
         budget = MAX_RESPONSE_BYTES
+        looked = False  # the staged directories are looked at again once per request, on its first miss
         for digest in digests:
             data = self.index.read(digest) if budget > 0 else None
+            if data is None and budget > 0:
+                if not looked:
+                    self.staged.refresh()
+                    looked = True
+                data = self.staged.read(digest)
             if data is not None and len(data) > budget:
                 data = None
             if data is not None:

@@ -174,5 +174,6 @@ class Reporter:
             "changes": outcome.changes,
             "reported_at": self._clock(),
             "mode": outcome.mode,
+            "peer_url": self.peer_url,
         }
         write_state(store, state)

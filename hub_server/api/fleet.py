@@ -82,14 +82,20 @@ class FleetController(Controller):
         status_code=200,
         dependencies=PULL,
         operation_class=json_body(
-            PeersIn, 'the layers (manifest digests, at most 64) and the asking host: {"layers": [...]}'
+            PeersIn,
+            "the layers (manifest digests, at most 64), the asking host, and whether it pulls them now: "
+            '{"layers": [...], "host": "h1", "pulling": true}',
         ),
     )
     async def peers(
         self, repository: NamedDependency[RepositoryScope], registry: NamedDependency[Registry], body: RawBody
     ) -> PeersOut:
         wanted = decode_json_body(body, PeersIn, "peers request")
-        return PeersOut.from_peers(await registry.peers.peers(repository, wanted.layers, wanted.host))
+        return PeersOut.from_answer(
+            await registry.peers.ask(
+                repository, wanted.layers, wanted.host, pulling=wanted.pulling, window=wanted.window
+            )
+        )
 
     @post(
         "/placement/kubernetes/filter",

@@ -9,7 +9,7 @@ import msgspec
 
 from hub_server.registry.fleet.hostcheck import Constraints
 from hub_server.registry.fleet.inventory import ReportAccepted
-from hub_server.registry.fleet.peers import Peer
+from hub_server.registry.fleet.peers import Peer, PeerAnswer
 from hub_server.registry.fleet.placement import Placement, PlacementRequest
 from hub_server.registry.fleet.ranking import LinkMissing
 from hub_server.registry.fleet.reports import FileBitmap, HostFacts, PartialLayer, Report, VmmFacts
@@ -215,6 +215,8 @@ class PlacementOut(_Wire):
 class PeersIn(_Wire):
     layers: list[str]
     host: str | None = None
+    pulling: bool = False
+    window: float | None = None
 
 
 class PeerOut(_Wire):
@@ -224,7 +226,11 @@ class PeerOut(_Wire):
 
 class PeersOut(_Wire):
     peers: dict[str, list[PeerOut]]
+    swarm: dict[str, list[PeerOut]]
 
     @classmethod
-    def from_peers(cls, peers: dict[str, list[Peer]]) -> PeersOut:
-        return cls(peers={layer: [PeerOut(host=p.host, url=p.url) for p in found] for layer, found in peers.items()})
+    def from_answer(cls, answer: PeerAnswer) -> PeersOut:
+        def wire(by_layer: dict[str, list[Peer]]) -> dict[str, list[PeerOut]]:
+            return {layer: [PeerOut(host=p.host, url=p.url) for p in found] for layer, found in by_layer.items()}
+
+        return cls(peers=wire(answer.holders), swarm=wire(answer.swarm))

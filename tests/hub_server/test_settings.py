@@ -40,8 +40,10 @@ def test_flags_override_env_override_defaults(tmp_path):
         "FORKD_HUB_CHAIN_DEPTH": "8",
         "FORKD_HUB_GC_GRACE": "30m",
         "FORKD_HUB_PUBLIC_URL": "https://hub.example/",
+        "FORKD_HUB_SWARM_WINDOW": "0",
     }
     s = load_settings({"port": "9100", "data_dir": None}, env=env)
+    assert s.swarm_window == 0
     assert s.port == 9100 and s.host == "0.0.0.0" and s.data_dir == (tmp_path / "env").resolve()
     assert s.storage == "memory" and s.gc_interval == 6 * 3600 and s.public_url == "https://hub.example"
     assert s.limits.manifest_bytes == 2 << 20 and s.limits.chain_depth == 8
@@ -57,6 +59,7 @@ def test_flags_override_env_override_defaults(tmp_path):
         ({}, {"FORKD_HUB_LOG_LEVEL": "loud"}, "FORKD_HUB_LOG_LEVEL"),
         ({}, {"FORKD_HUB_CHAIN_DEPTH": "0"}, "FORKD_HUB_CHAIN_DEPTH"),
         ({}, {"FORKD_HUB_BLOB_BYTES": "lots"}, "FORKD_HUB_BLOB_BYTES"),
+        ({}, {"FORKD_HUB_SWARM_WINDOW": "11"}, "FORKD_HUB_SWARM_WINDOW"),
         ({"colour": "blue"}, {}, "colour"),
     ],
 )

@@ -58,6 +58,8 @@ class RegistryContext:
     """Namespaces whose tags move only onto signed manifests (``FORKD_HUB_SIGNATURE_POLICY``)."""
     node_ttl: float = 300.0
     """Seconds a fleet host's inventory counts for placement after its last report (``FORKD_HUB_NODE_TTL``)."""
+    swarm_window: float = 1.0
+    """Seconds a layer's cohort window stays open for pullers starting together (``FORKD_HUB_SWARM_WINDOW``)."""
     namespace_quota: int | None = None
     """Hub-wide default storage quota of a namespace (``FORKD_HUB_NAMESPACE_QUOTA``; ``content/quotas.py``)."""
     outages: Outages = field(default_factory=Outages)

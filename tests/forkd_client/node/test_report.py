@@ -13,6 +13,7 @@ from pathlib import Path
 import blake3
 import pytest
 
+from forkd_client.cli.main import main
 from forkd_client.hub.lazystate import PRESENT_SUFFIX, state_dir, write_chunk_list, write_head_marker
 from forkd_client.hub.progress import Progress
 from forkd_client.hub.pull import pull
@@ -265,3 +266,16 @@ def test_one_agent_per_store(store: SnapshotStore) -> None:
         with pytest.raises(AgentBusy, match=f"another node agent \\(pid {os.getpid()}\\) already serves"):
             with NodeAgent(store, [], print)._locked():
                 pass
+
+
+def test_node_status_names_the_peer_url_the_last_report_carried(
+    inproc_hub: InProcessHub, store: SnapshotStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hub = inproc_hub
+    Reporter(
+        store, hub.client(hub.token("h", "node:acme/*")), "h", vmms=VMMS, peer_url="http://127.0.0.1:7480"
+    ).report()
+    assert main(["node", "status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peer_url"] == "http://127.0.0.1:7480"
+    assert main(["node", "status"]) == 0
+    assert "serving chunks to fleet peers at http://127.0.0.1:7480" in capsys.readouterr().out
