@@ -90,6 +90,8 @@ class ModeResult:
     bytes_by_source: dict[str, int] = field(default_factory=dict)
     peers_dropped: dict[str, int] = field(default_factory=dict)
     """Why pulls dropped a peer (``pull --json``'s ``peers_dropped``) → how many pulls did so."""
+    swarm_sizes: dict[int, int] = field(default_factory=dict)
+    """The largest swarm each pull saw (``pull --json``'s ``swarm_size``) → how many pulls saw it."""
     skipped: str | None = None
     logs: str = ""
 
@@ -139,8 +141,9 @@ class Fleet:
     def __init__(self, root: Path, hub_url: str, n: int, prefix: str = "h", env: dict[str, str] | None = None):
         self.users = [ForkdUser(root / f"{prefix}{i:02d}", hub_url) for i in range(n)]
         self.names = [f"{prefix}{i:02d}" for i in range(n)]
-        for user in self.users:
+        for user, name in zip(self.users, self.names, strict=True):
             user.env.update(env or {})
+            user.env["FORKD_PEERS_HOST"] = name  # the name its agent reports: the swarm's member name
         self.agents: list[tuple[subprocess.Popen, Path]] = []
 
     def pull_all(self) -> tuple[float, list[float], list[dict]]:
@@ -300,6 +303,8 @@ def run_mode(
         result.p50_s, result.max_s = statistics.median(times), max(times)
         result.bytes_by_source = sum_sources(reports)
         for report in reports:
+            size = int(report.get("swarm_size") or 0)
+            result.swarm_sizes[size] = result.swarm_sizes.get(size, 0) + 1
             for why in (report.get("peers_dropped") or {}).values():
                 result.peers_dropped[str(why)[:200]] = result.peers_dropped.get(str(why)[:200], 0) + 1
         result.identical = fleet.identical(sha)
@@ -364,7 +369,8 @@ def bench(args: argparse.Namespace, root: Path) -> dict:
     data_bytes = (srcs[0] / "memory.bin").stat().st_blocks * 512
     hub_log = root / "hub.log"
     out: dict = {"hosts": args.hosts, "mib": args.mib, "seeds": args.seeds, "modes": {}}
-    with HubServer(root / "hub", hub_log) as hub, CountingProxy(hub.port) as proxy:
+    hub_env = {"FORKD_HUB_SWARM_WINDOW": str(args.swarm_window)}
+    with HubServer(root / "hub", hub_log, hub_env) as hub, CountingProxy(hub.port) as proxy:
         pusher = ForkdUser(root / "pusher", proxy.url, hub.token("pusher", "push:acme/*"))
         pusher.run("import", str(srcs[0]), "base")
         pusher.run("import", str(srcs[1]), "child", "--parent", "base")
@@ -437,6 +443,8 @@ def print_results(out: dict) -> None:
             extra = f"; mirror egress {human(r['mirror_egress'])}" if r["mirror_egress"] is not None else ""
             if r["peers_dropped"]:
                 extra += f"; peers dropped by pulls: {r['peers_dropped']}"
+            if mode == "c" and r["swarm_sizes"]:
+                extra += f"; swarm size seen -> pulls: {dict(sorted(r['swarm_sizes'].items()))}"
             print(
                 f"{mode}: bytes by source (all hosts) {r['bytes_by_source'] or 'not reported'}{extra}{'; ' + r['logs'] if r['logs'] else ''}"
             )
@@ -449,6 +457,13 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=512, help="MiB of data in the base's memory.bin (default 512)")
     ap.add_argument("--child-dirty", type=float, default=0.05, help="share of the base the child rewrites (0.05)")
     ap.add_argument("--modes", default="a,b,c", help="comma-separated: a (hub), b (mirror), c (peers)")
+    ap.add_argument(
+        "--swarm-window",
+        type=float,
+        default=2.0,
+        help="mode c: the hub's cohort window in seconds (FORKD_HUB_SWARM_WINDOW): pulls asking within it form one "
+        "swarm; 16 processes starting at once on 2 loaded cores take more than the hub's default 1 s (default 2)",
+    )
     ap.add_argument("--seeds", type=int, default=0, help="mode c: hosts that pull and serve before the others")
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")

@@ -7,7 +7,7 @@
     enabled = true        # as FORKD_PEERS=1 / --peers
     host = "h1"           # as FORKD_PEERS_HOST: the name this host's node agent reports
     timeout = 5           # as FORKD_PEERS_TIMEOUT (seconds)
-    stall = 3             # as FORKD_PEERS_STALL (seconds)
+    stall = 10            # as FORKD_PEERS_STALL (seconds)
 
 Each environment variable, when set, wins over its key. The fleet token is never read from this file (it stays in
 ``FORKD_FLEET_TOKEN``, or the agent's ``--fleet-token-file``): a ``token`` key is refused, as is any key not

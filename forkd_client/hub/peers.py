@@ -19,7 +19,7 @@ name (``FORKD_PEERS_HOST``, else the host name: the name its node agent reports)
 swarm too, the hosts pulling it now, sorted by name. Where no live peer holds a layer whole and the swarm has more
 than one member, this one included, :meth:`PeerSource.members` hands the list to the fill, which takes from the
 hub only the chunks this host owns and asks the other chunks of their owners while they pull; an owner that
-delivers nothing new for ``FORKD_PEERS_STALL`` seconds (3) gives its chunks back to the hub path.
+delivers nothing new for ``FORKD_PEERS_STALL`` seconds (10) gives its chunks back to the hub path.
 
 Errors: :class:`~forkd_client.errors.UsageError` from :func:`peer_options` (peers on without a fleet token, a
 bad ``FORKD_PEERS_TIMEOUT``, ``FORKD_PEERS_STALL`` or ``FORKD_PEERS_WINDOW``). Nothing else: a failing peer is dropped, not raised.
@@ -65,7 +65,7 @@ STALL_ENV = "FORKD_PEERS_STALL"
 WINDOW_ENV = "FORKD_PEERS_WINDOW"
 DEFAULT_TIMEOUT_S = 5.0
 #: Seconds a swarm member may deliver nothing new before its chunks go to the hub.
-DEFAULT_STALL_S = 3.0
+DEFAULT_STALL_S = 10.0  # 3 s: 16 hosts on 2 busy cores took 1.9x a chain from the hub (bench/fleet_pull.py)
 #: Chunk bytes one peer request asks for at most (64 chunks of 64 KiB).
 BATCH_BYTES = 4 << 20
 #: Requests one pull has open to one peer at most (a peer serves 16 at once, and other pullers too).

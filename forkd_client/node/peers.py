@@ -156,6 +156,13 @@ def check_peer_url(url: str) -> str:
     return url
 
 
+#: Chunks of running pulls not written yet, in a row, after which a request's other staged lookups are answered
+#: missing unread: a swarm member asks for chunks in the order their owner fetches them, so past a few misses
+#: the rest are not there yet either, and each staged lookup reads and hashes a whole chunk (15 members asking
+#: every 50-200 ms for 256 chunks they lack cost owners more CPU than serving the chain: bench/fleet_pull.py).
+STAGED_MISSES = 4
+
+
 class _Reader:
     """The store's chunk index on the one thread that uses it (SQLite connections stay on their thread)."""
 
@@ -172,13 +179,15 @@ class _Reader:
         out: list[bytes | None] = []
         budget = MAX_RESPONSE_BYTES
         looked = False  # the staged directories are looked at again once per request, on its first miss
+        staged_misses = 0
         for digest in digests:
             data = self.index.read(digest) if budget > 0 else None
-            if data is None and budget > 0:
+            if data is None and budget > 0 and staged_misses < STAGED_MISSES:
                 if not looked:
                     self.staged.refresh()
                     looked = True
                 data = self.staged.read(digest)
+                staged_misses = 0 if data is not None else staged_misses + 1
             if data is not None and len(data) > budget:
                 data = None
             if data is not None:

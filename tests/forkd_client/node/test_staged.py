@@ -67,3 +67,32 @@ def test_chunks_written_later_are_found_and_finished_pulls_forgotten(tmp_path: P
         image.parent.rmdir()
         staged.refresh()
         assert staged.read(digest(wanted[1])) is None
+
+
+def test_past_a_run_of_unwritten_chunks_a_request_stops_reading_staged_files(tmp_path: Path) -> None:
+    """A swarm member asks for an owner's chunks in the order the owner fetches them: after STAGED_MISSES unwritten
+    ones in a row the rest of the request is answered missing unread (each staged lookup hashes a whole chunk, and
+    15 members re-asking for what an owner lacks cost it more CPU than serving: bench/fleet_pull.py mode c). A chunk
+    written before that run is served; one written after it is missing now and served when asked again."""
+    from forkd_client.node.peers import STAGED_MISSES
+
+    n = STAGED_MISSES + 3
+    with SnapshotStore(tmp_path / "store") as store:
+        staged = store.staging_root / "resume-pull-4567cdef"
+        staged.mkdir(parents=True)
+        wanted = [os.urandom(CHUNK) for _ in range(n)]
+        image = staged / mt.MEMORY_FILE
+        with open(image, "wb") as f:
+            f.write(wanted[0])  # written; then STAGED_MISSES unwritten; then the last two written
+            f.seek((n - 2) * CHUNK)
+            f.write(wanted[-2] + wanted[-1])
+        write_chunk_list(image, CHUNK, [digest(c) for c in wanted], suffix=ENTRIES_SUFFIX)
+        with peer_server(store.root) as service:
+            status, body = post(service.url, json.dumps([digest(c) for c in wanted]).encode())
+            assert status == 200, body
+            records = list(parse_records(bytearray(body), [CHUNK] * n))
+            assert bytes(records[0]) == wanted[0]  # type: ignore[arg-type]
+            assert records[1:] == [None] * (n - 1)
+            status, body = post(service.url, json.dumps([digest(c) for c in wanted[-2:]]).encode())
+    assert status == 200, body
+    assert [bytes(r) for r in parse_records(bytearray(body), [CHUNK] * 2)] == wanted[-2:]  # type: ignore[arg-type]
