@@ -57,7 +57,6 @@ from common import MACHINE_NOTE, MiB, human, print_table  # noqa: E402
 from images import make_child_image, make_memory_image, make_vmstate  # noqa: E402
 from oci import sha256_file  # noqa: E402
 from procs import (  # noqa: E402
-    RATE_LIMITS_OFF,
     ForkdUser,
     HubServer,
     forkd_cmd,
@@ -65,7 +64,6 @@ from procs import (  # noqa: E402
     free_port,
     log_summary,
     stop_process,
-    wait_http,
 )
 from proxy import CountingProxy  # noqa: E402
 
@@ -276,7 +274,7 @@ def run_mode(
         mirror_proxy = None
         if mode == "b":
             log = work / "mirror.log"
-            mirror = stack.enter_context(MirrorServer(work / "mirror", log, proxy.url))
+            mirror = stack.enter_context(mirror_server(work / "mirror", log, proxy.url))
             mirror_proxy = stack.enter_context(CountingProxy(mirror.port))
             extra["FORKD_HUB_MIRRORS"] = f"{proxy.url}={mirror_proxy.url}"
         if mode == "c":
@@ -314,44 +312,9 @@ def run_mode(
     return result
 
 
-class MirrorServer:
+def mirror_server(data_dir: Path, log_path: Path, upstream: str) -> HubServer:
     """``forkd-hub serve --mirror-of UPSTREAM`` on a free port (rate limits off), its own data dir."""
-
-    def __init__(self, data_dir: Path, log_path: Path, upstream: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(
-            forkd_hub_cmd(
-                "serve",
-                "--mirror-of",
-                upstream,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(data_dir),
-            ),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **RATE_LIMITS_OFF},
-        )
-        try:
-            wait_http(self.url + "/healthz", self.proc, "forkd-hub serve --mirror-of", log_path)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        self._log.close()
-
-    def __enter__(self) -> MirrorServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    return HubServer(data_dir, log_path, serve_args=("--mirror-of", upstream))
 
 
 def bench(args: argparse.Namespace, root: Path) -> dict:

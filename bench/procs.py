@@ -82,7 +82,8 @@ class HubServer:
     """``forkd-hub serve`` on a free port with its own data dir (rate limits off: ``RATE_LIMITS_OFF``);
     ``stop()`` ends it. ``host``: the address
     it listens on (loopback by default); ``launcher``: put in front of its command line (e.g.
-    ``ip netns exec NAME``, to run it in the servers' namespace of a netshape.ServerNetns)."""
+    ``ip netns exec NAME``, to run it in the servers' namespace of a netshape.ServerNetns); ``serve_args``: more
+    options of ``serve`` (e.g. ``--mirror-of URL``)."""
 
     def __init__(
         self,
@@ -92,6 +93,7 @@ class HubServer:
         *,
         host: str = "127.0.0.1",
         launcher: Sequence[str] = (),
+        serve_args: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
         self.env = {**os.environ, **RATE_LIMITS_OFF, **(env or {})}
@@ -99,7 +101,12 @@ class HubServer:
         self.url = f"http://{host}:{self.port}"
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [*launcher, *forkd_hub_cmd("serve", "--host", host, "--port", str(self.port), "--data-dir", str(data_dir))],
+            [
+                *launcher,
+                *forkd_hub_cmd(
+                    "serve", *serve_args, "--host", host, "--port", str(self.port), "--data-dir", str(data_dir)
+                ),
+            ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

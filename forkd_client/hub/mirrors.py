@@ -23,7 +23,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .credentials import config_dir, normalize_url
+from .configfile import config_file, read_table
+from .credentials import normalize_url
 from .errors import HubError
 
 __all__ = ["MIRRORS_ENV", "MirrorConfigError", "MirrorRoute", "config_file", "load_mirrors", "mirrors_for"]
@@ -33,10 +34,6 @@ MIRRORS_ENV = "FORKD_HUB_MIRRORS"
 
 class MirrorConfigError(HubError):
     """The mirror configuration is malformed; the message names where."""
-
-
-def config_file() -> Path:
-    return config_dir() / "config.toml"
 
 
 def _url(text: object, where: str) -> str:
@@ -61,21 +58,7 @@ def parse_env(value: str) -> dict[str, list[str]]:
 
 def parse_file(path: Path) -> dict[str, list[str]]:
     """The ``[mirrors]`` table of ``path`` (none when the file does not exist)."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise MirrorConfigError(f"{path}: cannot read it: {e.strerror or e}") from None
-    import tomllib  # only when a config file exists: ``forkd --help`` stays cheap
-
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise MirrorConfigError(f"{path}: not valid TOML: {e}") from None
-    table = doc.get("mirrors", {})
-    if not isinstance(table, dict):
-        raise MirrorConfigError(f"{path}: [mirrors] must be a table of HUB_URL = [MIRROR_URL, …]")
+    table = read_table(path, "mirrors", MirrorConfigError, "a table of HUB_URL = [MIRROR_URL, …]")
     out: dict[str, list[str]] = {}
     for hub, mirrors in table.items():
         where = f"{path}: mirrors.{hub!r}"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from .configfile import read_table
 
 __all__ = ["KEYS", "read_peer_table"]
 
@@ -31,21 +32,7 @@ KEYS: dict[str, tuple[type, ...]] = {"enabled": (bool,), "host": (str,), "timeou
 
 def read_peer_table(path: Path) -> dict[str, Any]:
     """The ``[peers]`` table of ``path``, each key checked (module docstring). Raises UsageError."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read it: {e.strerror or e}") from None
-    import tomllib  # only when a config file exists
-
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
-    table = doc.get("peers", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"{path}: [peers] must be a table (enabled, host, timeout, stall)")
+    table = read_table(path, "peers", UsageError, "a table (enabled, host, timeout, stall)")
     for key, value in table.items():
         if key == "token" or "token" in key:
             raise UsageError(

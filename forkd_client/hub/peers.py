@@ -39,8 +39,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..errors import UsageError
+from .configfile import config_file
 from .errors import HubError
-from .mirrors import config_file
 from .peerconfig import read_peer_table
 from .peerwire import (
     CONTENT_TYPE,
